@@ -1,0 +1,47 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Every dependency is a C library from the system, reached through a system-library target.
+// On Debian: apt-get install libsqlite3-dev libyaml-dev libpq-dev (the README names one script that does it).
+let package = Package(
+    name: "storectl",
+    products: [
+        .executable(name: "storectl", targets: ["storectl"]),
+        .executable(name: "storectl-bench", targets: ["storectl-bench"]),
+        .library(name: "Storectl", targets: ["Storectl"]),
+    ],
+    targets: [
+        // C libraries
+        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite", pkgConfig: "sqlite3",
+                       providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CYAML", path: "Sources/CYAML", pkgConfig: "yaml-0.1",
+                       providers: [.apt(["libyaml-dev"])]),
+        .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ", pkgConfig: "libpq",
+                       providers: [.apt(["libpq-dev"])]),
+
+        // Layers, top to bottom. Each depends only on the layers above it.
+        .target(name: "StoreBase"),
+        .target(name: "StoreSQLite", dependencies: ["CSQLite", "StoreBase"]),
+        .target(name: "StoreConfig", dependencies: ["CYAML", "StoreBase"]),
+        .target(name: "StoreHistory", dependencies: ["StoreSQLite", "StoreBase"]),
+        .target(name: "StoreCloud", dependencies: ["StoreSQLite", "StoreBase"]),
+        .target(name: "StoreCloudPostgres", dependencies: ["CLibPQ", "StoreCloud", "StoreBase"]),
+        .target(name: "StoreMirror", dependencies: ["StoreHistory", "StoreCloud", "StoreSQLite", "StoreBase"]),
+        .target(name: "Storectl", dependencies: [
+            "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud", "StoreCloudPostgres", "StoreSQLite", "StoreBase",
+        ]),
+        .target(name: "StoreCLI", dependencies: ["Storectl", "StoreConfig", "StoreBase"]),
+        .executableTarget(name: "storectl", dependencies: ["StoreCLI"]),
+        .executableTarget(name: "storectl-bench", dependencies: ["Storectl", "StoreSQLite", "StoreBase"]),
+
+        // Tests
+        .target(name: "TestSupport", dependencies: ["StoreSQLite", "StoreBase"], path: "Tests/TestSupport"),
+        .testTarget(name: "StoreSQLiteTests", dependencies: ["StoreSQLite", "TestSupport"]),
+        .testTarget(name: "StoreConfigTests", dependencies: ["StoreConfig", "TestSupport"]),
+        .testTarget(name: "StoreHistoryTests", dependencies: ["StoreHistory", "TestSupport"]),
+        .testTarget(name: "StoreCloudTests", dependencies: ["StoreCloud", "StoreCloudPostgres", "TestSupport"]),
+        .testTarget(name: "StoreMirrorTests", dependencies: ["StoreMirror", "Storectl", "TestSupport"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["TestSupport"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,4 @@
+#ifndef STORECTL_CLIBPQ_SHIM_H
+#define STORECTL_CLIBPQ_SHIM_H
+#include <libpq-fe.h>
+#endif

@@ -1,0 +1,73 @@
+/// A process exit status from `sysexits.h`. Scripts depend on these numbers.
+public struct ExitCode: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public var rawValue: Int32
+    public init(rawValue: Int32) { self.rawValue = rawValue }
+    public init(_ rawValue: Int32) { self.rawValue = rawValue }
+
+    /// 0: success.
+    public static let ok = ExitCode(0)
+    /// 1: a check found problems that are not errors of the tool (rarely used).
+    public static let failure = ExitCode(1)
+    /// 64 EX_USAGE: the command was used incorrectly.
+    public static let usage = ExitCode(64)
+    /// 65 EX_DATAERR: the input data was incorrect.
+    public static let dataError = ExitCode(65)
+    /// 66 EX_NOINPUT: an input file did not exist or was not readable.
+    public static let noInput = ExitCode(66)
+    /// 69 EX_UNAVAILABLE: the account or the cloud is unavailable.
+    public static let unavailable = ExitCode(69)
+    /// 70 EX_SOFTWARE: an internal software error.
+    public static let software = ExitCode(70)
+    /// 73 EX_CANTCREAT: an output file cannot be created.
+    public static let cantCreate = ExitCode(73)
+    /// 74 EX_IOERR: an error occurred while doing I/O.
+    public static let ioError = ExitCode(74)
+    /// 75 EX_TEMPFAIL: a temporary failure; the user is invited to retry.
+    public static let tempFail = ExitCode(75)
+    /// 77 EX_NOPERM: permission denied.
+    public static let noPermission = ExitCode(77)
+    /// 78 EX_CONFIG: a configuration error.
+    public static let config = ExitCode(78)
+
+    public var description: String { String(rawValue) }
+}
+
+/// An error that knows its exit code and how to explain itself to a user.
+///
+/// Every error storectl reports says what went wrong, where, and what to do about it.
+public protocol DiagnosedError: Error, CustomStringConvertible {
+    /// The `sysexits.h` status the process exits with.
+    var exitCode: ExitCode { get }
+    /// What went wrong and where, on one line (without the `error: ` prefix).
+    var summary: String { get }
+    /// Lines printed after the summary: source excerpts, details.
+    var details: [String] { get }
+    /// What to do about it, if there is something to do.
+    var hint: String? { get }
+}
+
+extension DiagnosedError {
+    public var details: [String] { [] }
+    public var hint: String? { nil }
+    public var description: String {
+        var lines = ["error: " + summary]
+        lines += details
+        if let hint { lines.append("hint: " + hint) }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// A general-purpose diagnosed error for the cases that need no type of their own.
+public struct StoreError: DiagnosedError, Equatable {
+    public var exitCode: ExitCode
+    public var summary: String
+    public var details: [String]
+    public var hint: String?
+
+    public init(_ exitCode: ExitCode, _ summary: String, details: [String] = [], hint: String? = nil) {
+        self.exitCode = exitCode
+        self.summary = summary
+        self.details = details
+        self.hint = hint
+    }
+}

@@ -1,0 +1,58 @@
+/// Small text helpers shared by the layers: "did you mean" suggestions and duration parsing.
+public enum Suggest {
+    /// The candidate closest to `word` by edit distance, if it is close enough to be a plausible typo.
+    ///
+    ///     Suggest.closest("stauts", in: ["status", "sync"]) // "status"
+    public static func closest(_ word: String, in candidates: some Sequence<String>) -> String? {
+        let w = Array(word.lowercased())
+        var best: (String, Int)?
+        for c in candidates {
+            let d = distance(w, Array(c.lowercased()))
+            if let current = best, current.1 <= d { continue }
+            best = (c, d)
+        }
+        guard let (name, d) = best else { return nil }
+        let limit = max(2, w.count / 3)
+        return d <= limit ? name : nil
+    }
+
+    /// Damerau-Levenshtein (optimal string alignment) distance.
+    public static func distance(_ a: [Character], _ b: [Character]) -> Int {
+        if a.isEmpty { return b.count }
+        if b.isEmpty { return a.count }
+        var d = Array(repeating: Array(repeating: 0, count: b.count + 1), count: a.count + 1)
+        for i in 0...a.count { d[i][0] = i }
+        for j in 0...b.count { d[0][j] = j }
+        for i in 1...a.count {
+            for j in 1...b.count {
+                let cost = a[i - 1] == b[j - 1] ? 0 : 1
+                d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+                if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] {
+                    d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+                }
+            }
+        }
+        return d[a.count][b.count]
+    }
+}
+
+/// A span of time written as `30d`, `12h`, `15m`, `45s` or `500ms`.
+public struct DurationSpec: Equatable, Sendable, CustomStringConvertible {
+    public var seconds: Double
+    public var text: String
+
+    /// Parses `text`, or returns nil when it is not a duration.
+    public init?(_ text: String) {
+        let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400), ("w", 604800)]
+        for (suffix, factor) in units where text.hasSuffix(suffix) {
+            let number = text.dropLast(suffix.count)
+            guard !number.isEmpty, let n = Double(number), n >= 0, n.isFinite else { continue }
+            self.seconds = n * factor
+            self.text = text
+            return
+        }
+        return nil
+    }
+
+    public var description: String { text }
+}

@@ -1,0 +1,23 @@
+import StoreBase
+
+/// `storectl`: the top of the command tree.
+struct RootCommand: Command {
+    static let name = "storectl"
+    static let abstract = "Switch a SQLite store between local-only and cloud-synced modes, with history tracking always on."
+    static let discussion = """
+        The config is found from --config, else $STORECTL_CONFIG, else ./config.yaml.
+        Exit codes follow sysexits.h: 0 ok, 64 usage, 65 bad data, 66 missing input, 69 account or cloud
+        unavailable, 70 internal, 73 can't create, 74 I/O, 75 temporary failure, 77 permission, 78 configuration.
+        """
+    static let examples = [
+        "storectl mode cloud          # check the account, sync, and switch the store to cloud mode",
+        "storectl status --json       # mode, pending changes, tokens and account, as JSON",
+        "storectl config validate     # check config.yaml",
+    ]
+    static var subcommands: [any Command.Type] { CommandLineTool.commands }
+}
+
+/// The top-level commands, in the order --help lists them.
+let registeredCommands: [any Command.Type] = [
+    ConfigCommand.self,
+]

@@ -1,0 +1,317 @@
+import StoreBase
+
+/// The account states a cloud reports, named as CloudKit's `CKAccountStatus` names them.
+public enum AccountStatus: String, Sendable, Codable, CaseIterable {
+    case available
+    case noAccount
+    case restricted
+    case couldNotDetermine
+    case temporarilyUnavailable
+
+    /// 0 for `available`, 75 for `temporarilyUnavailable`, 69 for the rest.
+    public var exitCode: ExitCode {
+        switch self {
+        case .available: return .ok
+        case .temporarilyUnavailable: return .tempFail
+        case .noAccount, .restricted, .couldNotDetermine: return .unavailable
+        }
+    }
+}
+
+/// An account status with the reason for it, in words a user can act on. Never contains a secret.
+public struct AccountStatusReport: Sendable, Codable, Equatable {
+    public var status: AccountStatus
+    public var reason: String
+    /// The account id that was checked, if one was configured.
+    public var account: String?
+
+    public init(status: AccountStatus, reason: String, account: String?) {
+        self.status = status
+        self.reason = reason
+        self.account = account
+    }
+}
+
+/// A record in a cloud zone: the latest state of one row, or its tombstone.
+public struct CloudRecord: Sendable, Equatable {
+    public var zone: String
+    /// The record's name: stable across devices, unique in its zone.
+    public var recordName: String
+    /// The entity (table) the record mirrors.
+    public var recordType: String
+    /// The fields as a JSON object text, e.g. `{"title":"hi","note_id":{"$ref":"..."}}`. Empty object for tombstones.
+    public var fields: String
+    /// Changes on every save. A save must name the tag it expects to replace.
+    public var changeTag: String
+    /// The zone-wide sequence number of the record's latest save. Fetching after a token returns records by seq.
+    public var seq: Int64
+    /// Whether this is a tombstone.
+    public var deleted: Bool
+    /// The device (store id) that saved it last.
+    public var modifiedBy: String
+    /// When it was saved last, in seconds since 1970.
+    public var modifiedAt: Double
+
+    public init(zone: String, recordName: String, recordType: String, fields: String, changeTag: String, seq: Int64,
+                deleted: Bool, modifiedBy: String, modifiedAt: Double)
+    {
+        self.zone = zone
+        self.recordName = recordName
+        self.recordType = recordType
+        self.fields = fields
+        self.changeTag = changeTag
+        self.seq = seq
+        self.deleted = deleted
+        self.modifiedBy = modifiedBy
+        self.modifiedAt = modifiedAt
+    }
+}
+
+/// One record to save: a new state, or a deletion.
+public struct RecordSave: Sendable, Equatable {
+    public var recordName: String
+    public var recordType: String
+    /// JSON object text. Ignored for deletions (stored as `{}`).
+    public var fields: String
+    public var deleted: Bool
+    /// The change tag the saver last saw; nil when it believes the record does not exist yet.
+    public var expectedTag: String?
+
+    public init(recordName: String, recordType: String, fields: String, deleted: Bool = false,
+                expectedTag: String?)
+    {
+        self.recordName = recordName
+        self.recordType = recordType
+        self.fields = fields
+        self.deleted = deleted
+        self.expectedTag = expectedTag
+    }
+}
+
+/// What happened to one record of a batch save.
+public enum SaveOutcome: Sendable, Equatable {
+    /// Saved; the record now has this tag and seq.
+    case saved(changeTag: String, seq: Int64)
+    /// Not saved, because the expected tag did not match. `server` is the record as the server has it
+    /// (a tombstone included), or nil when the saver expected a tag and the record does not exist at all.
+    case conflict(server: CloudRecord?)
+}
+
+/// Where a reader of a zone's changes has got to. Opaque to callers: store and pass back `rawValue`.
+///
+/// A token belongs to one generation of a zone: after a purge the zone gets a new epoch and older tokens are
+/// refused with `CloudError.zoneReset`, so that a purge elsewhere never looks like "everything was deleted".
+public struct ServerChangeToken: Sendable, Equatable, Codable, CustomStringConvertible {
+    public var epoch: String
+    public var seq: Int64
+
+    public init(epoch: String, seq: Int64) {
+        self.epoch = epoch
+        self.seq = seq
+    }
+
+    /// Parses `epoch:seq`.
+    public init?(rawValue: String) {
+        guard let colon = rawValue.lastIndex(of: ":"), let seq = Int64(rawValue[rawValue.index(after: colon)...])
+        else { return nil }
+        self.epoch = String(rawValue[..<colon])
+        self.seq = seq
+    }
+
+    public var rawValue: String { "\(epoch):\(seq)" }
+    public var description: String { rawValue }
+}
+
+/// One page of changes.
+public struct ChangeBatch: Sendable, Equatable {
+    /// Each changed record's latest state, tombstones included, in seq order. A record appears at most once.
+    public var records: [CloudRecord]
+    /// The token to fetch after next time.
+    public var token: ServerChangeToken
+    /// Whether more changes are waiting after `token`.
+    public var moreComing: Bool
+
+    public init(records: [CloudRecord], token: ServerChangeToken, moreComing: Bool) {
+        self.records = records
+        self.token = token
+        self.moreComing = moreComing
+    }
+}
+
+/// A zone and its state.
+public struct ZoneInfo: Sendable, Equatable, Codable {
+    public var name: String
+    /// Changes when the zone is purged and created again.
+    public var epoch: String
+    /// The highest seq saved in the zone so far.
+    public var lastSeq: Int64
+    /// How many live (not deleted) records the zone holds.
+    public var liveRecords: Int64
+
+    public init(name: String, epoch: String, lastSeq: Int64, liveRecords: Int64) {
+        self.name = name
+        self.epoch = epoch
+        self.lastSeq = lastSeq
+        self.liveRecords = liveRecords
+    }
+}
+
+/// A marker: a named flag in a zone, created atomically once (e.g. "this seed ran").
+public struct Marker: Sendable, Equatable, Codable {
+    public var zone: String
+    public var name: String
+    /// The device that created it.
+    public var createdBy: String
+    public var createdAt: Double
+    public var payload: String
+
+    public init(zone: String, name: String, createdBy: String, createdAt: Double, payload: String) {
+        self.zone = zone
+        self.name = name
+        self.createdBy = createdBy
+        self.createdAt = createdAt
+        self.payload = payload
+    }
+}
+
+/// A device (a store, by its store id) that has talked to the container.
+public struct DeviceInfo: Sendable, Equatable, Codable {
+    public var storeID: String
+    public var name: String
+    public var account: String?
+    public var firstSeen: Double
+    public var lastSeen: Double
+
+    public init(storeID: String, name: String, account: String?, firstSeen: Double, lastSeen: Double) {
+        self.storeID = storeID
+        self.name = name
+        self.account = account
+        self.firstSeen = firstSeen
+        self.lastSeen = lastSeen
+    }
+}
+
+/// A file-backend or PostgreSQL account, as `account list` shows it. Never holds a secret or its hash.
+public struct AccountInfo: Sendable, Equatable, Codable {
+    public var id: String
+    public var role: String
+    public var disabled: Bool
+    public var createdAt: Double
+
+    public init(id: String, role: String, disabled: Bool, createdAt: Double) {
+        self.id = id
+        self.role = role
+        self.disabled = disabled
+        self.createdAt = createdAt
+    }
+}
+
+/// A cloud container: zones of records with change tags, a change feed, markers, accounts and devices.
+///
+/// This is the one protocol every backend implements (the SQLite container file and PostgreSQL), and one
+/// conformance suite proves each of them. A connection is not Sendable: it has one owner at a time.
+///
+/// The guarantees:
+/// - `fetchChanges` returns, after a token, every record saved after it, in seq order, each once, at its latest
+///   state, tombstones included; seq order is commit order, so concurrent savers never make a reader skip one.
+/// - `save` is conditional per record on its expected change tag; a mismatch is a `.conflict` with the server's
+///   record, and the other records of the batch are still saved.
+/// - `createMarker` is atomic: of concurrent creators exactly one gets `created == true`.
+public protocol CloudDatabase: AnyObject {
+    /// The container id, e.g. `iCloud.com.example.notes`.
+    var container: String { get }
+
+    /// Where the container is, with any password removed, for messages.
+    var displayURL: String { get }
+
+    /// The status of the account this connection was opened with, and why.
+    func accountStatus() -> AccountStatusReport
+
+    /// The zone, or nil when it does not exist.
+    /// - Throws: `CloudError`.
+    func zoneInfo(_ zone: String) throws -> ZoneInfo?
+
+    /// Creates the zone if it is missing, and returns it.
+    /// - Throws: `CloudError`.
+    @discardableResult
+    func ensureZone(_ zone: String) throws -> ZoneInfo
+
+    /// The changes saved after `token` (from the beginning when nil), at most `limit` records.
+    /// - Throws: `CloudError.zoneNotFound`, or `CloudError.zoneReset` when the token is from an older epoch.
+    func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int) throws -> ChangeBatch
+
+    /// The current state of one record, or nil.
+    /// - Throws: `CloudError`.
+    func fetchRecord(zone: String, recordName: String) throws -> CloudRecord?
+
+    /// Saves a batch of records, each conditional on its expected tag, atomically as one commit. Returns one
+    /// outcome per save, in order.
+    /// - Throws: `CloudError` when the batch could not be attempted at all (nothing was saved then).
+    func save(zone: String, _ saves: [RecordSave], device: String) throws -> [SaveOutcome]
+
+    /// Creates the marker if it is absent. Returns whether this call created it, and the marker as stored.
+    /// - Throws: `CloudError`.
+    func createMarker(zone: String, name: String, device: String, payload: String) throws
+        -> (created: Bool, marker: Marker)
+
+    /// The marker, or nil.
+    /// - Throws: `CloudError`.
+    func marker(zone: String, name: String) throws -> Marker?
+
+    /// Deletes every record and marker of the zone and gives it a new epoch.
+    /// - Throws: `CloudError`.
+    func purgeZone(_ zone: String) throws
+
+    /// Records that `storeID` talked to the container now.
+    /// - Throws: `CloudError`.
+    func registerDevice(storeID: String, name: String) throws
+
+    /// The devices that have talked to the container, with when each was last seen.
+    /// - Throws: `CloudError`.
+    func devices() throws -> [DeviceInfo]
+}
+
+/// An error from a cloud backend.
+public struct CloudError: DiagnosedError, Equatable {
+    public enum Kind: String, Sendable, Equatable {
+        /// The container does not exist (run `storectl cloud init`).
+        case containerMissing
+        /// The file or schema is not a storectl container, or is damaged.
+        case notAContainer
+        /// The zone does not exist.
+        case zoneNotFound
+        /// The zone was purged or recreated since the token was issued.
+        case zoneReset
+        /// The account is not available.
+        case account
+        /// A lock was held beyond the timeout, the connection dropped, or the server is starting: retry.
+        case temporary
+        /// The backend refused for lack of privileges.
+        case permission
+        /// The request was malformed.
+        case invalid
+        /// Anything else.
+        case other
+    }
+
+    public var kind: Kind
+    public var summary: String
+    public var hint: String?
+
+    public init(_ kind: Kind, _ summary: String, hint: String? = nil) {
+        self.kind = kind
+        self.summary = summary
+        self.hint = hint
+    }
+
+    public var exitCode: ExitCode {
+        switch kind {
+        case .containerMissing, .account: return .unavailable
+        case .notAContainer, .invalid, .zoneReset: return .dataError
+        case .zoneNotFound: return .unavailable
+        case .temporary: return .tempFail
+        case .permission: return .noPermission
+        case .other: return .software
+        }
+    }
+}

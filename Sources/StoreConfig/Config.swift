@@ -1,0 +1,234 @@
+import StoreBase
+
+/// A whole config file, decoded, expanded, defaulted and validated.
+///
+/// The domain layers never see this type or YAML: the `Storectl` library turns it into their own options.
+public struct Config: Sendable, Equatable {
+    /// The schema version (`version: 1`).
+    public var version: Int
+    /// The stores, in file order.
+    public var stores: [StoreSettings]
+    /// The absolute path of the file the config came from.
+    public var path: String
+
+    public init(version: Int, stores: [StoreSettings], path: String) {
+        self.version = version
+        self.stores = stores
+        self.path = path
+    }
+
+    /// The folder that relative paths resolve against: the config file's own folder.
+    public var directory: String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        let dir = String(path[..<slash])
+        return dir.isEmpty ? "/" : dir
+    }
+
+    /// The store named `name`, or the only store when `name` is nil.
+    /// - Throws: `StoreError` (exit 64) when the name is unknown or when there are several stores and no name.
+    public func store(named name: String?) throws -> StoreSettings {
+        if let name {
+            if let s = stores.first(where: { $0.name == name }) { return s }
+            let hint = Suggest.closest(name, in: stores.map(\.name)).map { "did you mean '\($0)'?" }
+                ?? "the stores in \(path) are: \(stores.map(\.name).joined(separator: ", "))"
+            throw StoreError(.usage, "no store named '\(name)' in \(path)", hint: hint)
+        }
+        if stores.count == 1 { return stores[0] }
+        throw StoreError(.usage, "\(path) has \(stores.count) stores; choose one with --store",
+                         hint: "the stores are: \(stores.map(\.name).joined(separator: ", "))")
+    }
+}
+
+/// `local` or `cloud`.
+public enum StoreMode: String, Sendable, Equatable, CaseIterable, Codable {
+    case local
+    case cloud
+}
+
+/// How a conflict between a local change and a cloud change is resolved.
+public enum MergePolicySetting: String, Sendable, Equatable, CaseIterable, Codable {
+    case error
+    case serverWins = "server-wins"
+    case localWins = "local-wins"
+    case propertyServerWins = "property-server-wins"
+    case propertyLocalWins = "property-local-wins"
+}
+
+/// Which row survives among duplicates of a `unique:` key.
+public enum KeepRule: Sendable, Equatable, CustomStringConvertible {
+    /// The row with the greatest value in the column.
+    case newest(String)
+    /// The row with the least value in the column.
+    case oldest(String)
+    /// The row with the lowest record name.
+    case first
+
+    /// Parses `newest(col)`, `oldest(col)` or `first`.
+    public init?(_ text: String) {
+        let t = text.trimmingCharacters(in: .whitespaces)
+        if t == "first" { self = .first; return }
+        for (prefix, make) in [("newest(", KeepRule.newest), ("oldest(", KeepRule.oldest)] as [(String, (String) -> KeepRule)] {
+            if t.hasPrefix(prefix), t.hasSuffix(")") {
+                let col = t.dropFirst(prefix.count).dropLast().trimmingCharacters(in: .whitespaces)
+                guard !col.isEmpty else { return nil }
+                self = make(col)
+                return
+            }
+        }
+        return nil
+    }
+
+    public var description: String {
+        switch self {
+        case .newest(let c): return "newest(\(c))"
+        case .oldest(let c): return "oldest(\(c))"
+        case .first: return "first"
+        }
+    }
+}
+
+/// A secret taken from the config. It never prints itself.
+public struct Secret: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible {
+    /// The secret itself. Pass it only to the code that needs it; never print it.
+    public let value: String
+    /// Whether the config holds the value literally rather than through a `${VAR}` reference.
+    public let isLiteral: Bool
+
+    public init(value: String, isLiteral: Bool) {
+        self.value = value
+        self.isLiteral = isLiteral
+    }
+
+    public var description: String { "<redacted>" }
+    public var debugDescription: String { "<redacted>" }
+}
+
+/// `stores.<name>.history`.
+public struct HistorySettings: Sendable, Equatable {
+    /// Must stay true; false is refused (exit 78).
+    public var tracking: Bool = true
+    /// The author of storectl's own writes.
+    public var author: String = "storectl"
+    /// How long history is kept, if limited.
+    public var retention: DurationSpec?
+
+    public init(tracking: Bool = true, author: String = "storectl", retention: DurationSpec? = nil) {
+        self.tracking = tracking
+        self.author = author
+        self.retention = retention
+    }
+}
+
+/// `stores.<name>.cloud`.
+public struct CloudSettings: Sendable, Equatable {
+    /// The container id, e.g. `iCloud.com.example.notes`.
+    public var container: String
+    /// `file:PATH` (relative to the config's folder) or `postgres://...`.
+    public var url: String
+    /// File backend only: create the container on first use.
+    public var createIfMissing: Bool = false
+    /// The zone the store's records live in.
+    public var zone: String = "default"
+    /// The account id.
+    public var account: String?
+    /// The account's secret.
+    public var secret: Secret?
+    /// How conflicts are resolved.
+    public var mergePolicy: MergePolicySetting = .propertyLocalWins
+    /// An export that would delete more than this fraction of the zone stops (mass-delete breaker).
+    public var maxDeleteFraction: Double = 0.5
+
+    public init(container: String, url: String, createIfMissing: Bool = false, zone: String = "default",
+                account: String? = nil, secret: Secret? = nil, mergePolicy: MergePolicySetting = .propertyLocalWins,
+                maxDeleteFraction: Double = 0.5)
+    {
+        self.container = container
+        self.url = url
+        self.createIfMissing = createIfMissing
+        self.zone = zone
+        self.account = account
+        self.secret = secret
+        self.mergePolicy = mergePolicy
+        self.maxDeleteFraction = maxDeleteFraction
+    }
+}
+
+/// `stores.<name>.entities.<table>`.
+public struct EntitySettings: Sendable, Equatable {
+    /// The table name.
+    public var name: String
+    /// A natural key: duplicates of it are merged after imports.
+    public var unique: [String]?
+    /// Which duplicate survives.
+    public var keep: KeepRule?
+    /// The columns recorded in history when a row is deleted (default: the primary key).
+    public var tombstone: [String]?
+
+    public init(name: String, unique: [String]? = nil, keep: KeepRule? = nil, tombstone: [String]? = nil) {
+        self.name = name
+        self.unique = unique
+        self.keep = keep
+        self.tombstone = tombstone
+    }
+}
+
+/// `stores.<name>.seed`.
+public struct SeedSettings: Sendable, Equatable {
+    /// The seed's name; its marker in the cloud is named after it.
+    public var name: String
+    /// An SQL file of INSERT statements, resolved against the config's folder.
+    public var sql: String?
+    /// Rows given in YAML: table name -> rows, each a column -> scalar text map (in file order).
+    public var rows: [(table: String, rows: [[(column: String, value: String?)]])]
+
+    public init(name: String, sql: String? = nil, rows: [(table: String, rows: [[(column: String, value: String?)]])] = []) {
+        self.name = name
+        self.sql = sql
+        self.rows = rows
+    }
+
+    public static func == (a: SeedSettings, b: SeedSettings) -> Bool {
+        guard a.name == b.name, a.sql == b.sql, a.rows.count == b.rows.count else { return false }
+        for (x, y) in zip(a.rows, b.rows) {
+            guard x.table == y.table, x.rows.count == y.rows.count else { return false }
+            for (r1, r2) in zip(x.rows, y.rows) {
+                guard r1.count == r2.count else { return false }
+                for (c1, c2) in zip(r1, r2) where c1.column != c2.column || c1.value != c2.value { return false }
+            }
+        }
+        return true
+    }
+}
+
+/// `stores.<name>`: one store.
+public struct StoreSettings: Sendable, Equatable {
+    /// The store's name (its key under `stores:`), used by --store.
+    public var name: String
+    /// The store file's absolute path.
+    public var path: String
+    /// The schema SQL file's absolute path, if any.
+    public var schema: String?
+    /// The mode the config asks for.
+    public var mode: StoreMode = .local
+    public var history = HistorySettings()
+    public var cloud: CloudSettings?
+    /// Per-table settings, in file order. When non-empty, only these tables are tracked.
+    public var entities: [EntitySettings] = []
+    public var seed: SeedSettings?
+
+    public init(name: String, path: String, schema: String? = nil, mode: StoreMode = .local,
+                history: HistorySettings = HistorySettings(), cloud: CloudSettings? = nil,
+                entities: [EntitySettings] = [], seed: SeedSettings? = nil)
+    {
+        self.name = name
+        self.path = path
+        self.schema = schema
+        self.mode = mode
+        self.history = history
+        self.cloud = cloud
+        self.entities = entities
+        self.seed = seed
+    }
+}
+
+import Foundation

@@ -1,0 +1,274 @@
+internal import CSQLite
+import StoreBase
+
+/// One open SQLite database connection.
+///
+/// A connection is not `Sendable`: it has one owner at a time. To share one between tasks, wrap it in a
+/// `DatabaseQueue`, which serializes access.
+///
+///     let db = try Connection(path: "notes.sqlite")
+///     try db.transaction {
+///         try db.run("INSERT INTO notes(title) VALUES (?)", ["hello"])
+///     }
+public final class Connection {
+    /// How to open the file.
+    public enum OpenMode: Sendable {
+        /// Read and write; create the file if it is missing.
+        case readWriteCreate
+        /// Read and write; the file must exist.
+        case readWrite
+        /// Read only; the file must exist.
+        case readOnly
+    }
+
+    /// The kind of transaction `transaction(_:_:)` begins.
+    public enum TransactionKind: String, Sendable {
+        case deferred = "DEFERRED"
+        case immediate = "IMMEDIATE"
+        case exclusive = "EXCLUSIVE"
+    }
+
+    let handle: OpaquePointer
+    /// The path the connection was opened with.
+    public let path: String
+    private var statementCache: [String: Statement] = [:]
+    private var savepointDepth = 0
+
+    /// Opens the database at `path`.
+    ///
+    /// - Parameters:
+    ///   - busyTimeout: how long, in milliseconds, to wait for another connection's lock before failing with
+    ///     SQLITE_BUSY.
+    ///   - wal: switch the file to write-ahead logging, so that readers and one writer work at the same time.
+    ///   - foreignKeys: enforce foreign keys (`PRAGMA foreign_keys`).
+    /// - Throws: `SQLiteError`. A failed open still releases its handle.
+    public init(path: String, mode: OpenMode = .readWriteCreate, busyTimeout: Int32 = 5000, wal: Bool = true,
+                foreignKeys: Bool = true) throws
+    {
+        var flags: Int32
+        switch mode {
+        case .readWriteCreate: flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+        case .readWrite: flags = SQLITE_OPEN_READWRITE
+        case .readOnly: flags = SQLITE_OPEN_READONLY
+        }
+        flags |= SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI
+        var db: OpaquePointer?
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            // "Whether or not an error occurs when it is opened, resources associated with the database connection
+            // handle should be released by passing it to sqlite3_close() when it is no longer required."
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))
+            let code = db.map { sqlite3_extended_errcode($0) } ?? rc
+            sqlite3_close_v2(db)
+            throw SQLiteError(extendedCode: code, message: message, path: path)
+        }
+        self.handle = db
+        self.path = path
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, busyTimeout)
+        do {
+            // Reading the schema here turns "file is not a database" into an error at open time.
+            try execute("SELECT count(*) FROM sqlite_master")
+            if wal && mode != .readOnly {
+                let journal = try scalar("PRAGMA journal_mode=WAL")?.string?.lowercased()
+                if journal != "wal" && journal != "memory" {
+                    throw SQLiteError(extendedCode: SQLITE_ERROR, message: "could not enable WAL (journal_mode is \(journal ?? "unknown"))", path: path)
+                }
+                try execute("PRAGMA synchronous=NORMAL")
+            }
+            try execute("PRAGMA foreign_keys=\(foreignKeys ? "ON" : "OFF")")
+        } catch {
+            statementCache.removeAll()
+            sqlite3_close_v2(db)
+            throw error
+        }
+    }
+
+    deinit {
+        statementCache.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    /// Sets how long, in milliseconds, to wait for a lock held by another connection.
+    public func setBusyTimeout(_ milliseconds: Int32) {
+        sqlite3_busy_timeout(handle, milliseconds)
+    }
+
+    /// Runs one or more SQL statements separated by semicolons, with no parameters and no results.
+    /// - Throws: `SQLiteError` with the failing SQL.
+    public func execute(_ sql: String) throws {
+        var errmsg: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &errmsg)
+        if rc != SQLITE_OK {
+            let message = errmsg.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
+            sqlite3_free(errmsg)
+            throw SQLiteError(extendedCode: sqlite3_extended_errcode(handle), message: message, sql: sql, path: path)
+        }
+    }
+
+    /// Compiles one SQL statement.
+    /// - Throws: `SQLiteError` with the SQL.
+    public func prepare(_ sql: String) throws -> Statement {
+        try Statement(connection: self, sql: sql)
+    }
+
+    /// A compiled statement for `sql`, reused across calls: the cache keeps it prepared.
+    /// - Throws: `SQLiteError` with the SQL.
+    public func cached(_ sql: String) throws -> Statement {
+        if let statement = statementCache[sql] {
+            try statement.reset()
+            return statement
+        }
+        let statement = try prepare(sql)
+        statementCache[sql] = statement
+        return statement
+    }
+
+    /// Drops every cached statement (needed after schema changes that a cached statement would block).
+    public func clearStatementCache() { statementCache.removeAll() }
+
+    /// Runs one statement with `arguments` bound in order, discarding any rows.
+    /// - Throws: `SQLiteError`.
+    public func run(_ sql: String, _ arguments: [any SQLBindable] = []) throws {
+        let statement = try cached(sql)
+        try statement.bind(arguments)
+        while try statement.step() {}
+    }
+
+    /// Runs one query and returns every row.
+    /// - Throws: `SQLiteError`.
+    public func query(_ sql: String, _ arguments: [any SQLBindable] = []) throws -> [Row] {
+        let statement = try cached(sql)
+        try statement.bind(arguments)
+        var rows: [Row] = []
+        while try statement.step() { rows.append(statement.row) }
+        return rows
+    }
+
+    /// Runs one query and returns the first column of the first row, or nil when there is no row.
+    /// - Throws: `SQLiteError`.
+    public func scalar(_ sql: String, _ arguments: [any SQLBindable] = []) throws -> Value? {
+        let statement = try cached(sql)
+        try statement.bind(arguments)
+        guard try statement.step() else { return nil }
+        let value = statement.column(0)
+        try statement.reset()
+        return value
+    }
+
+    /// The rowid of the most recent successful INSERT on this connection.
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
+    /// How many rows the most recent INSERT, UPDATE or DELETE changed.
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+
+    /// Whether a transaction is open on this connection.
+    public var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
+    /// Runs `body` in a transaction, or in a savepoint when a transaction is already open.
+    ///
+    /// A throw rolls back (to the savepoint, when nested) and rethrows the first error. The body's result is
+    /// returned after a successful commit.
+    /// - Throws: the body's error, or `SQLiteError` from BEGIN or COMMIT.
+    @discardableResult
+    public func transaction<T>(_ kind: TransactionKind = .immediate, _ body: () throws -> T) throws -> T {
+        if isInTransaction {
+            savepointDepth += 1
+            let name = "storectl_sp\(savepointDepth)"
+            defer { savepointDepth -= 1 }
+            try execute("SAVEPOINT \(name)")
+            do {
+                let result = try body()
+                try execute("RELEASE \(name)")
+                return result
+            } catch {
+                try? execute("ROLLBACK TO \(name)")
+                try? execute("RELEASE \(name)")
+                throw error
+            }
+        }
+        try execute("BEGIN \(kind.rawValue)")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            if isInTransaction { try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// The names of the columns of `table`, in order, with their declared type and primary-key position.
+    /// - Throws: `SQLiteError`.
+    public func columns(of table: String) throws -> [ColumnInfo] {
+        try query("SELECT name, type, \"notnull\", pk, dflt_value FROM pragma_table_info(?)", [table]).map {
+            ColumnInfo(name: $0[0].string ?? "", declaredType: $0[1].string ?? "", notNull: $0[2].int64 == 1,
+                       primaryKeyIndex: Int($0[3].int64 ?? 0), defaultSQL: $0[4].string)
+        }
+    }
+
+    /// The foreign keys declared by `table`.
+    /// - Throws: `SQLiteError`.
+    public func foreignKeys(of table: String) throws -> [ForeignKeyInfo] {
+        let rows = try query("SELECT id, seq, \"table\", \"from\", \"to\" FROM pragma_foreign_key_list(?) ORDER BY id, seq", [table])
+        var result: [ForeignKeyInfo] = []
+        for row in rows {
+            let id = Int(row[0].int64 ?? 0)
+            let parent = row[2].string ?? ""
+            let from = row[3].string ?? ""
+            let to = row[4].string
+            if let last = result.last, last.id == id {
+                result[result.count - 1].columns.append(from)
+                result[result.count - 1].parentColumns.append(to)
+            } else {
+                result.append(ForeignKeyInfo(id: id, parentTable: parent, columns: [from], parentColumns: [to]))
+            }
+        }
+        return result
+    }
+
+    /// Whether a table (not a view) named `name` exists.
+    public func tableExists(_ name: String) throws -> Bool {
+        try scalar("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", [name]) != nil
+    }
+
+    /// Runs `PRAGMA integrity_check` and returns its messages ("ok" when healthy).
+    public func integrityCheck() throws -> [String] {
+        try query("PRAGMA integrity_check").compactMap { $0[0].string }
+    }
+
+    /// The SQLite library version, e.g. "3.40.1".
+    public static var libraryVersion: String { String(cString: sqlite3_libversion()) }
+
+    func lastError(sql: String?) -> SQLiteError {
+        SQLiteError(extendedCode: sqlite3_extended_errcode(handle), message: String(cString: sqlite3_errmsg(handle)),
+                    sql: sql, path: path)
+    }
+}
+
+/// A column as `PRAGMA table_info` describes it.
+public struct ColumnInfo: Equatable, Sendable {
+    public var name: String
+    public var declaredType: String
+    public var notNull: Bool
+    /// 0 when the column is not part of the primary key, else its 1-based position in the key.
+    public var primaryKeyIndex: Int
+    public var defaultSQL: String?
+
+    public init(name: String, declaredType: String, notNull: Bool, primaryKeyIndex: Int, defaultSQL: String?) {
+        self.name = name
+        self.declaredType = declaredType
+        self.notNull = notNull
+        self.primaryKeyIndex = primaryKeyIndex
+        self.defaultSQL = defaultSQL
+    }
+}
+
+/// A foreign key as `PRAGMA foreign_key_list` describes it.
+public struct ForeignKeyInfo: Equatable, Sendable {
+    public var id: Int
+    public var parentTable: String
+    public var columns: [String]
+    /// The referenced columns; nil entries mean "the parent's primary key".
+    public var parentColumns: [String?]
+}

@@ -1,0 +1,74 @@
+internal import CSQLite
+import StoreBase
+
+/// An error reported by SQLite, with everything needed to understand it.
+public struct SQLiteError: DiagnosedError, Equatable {
+    /// The extended result code (`sqlite3_extended_errcode`), e.g. 2067 for SQLITE_CONSTRAINT_UNIQUE.
+    public var extendedCode: Int32
+    /// SQLite's message (`sqlite3_errmsg`).
+    public var message: String
+    /// The SQL that failed, when there was one.
+    public var sql: String?
+    /// The database file, when known.
+    public var path: String?
+
+    public init(extendedCode: Int32, message: String, sql: String? = nil, path: String? = nil) {
+        self.extendedCode = extendedCode
+        self.message = message
+        self.sql = sql
+        self.path = path
+    }
+
+    /// The primary result code: the low byte of the extended code.
+    public var primaryCode: Int32 { extendedCode & 0xff }
+
+    /// SQLITE_BUSY or SQLITE_LOCKED: another connection holds a lock beyond the busy timeout.
+    public var isBusy: Bool { primaryCode == SQLITE_BUSY || primaryCode == SQLITE_LOCKED }
+    /// SQLITE_CONSTRAINT and its extended codes.
+    public var isConstraint: Bool { primaryCode == SQLITE_CONSTRAINT }
+    /// SQLITE_NOTADB or SQLITE_CORRUPT: the file is not a healthy SQLite database.
+    public var isNotADatabase: Bool { primaryCode == SQLITE_NOTADB || primaryCode == SQLITE_CORRUPT }
+    /// SQLITE_READONLY and its extended codes.
+    public var isReadOnly: Bool { primaryCode == SQLITE_READONLY }
+    /// SQLITE_CANTOPEN.
+    public var isCantOpen: Bool { primaryCode == SQLITE_CANTOPEN }
+    /// SQLITE_FULL: the disk is full.
+    public var isFull: Bool { primaryCode == SQLITE_FULL }
+
+    public var exitCode: ExitCode {
+        switch primaryCode {
+        case SQLITE_BUSY, SQLITE_LOCKED: return .tempFail
+        case SQLITE_NOTADB, SQLITE_CORRUPT, SQLITE_CONSTRAINT, SQLITE_MISMATCH: return .dataError
+        case SQLITE_CANTOPEN: return .noInput
+        case SQLITE_READONLY, SQLITE_PERM, SQLITE_AUTH: return .noPermission
+        case SQLITE_IOERR, SQLITE_FULL: return .ioError
+        default: return .software
+        }
+    }
+
+    public var summary: String {
+        var s = "SQLite error \(extendedCode): \(message)"
+        if let path { s = "\(path): " + s }
+        return s
+    }
+
+    public var details: [String] {
+        guard let sql else { return [] }
+        let oneLine = sql.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+            .joined(separator: " ")
+        return ["  while executing: " + (oneLine.count > 300 ? String(oneLine.prefix(300)) + "..." : oneLine)]
+    }
+
+    public var hint: String? {
+        switch primaryCode {
+        case SQLITE_BUSY, SQLITE_LOCKED: return "another process holds a lock on the database; retry later"
+        case SQLITE_NOTADB, SQLITE_CORRUPT: return "the file is not a healthy SQLite database; check the path, or restore it from a backup"
+        case SQLITE_READONLY: return "check the permissions of the file and its folder"
+        case SQLITE_CANTOPEN: return "check that the file and its folder exist and are accessible"
+        case SQLITE_FULL: return "free some disk space and retry; nothing was committed"
+        default: return nil
+        }
+    }
+}
+
+import Foundation

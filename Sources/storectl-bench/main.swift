@@ -1,0 +1,1 @@
+print("storectl-bench: not built yet")

@@ -1,0 +1,7 @@
+import StoreCLI
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+exit(CommandLineTool.main(Array(CommandLine.arguments.dropFirst())).rawValue)
