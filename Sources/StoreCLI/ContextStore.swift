@@ -1,0 +1,17 @@
+import StoreBase
+import StoreConfig
+import Storectl
+
+extension CommandContext {
+    /// Loads config.yaml (from --config, $STORECTL_CONFIG or ./config.yaml).
+    /// - Throws: the loader's `DiagnosedError` (66 missing, 78 invalid).
+    public func loadConfig() throws -> Config {
+        try ConfigLoader.load(path: configPath, environment: environment, expandEnvironment: !global.noExpandEnv)
+    }
+
+    /// Loads the config and picks the store named by --store (or the only one).
+    /// - Throws: `DiagnosedError`.
+    public func openStore() throws -> StoreHandle {
+        try StoreHandle(config: try loadConfig(), storeName: global.storeName)
+    }
+}
