@@ -41,7 +41,7 @@ let package = Package(
         .testTarget(name: "StoreHistoryTests", dependencies: ["StoreHistory", "TestSupport"]),
         .testTarget(name: "StoreCloudTests", dependencies: ["StoreCloud", "StoreCloudPostgres", "TestSupport"]),
         .testTarget(name: "StoreMirrorTests", dependencies: ["StoreMirror", "Storectl", "TestSupport"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["TestSupport"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["TestSupport", "storectl"]),
     ],
     swiftLanguageModes: [.v6]
 )

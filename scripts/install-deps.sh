@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages storectl builds and tests with, if any is missing.
+# Needs root (or sudo). Safe to run again: it does nothing when everything is there.
+set -euo pipefail
+packages=(libsqlite3-dev libyaml-dev libpq-dev postgresql sqlite3 python3)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+echo "installing: ${missing[*]}" >&2
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
