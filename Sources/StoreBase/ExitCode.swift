@@ -44,13 +44,16 @@ public protocol DiagnosedError: Error, CustomStringConvertible {
     var details: [String] { get }
     /// What to do about it, if there is something to do.
     var hint: String? { get }
+    /// Where, when it is a place in a file: `config.yaml:12:11`. Printed before `error:`.
+    var location: String? { get }
 }
 
 extension DiagnosedError {
     public var details: [String] { [] }
     public var hint: String? { nil }
+    public var location: String? { nil }
     public var description: String {
-        var lines = ["error: " + summary]
+        var lines = [(location.map { $0 + ": " } ?? "") + "error: " + summary]
         lines += details
         if let hint { lines.append("hint: " + hint) }
         return lines.joined(separator: "\n")

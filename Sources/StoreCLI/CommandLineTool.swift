@@ -46,9 +46,14 @@ public final class CommandContext {
         self.workingDirectory = workingDirectory
     }
 
-    /// The config path: --config, else $STORECTL_CONFIG, else ./config.yaml.
+    /// The config path as the user gave it: --config, else $STORECTL_CONFIG, else config.yaml. For messages.
+    public var configDisplayPath: String {
+        global.configPath ?? environment["STORECTL_CONFIG"].flatMap { $0.isEmpty ? nil : $0 } ?? "config.yaml"
+    }
+
+    /// The absolute config path.
     public var configPath: String {
-        let raw = global.configPath ?? environment["STORECTL_CONFIG"].flatMap { $0.isEmpty ? nil : $0 } ?? "config.yaml"
+        let raw = configDisplayPath
         return raw.hasPrefix("/") ? raw : (workingDirectory as NSString).appendingPathComponent(raw)
     }
 }
@@ -111,12 +116,12 @@ public enum CommandLineTool {
 
     /// Prints a diagnosed error on stderr (and, with --json, as a JSON document on stdout too).
     static func report(_ error: any DiagnosedError, console: Console, json: Bool) {
-        console.err(console.paint("error:", "31;1") + " " + error.summary)
+        console.err((error.location.map { $0 + ": " } ?? "") + console.paint("error:", "31;1") + " " + error.summary)
         for line in error.details { console.err(line) }
         if let hint = error.hint { console.err("hint: " + hint) }
         if json {
             console.json(ErrorDocument(error: .init(code: error.exitCode.rawValue, message: error.summary,
-                                                    hint: error.hint)))
+                                                    location: error.location, hint: error.hint)))
         }
     }
 
@@ -124,6 +129,7 @@ public enum CommandLineTool {
         struct Body: Encodable {
             var code: Int32
             var message: String
+            var location: String?
             var hint: String?
         }
         var error: Body

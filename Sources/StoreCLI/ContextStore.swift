@@ -6,7 +6,8 @@ extension CommandContext {
     /// Loads config.yaml (from --config, $STORECTL_CONFIG or ./config.yaml).
     /// - Throws: the loader's `DiagnosedError` (66 missing, 78 invalid).
     public func loadConfig() throws -> Config {
-        try ConfigLoader.load(path: configPath, environment: environment, expandEnvironment: !global.noExpandEnv)
+        try ConfigLoader.load(path: configPath, displayPath: configDisplayPath, environment: environment,
+                              expandEnvironment: !global.noExpandEnv)
     }
 
     /// Loads the config and picks the store named by --store (or the only one).
