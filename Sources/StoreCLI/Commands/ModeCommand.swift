@@ -1,0 +1,104 @@
+import StoreBase
+import StoreConfig
+import StoreMirror
+import Storectl
+
+/// `storectl mode [local|cloud]`: print or switch the store's mode.
+struct ModeCommand: Command {
+    static let name = "mode"
+    static let abstract = "Print the store's mode, or switch it between local and cloud."
+    static let arguments = "[local|cloud]"
+    static let discussion = """
+        Without an argument, prints the mode. `mode cloud` checks the config, checks that the account is available
+        (exit 69 or 75 otherwise, with nothing changed anywhere), verifies the history triggers, checks that every
+        tracked table can be mirrored, binds the account, exports (a baseline of all rows the first time), imports,
+        and finally writes `mode: cloud` into the store and into config.yaml (only that value changes; comments
+        stay). `mode local` runs a final export, then writes `mode: local`. Data, history, the record map and the
+        tokens all stay, so switching back is incremental.
+        """
+    static let examples = [
+        "storectl mode                      # print the mode",
+        "storectl mode cloud                # enable sync",
+        "storectl mode cloud --dry-run      # print the plan, change nothing",
+        "storectl mode local --no-final-sync",
+        "storectl --store notes --json mode cloud",
+    ]
+    static let options = [
+        OptionSpec("dry-run", short: "n", help: "Print the plan; change nothing."),
+        OptionSpec("no-sync", help: "mode cloud: switch without the first export and import."),
+        OptionSpec("no-final-sync", help: "mode local: switch without the final export."),
+        OptionSpec("yes", short: "y", help: "Answer yes to confirmations."),
+        OptionSpec("rebind", help: "Bind the store to the configured account even if it is bound to another."),
+        OptionSpec("allow-mass-delete", help: "Let the export delete more than max_delete_fraction of the zone."),
+    ]
+    static let positionalRange = 0...1
+
+    struct Current: Encodable {
+        var store: String
+        var mode: String
+        var configMode: String
+        var storeMode: String?
+        var agrees: Bool
+    }
+
+    static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        let store = try context.openStore()
+        guard let target = args.positionals.first else {
+            let stored = try store.storeMode()
+            let mode = stored ?? store.settings.mode
+            let current = Current(store: store.settings.name, mode: mode.rawValue,
+                                  configMode: store.settings.mode.rawValue, storeMode: stored?.rawValue,
+                                  agrees: stored == nil || stored == store.settings.mode)
+            if context.global.json {
+                context.console.json(current)
+            } else {
+                context.console.out(mode.rawValue)
+                if !current.agrees {
+                    context.console.err("warning: config.yaml says mode: \(store.settings.mode.rawValue), but the store is in \(mode.rawValue) mode; run 'storectl mode \(store.settings.mode.rawValue)' to switch")
+                }
+            }
+            return .ok
+        }
+        guard let mode = StoreMode(rawValue: target) else {
+            throw UsageError("mode must be 'local' or 'cloud', got '\(target)'",
+                             hint: Suggest.closest(target, in: ["local", "cloud"]).map { "did you mean '\($0)'?" })
+        }
+        var options = SyncOptions()
+        options.dryRun = args.flag("dry-run")
+        options.noSync = args.flag("no-sync")
+        options.noFinalSync = args.flag("no-final-sync")
+        options.rebind = args.flag("rebind")
+        options.allowMassDelete = args.flag("allow-mass-delete")
+        let progress = SyncProgress(context: context)
+        let log: (String) -> Void = { line in if !context.global.json { context.console.note("  " + line) } }
+        if !context.global.json { context.console.note(options.dryRun ? "plan for mode \(mode.rawValue):" : "switching store '\(store.settings.name)' to \(mode.rawValue) mode:") }
+        let report: ModeReport
+        switch mode {
+        case .cloud: report = try store.enableCloud(options, log: log, progress: progress.update)
+        case .local: report = try store.disableCloud(options, log: log, progress: progress.update)
+        }
+        progress.finish()
+        if context.global.json {
+            context.console.json(report)
+        } else {
+            context.console.out(report.dryRun ? "dry run: nothing was changed" : "mode: \(report.to)")
+        }
+        return .ok
+    }
+}
+
+/// Draws export and import progress on a terminal.
+final class SyncProgress {
+    private let context: CommandContext
+    private var bars: [String: Progress] = [:]
+
+    init(context: CommandContext) { self.context = context }
+
+    func update(_ phase: String, _ done: Int, _ total: Int?) {
+        let bar = bars[phase] ?? Progress(console: context.console, label: phase, json: context.global.json)
+        bars[phase] = bar
+        bar.update(done: done, total: total)
+    }
+
+    func finish() { for bar in bars.values { bar.finish() } }
+}

@@ -1,0 +1,45 @@
+import StoreBase
+import StoreMirror
+import Storectl
+
+/// `storectl sync`: one round of export and import.
+struct SyncCommand: Command {
+    static let name = "sync"
+    static let abstract = "Run one sync round: export local changes, then import the cloud's."
+    static let discussion = """
+        Requires the store to be in cloud mode (a store in local mode never contacts the cloud) and the account to
+        be available. Conflicts are resolved by cloud.merge_policy. Prints a summary: exported, imported, conflicts.
+        """
+    static let examples = [
+        "storectl sync",
+        "storectl sync --json",
+        "storectl sync --reupload            # after the zone was purged on another device",
+    ]
+    static let options = [
+        OptionSpec("rebind", help: "Sync into the configured account even though the store is bound to another."),
+        OptionSpec("allow-mass-delete", help: "Let the export delete more than max_delete_fraction of the zone."),
+        OptionSpec("reupload", help: "Forget record names and tokens and upload every row again."),
+    ]
+
+    static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        let store = try context.openStore()
+        var options = SyncOptions()
+        options.rebind = args.flag("rebind")
+        options.allowMassDelete = args.flag("allow-mass-delete")
+        options.reupload = args.flag("reupload")
+        let progress = SyncProgress(context: context)
+        let report = try store.sync(options, progress: progress.update)
+        progress.finish()
+        if context.global.json {
+            context.console.json(report)
+        } else {
+            let e = report.exported
+            let i = report.imported
+            context.console.out("exported: \(e.saved) saved, \(e.deleted) deleted\(e.baseline ? " (baseline)" : "")")
+            context.console.out("imported: \(i.applied) applied, \(i.deleted) deleted, \(i.skipped) skipped"
+                                + (i.waitingForParent > 0 ? ", \(i.waitingForParent) waiting for a parent" : ""))
+            context.console.out("conflicts: \(e.conflictsResolved) resolved by \(store.settings.cloud?.mergePolicy.rawValue ?? "")")
+        }
+        return .ok
+    }
+}

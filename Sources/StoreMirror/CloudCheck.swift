@@ -1,0 +1,94 @@
+import StoreBase
+import StoreSQLite
+
+/// The result of checking that every tracked table can be mirrored: the analogue of CloudKit's
+/// `initializeCloudKitSchema(options: .dryRun)`.
+public struct CloudCheckReport: Sendable, Codable, Equatable {
+    public struct Entity: Sendable, Codable, Equatable {
+        public var name: String
+        public var primaryKey: [String]
+        /// `surrogate` (an INTEGER PRIMARY KEY: random record names, the key never travels) or `natural`.
+        public var keyKind: String
+        public var fields: [String]
+        /// Foreign-key columns that travel as record references.
+        public var references: [String]
+        /// Unique constraints of the table, reported as dedup rules (the cloud has no unique constraints).
+        public var dedupRules: [[String]]
+        public var problems: [String]
+        public var warnings: [String]
+    }
+
+    public var entities: [Entity]
+    public var ok: Bool { entities.allSatisfy { $0.problems.isEmpty } }
+    public var problemCount: Int { entities.reduce(0) { $0 + $1.problems.count } }
+}
+
+/// Checks the schema fit of a store's tracked tables.
+public enum CloudCheck {
+    /// Declared types storectl can carry. Anything with an affinity SQLite understands is fine; exotic types are
+    /// reported so that users notice them.
+    static func typeProblem(_ declared: String) -> String? {
+        let t = declared.uppercased()
+        if t.isEmpty { return nil }
+        let known = ["INT", "CHAR", "CLOB", "TEXT", "BLOB", "REAL", "FLOA", "DOUB", "NUMERIC", "DECIMAL", "BOOLEAN",
+                     "DATE", "TIME", "JSON", "UUID", "VARCHAR"]
+        return known.contains(where: { t.contains($0) }) ? nil : "unsupported column type '\(declared)'"
+    }
+
+    /// Checks `tables` in `db`.
+    /// - Throws: `SQLiteError`.
+    public static func run(_ db: Connection, tables: [String], uniqueRules: [String: [String]] = [:]) throws
+        -> CloudCheckReport
+    {
+        let tracked = Set(tables)
+        var result: [CloudCheckReport.Entity] = []
+        for table in tables {
+            var problems: [String] = []
+            var warnings: [String] = []
+            guard try db.tableExists(table) else {
+                result.append(.init(name: table, primaryKey: [], keyKind: "none", fields: [], references: [],
+                                    dedupRules: [], problems: ["table '\(table)' does not exist"], warnings: []))
+                continue
+            }
+            let columns = try db.columns(of: table)
+            for c in columns {
+                if let p = typeProblem(c.declaredType) { problems.append("column '\(c.name)': \(p)") }
+            }
+            let entity: EntityMap
+            do {
+                entity = try EntityMap.load(db, table: table, tracked: tracked)
+            } catch let error as StoreError {
+                problems.append(error.summary)
+                result.append(.init(name: table, primaryKey: [], keyKind: "none", fields: columns.map(\.name),
+                                    references: [], dedupRules: [], problems: problems, warnings: warnings))
+                continue
+            }
+            for column in entity.primaryKey {
+                if let c = columns.first(where: { $0.name == column }), c.declaredType.uppercased().contains("BLOB") {
+                    problems.append("primary-key column '\(column)' is a BLOB; record names need text or numbers")
+                }
+            }
+            for fk in try db.foreignKeys(of: table) where !tracked.contains(fk.parentTable) {
+                warnings.append("foreign key (\(fk.columns.joined(separator: ", "))) references '\(fk.parentTable)',"
+                                + " which is not tracked: the values travel as they are")
+            }
+            var rules: [[String]] = []
+            for index in try db.query("SELECT name, origin FROM pragma_index_list(?) WHERE \"unique\" = 1", [table]) {
+                guard index[1].string != "pk", let name = index[0].string else { continue }
+                let cols = try db.query("SELECT name FROM pragma_index_info(?) ORDER BY seqno", [name]).compactMap { $0[0].string }
+                if !cols.isEmpty { rules.append(cols) }
+            }
+            if let configured = uniqueRules[table], !rules.contains(configured) { rules.append(configured) }
+            for rule in rules where uniqueRules[table] != rule {
+                warnings.append("unique (\(rule.joined(separator: ", "))) is not enforced by the cloud: declare "
+                                + "`entities.\(table).unique: [\(rule.joined(separator: ", "))]` so that duplicates "
+                                + "from other devices are merged on import")
+            }
+            result.append(.init(name: table, primaryKey: entity.primaryKey,
+                                keyKind: entity.isSurrogate ? "surrogate" : "natural", fields: entity.fieldColumns,
+                                references: entity.references.map { "\($0.column) -> \($0.parent)" },
+                                dedupRules: rules, problems: problems, warnings: warnings))
+        }
+        return CloudCheckReport(entities: result)
+    }
+}

@@ -1,0 +1,354 @@
+import Foundation
+import StoreBase
+import StoreCloud
+import StoreSQLite
+
+/// What an export did.
+public struct ExportReport: Sendable, Codable, Equatable {
+    /// Records created or updated in the cloud.
+    public var saved = 0
+    /// Tombstones saved in the cloud.
+    public var deleted = 0
+    /// Conflicts met and resolved by the merge policy.
+    public var conflictsResolved = 0
+    /// Whether this was a baseline of every row rather than the history since the export token.
+    public var baseline = false
+    /// The export token after the export.
+    public var token: Int64 = 0
+}
+
+/// Raised when an export would delete more of the zone than `max_delete_fraction` allows.
+public struct MassDeleteError: DiagnosedError {
+    public var deletes: Int
+    public var liveRecords: Int64
+    public var fraction: Double
+    public var emptyStore: Bool
+    public var exitCode: ExitCode { .dataError }
+    public var summary: String {
+        if emptyStore {
+            return "refusing to push an empty store over a zone that holds \(liveRecords) record(s)"
+        }
+        let pct = liveRecords > 0 ? Int((Double(deletes) / Double(liveRecords) * 100).rounded()) : 100
+        return "refusing to delete \(deletes) of the zone's \(liveRecords) record(s) (\(pct)%), more than "
+            + "max_delete_fraction \(fraction)"
+    }
+    public var details: [String] { ["  nothing was sent to the cloud; local rows and history are unchanged"] }
+    public var hint: String? {
+        "if the deletions are intended, run again with --allow-mass-delete; otherwise restore the rows locally"
+    }
+}
+
+/// Pushes local changes to the cloud.
+struct Exporter {
+    let db: Connection
+    let cloud: any CloudDatabase
+    let options: MirrorOptions
+    let entities: [EntityMap]
+    let device: String
+
+    private struct Pending {
+        var entity: EntityMap
+        var pk: String
+        var save: RecordSave
+        var base: String?
+        /// Whether `save.fields` is a merge that the local row does not hold yet.
+        var isMerge = false
+    }
+
+    func run(baseline: Bool, progress: (Int, Int?) -> Void) throws -> ExportReport {
+        var report = ExportReport()
+        report.baseline = baseline
+        let after = baseline ? 0 : try MirrorState.exportToken(db)
+        let upto = try MirrorState.lastHistorySeq(db)
+        let ordered = EntityMap.parentFirst(entities)
+
+        // Coalesce the history after the token: one row per changed key, in SQL.
+        try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_changes(entity TEXT NOT NULL, pk TEXT NOT NULL, "
+                       + "PRIMARY KEY (entity, pk)) WITHOUT ROWID")
+        try db.execute("DELETE FROM temp._storectl_changes")
+        if !baseline {
+            try db.run("""
+                INSERT INTO temp._storectl_changes(entity, pk)
+                SELECT DISTINCT entity, pk FROM main._storectl_history WHERE seq > ?1 AND seq <= ?2 AND author <> ?3
+                """, [after, upto, MirrorState.importAuthor])
+        }
+
+        // Give every row that is about to travel a record name, parents first, so children can refer to them.
+        try db.transaction {
+            for e in ordered {
+                let source = baseline ? "main.\(e.quotedName) t"
+                    : "temp._storectl_changes c JOIN main.\(e.quotedName) t ON c.entity = \(quoteLiteral(e.name)) AND \(e.pkMatches("t", json: "c.pk"))"
+                let name = e.isSurrogate ? "lower(hex(randomblob(16)))" : e.naturalName("t")
+                try db.execute("""
+                    INSERT OR IGNORE INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
+                    SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")), \(name), NULL, NULL, 0 FROM \(source)
+                    WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = \(quoteLiteral(e.name))
+                                      AND r.pk = \(e.pkJSON("t")))
+                    """)
+            }
+        }
+
+        // The mass-delete breaker.
+        var deletes = 0
+        for e in ordered {
+            deletes += Int(try db.scalar(deletionCountSQL(e, baseline: baseline))?.int64 ?? 0)
+        }
+        if deletes > 0 && !options.allowMassDelete, let zone = try cloud.zoneInfo(options.zone), zone.liveRecords > 0 {
+            let liveLocal = try ordered.reduce(Int64(0)) { sum, e in
+                sum + (try db.scalar("SELECT count(*) FROM main.\(e.quotedName)")?.int64 ?? 0)
+            }
+            if Double(deletes) > options.maxDeleteFraction * Double(zone.liveRecords) || liveLocal == 0 {
+                throw MassDeleteError(deletes: deletes, liveRecords: zone.liveRecords,
+                                      fraction: options.maxDeleteFraction, emptyStore: liveLocal == 0)
+            }
+        }
+
+        let total = baseline ? nil : Int(try db.scalar("SELECT count(*) FROM temp._storectl_changes")?.int64 ?? 0)
+        var done = 0
+        for e in ordered {
+            var lastKey: [Value]? = nil
+            while true {
+                let (batch, nextKey) = try page(e, baseline: baseline, after: lastKey)
+                if batch.isEmpty && nextKey == nil { break }
+                try send(batch, report: &report)
+                done += batch.count
+                progress(done, total)
+                guard let nextKey else { break }
+                lastKey = nextKey
+            }
+            if baseline {
+                // Rows the record map knows but the table no longer has: their deletions travel too.
+                let rows = try db.query("""
+                    SELECT r.pk, r.record_name, r.change_tag FROM _storectl_records r
+                    WHERE r.entity = ?1 AND r.deleted = 0
+                      AND NOT EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
+                    """, [e.name])
+                var batch: [Pending] = []
+                for row in rows {
+                    batch.append(Pending(entity: e, pk: row[0].string ?? "[]",
+                                         save: RecordSave(recordName: row[1].string ?? "", recordType: e.name,
+                                                          fields: "{}", deleted: true, expectedTag: row[2].string),
+                                         base: nil))
+                    if batch.count >= options.batchSize {
+                        try send(batch, report: &report)
+                        batch = []
+                    }
+                }
+                try send(batch, report: &report)
+            }
+        }
+
+        Failpoint.hit("export.before-commit")
+        try db.transaction {
+            try MirrorState.setExportToken(db, upto)
+            if baseline {
+                try MirrorState.setMeta(db, "baseline_container", cloud.container + "/" + options.zone)
+                try MirrorState.setMeta(db, "history_gap", nil)
+            }
+            try MirrorState.setMeta(db, "last_export_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
+        }
+        Failpoint.hit("export.after-commit")
+        report.token = upto
+        return report
+    }
+
+    private func deletionCountSQL(_ e: EntityMap, baseline: Bool) -> String {
+        if baseline {
+            return """
+                SELECT count(*) FROM _storectl_records r WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 0
+                AND r.change_tag IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
+                """
+        }
+        return """
+            SELECT count(*) FROM temp._storectl_changes c JOIN _storectl_records r
+              ON r.entity = c.entity AND r.pk = c.pk AND r.deleted = 0 AND r.change_tag IS NOT NULL
+            WHERE c.entity = \(quoteLiteral(e.name))
+              AND NOT EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "c.pk")))
+            """
+    }
+
+    /// One page of rows to export, and the key to continue after (nil at the end).
+    private func page(_ e: EntityMap, baseline: Bool, after: [Value]?) throws -> ([Pending], [Value]?) {
+        let limit = options.batchSize
+        let statement: Statement
+        var args: [any SQLBindable] = [e.name]
+        if baseline {
+            let keys = e.primaryKey.map { "t.\(quoteIdentifier($0))" }
+            var whereClause = ""
+            if let after {
+                let params = after.indices.map { "?\($0 + 2)" }
+                whereClause = "WHERE (\(keys.joined(separator: ", "))) > (\(params.joined(separator: ", ")))"
+                args += after
+            }
+            statement = try db.cached("""
+                SELECT \(e.pkJSON("t")), r.record_name, r.change_tag, r.base, r.deleted, 1, \(e.fieldsJSON("t")),
+                       \(keys.joined(separator: ", "))
+                FROM main.\(e.quotedName) t
+                LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = \(e.pkJSON("t"))
+                \(whereClause) ORDER BY \(keys.joined(separator: ", ")) LIMIT \(limit)
+                """)
+        } else {
+            let pk0 = quoteIdentifier(e.primaryKey[0])
+            var whereClause = ""
+            if let after {
+                whereClause = "AND c.pk > ?2"
+                args += after
+            }
+            statement = try db.cached("""
+                SELECT c.pk, r.record_name, r.change_tag, r.base, r.deleted, t.\(pk0) IS NOT NULL, \(e.fieldsJSON("t")),
+                       c.pk
+                FROM temp._storectl_changes c
+                LEFT JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
+                LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = c.pk
+                WHERE c.entity = ?1 \(whereClause) ORDER BY c.pk LIMIT \(limit)
+                """)
+        }
+        var batch: [Pending] = []
+        var rows = 0
+        var lastKey: [Value] = []
+        var orphans: [String] = []
+        try statement.forEach(args) { row in
+            rows += 1
+            let keyCount = baseline ? e.primaryKey.count : 1
+            lastKey = (0..<keyCount).map { row.column(7 + $0) }
+            let pk = row.string(0) ?? "[]"
+            guard let name = row.string(1) else { return }
+            let tag = row.string(2)
+            let base = row.string(3)
+            let mappedDeleted = row.int64(4) == 1
+            let present = row.int64(5) == 1
+            let fields = row.string(6) ?? "{}"
+            if present {
+                if !mappedDeleted && tag != nil && base == fields { return }  // nothing really changed
+                batch.append(Pending(entity: e, pk: pk,
+                                     save: RecordSave(recordName: name, recordType: e.name, fields: fields,
+                                                      deleted: false, expectedTag: tag),
+                                     base: base))
+            } else if !mappedDeleted && tag != nil {
+                batch.append(Pending(entity: e, pk: pk,
+                                     save: RecordSave(recordName: name, recordType: e.name, fields: "{}",
+                                                      deleted: true, expectedTag: tag),
+                                     base: base))
+            } else if !mappedDeleted {
+                // Named, then deleted before anything reached the cloud.
+                orphans.append(pk)
+            }
+        }
+        for pk in orphans {
+            try db.run("DELETE FROM _storectl_records WHERE entity = ? AND pk = ? AND change_tag IS NULL", [e.name, pk])
+        }
+        return (batch, rows < limit ? nil : lastKey)
+    }
+
+    /// Saves a batch, resolves its conflicts, and records the outcome in one local transaction.
+    private func send(_ batch: [Pending], report: inout ExportReport) throws {
+        var work = batch
+        var round = 0
+        let codec = FieldCodec(db: db)
+        while !work.isEmpty {
+            round += 1
+            if round > 5 {
+                throw StoreError(.tempFail, "records kept changing in the cloud while they were being saved",
+                                 hint: "run 'storectl sync' again")
+            }
+            Failpoint.hit("export.before-save")
+            let outcomes = try cloud.save(zone: options.zone, work.map(\.save), device: device)
+            Failpoint.hit("export.after-save")
+            var retry: [Pending] = []
+            var conflicts: [ConflictReport] = []
+            try db.transaction {
+                try setAuthor(db, MirrorState.importAuthor)
+                let applier = try RecordApplier(db: db, entities: Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) }),
+                                                policy: options.mergePolicy)
+                for (item, outcome) in zip(work, outcomes) {
+                    switch outcome {
+                    case .saved(let tag, _):
+                        try record(item, tag: tag, applier: applier)
+                        if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
+                    case .conflict(let server):
+                        if let server, server.modifiedBy == device, server.deleted == item.save.deleted,
+                           item.save.deleted || server.fields == item.save.fields
+                        {
+                            // Our own earlier write, saved before a crash: nothing to resolve.
+                            try record(item, tag: server.changeTag, applier: applier)
+                            if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
+                            continue
+                        }
+                        guard let server else {
+                            var again = item
+                            again.save.expectedTag = nil
+                            retry.append(again)
+                            continue
+                        }
+                        let local = try applier.localChanges(item.entity, pk: item.pk)
+                        let localColumns = local?.columns ?? item.entity.fieldColumns
+                        let resolution = try options.mergePolicy.resolve(
+                            localFields: item.save.deleted ? nil : item.save.fields, localChanged: localColumns,
+                            server: server.deleted ? nil : server.fields, base: item.base,
+                            columns: item.entity.fieldColumns, codec: codec)
+                        report.conflictsResolved += 1
+                        switch resolution {
+                        case .fail:
+                            report.conflictsResolved -= 1
+                            conflicts.append(ConflictReport(entity: item.entity.name, recordName: item.save.recordName,
+                                                            localColumns: localColumns, serverDeleted: server.deleted))
+                        case .takeServer:
+                            _ = try applier.apply(server, respectLocalChanges: false)
+                        case .saveMerged(let fields, let deleted):
+                            var again = item
+                            again.save = RecordSave(recordName: item.save.recordName, recordType: item.entity.name,
+                                                    fields: fields, deleted: deleted, expectedTag: server.changeTag)
+                            again.base = server.deleted ? nil : server.fields
+                            again.isMerge = true
+                            retry.append(again)
+                        }
+                    }
+                }
+                try clearAuthor(db)
+            }
+            if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
+            work = retry
+        }
+    }
+
+    /// Records a successful save in the record map; a merged save also makes the local row match.
+    private func record(_ item: Pending, tag: String, applier: RecordApplier) throws {
+        if item.save.deleted {
+            try applier.setMap(entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag, base: nil,
+                               deleted: true)
+            let exists = try applier.rowExists(item.entity, pk: item.pk)
+            if exists {
+                // A merge decided on deletion while the row still exists locally.
+                try db.run("DELETE FROM main.\(item.entity.quotedName) WHERE \(item.entity.pkMatches("main.\(item.entity.quotedName)", json: "?1"))",
+                           [item.pk])
+            }
+            return
+        }
+        if item.isMerge {
+            // The saved fields are a merge: bring the local row to them.
+            let merged = CloudRecord(zone: options.zone, recordName: item.save.recordName, recordType: item.entity.name,
+                                     fields: item.save.fields, changeTag: tag, seq: 0, deleted: false,
+                                     modifiedBy: device, modifiedAt: 0)
+            _ = try applier.apply(merged, respectLocalChanges: false)
+        } else {
+            try applier.setMap(entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag,
+                               base: item.save.fields, deleted: false)
+        }
+    }
+}
+
+/// Names the author of the writes in the current transaction (see the README: "Naming your transactions").
+func setAuthor(_ db: Connection, _ author: String) throws {
+    let tx = try db.scalar("""
+        INSERT INTO _storectl_meta(key, value) VALUES ('next_tx', '1')
+        ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1
+        RETURNING CAST(value AS INTEGER)
+        """)?.int64 ?? 0
+    try db.run("INSERT OR REPLACE INTO _storectl_context(id, author, tx) VALUES (1, ?, ?)", [author, tx])
+}
+
+/// Ends the naming started by `setAuthor`.
+func clearAuthor(_ db: Connection) throws {
+    try db.run("DELETE FROM _storectl_context")
+}

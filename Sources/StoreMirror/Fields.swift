@@ -1,0 +1,97 @@
+import StoreBase
+import StoreSQLite
+
+/// One field of a record, decoded.
+enum FieldValue: Equatable {
+    case value(Value)
+    /// A reference to another record by name (nil: the reference was set but its target is unknown).
+    case ref(String?)
+}
+
+/// Decoding and combining record fields. All JSON work runs in SQLite's JSON functions.
+struct FieldCodec {
+    let db: Connection
+
+    /// Decodes a fields object into column -> value.
+    /// - Throws: `StoreError` (exit 65) when the fields are not a JSON object.
+    func decode(_ fields: String) throws -> [String: FieldValue] {
+        let statement = try db.cached("""
+            SELECT key, value, type, json_extract(value, '$."$ref"'), json_type(value, '$."$ref"'),
+                   json_extract(value, '$."$blob"')
+            FROM json_each(?1)
+            """)
+        var result: [String: FieldValue] = [:]
+        do {
+            try statement.forEach([fields]) { row in
+                guard let key = row.string(0) else { return }
+                let type = row.string(2) ?? "null"
+                if type == "object" {
+                    if row.string(4) != nil {
+                        result[key] = .ref(row.string(3))
+                    } else if let hex = row.string(5), let bytes = Self.bytes(fromHex: hex) {
+                        result[key] = .value(.blob(bytes))
+                    } else {
+                        result[key] = .value(.text(row.string(1) ?? ""))
+                    }
+                } else if type == "true" {
+                    result[key] = .value(.integer(1))
+                } else if type == "false" {
+                    result[key] = .value(.integer(0))
+                } else {
+                    result[key] = .value(row.column(1))
+                }
+            }
+        } catch let error as SQLiteError {
+            throw StoreError(.dataError, "a cloud record has malformed fields: \(error.message)",
+                             hint: "the record was not applied; check the container with 'storectl cloud schema'")
+        }
+        return result
+    }
+
+    /// `base` with the values of `columns` taken from `overlay`.
+    func overlay(_ base: String, with overlay: String, columns: [String]) throws -> String {
+        guard !columns.isEmpty else { return base }
+        var sql = "SELECT json_set(?1"
+        for (i, column) in columns.enumerated() {
+            _ = i
+            sql += ", \(quoteLiteral(jsonPath(column))), ?2 -> \(quoteLiteral(jsonPath(column)))"
+        }
+        sql += ")"
+        return try db.scalar(sql, [base, overlay])?.string ?? base
+    }
+
+    /// The columns whose values differ between two fields objects (all of `columns` when `a` is nil).
+    func differing(_ a: String?, _ b: String, columns: [String]) throws -> [String] {
+        guard let a else { return columns }
+        let statement = try db.cached("SELECT (?1 -> ?3) IS NOT (?2 -> ?3)")
+        var result: [String] = []
+        for column in columns {
+            try statement.bind([a, b, jsonPath(column)])
+            if try statement.step(), statement.int64(0) == 1 { result.append(column) }
+            try statement.reset()
+        }
+        return result
+    }
+
+    static func bytes(fromHex hex: String) -> [UInt8]? {
+        let chars = Array(hex.utf8)
+        guard chars.count % 2 == 0 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(chars.count / 2)
+        func nibble(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 48...57: return c - 48
+            case 65...70: return c - 55
+            case 97...102: return c - 87
+            default: return nil
+            }
+        }
+        var i = 0
+        while i < chars.count {
+            guard let hi = nibble(chars[i]), let lo = nibble(chars[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        return out
+    }
+}

@@ -1,0 +1,180 @@
+import Foundation
+import StoreBase
+import StoreCloud
+import StoreSQLite
+
+/// Settings of the sync engine, from the store's `cloud:` config.
+public struct MirrorOptions: Sendable {
+    public var zone: String
+    public var mergePolicy: MergePolicy
+    /// Records per cloud save.
+    public var batchSize = 500
+    /// Records per fetched page.
+    public var pageSize = 1000
+    /// An export that deletes more than this fraction of the zone's live records stops (mass-delete breaker).
+    public var maxDeleteFraction = 0.5
+    /// Lets an export through the mass-delete breaker.
+    public var allowMassDelete = false
+
+    public init(zone: String = "default", mergePolicy: MergePolicy = .propertyLocalWins) {
+        self.zone = zone
+        self.mergePolicy = mergePolicy
+    }
+}
+
+/// What an import did.
+public struct ImportReport: Sendable, Codable, Equatable {
+    /// Records applied to local rows (inserted or updated).
+    public var applied = 0
+    /// Local rows deleted because of tombstones.
+    public var deleted = 0
+    /// Records skipped: the device's own echoes and repeats.
+    public var skipped = 0
+    /// Records waiting for a parent that has not arrived yet.
+    public var waitingForParent = 0
+    /// Records of tables this store does not track.
+    public var unknownType = 0
+    /// The server change token after the import.
+    public var token: String?
+}
+
+/// What one sync round did.
+public struct SyncReport: Sendable, Codable, Equatable {
+    public var exported: ExportReport
+    public var imported: ImportReport
+}
+
+/// Raised when the zone was purged or recreated by another device since this store last synced.
+public struct ZoneResetError: DiagnosedError {
+    public var zone: String
+    public var exitCode: ExitCode { .dataError }
+    public var summary: String {
+        "zone '\(zone)' was purged or recreated in the cloud since this store last synced; no local row was deleted"
+    }
+    public var hint: String? {
+        "run 'storectl sync --reupload' to upload this store's rows into the new zone"
+    }
+}
+
+/// The sync engine: mirrors one store's tracked tables into one cloud zone, both ways.
+///
+/// Export reads history after the export token (skipping changes that came from the cloud), coalesces them per
+/// row, and saves the rows in conditional batches; import fetches after the server token and applies everything
+/// in one local transaction with author `cloud-import`.
+///
+///     let mirror = try Mirror(db: db, cloud: cloud, options: MirrorOptions(zone: "default"))
+///     let report = try mirror.sync()
+public final class Mirror {
+    public let db: Connection
+    public let cloud: any CloudDatabase
+    public let options: MirrorOptions
+    public let entities: [EntityMap]
+    /// This store's id, the device name every save carries.
+    public let device: String
+
+    /// - Throws: `StoreError` when the store was not initialised, or a tracked table cannot be mirrored.
+    public init(db: Connection, cloud: any CloudDatabase, options: MirrorOptions) throws {
+        self.db = db
+        self.cloud = cloud
+        self.options = options
+        self.device = try MirrorState.storeID(db)
+        try MirrorState.install(db)
+        let tracked = try Self.trackedTables(db)
+        let set = Set(tracked)
+        self.entities = try tracked.map { try EntityMap.load(db, table: $0, tracked: set) }
+    }
+
+    /// The tracked tables, as the store's meta lists them.
+    public static func trackedTables(_ db: Connection) throws -> [String] {
+        try db.query("SELECT value FROM json_each(coalesce((SELECT value FROM _storectl_meta WHERE key = 'tracked'), '[]'))")
+            .compactMap { $0[0].string }
+    }
+
+    /// Whether the next export must be a baseline of every row: the store never exported to this container and
+    /// zone, or history has a gap.
+    public func needsBaseline() throws -> Bool {
+        let mark = try MirrorState.meta(db, "baseline_container")
+        let gap = try MirrorState.meta(db, "history_gap")
+        return mark != cloud.container + "/" + options.zone || (gap != nil && gap != "")
+    }
+
+    /// Checks that the zone is the one this store synced with; creates it when the store never synced.
+    /// - Throws: `ZoneResetError` when it was purged or deleted elsewhere.
+    public func checkZone() throws -> ZoneInfo {
+        let token = try MirrorState.serverToken(db, zone: options.zone).flatMap(ServerChangeToken.init(rawValue:))
+        if let zone = try cloud.zoneInfo(options.zone) {
+            if let token, token.epoch != zone.epoch { throw ZoneResetError(zone: options.zone) }
+            return zone
+        }
+        if token != nil { throw ZoneResetError(zone: options.zone) }
+        return try cloud.ensureZone(options.zone)
+    }
+
+    /// Pushes local changes (or a baseline of every row) to the cloud.
+    /// - Throws: `MassDeleteError`, `ConflictError`, `CloudError`, `SQLiteError`.
+    public func exportChanges(baseline: Bool? = nil, progress: (Int, Int?) -> Void = { _, _ in }) throws
+        -> ExportReport
+    {
+        _ = try checkZone()
+        let exporter = Exporter(db: db, cloud: cloud, options: options, entities: entities, device: device)
+        return try exporter.run(baseline: try baseline ?? needsBaseline(), progress: progress)
+    }
+
+    /// Fetches the cloud's changes and applies them in ONE local transaction with author `cloud-import`; the
+    /// server token advances in that same transaction.
+    /// - Throws: `ZoneResetError`, `ConflictError`, `CloudError`, `SQLiteError`.
+    public func importChanges(progress: (Int, Int?) -> Void = { _, _ in }) throws -> ImportReport {
+        let zone = try checkZone()
+        var token = try MirrorState.serverToken(db, zone: options.zone).flatMap(ServerChangeToken.init(rawValue:))
+        var report = ImportReport()
+        let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
+        let total = Int(max(0, zone.lastSeq - (token?.seq ?? 0)))
+        try db.transaction(.immediate) {
+            try setAuthor(db, MirrorState.importAuthor)
+            // A child may arrive in the same import as its parent, in any order: check at commit.
+            try db.execute("PRAGMA defer_foreign_keys = ON")
+            let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy)
+            var first = true
+            var done = 0
+            while true {
+                let batch = try cloud.fetchChanges(zone: options.zone, since: token, limit: options.pageSize)
+                if first {
+                    Failpoint.hit("import.before-apply")
+                    first = false
+                }
+                for record in batch.records {
+                    switch try applier.apply(record) {
+                    case .applied: report.applied += 1
+                    case .deleted: report.deleted += 1
+                    case .skipped: report.skipped += 1
+                    case .pending: break
+                    case .unknownType: report.unknownType += 1
+                    case .conflict: break
+                    }
+                }
+                done += batch.records.count
+                progress(done, total)
+                token = batch.token
+                if !batch.moreComing { break }
+            }
+            if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
+            report.waitingForParent = try applier.retryPending()
+            try MirrorState.setServerToken(db, zone: options.zone, token?.rawValue)
+            try MirrorState.setMeta(db, "last_import_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
+            try clearAuthor(db)
+            Failpoint.hit("import.before-commit")
+        }
+        Failpoint.hit("import.after-commit")
+        report.token = token?.rawValue
+        return report
+    }
+
+    /// One round: export, then import.
+    /// - Throws: see `exportChanges` and `importChanges`.
+    public func sync(progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws -> SyncReport {
+        let exported = try exportChanges { progress("export", $0, $1) }
+        let imported = try importChanges { progress("import", $0, $1) }
+        try MirrorState.setMeta(db, "last_sync_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
+        return SyncReport(exported: exported, imported: imported)
+    }
+}

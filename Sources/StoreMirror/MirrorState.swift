@@ -1,0 +1,114 @@
+import Foundation
+import StoreBase
+import StoreSQLite
+
+/// The sync engine's own state inside the store: the record map, pending references, tokens and meta keys.
+///
+/// The record map links each local primary key to its record name, its last known change tag, and the fields
+/// as last synced (the *base*, used for per-property merges and to skip rows that did not really change).
+public enum MirrorState {
+    /// The history consumer whose token is the export position.
+    public static let exportConsumer = "cloud-export"
+    /// The author of every change that came from the cloud.
+    public static let importAuthor = "cloud-import"
+
+    /// Creates the mirror's tables if they are missing.
+    /// - Throws: `SQLiteError`.
+    public static func install(_ db: Connection) throws {
+        try db.execute("""
+            CREATE TABLE IF NOT EXISTS _storectl_records(
+                entity TEXT NOT NULL,
+                pk TEXT NOT NULL,
+                record_name TEXT NOT NULL,
+                change_tag TEXT,
+                base TEXT,
+                deleted INTEGER NOT NULL DEFAULT 0,
+                PRIMARY KEY (entity, pk)
+            ) WITHOUT ROWID;
+            CREATE UNIQUE INDEX IF NOT EXISTS _storectl_records_name ON _storectl_records(record_name);
+            CREATE TABLE IF NOT EXISTS _storectl_pending(
+                record_name TEXT PRIMARY KEY,
+                record_type TEXT NOT NULL,
+                fields TEXT NOT NULL,
+                change_tag TEXT NOT NULL,
+                seq INTEGER NOT NULL
+            ) WITHOUT ROWID;
+            """)
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        try db.run("""
+            INSERT OR IGNORE INTO _storectl_consumers(name, token, created_at, updated_at) VALUES (?, 0, ?, ?)
+            """, [exportConsumer, now, now])
+    }
+
+    /// A meta value, or nil.
+    public static func meta(_ db: Connection, _ key: String) throws -> String? {
+        try db.scalar("SELECT value FROM _storectl_meta WHERE key = ?", [key])?.string
+    }
+
+    /// Sets (or, with nil, removes) a meta value.
+    public static func setMeta(_ db: Connection, _ key: String, _ value: String?) throws {
+        if let value {
+            try db.run("INSERT INTO _storectl_meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                       [key, value])
+        } else {
+            try db.run("DELETE FROM _storectl_meta WHERE key = ?", [key])
+        }
+    }
+
+    /// The export token: the last history seq exported.
+    public static func exportToken(_ db: Connection) throws -> Int64 {
+        try db.scalar("SELECT token FROM _storectl_consumers WHERE name = ?", [exportConsumer])?.int64 ?? 0
+    }
+
+    static func setExportToken(_ db: Connection, _ token: Int64) throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        try db.run("""
+            INSERT INTO _storectl_consumers(name, token, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
+            ON CONFLICT(name) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
+            """, [exportConsumer, token, now])
+    }
+
+    /// The server change token of `zone`, or nil when nothing was imported yet.
+    public static func serverToken(_ db: Connection, zone: String) throws -> String? {
+        try db.scalar("SELECT value FROM _storectl_tokens WHERE name = ?", ["server:" + zone])?.string
+    }
+
+    static func setServerToken(_ db: Connection, zone: String, _ token: String?) throws {
+        if let token {
+            try db.run("INSERT INTO _storectl_tokens(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                       ["server:" + zone, token])
+        } else {
+            try db.run("DELETE FROM _storectl_tokens WHERE name = ?", ["server:" + zone])
+        }
+    }
+
+    /// The store id: this store's identity as a device.
+    public static func storeID(_ db: Connection) throws -> String {
+        guard let id = try meta(db, "store_id") else {
+            throw StoreError(.dataError, "\(db.path) has no store id: it was not initialised by storectl",
+                             hint: "run 'storectl init'")
+        }
+        return id
+    }
+
+    /// The greatest history seq so far.
+    static func lastHistorySeq(_ db: Connection) throws -> Int64 {
+        try db.scalar("SELECT coalesce(max(seq), 0) FROM _storectl_history")?.int64 ?? 0
+    }
+
+    /// Forgets every record name, tag and token, so that the next export is a baseline (for a new account, or
+    /// a zone that was purged). Local rows and history are untouched.
+    public static func resetSyncState(_ db: Connection, zone: String) throws {
+        try db.execute("DELETE FROM _storectl_records; DELETE FROM _storectl_pending;")
+        try setServerToken(db, zone: zone, nil)
+        try setMeta(db, "baseline_container", nil)
+    }
+
+    /// How many distinct rows have changes not yet exported.
+    public static func pendingExportCount(_ db: Connection) throws -> Int64 {
+        let token = try exportToken(db)
+        return try db.scalar("""
+            SELECT count(*) FROM (SELECT DISTINCT entity, pk FROM _storectl_history WHERE seq > ? AND author <> ?)
+            """, [token, importAuthor])?.int64 ?? 0
+    }
+}

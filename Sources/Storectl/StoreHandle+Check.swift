@@ -1,0 +1,18 @@
+import StoreBase
+import StoreMirror
+import StoreSQLite
+
+extension StoreHandle {
+    /// Checks the schema fit of the tracked tables (`storectl cloud check`). Changes nothing.
+    /// - Throws: `StoreError` when the store is missing or not initialised.
+    public func cloudCheck() throws -> CloudCheckReport {
+        let db = try database()
+        var tables = try db.tableExists("_storectl_meta") ? try Mirror.trackedTables(db) : []
+        if tables.isEmpty {
+            tables = settings.entities.isEmpty
+                ? try db.query("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '\\_storectl\\_%' ESCAPE '\\' ORDER BY name").compactMap { $0[0].string }
+                : settings.entities.map(\.name)
+        }
+        return try CloudCheck.run(db, tables: tables, uniqueRules: uniqueRules)
+    }
+}

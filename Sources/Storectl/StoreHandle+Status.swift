@@ -1,0 +1,124 @@
+import Foundation
+import StoreBase
+import StoreCloud
+import StoreConfig
+import StoreMirror
+import StoreSQLite
+
+/// Everything `storectl status` reports about one store. The JSON form is stable.
+public struct StatusReport: Sendable, Codable {
+    public struct History: Sendable, Codable {
+        /// Whether tracking is on and its triggers are intact.
+        public var enabled: Bool
+        /// `ok`, `drift`, `triggers-missing` or `not-initialised`.
+        public var state: String
+        /// What drifted, in words.
+        public var drift: [String]
+        /// The newest history seq.
+        public var lastSeq: Int64
+    }
+
+    public struct Tokens: Sendable, Codable {
+        /// The last history seq exported to the cloud.
+        public var export: Int64
+        /// The server change token of the last import.
+        public var server: String?
+    }
+
+    public struct Account: Sendable, Codable {
+        public var status: String
+        public var reason: String
+        public var account: String?
+        /// The account the store is bound to, if it ever synced.
+        public var bound: String?
+    }
+
+    public struct Cloud: Sendable, Codable {
+        public var url: String
+        public var container: String
+        public var zone: String
+        public var reachable: Bool
+    }
+
+    public var store: String
+    public var path: String
+    public var exists: Bool
+    /// The mode the store's meta records (or the config's, when the store is not initialised).
+    public var mode: String
+    public var configMode: String
+    public var history: History
+    /// Rows with changes not yet exported.
+    public var pendingExport: Int64
+    /// ISO-8601 time of the last completed sync round, if any.
+    public var lastSync: String?
+    public var tokens: Tokens
+    public var account: Account?
+    public var cloud: Cloud?
+    /// Every disagreement between config.yaml and the store, with the command that fixes it.
+    public var disagreements: [String]
+}
+
+extension StoreHandle {
+    /// Gathers the status. Contacts the cloud only to read the account status; never creates anything.
+    /// - Throws: `StoreError` when the store file exists but cannot be read.
+    public func status() throws -> StatusReport {
+        var disagreements: [String] = []
+        var history = StatusReport.History(enabled: false, state: "not-initialised", drift: [], lastSeq: 0)
+        var mode = settings.mode.rawValue
+        var pending: Int64 = 0
+        var lastSync: String?
+        var tokens = StatusReport.Tokens(export: 0, server: nil)
+        var bound: String?
+        if exists {
+            let db = try database()
+            if try db.tableExists("_storectl_meta") {
+                let state = try trackingState()
+                history.state = state.name
+                history.drift = state.details
+                history.enabled = state.name == "ok" || state.name == "drift"
+                history.lastSeq = try db.scalar("SELECT coalesce(max(seq), 0) FROM _storectl_history")?.int64 ?? 0
+                if let stored = try MirrorState.meta(db, "mode") {
+                    mode = stored
+                    if stored != settings.mode.rawValue {
+                        disagreements.append("config.yaml says mode: \(settings.mode.rawValue) but the store is in \(stored) mode; run 'storectl mode \(settings.mode.rawValue)' or 'storectl mode \(stored)'")
+                    }
+                }
+                if try db.tableExists("_storectl_consumers") {
+                    pending = try MirrorState.pendingExportCount(db)
+                    tokens.export = try MirrorState.exportToken(db)
+                }
+                if try db.tableExists("_storectl_tokens"), let cloud = settings.cloud {
+                    tokens.server = try MirrorState.serverToken(db, zone: cloud.zone)
+                }
+                if let ms = try MirrorState.meta(db, "last_sync_at").flatMap(Double.init) {
+                    lastSync = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: ms / 1000))
+                }
+                bound = try MirrorState.meta(db, "bound_account")
+                if let bound, let configured = settings.cloud?.account, bound != configured {
+                    disagreements.append("the store is bound to account '\(bound)' but config.yaml names '\(configured)'; run 'storectl sync --rebind' to switch accounts")
+                }
+                if state.name != "ok" {
+                    disagreements.append(state.name == "drift" ? "the tracked tables changed since the triggers were installed; run 'storectl migrate'"
+                                         : "history triggers are missing; run 'storectl migrate --force'")
+                }
+            } else {
+                disagreements.append("the store is not initialised; run 'storectl init'")
+            }
+        } else {
+            disagreements.append("the store file does not exist; run 'storectl init'")
+        }
+        var account: StatusReport.Account?
+        var cloud: StatusReport.Cloud?
+        if let settingsCloud = settings.cloud {
+            let report = CloudConnector.accountStatus(settings: settingsCloud)
+            account = .init(status: report.status.rawValue, reason: report.reason, account: report.account, bound: bound)
+            let reachable = report.status == .available || report.status == .noAccount || report.status == .restricted
+            cloud = .init(url: CloudConnector.redacted(settingsCloud.url), container: settingsCloud.container,
+                          zone: settingsCloud.zone, reachable: reachable)
+        }
+        return StatusReport(store: settings.name, path: settings.path, exists: exists, mode: mode,
+                            configMode: settings.mode.rawValue, history: history, pendingExport: pending,
+                            lastSync: lastSync, tokens: tokens, account: account, cloud: cloud,
+                            disagreements: disagreements)
+    }
+}

@@ -1,0 +1,290 @@
+import Foundation
+import StoreBase
+import StoreCloud
+import StoreConfig
+import StoreMirror
+import StoreSQLite
+
+/// Options of `mode cloud`, `mode local` and `sync`.
+public struct SyncOptions: Sendable {
+    /// Print the plan; change nothing.
+    public var dryRun = false
+    /// `mode cloud --no-sync`: switch without the first export and import.
+    public var noSync = false
+    /// `mode local --no-final-sync`: switch without the final export.
+    public var noFinalSync = false
+    /// Bind the store to the configured account even though it is bound to another one.
+    public var rebind = false
+    /// Let an export through the mass-delete breaker.
+    public var allowMassDelete = false
+    /// Forget record names and tokens and upload every row again (after a zone was purged elsewhere).
+    public var reupload = false
+
+    public init() {}
+}
+
+/// One step of a mode switch, as `--dry-run` and the report list them.
+public struct PlanStep: Sendable, Codable, Equatable {
+    public var step: String
+    public var detail: String
+}
+
+/// What `mode` did (or, with --dry-run, would do).
+public struct ModeReport: Sendable, Codable {
+    public var store: String
+    public var from: String
+    public var to: String
+    public var dryRun: Bool
+    public var steps: [PlanStep]
+    public var sync: SyncReport?
+}
+
+extension StoreHandle {
+    /// The cloud settings.
+    /// - Throws: `StoreError` (exit 78) when the store has no `cloud:` section.
+    public func cloudSettings() throws -> CloudSettings {
+        guard let cloud = settings.cloud else {
+            throw StoreError(.config, "store '\(settings.name)' has no cloud: section in \(config.path)",
+                             hint: "add stores.\(settings.name).cloud with container, url and account")
+        }
+        return cloud
+    }
+
+    /// The mirror options from the config.
+    public func mirrorOptions(_ options: SyncOptions = SyncOptions()) throws -> MirrorOptions {
+        let cloud = try cloudSettings()
+        var m = MirrorOptions(zone: cloud.zone, mergePolicy: MergePolicy(rawValue: cloud.mergePolicy.rawValue) ?? .propertyLocalWins)
+        m.maxDeleteFraction = cloud.maxDeleteFraction
+        m.allowMassDelete = options.allowMassDelete
+        return m
+    }
+
+    /// The mode the store's meta records, or nil when the store is not initialised.
+    public func storeMode() throws -> StoreMode? {
+        guard exists else { return nil }
+        let db = try database()
+        guard try db.tableExists("_storectl_meta") else { return nil }
+        return try MirrorState.meta(db, "mode").flatMap(StoreMode.init(rawValue:))
+    }
+
+    /// Checks the account before anything changes. A missing container file with `create_if_missing: true` is
+    /// created first (registering the configured account as its owner), unless `dryRun`.
+    /// - Throws: `AccountUnavailableError` (exit 69 or 75).
+    public func requireAvailableAccount(dryRun: Bool = false) throws -> AccountStatusReport {
+        let cloud = try cloudSettings()
+        if cloud.account == nil || cloud.secret == nil {
+            throw AccountUnavailableError(report: AccountStatusReport(
+                status: .noAccount, reason: "no account or secret is configured (stores.\(settings.name).cloud.account/secret)",
+                account: cloud.account))
+        }
+        if !dryRun, cloud.createIfMissing, case .file(let path) = try CloudConnector.backend(of: cloud.url),
+           !FileManager.default.fileExists(atPath: path)
+        {
+            _ = try CloudConnector.initialize(settings: cloud)
+        }
+        let report = CloudConnector.accountStatus(settings: cloud)
+        if report.status != .available { throw AccountUnavailableError(report: report) }
+        return report
+    }
+
+    /// Opens the sync engine for this store: checks the binding and registers the device.
+    /// - Throws: `StoreError` (78) for an account mismatch without `rebind`; `CloudError`.
+    public func openMirror(_ options: SyncOptions = SyncOptions()) throws -> Mirror {
+        let cloud = try cloudSettings()
+        let db = try database()
+        try requireTracking()
+        let backend = try CloudConnector.open(settings: cloud)
+        let mirror = try Mirror(db: db, cloud: backend, options: try mirrorOptions(options))
+        try bind(db: db, cloud: cloud, rebind: options.rebind)
+        if options.reupload {
+            try db.transaction { try MirrorState.resetSyncState(db, zone: cloud.zone) }
+        }
+        try backend.registerDevice(storeID: mirror.device, name: settings.name)
+        return mirror
+    }
+
+    /// Records the account and container the store syncs with; refuses another account unless `rebind`.
+    func bind(db: Connection, cloud: CloudSettings, rebind: Bool) throws {
+        let bound = try MirrorState.meta(db, "bound_account")
+        let boundContainer = try MirrorState.meta(db, "bound_container")
+        let account = cloud.account ?? ""
+        if let bound, bound != account || (boundContainer != nil && boundContainer != cloud.container) {
+            guard rebind else {
+                throw StoreError(.config,
+                                 "store '\(settings.name)' is bound to account '\(bound)' in container '\(boundContainer ?? "?")',"
+                                 + " but the config names account '\(account)' in '\(cloud.container)'",
+                                 hint: "to sync this store into the new account, run again with --rebind: local rows "
+                                 + "are kept and uploaded as a new baseline; nothing is deleted")
+            }
+            try db.transaction { try MirrorState.resetSyncState(db, zone: cloud.zone) }
+        }
+        try db.transaction {
+            try MirrorState.setMeta(db, "bound_account", account)
+            try MirrorState.setMeta(db, "bound_container", cloud.container)
+            try MirrorState.setMeta(db, "bound_zone", cloud.zone)
+        }
+    }
+
+    /// `storectl mode cloud`: the eight steps of enabling sync, in order.
+    /// - Throws: `AccountUnavailableError` (69/75) before anything changes; `StoreError`; sync errors.
+    public func enableCloud(_ options: SyncOptions, log: (String) -> Void = { _ in },
+                            progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws -> ModeReport
+    {
+        var steps: [PlanStep] = []
+        func step(_ name: String, _ detail: String) {
+            steps.append(PlanStep(step: name, detail: detail))
+            log("\(name): \(detail)")
+        }
+        let from = (try? storeMode())??.rawValue ?? "uninitialised"
+        // 1. The config is valid: it was validated when loaded.
+        let cloud = try cloudSettings()
+        step("config", "valid (\(config.path))")
+        // 2. The account, before anything changes anywhere.
+        let account = try requireAvailableAccount(dryRun: options.dryRun)
+        step("account", "\(account.account ?? "?") is \(account.status.rawValue)")
+        if options.dryRun {
+            let initialised = (try? storeMode()) != nil
+            step("history", initialised ? "verify the triggers" : "initialise the store and install the triggers")
+            step("cloud check", "check that every tracked table can be mirrored")
+            step("bind", "bind the store to account '\(cloud.account ?? "")' in \(cloud.container)")
+            if options.noSync {
+                step("sync", "skipped (--no-sync)")
+            } else {
+                let pending = initialised ? (try? MirrorState.pendingExportCount(try database())) ?? 0 : 0
+                step("export", initialised ? "export the baseline or the \(pending) pending change(s)" : "export a baseline of all rows")
+                step("import", "import the cloud's changes")
+            }
+            step("mode", "write mode: cloud into the store and into \(config.path)")
+            return ModeReport(store: settings.name, from: from, to: "cloud", dryRun: true, steps: steps, sync: nil)
+        }
+        // 3. History tracking.
+        let installed = try ensureInitialized()
+        try requireTracking()
+        step("history", installed ? "initialised the store and installed the triggers" : "triggers verified")
+        // 4. Schema fit.
+        let db = try database()
+        let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: uniqueRules)
+        guard check.ok else { throw CloudCheckError(report: check) }
+        step("cloud check", "\(check.entities.count) table(s) can be mirrored")
+        // 5. Bind.
+        let mirror = try openMirror(options)
+        step("bind", "bound to account '\(cloud.account ?? "")' in \(cloud.container), zone '\(cloud.zone)'")
+        // 6 and 7. First export, then import.
+        var report: SyncReport?
+        if options.noSync {
+            step("sync", "skipped (--no-sync)")
+        } else {
+            let exported = try mirror.exportChanges { progress("export", $0, $1) }
+            step("export", exported.baseline ? "baseline: \(exported.saved) record(s) saved"
+                 : "\(exported.saved) saved, \(exported.deleted) deleted")
+            let imported = try mirror.importChanges { progress("import", $0, $1) }
+            step("import", "\(imported.applied) applied, \(imported.deleted) deleted")
+            try MirrorState.setMeta(db, "last_sync_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
+            report = SyncReport(exported: exported, imported: imported)
+        }
+        // 8. The mode, in the store and then in config.yaml.
+        try writeMode(.cloud)
+        step("mode", "cloud")
+        return ModeReport(store: settings.name, from: from, to: "cloud", dryRun: false, steps: steps, sync: report)
+    }
+
+    /// `storectl mode local`: a final export (unless `noFinalSync`), then `mode: local`. Data, history, the
+    /// record map and the tokens all stay.
+    public func disableCloud(_ options: SyncOptions, log: (String) -> Void = { _ in },
+                             progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws -> ModeReport
+    {
+        var steps: [PlanStep] = []
+        func step(_ name: String, _ detail: String) {
+            steps.append(PlanStep(step: name, detail: detail))
+            log("\(name): \(detail)")
+        }
+        let current = try storeMode()
+        let from = current?.rawValue ?? "uninitialised"
+        let wasCloud = current == .cloud
+        if options.dryRun {
+            if wasCloud && !options.noFinalSync {
+                step("export", "final export of the pending change(s)")
+            }
+            step("mode", "write mode: local into the store and into \(config.path)")
+            return ModeReport(store: settings.name, from: from, to: "local", dryRun: true, steps: steps, sync: nil)
+        }
+        _ = try ensureInitialized()
+        var report: SyncReport?
+        if wasCloud && !options.noFinalSync {
+            _ = try requireAvailableAccount()
+            let mirror = try openMirror(options)
+            let exported = try mirror.exportChanges { progress("export", $0, $1) }
+            step("export", "final export: \(exported.saved) saved, \(exported.deleted) deleted")
+            report = SyncReport(exported: exported, imported: ImportReport())
+        } else if wasCloud {
+            step("export", "skipped (--no-final-sync); pending changes stay in history for the next sync")
+        }
+        try writeMode(.local)
+        step("mode", "local")
+        return ModeReport(store: settings.name, from: from, to: "local", dryRun: false, steps: steps, sync: report)
+    }
+
+    /// `storectl sync`: one round of export and import.
+    /// - Throws: `StoreError` (78) when the store is in local mode: a local store never contacts the cloud.
+    public func sync(_ options: SyncOptions, progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws
+        -> SyncReport
+    {
+        guard try storeMode() == .cloud else {
+            throw StoreError(.config, "store '\(settings.name)' is in local mode, and a store in local mode never contacts the cloud",
+                             hint: "run 'storectl mode cloud' to enable sync")
+        }
+        _ = try requireAvailableAccount()
+        let mirror = try openMirror(options)
+        let report = try mirror.sync(progress: progress)
+        return report
+    }
+
+    /// Writes the mode into the store's meta, then into config.yaml (only that scalar changes).
+    func writeMode(_ mode: StoreMode) throws {
+        let db = try database()
+        try db.transaction { try MirrorState.setMeta(db, "mode", mode.rawValue) }
+        Failpoint.hit("mode.after-meta")
+        if settings.mode != mode {
+            try ConfigEditor.set(path: config.path, displayPath: nil, key: "stores.\(settings.name).mode",
+                                 value: mode.rawValue, environment: ProcessInfo.processInfo.environment)
+        }
+        Failpoint.hit("mode.after-config")
+    }
+
+    /// Dedup rules from `entities:`.
+    public var uniqueRules: [String: [String]] {
+        var rules: [String: [String]] = [:]
+        for e in settings.entities { if let u = e.unique { rules[e.name] = u } }
+        return rules
+    }
+}
+
+/// The account is not available: exit 69, or 75 when it may be available later.
+public struct AccountUnavailableError: DiagnosedError {
+    public var report: AccountStatusReport
+    public var exitCode: ExitCode { report.status.exitCode }
+    public var summary: String {
+        "account '\(report.account ?? "(none)")' is \(report.status.rawValue): \(report.reason)"
+    }
+    public var details: [String] { ["  nothing was changed: not the config, not the store, not the cloud"] }
+    public var hint: String? {
+        switch report.status {
+        case .temporarilyUnavailable: return "retry later"
+        case .noAccount: return "configure cloud.account and cloud.secret, or add the account with 'storectl account add'"
+        case .restricted: return "check the secret and that the account is enabled and can write the container"
+        case .couldNotDetermine: return "check cloud.url; for a container file run 'storectl cloud init'"
+        case .available: return nil
+        }
+    }
+}
+
+/// `cloud check` found tables that cannot be mirrored.
+public struct CloudCheckError: DiagnosedError {
+    public var report: CloudCheckReport
+    public var exitCode: ExitCode { .dataError }
+    public var summary: String { "\(report.problemCount) table problem(s) stop the cloud mirror" }
+    public var details: [String] {
+        report.entities.flatMap { e in e.problems.map { "  \(e.name): \($0)" } }
+    }
+    public var hint: String? { "fix the tables, or narrow `entities:` to the tables that can be mirrored; see 'storectl cloud check'" }
+}
