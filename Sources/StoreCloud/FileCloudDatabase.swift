@@ -1,0 +1,738 @@
+import Foundation
+import StoreBase
+import StoreSQLite
+
+/// The embedded container: one SQLite file in WAL mode (`file:PATH` URLs).
+///
+/// Several stores, on one machine or on a shared mount, can use one container at the same time: each save batch
+/// is one `BEGIN IMMEDIATE` transaction, so seqs are handed out under SQLite's write lock and seq order is commit
+/// order. The file holds the container's meta, accounts (salted hashes only), zones, records, markers and devices.
+///
+///     let (cloud, _) = try FileCloudDatabase.create(path: "/srv/notes.cloud", container: "iCloud.com.example.notes",
+///                                                   account: "alice", secret: secret)
+///     try cloud.ensureZone("default")
+///     let outcomes = try cloud.save(zone: "default", saves, device: storeID)
+public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration {
+    /// The value of `format` in the container meta: what tells a container from any other SQLite file.
+    public static let formatMarker = "storectl-cloud-container"
+    /// The container format version this build reads and writes.
+    public static let formatVersion = 1
+    /// How long, in milliseconds, a call waits for another process's lock before giving up (75, retry).
+    public static let defaultBusyTimeout: Int32 = 5000
+
+    public let container: String
+    /// The container file's absolute path.
+    public let path: String
+    /// The account this connection acts as.
+    public let account: String?
+    private let secret: String?
+    private let busyTimeout: Int32
+    private let db: Connection
+    /// Whether the file and its folder may be written (checked from the permission bits too, since root ignores
+    /// them when writing).
+    private let writeProblem: String?
+    private var verifiedRole: AccountRole?
+
+    public var displayURL: String { "file:" + path }
+
+    private init(path: String, container: String, account: String?, secret: String?, busyTimeout: Int32,
+                 db: Connection, writeProblem: String?)
+    {
+        self.path = path
+        self.container = container
+        self.account = account
+        self.secret = secret
+        self.busyTimeout = busyTimeout
+        self.db = db
+        self.writeProblem = writeProblem
+    }
+
+    // MARK: Opening and creating
+
+    /// Opens the container at `path`, creating it (with `account` as its owner) when it is missing and
+    /// `createIfMissing` is true.
+    ///
+    /// - Throws: `CloudError`: `.containerMissing` (exit 69, hint: `storectl cloud init`), `.notAContainer` for any
+    ///   other file or another container's file, `.temporary` when it stays locked beyond the busy timeout.
+    public static func open(path: String, container: String, account: String?, secret: String?,
+                            createIfMissing: Bool = false, busyTimeout: Int32 = defaultBusyTimeout) throws
+        -> FileCloudDatabase
+    {
+        if createIfMissing {
+            return try create(path: path, container: container, account: account, secret: secret,
+                              busyTimeout: busyTimeout).database
+        }
+        guard FileManager.default.fileExists(atPath: path) else { throw missing(path: path, container: container) }
+        let problem = writeProblem(path: path)
+        let db = try connect(path: path, readOnly: problem != nil, busyTimeout: busyTimeout)
+        let meta = try readMeta(db, path: path)
+        guard let meta else { throw missing(path: path, container: container) }
+        try check(meta, path: path, container: container)
+        return FileCloudDatabase(path: path, container: container, account: account, secret: secret,
+                                 busyTimeout: busyTimeout, db: db, writeProblem: problem)
+    }
+
+    /// Creates the container at `path` (and its folder) and registers `account` as its owner. When the container
+    /// already exists it is opened as it is, and `created` is false.
+    ///
+    /// - Parameter iterations: the PBKDF2 iterations for the owner's secret hash.
+    /// - Throws: `CloudError` (`.notAContainer` when the file is some other SQLite database, `.permission` or
+    ///   `.other` when it cannot be created).
+    public static func create(path: String, container: String, account: String?, secret: String?,
+                              iterations: Int = PasswordHash.defaultIterations,
+                              busyTimeout: Int32 = defaultBusyTimeout) throws
+        -> (database: FileCloudDatabase, created: Bool)
+    {
+        let folder = (path as NSString).deletingLastPathComponent
+        if !folder.isEmpty && !FileManager.default.fileExists(atPath: folder) {
+            do {
+                try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            } catch {
+                throw CloudError(.permission, "cannot create the folder \(folder) for container '\(container)'",
+                                 hint: "check the permissions of its parent folder, or change cloud.url")
+            }
+        }
+        if FileManager.default.fileExists(atPath: path), let problem = writeProblem(path: path) {
+            // An existing read-only container is fine to open; anything else needs writing.
+            let db = try connect(path: path, readOnly: true, busyTimeout: busyTimeout)
+            guard let meta = try readMeta(db, path: path) else {
+                throw CloudError(.permission, "cannot create container '\(container)' at \(path): \(problem)",
+                                 hint: "check the permissions of the file and its folder")
+            }
+            try check(meta, path: path, container: container)
+            return (FileCloudDatabase(path: path, container: container, account: account, secret: secret,
+                                      busyTimeout: busyTimeout, db: db, writeProblem: problem), false)
+        }
+        let db = try connect(path: path, readOnly: false, busyTimeout: busyTimeout, create: true)
+        let created: Bool = try translated(path: path, "creating the container") {
+            try db.transaction(.immediate) {
+                if let meta = try readMeta(db, path: path) {
+                    try check(meta, path: path, container: container)
+                    return false
+                }
+                try db.execute(schemaSQL)
+                let now = Date().timeIntervalSince1970
+                for (key, value) in [("format", formatMarker), ("version", String(formatVersion)),
+                                     ("container", container), ("created_at", String(now))]
+                {
+                    try db.run("INSERT INTO container_meta(key, value) VALUES (?, ?)", [key, value])
+                }
+                if let account, let secret, !secret.isEmpty {
+                    try validateAccountID(account)
+                    try db.run("""
+                        INSERT INTO accounts(id, secret_hash, role, disabled, created_at) VALUES (?, ?, 'owner', 0, ?)
+                        """, [account, PasswordHash.make(secret: secret, iterations: iterations), now])
+                }
+                return true
+            }
+        }
+        return (FileCloudDatabase(path: path, container: container, account: account, secret: secret,
+                                  busyTimeout: busyTimeout, db: db, writeProblem: nil), created)
+    }
+
+    /// The account status for a container that may not even exist: never throws, always explains.
+    public static func accountStatus(path: String, container: String, account: String?, secret: String?,
+                                     busyTimeout: Int32 = defaultBusyTimeout) -> AccountStatusReport
+    {
+        if let report = configurationStatus(account: account, secret: secret) { return report }
+        do {
+            let cloud = try open(path: path, container: container, account: account, secret: secret,
+                                 busyTimeout: busyTimeout)
+            return cloud.accountStatus()
+        } catch let error as CloudError {
+            return statusReport(for: error, account: account)
+        } catch {
+            return AccountStatusReport(status: .couldNotDetermine, reason: "\(error)", account: account)
+        }
+    }
+
+    /// The status an error met while opening a container stands for.
+    public static func statusReport(for error: CloudError, account: String?) -> AccountStatusReport {
+        let reason = Self.reason(error)
+        switch error.kind {
+        case .temporary: return AccountStatusReport(status: .temporarilyUnavailable, reason: reason, account: account)
+        case .permission, .account: return AccountStatusReport(status: .restricted, reason: reason, account: account)
+        default: return AccountStatusReport(status: .couldNotDetermine, reason: reason, account: account)
+        }
+    }
+
+    /// The summary and hint of `error`, as one line.
+    static func reason(_ error: CloudError) -> String {
+        error.summary + (error.hint.map { "; " + $0 } ?? "")
+    }
+
+    /// `noAccount` when no account or no secret is configured; nil when both are.
+    static func configurationStatus(account: String?, secret: String?) -> AccountStatusReport? {
+        guard let account, !account.isEmpty else {
+            return AccountStatusReport(status: .noAccount,
+                                       reason: "no account is configured; set cloud.account and cloud.secret",
+                                       account: nil)
+        }
+        guard let secret, !secret.isEmpty else {
+            return AccountStatusReport(status: .noAccount,
+                                       reason: "account '\(account)' has no secret configured; set cloud.secret "
+                                           + "to an environment reference such as ${STORECTL_SECRET}",
+                                       account: account)
+        }
+        return nil
+    }
+
+    static let schemaSQL = """
+        CREATE TABLE container_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+        CREATE TABLE accounts(
+            id TEXT PRIMARY KEY,
+            secret_hash TEXT NOT NULL,
+            role TEXT NOT NULL CHECK (role IN ('owner', 'member')),
+            disabled INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE zones(
+            name TEXT PRIMARY KEY,
+            epoch TEXT NOT NULL,
+            last_seq INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE records(
+            zone TEXT NOT NULL,
+            record_name TEXT NOT NULL,
+            record_type TEXT NOT NULL,
+            fields TEXT NOT NULL
+                CHECK (CASE WHEN json_valid(fields) THEN json_type(fields) = 'object' ELSE 0 END),
+            change_tag TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            deleted INTEGER NOT NULL DEFAULT 0,
+            modified_by TEXT NOT NULL,
+            modified_at REAL NOT NULL,
+            PRIMARY KEY (zone, record_name)
+        ) WITHOUT ROWID;
+        CREATE INDEX records_by_seq ON records(zone, seq);
+        CREATE TABLE markers(
+            zone TEXT NOT NULL,
+            name TEXT NOT NULL,
+            created_by TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            payload TEXT NOT NULL,
+            PRIMARY KEY (zone, name)
+        ) WITHOUT ROWID;
+        CREATE TABLE devices(
+            store_id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            account TEXT,
+            first_seen REAL NOT NULL,
+            last_seen REAL NOT NULL
+        ) WITHOUT ROWID;
+        """
+
+    private static func missing(path: String, container: String) -> CloudError {
+        CloudError(.containerMissing, "container '\(container)' does not exist at \(path)",
+                   hint: "run 'storectl cloud init' to create it, or set cloud.create_if_missing: true")
+    }
+
+    private static func connect(path: String, readOnly: Bool, busyTimeout: Int32, create: Bool = false) throws
+        -> Connection
+    {
+        try translated(path: path, "opening the container") {
+            do {
+                return try Connection(path: path, mode: create ? .readWriteCreate : (readOnly ? .readOnly : .readWrite),
+                                      busyTimeout: busyTimeout, wal: !readOnly, foreignKeys: false)
+            } catch let error as SQLiteError where !create && (error.isReadOnly || error.isCantOpen) && !readOnly {
+                // The file cannot be written by this process: read it, and report writes as refused.
+                return try Connection(path: path, mode: .readOnly, busyTimeout: busyTimeout, wal: false,
+                                      foreignKeys: false)
+            }
+        }
+    }
+
+    /// The meta key/values, or nil for an empty SQLite file.
+    /// - Throws: `CloudError(.notAContainer)` when the file holds other tables.
+    private static func readMeta(_ db: Connection, path: String) throws -> [String: String]? {
+        try translated(path: path, "reading the container meta") {
+            guard try db.tableExists("container_meta") else {
+                let tables = try db.scalar("SELECT count(*) FROM sqlite_master")?.int64 ?? 0
+                if tables == 0 { return nil }
+                throw CloudError(.notAContainer, "\(path) is a SQLite database but not a storectl container",
+                                 hint: "check cloud.url; storectl never writes into a file that is not its container")
+            }
+            var meta: [String: String] = [:]
+            for row in try db.query("SELECT key, value FROM container_meta") {
+                if let key = row[0].string, let value = row[1].string { meta[key] = value }
+            }
+            return meta
+        }
+    }
+
+    private static func check(_ meta: [String: String], path: String, container: String) throws {
+        guard meta["format"] == formatMarker else {
+            throw CloudError(.notAContainer, "\(path) is a SQLite database but not a storectl container",
+                             hint: "check cloud.url; storectl never writes into a file that is not its container")
+        }
+        guard let version = meta["version"].flatMap({ Int($0) }), version <= formatVersion else {
+            throw CloudError(.notAContainer,
+                             "\(path) is a container of format version \(meta["version"] ?? "?"), newer than this "
+                                 + "storectl reads (\(formatVersion))",
+                             hint: "upgrade storectl on this machine")
+        }
+        guard meta["container"] == container else {
+            throw CloudError(.notAContainer,
+                             "\(path) holds container '\(meta["container"] ?? "?")', not '\(container)'",
+                             hint: "check cloud.container and cloud.url in the config")
+        }
+    }
+
+    /// Why the container cannot be written, or nil when it can. Root ignores permission bits when writing, so a
+    /// file or folder without any write bit counts as read-only for everyone.
+    static func writeProblem(path: String) -> String? {
+        let folder = (path as NSString).deletingLastPathComponent
+        for (what, target) in [("file", path), ("folder", folder.isEmpty ? "." : folder)] {
+            var info = stat()
+            guard stat(target, &info) == 0 else { continue }
+            if info.st_mode & 0o222 == 0 { return "the container \(what) \(target) has no write permission" }
+            if access(target, W_OK) != 0 { return "the container \(what) \(target) is not writable by this user" }
+        }
+        return nil
+    }
+
+    private static func validateAccountID(_ id: String) throws {
+        guard !id.isEmpty, id.count <= 200, !id.contains(where: { $0.isWhitespace || $0.asciiValue.map { $0 < 32 } == true })
+        else {
+            throw CloudError(.invalid, "'\(id)' is not a valid account id",
+                             hint: "use letters, digits and punctuation, without spaces")
+        }
+    }
+
+    private static func newEpoch() -> String {
+        var rng = SystemRandomNumberGenerator()
+        return PasswordHash.hex((0..<8).map { _ in UInt8.random(in: 0...255, using: &rng) })
+    }
+
+    /// Runs `body`, turning SQLite errors into `CloudError`s that name the container.
+    private static func translated<T>(path: String, _ what: String, _ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as SQLiteError {
+            if error.isBusy {
+                throw CloudError(.temporary, "the container \(path) is locked by another process (\(what))",
+                                 hint: "retry later; another store is writing to it")
+            }
+            if error.isReadOnly {
+                throw CloudError(.permission, "the container \(path) is read-only (\(what))",
+                                 hint: "check the permissions of the file and its folder")
+            }
+            if error.isNotADatabase {
+                throw CloudError(.notAContainer, "\(path) is not a SQLite database (\(error.message))",
+                                 hint: "check cloud.url; storectl never writes into a file that is not its container")
+            }
+            if error.isCantOpen {
+                throw CloudError(.permission, "cannot open the container \(path) (\(error.message))",
+                                 hint: "check that the file and its folder exist and are accessible")
+            }
+            throw CloudError(.other, "the container \(path): \(what) failed: SQLite error \(error.extendedCode): "
+                                 + error.message)
+        }
+    }
+
+    private func translated<T>(_ what: String, _ body: () throws -> T) throws -> T {
+        try Self.translated(path: path, what, body)
+    }
+
+    // MARK: Accounts
+
+    public func accountStatus() -> AccountStatusReport {
+        if let report = Self.configurationStatus(account: account, secret: secret) { return report }
+        let account = self.account ?? ""
+        let role: AccountRole
+        do {
+            switch try checkCredentials() {
+            case .valid(let valid): role = valid
+            case .noAccount(let error):
+                return AccountStatusReport(status: .noAccount, reason: Self.reason(error), account: account)
+            case .restricted(let error):
+                return AccountStatusReport(status: .restricted, reason: Self.reason(error), account: account)
+            }
+        } catch let error as CloudError {
+            return Self.statusReport(for: error, account: account)
+        } catch {
+            return AccountStatusReport(status: .couldNotDetermine, reason: "\(error)", account: account)
+        }
+        if let writeProblem {
+            return AccountStatusReport(status: .restricted, reason: writeProblem
+                                           + "; check the permissions of the container file and its folder",
+                                       account: account)
+        }
+        // A lock held beyond the busy timeout means every write would fail now: try to take it.
+        do {
+            try db.execute("BEGIN IMMEDIATE")
+            try db.execute("ROLLBACK")
+        } catch let error as SQLiteError {
+            if db.isInTransaction { try? db.execute("ROLLBACK") }
+            if error.isBusy {
+                return AccountStatusReport(status: .temporarilyUnavailable,
+                                           reason: "the container \(path) is locked by another process beyond the "
+                                               + "busy timeout (\(busyTimeout) ms); retry later",
+                                           account: account)
+            }
+            if error.isReadOnly {
+                return AccountStatusReport(status: .restricted, reason: "the container \(path) is read-only; check "
+                                               + "the permissions of the file and its folder", account: account)
+            }
+            return AccountStatusReport(status: .couldNotDetermine,
+                                       reason: "could not write to the container \(path): \(error.message)",
+                                       account: account)
+        } catch {
+            return AccountStatusReport(status: .couldNotDetermine, reason: "\(error)", account: account)
+        }
+        return AccountStatusReport(status: .available,
+                                   reason: "account '\(account)' (\(role.rawValue)) can read and write container "
+                                       + "'\(container)' at \(path)",
+                                   account: account)
+    }
+
+    /// The outcome of checking the configured account's credentials.
+    private enum Credentials {
+        case valid(AccountRole)
+        case noAccount(CloudError)
+        case restricted(CloudError)
+    }
+
+    /// Checks the configured account against the container: registered, secret matching, not disabled.
+    /// - Throws: `CloudError` met while reading the container.
+    private func checkCredentials() throws -> Credentials {
+        if let verifiedRole { return .valid(verifiedRole) }
+        guard let account, !account.isEmpty, let secret, !secret.isEmpty else {
+            return .noAccount(CloudError(.account, Self.configurationStatus(account: account, secret: secret)?.reason
+                                             ?? "no account is configured"))
+        }
+        let row = try translated("reading the accounts") {
+            try db.query("SELECT secret_hash, role, disabled FROM accounts WHERE id = ?", [account]).first
+        }
+        guard let row else {
+            return .noAccount(CloudError(.account, "account '\(account)' is not registered in container "
+                                             + "'\(container)' at \(path)",
+                                         hint: "an owner can register it with 'storectl account add \(account)'"))
+        }
+        guard PasswordHash.verify(secret: secret, stored: row[0].string ?? "") else {
+            return .restricted(CloudError(.account,
+                                          "the secret configured for account '\(account)' does not match the one "
+                                              + "registered in container '\(container)'",
+                                          hint: "check cloud.secret and the environment variable it names"))
+        }
+        if row[2].int64 != 0 {
+            return .restricted(CloudError(.account, "account '\(account)' is disabled in container '\(container)'",
+                                          hint: "ask an owner of the container to enable a new account for you"))
+        }
+        let role = AccountRole(rawValue: row[1].string ?? "") ?? .member
+        verifiedRole = role
+        return .valid(role)
+    }
+
+    /// The configured account's role, once its credentials are checked (once per connection).
+    /// - Throws: `CloudError(.account)` with the reason, or the error met while reading.
+    @discardableResult
+    private func requireAccount() throws -> AccountRole {
+        switch try checkCredentials() {
+        case .valid(let role): return role
+        case .noAccount(let error), .restricted(let error): throw error
+        }
+    }
+
+    private func requireWritable() throws {
+        try requireAccount()
+        if let writeProblem {
+            throw CloudError(.permission, "cannot write to container '\(container)': \(writeProblem)",
+                             hint: "check the permissions of the container file and its folder")
+        }
+    }
+
+    public func addAccount(id: String, secret newSecret: String, role: AccountRole) throws {
+        try Self.validateAccountID(id)
+        guard !newSecret.isEmpty else { throw CloudError(.invalid, "the secret for account '\(id)' is empty") }
+        if let writeProblem {
+            throw CloudError(.permission, "cannot write to container '\(container)': \(writeProblem)",
+                             hint: "check the permissions of the container file and its folder")
+        }
+        let hash = PasswordHash.make(secret: newSecret)
+        try translated("adding an account") {
+            try db.transaction(.immediate) {
+                let count = try db.scalar("SELECT count(*) FROM accounts")?.int64 ?? 0
+                if count > 0 { try requireOwner() }
+                if try db.scalar("SELECT 1 FROM accounts WHERE id = ?", [id]) != nil {
+                    throw CloudError(.invalid, "account '\(id)' already exists in container '\(container)'",
+                                     hint: "choose another id, or see 'storectl account list'")
+                }
+                try db.run("INSERT INTO accounts(id, secret_hash, role, disabled, created_at) VALUES (?, ?, ?, 0, ?)",
+                           [id, hash, role.rawValue, Date().timeIntervalSince1970])
+            }
+        }
+    }
+
+    public func disableAccount(id: String) throws {
+        try requireOwner()
+        if let writeProblem {
+            throw CloudError(.permission, "cannot write to container '\(container)': \(writeProblem)",
+                             hint: "check the permissions of the container file and its folder")
+        }
+        try translated("disabling an account") {
+            try db.transaction(.immediate) {
+                guard let row = try db.query("SELECT role, disabled FROM accounts WHERE id = ?", [id]).first else {
+                    throw CloudError(.invalid, "no account '\(id)' in container '\(container)'",
+                                     hint: "see 'storectl account list'")
+                }
+                if row[0].string == AccountRole.owner.rawValue && row[1].int64 == 0 {
+                    let owners = try db.scalar("SELECT count(*) FROM accounts WHERE role = 'owner' AND disabled = 0")?
+                        .int64 ?? 0
+                    if owners <= 1 {
+                        throw CloudError(.invalid, "account '\(id)' is the last enabled owner of container "
+                                             + "'\(container)' and cannot be disabled",
+                                         hint: "add another owner first with 'storectl account add ID --role owner'")
+                    }
+                }
+                try db.run("UPDATE accounts SET disabled = 1 WHERE id = ?", [id])
+            }
+        }
+    }
+
+    public func listAccounts() throws -> [AccountInfo] {
+        try requireAccount()
+        return try translated("listing the accounts") {
+            try db.query("SELECT id, role, disabled, created_at FROM accounts ORDER BY id").map {
+                AccountInfo(id: $0[0].string ?? "", role: $0[1].string ?? "", disabled: $0[2].int64 != 0,
+                            createdAt: $0[3].double ?? 0)
+            }
+        }
+    }
+
+    private func requireOwner() throws {
+        let role = try requireAccount()
+        guard role == .owner else {
+            throw CloudError(.account, "account '\(account ?? "")' is not an owner of container '\(container)'",
+                             hint: "only an owner can manage accounts")
+        }
+    }
+
+    // MARK: Zones
+
+    public func zoneInfo(_ zone: String) throws -> ZoneInfo? {
+        try requireAccount()
+        return try translated("reading zone '\(zone)'") {
+            try db.transaction(.deferred) { try readZone(zone) }
+        }
+    }
+
+    private func readZone(_ zone: String) throws -> ZoneInfo? {
+        guard let row = try db.query("SELECT epoch, last_seq FROM zones WHERE name = ?", [zone]).first else {
+            return nil
+        }
+        let live = try db.scalar("SELECT count(*) FROM records WHERE zone = ? AND deleted = 0", [zone])?.int64 ?? 0
+        return ZoneInfo(name: zone, epoch: row[0].string ?? "", lastSeq: row[1].int64 ?? 0, liveRecords: live)
+    }
+
+    @discardableResult
+    public func ensureZone(_ zone: String) throws -> ZoneInfo {
+        guard !zone.isEmpty else { throw CloudError(.invalid, "a zone name cannot be empty") }
+        try requireWritable()
+        return try translated("creating zone '\(zone)'") {
+            try db.transaction(.immediate) {
+                try db.run("INSERT INTO zones(name, epoch, last_seq, created_at) VALUES (?, ?, 0, ?) "
+                               + "ON CONFLICT(name) DO NOTHING",
+                           [zone, Self.newEpoch(), Date().timeIntervalSince1970])
+                guard let info = try readZone(zone) else {
+                    throw CloudError(.other, "zone '\(zone)' vanished while it was created")
+                }
+                return info
+            }
+        }
+    }
+
+    private func zoneNotFound(_ zone: String) -> CloudError {
+        CloudError(.zoneNotFound, "zone '\(zone)' does not exist in container '\(container)'",
+                   hint: "it is created by the first sync of a store that uses it")
+    }
+
+    public func purgeZone(_ zone: String) throws {
+        try requireWritable()
+        try translated("purging zone '\(zone)'") {
+            try db.transaction(.immediate) {
+                guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else {
+                    throw zoneNotFound(zone)
+                }
+                try db.run("DELETE FROM records WHERE zone = ?", [zone])
+                try db.run("DELETE FROM markers WHERE zone = ?", [zone])
+                // The seq keeps counting up: only the epoch says "start over".
+                try db.run("UPDATE zones SET epoch = ? WHERE name = ?", [Self.newEpoch(), zone])
+            }
+        }
+    }
+
+    // MARK: Records
+
+    static let recordColumns = "zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at"
+
+    private static func record(_ s: Statement) -> CloudRecord {
+        CloudRecord(zone: s.string(0) ?? "", recordName: s.string(1) ?? "", recordType: s.string(2) ?? "",
+                    fields: s.string(3) ?? "{}", changeTag: s.string(4) ?? "", seq: s.int64(5) ?? 0,
+                    deleted: (s.int64(6) ?? 0) != 0, modifiedBy: s.string(7) ?? "",
+                    modifiedAt: s.column(8).double ?? 0)
+    }
+
+    public func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int) throws -> ChangeBatch {
+        guard limit > 0 else { throw CloudError(.invalid, "the page size must be at least 1, got \(limit)") }
+        try requireAccount()
+        return try translated("fetching changes of zone '\(zone)'") {
+            // One read transaction: the zone's epoch and its records come from the same snapshot.
+            try db.transaction(.deferred) {
+                guard let row = try db.query("SELECT epoch, last_seq FROM zones WHERE name = ?", [zone]).first else {
+                    throw zoneNotFound(zone)
+                }
+                let epoch = row[0].string ?? ""
+                let lastSeq = row[1].int64 ?? 0
+                if let token, token.epoch != epoch {
+                    throw CloudError(.zoneReset,
+                                     "zone '\(zone)' of container '\(container)' was purged or recreated since "
+                                         + "token \(token.rawValue)",
+                                     hint: "the store must start over with this zone: its local rows are kept and "
+                                         + "exported again on the next sync")
+                }
+                let after = token?.seq ?? 0
+                let statement = try db.cached(
+                    "SELECT \(Self.recordColumns) FROM records WHERE zone = ? AND seq > ? ORDER BY seq LIMIT ?")
+                var records: [CloudRecord] = []
+                try statement.forEach([zone, after, limit + 1]) { records.append(Self.record($0)) }
+                let moreComing = records.count > limit
+                if moreComing { records.removeLast() }
+                let seq = moreComing ? (records.last?.seq ?? after) : max(after, lastSeq)
+                return ChangeBatch(records: records, token: ServerChangeToken(epoch: epoch, seq: seq),
+                                   moreComing: moreComing)
+            }
+        }
+    }
+
+    public func fetchRecord(zone: String, recordName: String) throws -> CloudRecord? {
+        try requireAccount()
+        return try translated("reading record '\(recordName)'") {
+            let statement = try db.cached("SELECT \(Self.recordColumns) FROM records WHERE zone = ? AND record_name = ?")
+            var found: CloudRecord?
+            try statement.forEach([zone, recordName]) { found = Self.record($0) }
+            return found
+        }
+    }
+
+    public func save(zone: String, _ saves: [RecordSave], device: String) throws -> [SaveOutcome] {
+        try requireWritable()
+        if saves.isEmpty { return [] }
+        if let bad = saves.first(where: { $0.recordName.isEmpty || $0.recordType.isEmpty }) {
+            throw CloudError(.invalid, "a record to save has an empty name or type (name '\(bad.recordName)', "
+                                 + "type '\(bad.recordType)')")
+        }
+        return try translated("saving \(saves.count) records to zone '\(zone)'") {
+            try db.transaction(.immediate) {
+                guard let zoneRow = try db.query("SELECT epoch, last_seq FROM zones WHERE name = ?", [zone]).first
+                else { throw zoneNotFound(zone) }
+                let epoch = zoneRow[0].string ?? ""
+                var seq = zoneRow[1].int64 ?? 0
+                let now = Date().timeIntervalSince1970
+                let select = try db.cached(
+                    "SELECT \(Self.recordColumns) FROM records WHERE zone = ? AND record_name = ?")
+                let upsert = try db.cached("""
+                    INSERT INTO records(\(Self.recordColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT(zone, record_name) DO UPDATE SET record_type = excluded.record_type,
+                        fields = excluded.fields, change_tag = excluded.change_tag, seq = excluded.seq,
+                        deleted = excluded.deleted, modified_by = excluded.modified_by,
+                        modified_at = excluded.modified_at
+                    """)
+                let tagSuffix = "-" + epoch.prefix(8)
+                var outcomes: [SaveOutcome] = []
+                outcomes.reserveCapacity(saves.count)
+                for save in saves {
+                    var current: CloudRecord?
+                    try select.bind([zone, save.recordName])
+                    if try select.step() {
+                        current = Self.record(select)
+                        try select.reset()
+                    }
+                    guard current?.changeTag == save.expectedTag else {
+                        outcomes.append(.conflict(server: current))
+                        continue
+                    }
+                    seq += 1
+                    let tag = String(seq, radix: 36) + tagSuffix
+                    try upsert.bind([zone, save.recordName, save.recordType, save.deleted ? "{}" : save.fields, tag,
+                                     seq, save.deleted, device, now])
+                    do {
+                        while try upsert.step() {}
+                    } catch let error as SQLiteError where error.isConstraint {
+                        throw CloudError(.invalid, "record '\(save.recordName)': its fields are not a JSON object; "
+                                             + "nothing of the batch was saved",
+                                         hint: "fields must be JSON object text, e.g. {\"title\":\"hi\"}")
+                    }
+                    outcomes.append(.saved(changeTag: tag, seq: seq))
+                }
+                try db.run("UPDATE zones SET last_seq = ? WHERE name = ?", [seq, zone])
+                return outcomes
+            }
+        }
+    }
+
+    // MARK: Markers
+
+    public func createMarker(zone: String, name: String, device: String, payload: String) throws
+        -> (created: Bool, marker: Marker)
+    {
+        try requireWritable()
+        return try translated("creating marker '\(name)'") {
+            try db.transaction(.immediate) {
+                guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else {
+                    throw zoneNotFound(zone)
+                }
+                try db.run("""
+                    INSERT INTO markers(zone, name, created_by, created_at, payload) VALUES (?, ?, ?, ?, ?)
+                    ON CONFLICT(zone, name) DO NOTHING
+                    """, [zone, name, device, Date().timeIntervalSince1970, payload])
+                let created = db.changes == 1
+                guard let marker = try readMarker(zone: zone, name: name) else {
+                    throw CloudError(.other, "marker '\(name)' vanished while it was created")
+                }
+                return (created, marker)
+            }
+        }
+    }
+
+    public func marker(zone: String, name: String) throws -> Marker? {
+        try requireAccount()
+        return try translated("reading marker '\(name)'") { try readMarker(zone: zone, name: name) }
+    }
+
+    private func readMarker(zone: String, name: String) throws -> Marker? {
+        guard let row = try db.query("SELECT created_by, created_at, payload FROM markers WHERE zone = ? AND name = ?",
+                                     [zone, name]).first
+        else { return nil }
+        return Marker(zone: zone, name: name, createdBy: row[0].string ?? "", createdAt: row[1].double ?? 0,
+                      payload: row[2].string ?? "")
+    }
+
+    // MARK: Devices
+
+    public func registerDevice(storeID: String, name: String) throws {
+        guard !storeID.isEmpty else { throw CloudError(.invalid, "a device's store id cannot be empty") }
+        try requireWritable()
+        try translated("registering device '\(storeID)'") {
+            try db.transaction(.immediate) {
+                let now = Date().timeIntervalSince1970
+                try db.run("""
+                    INSERT INTO devices(store_id, name, account, first_seen, last_seen) VALUES (?, ?, ?, ?, ?)
+                    ON CONFLICT(store_id) DO UPDATE SET name = excluded.name, account = excluded.account,
+                        last_seen = excluded.last_seen
+                    """, [storeID, name, account, now, now])
+            }
+        }
+    }
+
+    public func devices() throws -> [DeviceInfo] {
+        try requireAccount()
+        return try translated("listing the devices") {
+            try db.query("SELECT store_id, name, account, first_seen, last_seen FROM devices ORDER BY store_id").map {
+                DeviceInfo(storeID: $0[0].string ?? "", name: $0[1].string ?? "", account: $0[2].string,
+                           firstSeen: $0[3].double ?? 0, lastSeen: $0[4].double ?? 0)
+            }
+        }
+    }
+}

@@ -1,0 +1,268 @@
+import StoreBase
+
+/// SHA-256 (FIPS 180-4), written out because no crypto library is linked.
+///
+///     SHA256.hash(Array("abc".utf8)) // ba7816bf...f20015ad
+public struct SHA256: Sendable {
+    /// The digest size in bytes.
+    public static let digestSize = 32
+    /// The block size in bytes.
+    public static let blockSize = 64
+
+    private static let k: [UInt32] = [
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+        0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+        0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+        0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+        0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+        0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+        0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+    ]
+
+    private var state: [UInt32] = [
+        0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+    ]
+    private var buffer: [UInt8] = []
+    private var length: UInt64 = 0
+
+    public init() {}
+
+    /// The digest of `bytes`.
+    public static func hash(_ bytes: [UInt8]) -> [UInt8] {
+        var h = SHA256()
+        h.update(bytes)
+        return h.finalize()
+    }
+
+    /// Feeds more bytes.
+    public mutating func update(_ bytes: [UInt8]) {
+        length &+= UInt64(bytes.count)
+        var input = bytes[...]
+        if !buffer.isEmpty {
+            let take = min(Self.blockSize - buffer.count, input.count)
+            buffer += input.prefix(take)
+            input = input.dropFirst(take)
+            if buffer.count == Self.blockSize {
+                Self.compress(&state, buffer[...])
+                buffer.removeAll(keepingCapacity: true)
+            }
+        }
+        while input.count >= Self.blockSize {
+            Self.compress(&state, input.prefix(Self.blockSize))
+            input = input.dropFirst(Self.blockSize)
+        }
+        buffer += input
+    }
+
+    /// Pads, finishes and returns the 32-byte digest.
+    public mutating func finalize() -> [UInt8] {
+        let bitLength = length &* 8
+        var tail = buffer
+        tail.append(0x80)
+        while tail.count % Self.blockSize != 56 { tail.append(0) }
+        for shift in stride(from: 56, through: 0, by: -8) { tail.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift))) }
+        var offset = 0
+        while offset < tail.count {
+            Self.compress(&state, tail[offset..<offset + Self.blockSize])
+            offset += Self.blockSize
+        }
+        buffer.removeAll()
+        return Self.bytes(of: state)
+    }
+
+    /// The state words as big-endian bytes.
+    static func bytes(of words: [UInt32]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(words.count * 4)
+        for w in words {
+            out += [UInt8(truncatingIfNeeded: w >> 24), UInt8(truncatingIfNeeded: w >> 16),
+                    UInt8(truncatingIfNeeded: w >> 8), UInt8(truncatingIfNeeded: w)]
+        }
+        return out
+    }
+
+    /// The initial state after absorbing one full block (used to precompute HMAC's padded keys).
+    static func state(afterBlock block: [UInt8]) -> [UInt32] {
+        var h = SHA256()
+        compress(&h.state, block[...])
+        return h.state
+    }
+
+    /// The digest of one message of exactly 32 bytes that follows one already-absorbed block whose state is
+    /// `state`. This is HMAC's inner and outer hash of a 32-byte input, without any allocation of the padding.
+    static func finishAfterOneBlock(_ state: [UInt32], message: [UInt8]) -> [UInt32] {
+        var s = state
+        var block = message
+        block.append(0x80)
+        while block.count < 56 { block.append(0) }
+        let bitLength = UInt64(blockSize + message.count) * 8
+        for shift in stride(from: 56, through: 0, by: -8) { block.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift))) }
+        compress(&s, block[...])
+        return s
+    }
+
+    /// One application of the compression function to a 64-byte block.
+    @_optimize(speed)
+    static func compress(_ state: inout [UInt32], _ block: ArraySlice<UInt8>) {
+        var w = [UInt32](repeating: 0, count: 64)
+        let base = block.startIndex
+        for i in 0..<16 {
+            let j = base + i * 4
+            w[i] = UInt32(block[j]) << 24 | UInt32(block[j + 1]) << 16 | UInt32(block[j + 2]) << 8 | UInt32(block[j + 3])
+        }
+        for i in 16..<64 {
+            let x = w[i - 15], y = w[i - 2]
+            let s0 = (x >> 7 | x << 25) ^ (x >> 18 | x << 14) ^ (x >> 3)
+            let s1 = (y >> 17 | y << 15) ^ (y >> 19 | y << 13) ^ (y >> 10)
+            w[i] = w[i - 16] &+ s0 &+ w[i - 7] &+ s1
+        }
+        var a = state[0], b = state[1], c = state[2], d = state[3]
+        var e = state[4], f = state[5], g = state[6], h = state[7]
+        for i in 0..<64 {
+            let s1 = (e >> 6 | e << 26) ^ (e >> 11 | e << 21) ^ (e >> 25 | e << 7)
+            let ch = (e & f) ^ (~e & g)
+            let t1 = h &+ s1 &+ ch &+ k[i] &+ w[i]
+            let s0 = (a >> 2 | a << 30) ^ (a >> 13 | a << 19) ^ (a >> 22 | a << 10)
+            let maj = (a & b) ^ (a & c) ^ (b & c)
+            let t2 = s0 &+ maj
+            h = g; g = f; f = e; e = d &+ t1
+            d = c; c = b; b = a; a = t1 &+ t2
+        }
+        state[0] &+= a; state[1] &+= b; state[2] &+= c; state[3] &+= d
+        state[4] &+= e; state[5] &+= f; state[6] &+= g; state[7] &+= h
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104).
+public struct HMACSHA256: Sendable {
+    private let innerState: [UInt32]
+    private let outerState: [UInt32]
+    private let innerPad: [UInt8]
+    private let outerPad: [UInt8]
+
+    /// Prepares an HMAC with `key` (hashed first when longer than a block).
+    public init(key: [UInt8]) {
+        var k = key.count > SHA256.blockSize ? SHA256.hash(key) : key
+        k += [UInt8](repeating: 0, count: SHA256.blockSize - k.count)
+        innerPad = k.map { $0 ^ 0x36 }
+        outerPad = k.map { $0 ^ 0x5c }
+        innerState = SHA256.state(afterBlock: innerPad)
+        outerState = SHA256.state(afterBlock: outerPad)
+    }
+
+    /// The MAC of `message`.
+    public func mac(_ message: [UInt8]) -> [UInt8] {
+        var inner = SHA256()
+        inner.update(innerPad)
+        inner.update(message)
+        var outer = SHA256()
+        outer.update(outerPad)
+        outer.update(inner.finalize())
+        return outer.finalize()
+    }
+
+    /// The MAC of a 32-byte message (PBKDF2's inner loop), from the precomputed padded-key states.
+    func mac32(_ message: [UInt8]) -> [UInt8] {
+        let inner = SHA256.bytes(of: SHA256.finishAfterOneBlock(innerState, message: message))
+        return SHA256.bytes(of: SHA256.finishAfterOneBlock(outerState, message: inner))
+    }
+
+    /// The MAC of `message` under `key`.
+    public static func mac(key: [UInt8], _ message: [UInt8]) -> [UInt8] {
+        HMACSHA256(key: key).mac(message)
+    }
+}
+
+/// PBKDF2 with HMAC-SHA256 (RFC 8018), and the stored form of an account secret.
+///
+/// The container keeps `pbkdf2-sha256$<iterations>$<salt-hex>$<hash-hex>`, never the secret itself.
+public enum PasswordHash {
+    /// The iterations used for new secrets: modest, so that a command stays quick even in a debug build.
+    public static let defaultIterations = 20_000
+
+    /// PBKDF2-HMAC-SHA256 of `password` with `salt`, giving `length` bytes.
+    public static func pbkdf2(password: [UInt8], salt: [UInt8], iterations: Int, length: Int = 32) -> [UInt8] {
+        let prf = HMACSHA256(key: password)
+        var derived: [UInt8] = []
+        var blockIndex: UInt32 = 1
+        while derived.count < length {
+            let counter = [UInt8(truncatingIfNeeded: blockIndex >> 24), UInt8(truncatingIfNeeded: blockIndex >> 16),
+                           UInt8(truncatingIfNeeded: blockIndex >> 8), UInt8(truncatingIfNeeded: blockIndex)]
+            var u = prf.mac(salt + counter)
+            var t = u
+            if iterations > 1 {
+                for _ in 1..<iterations {
+                    u = prf.mac32(u)
+                    for i in 0..<t.count { t[i] ^= u[i] }
+                }
+            }
+            derived += t
+            blockIndex += 1
+        }
+        return Array(derived.prefix(length))
+    }
+
+    /// Hashes `secret` with a fresh random salt, in the stored form.
+    public static func make(secret: String, iterations: Int = defaultIterations) -> String {
+        var rng = SystemRandomNumberGenerator()
+        let salt = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        let hash = pbkdf2(password: Array(secret.utf8), salt: salt, iterations: iterations)
+        return "pbkdf2-sha256$\(iterations)$\(hex(salt))$\(hex(hash))"
+    }
+
+    /// Whether `secret` matches the stored form `stored`. The comparison takes the same time wherever the bytes
+    /// differ. A stored form that cannot be read never matches.
+    public static func verify(secret: String, stored: String) -> Bool {
+        let parts = stored.split(separator: "$", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts[0] == "pbkdf2-sha256", let iterations = Int(parts[1]), iterations > 0,
+              iterations <= 10_000_000, let salt = bytes(hex: parts[2]), let expected = bytes(hex: parts[3]),
+              !expected.isEmpty
+        else { return false }
+        let actual = pbkdf2(password: Array(secret.utf8), salt: salt, iterations: iterations, length: expected.count)
+        return constantTimeEqual(actual, expected)
+    }
+
+    /// Compares two byte strings in time that depends only on their lengths.
+    public static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count == b.count else { return false }
+        var difference: UInt8 = 0
+        for i in 0..<a.count { difference |= a[i] ^ b[i] }
+        return difference == 0
+    }
+
+    /// Lower-case hex.
+    public static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef")
+        var s = ""
+        s.reserveCapacity(bytes.count * 2)
+        for b in bytes {
+            s.append(digits[Int(b >> 4)])
+            s.append(digits[Int(b & 0x0f)])
+        }
+        return s
+    }
+
+    /// Parses hex (either case); nil when it is not hex.
+    public static func bytes<S: StringProtocol>(hex text: S) -> [UInt8]? {
+        let chars = Array(text.utf8)
+        guard chars.count % 2 == 0 else { return nil }
+        func nibble(_ c: UInt8) -> UInt8? {
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+            default: return nil
+            }
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(chars.count / 2)
+        var i = 0
+        while i < chars.count {
+            guard let hi = nibble(chars[i]), let lo = nibble(chars[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        return out
+    }
+}

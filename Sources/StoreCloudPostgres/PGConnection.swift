@@ -1,0 +1,352 @@
+internal import CLibPQ
+import StoreBase
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An error reported by libpq or by the server, with its SQLSTATE when there is one.
+struct PGError: Error, CustomStringConvertible {
+    /// The five-character SQLSTATE (`PG_DIAG_SQLSTATE`), e.g. `23505`; nil for client-side failures
+    /// (connection refused, connection lost, no password supplied).
+    var sqlState: String?
+    /// The message, without the SQLSTATE and location lines.
+    var message: String
+    /// The SQL that failed, when there was one.
+    var sql: String?
+    /// Whether the connection is unusable afterwards (`PQstatus == CONNECTION_BAD`).
+    var connectionLost: Bool
+    /// Whether the failure happened while connecting (as opposed to running a statement).
+    var duringConnect: Bool
+
+    var description: String {
+        (sqlState.map { "PostgreSQL error \($0): " } ?? "PostgreSQL: ") + message
+    }
+
+    /// The SQLSTATE class: its first two characters (`08` connection exception, `28` authorization, ...).
+    var sqlStateClass: String? { sqlState.map { String($0.prefix(2)) } }
+}
+
+/// One parameterised statement: SQL with `$1`, `$2`... and the parameters in text format (nil is SQL NULL).
+struct PGQuery {
+    var sql: String
+    var parameters: [String?]
+
+    init(_ sql: String, _ parameters: [String?] = []) {
+        self.sql = sql
+        self.parameters = parameters
+    }
+}
+
+/// The result of one statement. Owns its `PGresult`, cleared on deinit.
+final class PGResult {
+    private let handle: OpaquePointer
+
+    /// Takes ownership of `handle`.
+    init(_ handle: OpaquePointer) {
+        self.handle = handle
+    }
+
+    deinit {
+        PQclear(handle)
+    }
+
+    /// The number of rows.
+    var rowCount: Int { Int(PQntuples(handle)) }
+
+    /// The number of columns.
+    var columnCount: Int { Int(PQnfields(handle)) }
+
+    /// The text of the value at `row`, `column`, or nil when it is SQL NULL.
+    func string(_ row: Int, _ column: Int) -> String? {
+        // "PQgetvalue returns an empty string, not a null pointer, for a null field": so ask PQgetisnull first.
+        guard row < rowCount, column < columnCount, PQgetisnull(handle, Int32(row), Int32(column)) == 0,
+              let value = PQgetvalue(handle, Int32(row), Int32(column))
+        else { return nil }
+        return String(cString: value)
+    }
+
+    /// The value as an integer, or nil when it is NULL or not an integer.
+    func int64(_ row: Int, _ column: Int) -> Int64? { string(row, column).flatMap { Int64($0) } }
+
+    /// The value as a double, or nil when it is NULL or not a number.
+    func double(_ row: Int, _ column: Int) -> Double? { string(row, column).flatMap { Double($0) } }
+
+    /// The value as a boolean (`t` / `f` in text format), or nil when it is NULL.
+    func bool(_ row: Int, _ column: Int) -> Bool? {
+        string(row, column).map { $0 == "t" || $0 == "true" || $0 == "on" }
+    }
+
+    /// The status of the result (`PQresultStatus`).
+    fileprivate var status: ExecStatusType { PQresultStatus(handle) }
+
+    /// The server's error, if this result is one.
+    fileprivate func error(sql: String, connectionLost: Bool) -> PGError {
+        // PG_DIAG_SQLSTATE is the character 'C'; PG_DIAG_MESSAGE_PRIMARY is 'M'.
+        let state = PQresultErrorField(handle, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+        var message = PQresultErrorField(handle, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? ""
+        if message.isEmpty {
+            message = PQresultErrorMessage(handle).map { String(cString: $0) }?
+                .trimmingCharacters(in: .whitespacesAndNewlines) ?? "unknown error"
+        }
+        if let detail = PQresultErrorField(handle, Int32(UInt8(ascii: "D"))).map({ String(cString: $0) }) {
+            message += " (\(detail))"
+        }
+        return PGError(sqlState: state, message: message, sql: sql, connectionLost: connectionLost,
+                       duringConnect: false)
+    }
+}
+
+/// A connection to a PostgreSQL server, owning its `PGconn` (finished on deinit, also when connecting failed).
+///
+/// Not Sendable: one owner at a time.
+final class PGConnection {
+    private let handle: OpaquePointer
+
+    /// Connects. `parameters` are libpq keywords and values, processed in order so that later ones override
+    /// earlier ones; a `dbname` holding a URL or connection string is expanded in place (`expand_dbname`).
+    ///
+    /// - Parameter timeout: seconds to wait for the server, unless the parameters carry `connect_timeout`.
+    /// - Throws: `PGError` with `duringConnect` set, and the server's SQLSTATE when the server refused.
+    init(parameters: [(keyword: String, value: String)], timeout: Double = 10) throws {
+        // PQconnectStartParams + PQconnectPoll rather than PQconnectdbParams: the asynchronous start lets us set
+        // the error verbosity before the server answers, so that a refusal ("FATAL: role ... does not exist")
+        // carries its SQLSTATE, which PQconnectdbParams would drop from the message.
+        let keywords = parameters.map { strdup($0.keyword) } + [nil]
+        let values = parameters.map { strdup($0.value) } + [nil]
+        defer {
+            for p in keywords { free(p) }
+            for p in values { free(p) }
+        }
+        let made: OpaquePointer? = keywords.map { UnsafePointer($0) }.withUnsafeBufferPointer { k in
+            values.map { UnsafePointer($0) }.withUnsafeBufferPointer { v in
+                PQconnectStartParams(k.baseAddress, v.baseAddress, 1)
+            }
+        }
+        guard let made else {
+            throw PGError(sqlState: nil, message: "out of memory while connecting", sql: nil, connectionLost: true,
+                          duringConnect: true)
+        }
+        handle = made
+        // From here on `self` owns the handle, so deinit finishes it whatever happens.
+        PQsetErrorVerbosity(handle, PQERRORS_VERBOSE)
+        if PQstatus(handle) == CONNECTION_BAD { throw connectError() }
+        var wait = timeout
+        if let t = parameters.last(where: { $0.keyword == "connect_timeout" }).flatMap({ Double($0.value) }), t > 0 {
+            wait = t
+        }
+        let deadline = monotonicSeconds() + wait
+        // "If PQconnectStart succeeds, the next stage is to poll libpq ... If you have yet to call PQconnectPoll,
+        // i.e., just after the call to PQconnectStart, behave as if it last returned PGRES_POLLING_WRITING."
+        var state = PGRES_POLLING_WRITING
+        while state != PGRES_POLLING_OK {
+            if state == PGRES_POLLING_FAILED { throw connectError() }
+            let remaining = deadline - monotonicSeconds()
+            if remaining <= 0 {
+                throw PGError(sqlState: nil, message: "timeout expired after \(Int(wait)) seconds while connecting",
+                              sql: nil, connectionLost: true, duringConnect: true)
+            }
+            // The socket can change between calls (a new host or address is tried), so ask each time.
+            var fd = pollfd(fd: PQsocket(handle), events: Int16(state == PGRES_POLLING_READING ? POLLIN : POLLOUT),
+                            revents: 0)
+            _ = poll(&fd, 1, Int32(min(remaining, 1) * 1000))
+            state = PQconnectPoll(handle)
+        }
+        // Messages after connecting carry the SQLSTATE in their own field: the default verbosity is enough.
+        PQsetErrorVerbosity(handle, PQERRORS_DEFAULT)
+    }
+
+    deinit {
+        PQfinish(handle)
+    }
+
+    /// Whether the connection is still usable (`PQstatus != CONNECTION_BAD`).
+    var isHealthy: Bool { PQstatus(handle) != CONNECTION_BAD }
+
+    /// The role the session authenticated as.
+    var user: String? { PQuser(handle).map { String(cString: $0) } }
+
+    /// Runs one parameterised statement (`PQexecParams`, text format).
+    /// - Throws: `PGError`.
+    @discardableResult
+    func execute(_ sql: String, _ parameters: [String?] = []) throws -> PGResult {
+        let values = parameters.map { $0.flatMap { strdup($0) } }
+        defer { for p in values { free(p) } }
+        let raw: OpaquePointer? = values.map { UnsafePointer($0) }.withUnsafeBufferPointer { v in
+            PQexecParams(handle, sql, Int32(parameters.count), nil, v.baseAddress, nil, nil, 0)
+        }
+        guard let raw else { throw lostError(sql: sql) }
+        let result = PGResult(raw)
+        switch result.status {
+        case PGRES_TUPLES_OK, PGRES_COMMAND_OK: return result
+        default: throw result.error(sql: sql, connectionLost: !isHealthy)
+        }
+    }
+
+    /// Runs several statements in one network round trip (libpq pipeline mode), ended by one sync point.
+    ///
+    /// Without explicit BEGIN/COMMIT the statements run in one implicit transaction: "If the pipeline used an
+    /// implicit transaction, then operations that have already executed are rolled back and operations that were
+    /// queued to follow the failed operation are skipped entirely." Each statement still takes its own snapshot
+    /// under READ COMMITTED, as separate statements do.
+    ///
+    /// - Returns: one result per statement, in order.
+    /// - Throws: `PGError` for the first statement that failed; nothing of the pipeline was committed then.
+    func pipeline(_ queries: [PGQuery]) throws -> [PGResult] {
+        guard PQenterPipelineMode(handle) == 1 else { throw lostError(sql: queries.first?.sql) }
+        var sendFailure: PGError?
+        for query in queries {
+            let values = query.parameters.map { $0.flatMap { strdup($0) } }
+            defer { for p in values { free(p) } }
+            let sent = values.map { UnsafePointer($0) }.withUnsafeBufferPointer { v in
+                PQsendQueryParams(handle, query.sql, Int32(values.count), nil, v.baseAddress, nil, nil, 0)
+            }
+            if sent != 1 {
+                sendFailure = lostError(sql: query.sql)
+                break
+            }
+        }
+        if let sendFailure {
+            // A connection that cannot take a statement is not worth saving; the caller drops it.
+            throw sendFailure
+        }
+        guard PQpipelineSync(handle) == 1 else { throw lostError(sql: queries.last?.sql) }
+        // "To process the result of one query in a pipeline, the application calls PQgetResult repeatedly and
+        // handles each result until PQgetResult returns null." The sync point ends with PGRES_PIPELINE_SYNC.
+        var results: [PGResult] = []
+        var firstError: PGError?
+        for query in queries {
+            guard let raw = PQgetResult(handle) else { throw lostError(sql: query.sql) }
+            let result = PGResult(raw)
+            while let extra = PQgetResult(handle) { PQclear(extra) }
+            switch result.status {
+            case PGRES_TUPLES_OK, PGRES_COMMAND_OK:
+                results.append(result)
+            case PGRES_PIPELINE_ABORTED:
+                break
+            default:
+                if firstError == nil { firstError = result.error(sql: query.sql, connectionLost: !isHealthy) }
+            }
+        }
+        guard let sync = PQgetResult(handle) else { throw lostError(sql: nil) }
+        let syncStatus = PQresultStatus(sync)
+        PQclear(sync)
+        guard syncStatus == PGRES_PIPELINE_SYNC, PQexitPipelineMode(handle) == 1 else {
+            throw firstError ?? lostError(sql: nil)
+        }
+        if let firstError { throw firstError }
+        return results
+    }
+
+    /// Runs `body` in a transaction: BEGIN (READ COMMITTED), COMMIT; a throw rolls back and rethrows.
+    /// - Throws: what `body` throws, or `PGError`.
+    func transaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        do {
+            let value = try body()
+            try execute("COMMIT")
+            return value
+        } catch {
+            if isHealthy { _ = try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// The error for a call that got no result at all: the connection is gone or broken.
+    private func lostError(sql: String?) -> PGError {
+        let text = PQerrorMessage(handle).map { String(cString: $0) } ?? ""
+        let (state, message) = PGConnection.splitVerbose(text)
+        return PGError(sqlState: state, message: message.isEmpty ? "the connection to the server was lost" : message,
+                       sql: sql, connectionLost: true, duringConnect: false)
+    }
+
+    /// The error for a failed connection attempt, with the server's SQLSTATE when it refused.
+    private func connectError() -> PGError {
+        let text = PQerrorMessage(handle).map { String(cString: $0) } ?? ""
+        let (state, message) = PGConnection.splitVerbose(text)
+        return PGError(sqlState: state, message: message.isEmpty ? "could not connect" : message, sql: nil,
+                       connectionLost: true, duringConnect: true)
+    }
+
+    /// Splits a verbose libpq message (`... FATAL:  28000: role "x" does not exist\nLOCATION: ...`) into the
+    /// SQLSTATE and the message without it and without the LOCATION line.
+    static func splitVerbose(_ text: String) -> (sqlState: String?, message: String) {
+        var state: String?
+        var lines: [String] = []
+        for rawLine in text.split(separator: "\n", omittingEmptySubsequences: true) {
+            var line = String(rawLine)
+            if line.hasPrefix("LOCATION:") { continue }
+            for severity in ["FATAL:  ", "ERROR:  ", "PANIC:  "] {
+                guard let range = line.range(of: severity) else { continue }
+                let rest = line[range.upperBound...]
+                let code = rest.prefix(5)
+                if code.count == 5, code.allSatisfy({ $0.isNumber || ($0.isUppercase && $0.isASCII) }),
+                   rest.dropFirst(5).hasPrefix(": ")
+                {
+                    if state == nil { state = String(code) }
+                    line = String(line[..<range.upperBound]) + String(rest.dropFirst(7))
+                }
+                break
+            }
+            lines.append(line.trimmingCharacters(in: .whitespaces))
+        }
+        return (state, lines.joined(separator: " "))
+    }
+}
+
+/// Seconds on a monotonic clock.
+private func monotonicSeconds() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+/// Connection string handling that needs libpq but no connection.
+enum PGConnInfo {
+    /// The options a URL or `key=value` connection string sets explicitly.
+    /// - Throws: `PGError` with libpq's message when the string is malformed.
+    static func parse(_ conninfo: String) throws -> [String: String] {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        guard let options = PQconninfoParse(conninfo, &errorMessage) else {
+            let message = errorMessage.map { String(cString: $0) }?
+                .trimmingCharacters(in: .whitespacesAndNewlines) ?? "out of memory"
+            if let errorMessage { PQfreemem(errorMessage) }
+            throw PGError(sqlState: nil, message: message, sql: nil, connectionLost: false, duringConnect: true)
+        }
+        defer { PQconninfoFree(options) }
+        // "PQconninfoParse returns ... an array of PQconninfoOption structures ... ending with an entry having a
+        // null keyword pointer. ... only options explicitly specified in the string have values set."
+        var result: [String: String] = [:]
+        var p = options
+        while let keyword = p.pointee.keyword {
+            if let value = p.pointee.val { result[String(cString: keyword)] = String(cString: value) }
+            p += 1
+        }
+        return result
+    }
+
+    /// A PostgreSQL text-format array literal of `values` (`{"a","b",NULL}`), for a `$n::text[]` parameter.
+    static func textArray(_ values: [String?]) -> String {
+        var out = "{"
+        for (i, value) in values.enumerated() {
+            if i > 0 { out += "," }
+            guard let value else {
+                out += "NULL"
+                continue
+            }
+            out += "\""
+            for ch in value.unicodeScalars {
+                if ch == "\"" || ch == "\\" { out += "\\" }
+                out.unicodeScalars.append(ch)
+            }
+            out += "\""
+        }
+        return out + "}"
+    }
+
+    /// A PostgreSQL text-format boolean array literal (`{t,f}`).
+    static func boolArray(_ values: [Bool]) -> String {
+        "{" + values.map { $0 ? "t" : "f" }.joined(separator: ",") + "}"
+    }
+}

@@ -1,0 +1,630 @@
+import Foundation
+import StoreBase
+import StoreCloud
+
+/// What `initializeContainer()` did.
+public struct PostgresContainerSetup: Sendable, Equatable, Codable {
+    /// The schema that holds the container.
+    public var schema: String
+    /// Whether the schema was created by this call.
+    public var created: Bool
+    /// The schema version before the call (0 when it was created).
+    public var previousVersion: Int
+    /// The schema version now.
+    public var version: Int
+
+    public init(schema: String, created: Bool, previousVersion: Int, version: Int) {
+        self.schema = schema
+        self.created = created
+        self.previousVersion = previousVersion
+        self.version = version
+    }
+}
+
+/// A cloud container in a PostgreSQL database, reached through libpq.
+///
+/// Each container lives in its own schema (`schemaName(container:)`) with the tables `meta`, `zones`, `records`,
+/// `markers` and `devices`. `initializeContainer()` (`storectl cloud init`) creates or migrates it; every other
+/// call expects it to exist at the current version.
+///
+/// The connection is opened on first use and opened again after it was lost, so that a server restart is a
+/// `CloudError(.temporary)` (exit 75) for the call that saw it, and the next call simply works.
+///
+///     let cloud = try PostgresCloudDatabase(url: "postgres://alice@db.example.com/notes?sslmode=require",
+///                                           container: "iCloud.com.example.notes", password: secret)
+///     try cloud.ensureZone("default")
+///
+/// ## Why a reader never misses a change
+///
+/// Every save to a zone first locks that zone's row (`SELECT ... FROM zones WHERE name = $1 FOR UPDATE`), then,
+/// in the same transaction, assigns the new records seqs after `zones.last_seq`, raises `last_seq`, and commits.
+/// The lock is released only when the transaction ends, so the transactions of one zone pass the lock one after
+/// another: the one that assigned seqs up to S committed (and became visible) before the next one could read
+/// `last_seq` = S and assign S + 1. Seq order is therefore commit order. A reader fetches in one statement, so in
+/// one snapshot: the zone's `last_seq` L and the records with seq > its token. The snapshot that shows L shows
+/// every transaction that assigned a seq ≤ L (they all committed before the one that wrote L took the lock), and
+/// every transaction not yet visible will assign seqs > L. So after a reader has fetched up to S it can never
+/// later see a commit with seq ≤ S. A sequence (`nextval`) would not do: it hands out numbers at the start of
+/// transactions, which then commit in any order, and a reader could pass a number whose transaction commits later.
+/// See docs/postgres.md.
+public final class PostgresCloudDatabase: CloudDatabase {
+    public let container: String
+    public let displayURL: String
+    /// The schema that holds the container.
+    public let schemaName: String
+    /// The role the connection logs in as, when known before connecting (config account, URL user, `PGUSER`).
+    public let role: String?
+
+    private let url: String
+    private let account: String?
+    private let password: String?
+    private let timeout: Double
+    private var connection: PGConnection?
+    /// The quoted schema name, ready for SQL.
+    private let s: String
+
+    /// Test hook: seconds to sleep inside each save transaction before taking the zone lock and after assigning
+    /// seqs, to make concurrent transactions start and commit in different orders.
+    var saveDelays: (beforeLock: Double, beforeCommit: Double)?
+
+    /// Prepares a connection to `container` at `url`. Nothing is sent to the server until the first call.
+    ///
+    /// - Parameters:
+    ///   - url: a libpq URL (`postgres://user@host:port/db?sslmode=require`) or `key=value` connection string,
+    ///     passed to libpq as written (`sslmode` and every other option included).
+    ///   - account: the role to log in as; overrides the URL's user.
+    ///   - password: the role's password (from the config's secret). When nil, libpq looks in the URL,
+    ///     `PGPASSWORD` and `~/.pgpass`, as it always does.
+    ///   - timeout: seconds to wait for the server to answer a connection, unless the URL sets `connect_timeout`.
+    /// - Throws: `CloudError(.invalid)` when `url` is not a valid connection string.
+    public init(url: String, container: String, account: String? = nil, password: String? = nil,
+                timeout: Double = 10) throws
+    {
+        self.url = url
+        self.container = container
+        self.account = account
+        self.password = password
+        self.timeout = timeout
+        self.displayURL = PostgresURL.redacted(url)
+        self.schemaName = PostgresSchema.schemaName(for: container)
+        self.s = PostgresSchema.quoted(schemaName)
+        let options: [String: String]
+        do {
+            options = try PGConnInfo.parse(url)
+        } catch let error as PGError {
+            // libpq may quote a piece of the string; say nothing of it when the string holds a password.
+            let why = displayURL == url ? ": \(error.message)" : ""
+            throw CloudError(.invalid, "\(displayURL) is not a valid PostgreSQL connection URL\(why)",
+                             hint: "write it as postgres://USER@HOST:PORT/DATABASE?sslmode=...")
+        }
+        if let account, !account.isEmpty {
+            self.role = account
+        } else if let user = options["user"], !user.isEmpty {
+            self.role = user
+        } else {
+            self.role = ProcessInfo.processInfo.environment["PGUSER"].flatMap { $0.isEmpty ? nil : $0 }
+        }
+    }
+
+    /// The schema name for a container (see `PostgresCloudDatabase` for the layout).
+    public static func schemaName(container: String) -> String {
+        PostgresSchema.schemaName(for: container)
+    }
+
+    /// The SQL a database owner runs to let `role` sync with `container` (`storectl cloud init --print-grants`).
+    public static func grantSQL(container: String, role: String) -> String {
+        PostgresSchema.grantSQL(container: container, role: role)
+    }
+
+    /// The schema version this release creates and expects.
+    public static var schemaVersion: Int { PostgresSchema.currentVersion }
+
+    /// Closes the connection; the next call opens a new one.
+    public func close() { connection = nil }
+
+    // MARK: - Connecting
+
+    /// Opens a new connection, without checking the container.
+    /// - Throws: `PGError`.
+    func connect() throws -> PGConnection {
+        // "When expand_dbname is non-zero, the value for the first dbname key word is checked to see if it is a
+        // connection string. If so, it is expanded into the individual connection parameters ... when key words
+        // are repeated, the last processed value is retained." So the URL comes first, and what follows overrides.
+        var parameters: [(keyword: String, value: String)] = [
+            ("dbname", url),
+            ("fallback_application_name", "storectl"),
+            ("client_encoding", "UTF8"),
+        ]
+        if let account, !account.isEmpty { parameters.append(("user", account)) }
+        if let password { parameters.append(("password", password)) }
+        let c = try PGConnection(parameters: parameters, timeout: timeout)
+        // Saves rely on READ COMMITTED (a fresh snapshot per statement, after the zone lock is taken), whatever the
+        // server's default; a zone lock held too long (a stuck client) surfaces as a temporary failure.
+        try c.execute("SELECT set_config('default_transaction_isolation', 'read committed', false), "
+            + "set_config('lock_timeout', '30s', false)")
+        return c
+    }
+
+    /// The open connection to a verified container, opened (again) when needed.
+    /// - Throws: `CloudError`.
+    private func database() throws -> PGConnection {
+        if let connection, connection.isHealthy { return connection }
+        connection = nil
+        let c: PGConnection
+        do {
+            c = try connect()
+        } catch let error as PGError {
+            throw cloudError(error, "cannot connect to \(displayURL)")
+        }
+        let meta: PGResult
+        do {
+            meta = try c.execute("SELECT key, value FROM \(s).meta WHERE key IN ('schema_version', 'container')")
+        } catch let error as PGError {
+            if error.sqlState == "3F000" || error.sqlState == "42P01" {
+                throw CloudError(.containerMissing,
+                                 "container \(container) does not exist in \(displayURL) (no schema \(schemaName))",
+                                 hint: "run 'storectl cloud init' to create it")
+            }
+            throw cloudError(error, "cannot read container \(container) in \(displayURL)")
+        }
+        var values: [String: String] = [:]
+        for row in 0..<meta.rowCount {
+            if let key = meta.string(row, 0) { values[key] = meta.string(row, 1) }
+        }
+        try checkMeta(values)
+        connection = c
+        return c
+    }
+
+    /// Checks the container's meta: its id and schema version.
+    private func checkMeta(_ values: [String: String]) throws {
+        guard let versionText = values["schema_version"], let version = Int(versionText) else {
+            throw CloudError(.notAContainer, "schema \(schemaName) in \(displayURL) is not a storectl container "
+                + "(no schema_version in its meta table)",
+                hint: "check cloud.container; storectl did not change the schema")
+        }
+        if let stored = values["container"], stored != container {
+            throw CloudError(.notAContainer, "schema \(schemaName) in \(displayURL) holds container \(stored), "
+                + "not \(container)", hint: "check cloud.container; storectl did not change the schema")
+        }
+        if version > PostgresSchema.currentVersion {
+            throw CloudError(.notAContainer, "container \(container) in \(displayURL) has schema version \(version); "
+                + "this storectl knows versions up to \(PostgresSchema.currentVersion)",
+                hint: "upgrade storectl")
+        }
+        if version < PostgresSchema.currentVersion {
+            throw CloudError(.containerMissing, "container \(container) in \(displayURL) has schema version "
+                + "\(version) and needs version \(PostgresSchema.currentVersion)",
+                hint: "run 'storectl cloud init' to migrate it")
+        }
+    }
+
+    /// Runs `body` on the container's connection, turning libpq errors into `CloudError`s and dropping a
+    /// connection that was lost.
+    @discardableResult
+    private func run<T>(_ what: @autoclosure () -> String, _ body: (PGConnection) throws -> T) throws -> T {
+        let c = try database()
+        do {
+            return try body(c)
+        } catch let error as PGError {
+            if error.connectionLost || !c.isHealthy { connection = nil }
+            throw cloudError(error, what())
+        }
+    }
+
+    /// The `CloudError` for a libpq error met while doing `what`.
+    func cloudError(_ error: PGError, _ what: String) -> CloudError {
+        let summary = "\(what): \(error)"
+        let state = error.sqlState ?? ""
+        let klass = error.sqlStateClass ?? ""
+        let retry = "retry later; nothing was lost"
+        if error.duringConnect {
+            switch state {
+            case "28000" where error.message.contains("does not exist"):
+                return CloudError(.account, summary,
+                                  hint: "create the role, or set cloud.account to a role that exists")
+            case "28P01":
+                return CloudError(.account, summary,
+                                  hint: "check the password in cloud.secret, PGPASSWORD or ~/.pgpass")
+            case "28000":
+                return CloudError(.account, summary, hint: "check the role's LOGIN right and the server's pg_hba.conf")
+            case "3D000":
+                return CloudError(.containerMissing, summary, hint: "check the database name in cloud.url")
+            case "":
+                if error.message.contains("no password supplied") {
+                    return CloudError(.account, summary,
+                                      hint: "set cloud.secret, or give the password in PGPASSWORD or ~/.pgpass")
+                }
+                if error.message.contains("SSL") {
+                    return CloudError(.invalid, summary, hint: "check sslmode in cloud.url and the server's SSL set-up")
+                }
+                return CloudError(.temporary, summary,
+                                  hint: "check that the server is running and reachable, then retry")
+            default:
+                break
+            }
+        }
+        if error.connectionLost || klass == "08" || klass == "53" || klass == "40" || state == "57P01"
+            || state == "57P02" || state == "57P03" || state == "55P03" || state == "57014" || state == "25006"
+        {
+            return CloudError(.temporary, summary, hint: state == "25006"
+                ? "the server is read-only (a standby, or default_transaction_read_only); \(retry)" : retry)
+        }
+        switch state {
+        case "42501":
+            return CloudError(.permission, summary,
+                              hint: "the role lacks privileges on schema \(schemaName); a database owner can grant "
+                                  + "them with the SQL from 'storectl cloud init --print-grants'")
+        case "3F000", "42P01":
+            return CloudError(.containerMissing, summary, hint: "run 'storectl cloud init' to create the container")
+        default:
+            return CloudError(.other, summary)
+        }
+    }
+
+    // MARK: - Container set-up
+
+    /// Creates the container's schema and tables, or migrates them to the current version, in one transaction.
+    /// Safe to run again, and from several machines at once (an advisory lock serialises them).
+    ///
+    /// - Throws: `CloudError(.notAContainer)` when the schema exists but is not this container; `.permission`
+    ///   when the role may not create it; `.temporary` when the connection failed.
+    @discardableResult
+    public func initializeContainer() throws -> PostgresContainerSetup {
+        connection = nil
+        let c: PGConnection
+        do {
+            c = try connect()
+        } catch let error as PGError {
+            throw cloudError(error, "cannot connect to \(displayURL)")
+        }
+        do {
+            let setup = try c.transaction { () throws -> PostgresContainerSetup in
+                try c.execute("SELECT pg_advisory_xact_lock(hashtext($1))", ["storectl:" + schemaName])
+                let existing = try c.execute("""
+                    SELECT (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid),
+                           to_regclass($2) IS NOT NULL
+                    FROM pg_namespace n WHERE n.nspname = $1
+                    """, [schemaName, "\(s).meta"])
+                var previous = 0
+                let created = existing.rowCount == 0
+                if created {
+                    try c.execute("CREATE SCHEMA \(s)")
+                }
+                if created || existing.bool(0, 1) != true {
+                    if !created, (existing.int64(0, 0) ?? 0) > 0 {
+                        throw CloudError(.notAContainer, "schema \(schemaName) in \(displayURL) already exists and "
+                            + "is not a storectl container", hint: "check cloud.container; storectl did not change it")
+                    }
+                    try c.execute("CREATE TABLE \(s).meta (key text PRIMARY KEY, value text NOT NULL)")
+                    try c.execute("INSERT INTO \(s).meta (key, value) VALUES ('container', $1), "
+                        + "('schema_version', '0')", [container])
+                } else {
+                    let meta = try c.execute("SELECT key, value FROM \(s).meta FOR UPDATE")
+                    var values: [String: String] = [:]
+                    for row in 0..<meta.rowCount {
+                        if let key = meta.string(row, 0) { values[key] = meta.string(row, 1) }
+                    }
+                    if let stored = values["container"], stored != container {
+                        throw CloudError(.notAContainer, "schema \(schemaName) in \(displayURL) holds container "
+                            + "\(stored), not \(container)", hint: "check cloud.container; storectl did not change it")
+                    }
+                    guard let version = values["schema_version"].flatMap({ Int($0) }) else {
+                        throw CloudError(.notAContainer, "schema \(schemaName) in \(displayURL) has no schema_version",
+                                         hint: "check cloud.container; storectl did not change it")
+                    }
+                    if version > PostgresSchema.currentVersion {
+                        throw CloudError(.notAContainer, "container \(container) in \(displayURL) has schema version "
+                            + "\(version); this storectl knows versions up to \(PostgresSchema.currentVersion)",
+                            hint: "upgrade storectl")
+                    }
+                    previous = version
+                }
+                for index in previous..<PostgresSchema.currentVersion {
+                    for statement in PostgresSchema.statements(migration: index, schema: schemaName) {
+                        try c.execute(statement)
+                    }
+                }
+                try c.execute("UPDATE \(s).meta SET value = $1 WHERE key = 'schema_version'",
+                              [String(PostgresSchema.currentVersion)])
+                return PostgresContainerSetup(schema: schemaName, created: created, previousVersion: previous,
+                                              version: PostgresSchema.currentVersion)
+            }
+            connection = c
+            return setup
+        } catch let error as PGError {
+            throw cloudError(error, "cannot set up container \(container) in \(displayURL)")
+        }
+    }
+
+    /// Drops the container's schema with everything in it. Nothing asks for confirmation here: callers do.
+    /// - Throws: `CloudError`.
+    public func deleteContainer() throws {
+        connection = nil
+        do {
+            let c = try connect()
+            try c.execute("DROP SCHEMA IF EXISTS \(s) CASCADE")
+        } catch let error as PGError {
+            throw cloudError(error, "cannot delete container \(container) in \(displayURL)")
+        }
+    }
+
+    // MARK: - Zones
+
+    public func zoneInfo(_ zone: String) throws -> ZoneInfo? {
+        try run("cannot read zone \(zone) of \(container)") { c in
+            let r = try c.execute("""
+                SELECT name, epoch, last_seq,
+                       (SELECT count(*) FROM \(s).records WHERE zone = $1 AND NOT deleted)
+                FROM \(s).zones WHERE name = $1
+                """, [zone])
+            guard r.rowCount == 1 else { return nil }
+            return ZoneInfo(name: zone, epoch: r.string(0, 1) ?? "", lastSeq: r.int64(0, 2) ?? 0,
+                            liveRecords: r.int64(0, 3) ?? 0)
+        }
+    }
+
+    @discardableResult
+    public func ensureZone(_ zone: String) throws -> ZoneInfo {
+        try run("cannot create zone \(zone) of \(container)") { c in
+            try c.execute("""
+                INSERT INTO \(s).zones (name, epoch, last_seq, created_at)
+                VALUES ($1, gen_random_uuid()::text, 0, extract(epoch FROM statement_timestamp())::float8)
+                ON CONFLICT (name) DO NOTHING
+                """, [zone])
+        }
+        guard let info = try zoneInfo(zone) else {
+            // Only a purge-and-drop racing with us could get here.
+            throw CloudError(.temporary, "zone \(zone) of \(container) vanished while it was being created",
+                             hint: "retry")
+        }
+        return info
+    }
+
+    public func purgeZone(_ zone: String) throws {
+        let found = try run("cannot purge zone \(zone) of \(container)") { c -> Bool in
+            // The zone lock orders the purge with saves: a save sees the zone either before or after it, whole.
+            let results = try c.pipeline([
+                PGQuery("SELECT 1 FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone]),
+                PGQuery("""
+                    WITH r AS (DELETE FROM \(s).records WHERE zone = $1),
+                         m AS (DELETE FROM \(s).markers WHERE zone = $1)
+                    UPDATE \(s).zones SET epoch = gen_random_uuid()::text WHERE name = $1
+                    """, [zone]),
+            ])
+            return results.first?.rowCount == 1
+        }
+        if !found { throw zoneNotFound(zone) }
+    }
+
+    private func zoneNotFound(_ zone: String) -> CloudError {
+        CloudError(.zoneNotFound, "zone \(zone) does not exist in container \(container) at \(displayURL)",
+                   hint: "it is created on the first sync; if it was deleted on purpose, sync again to recreate it")
+    }
+
+    // MARK: - Records
+
+    /// The columns of a record, in the order `record(from:row:at:zone:)` reads them.
+    private static let recordColumns =
+        "record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at"
+
+    private func record(from r: PGResult, row: Int, at column: Int, zone: String) -> CloudRecord? {
+        guard let name = r.string(row, column) else { return nil }
+        return CloudRecord(zone: zone, recordName: name, recordType: r.string(row, column + 1) ?? "",
+                           fields: r.string(row, column + 2) ?? "{}", changeTag: r.string(row, column + 3) ?? "",
+                           seq: r.int64(row, column + 4) ?? 0, deleted: r.bool(row, column + 5) ?? false,
+                           modifiedBy: r.string(row, column + 6) ?? "", modifiedAt: r.double(row, column + 7) ?? 0)
+    }
+
+    public func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int) throws -> ChangeBatch {
+        guard limit > 0 else {
+            throw CloudError(.invalid, "cannot fetch changes of zone \(zone): the limit must be positive, not \(limit)")
+        }
+        let after = token?.seq ?? 0
+        // One statement, so one snapshot: the zone's last_seq and the records after the token are seen together.
+        // Every transaction that assigned a seq ≤ last_seq is visible in that snapshot (see the type's comment).
+        let r = try run("cannot fetch changes of zone \(zone) of \(container)") { c in
+            try c.execute("""
+                SELECT z.epoch, z.last_seq, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted,
+                       r.modified_by, r.modified_at
+                FROM \(s).zones z
+                LEFT JOIN LATERAL (
+                    SELECT \(Self.recordColumns) FROM \(s).records
+                    WHERE zone = z.name AND seq > $2 ORDER BY seq LIMIT $3
+                ) r ON true
+                WHERE z.name = $1
+                ORDER BY r.seq
+                """, [zone, String(after), String(limit + 1)])
+        }
+        guard r.rowCount > 0, let epoch = r.string(0, 0) else { throw zoneNotFound(zone) }
+        if let token, token.epoch != epoch {
+            throw CloudError(.zoneReset, "zone \(zone) of \(container) was purged or recreated since token \(token)",
+                             hint: "the zone's records must be fetched again from the start")
+        }
+        let lastSeq = r.int64(0, 1) ?? 0
+        var records: [CloudRecord] = []
+        for row in 0..<r.rowCount {
+            if let record = record(from: r, row: row, at: 2, zone: zone) { records.append(record) }
+        }
+        let moreComing = records.count > limit
+        if moreComing { records.removeLast(records.count - limit) }
+        // A complete page has seen everything up to last_seq, so the token may jump there; a partial page stops
+        // at its last record.
+        let seq = moreComing ? (records.last?.seq ?? after) : max(after, lastSeq)
+        return ChangeBatch(records: records, token: ServerChangeToken(epoch: epoch, seq: seq),
+                           moreComing: moreComing)
+    }
+
+    public func fetchRecord(zone: String, recordName: String) throws -> CloudRecord? {
+        try run("cannot fetch record \(recordName) of zone \(zone)") { c in
+            let r = try c.execute("SELECT \(Self.recordColumns) FROM \(s).records WHERE zone = $1 AND record_name = $2",
+                                  [zone, recordName])
+            return record(from: r, row: 0, at: 0, zone: zone)
+        }
+    }
+
+    /// Saves the batch in one network round trip and one transaction (see the type's comment for the ordering):
+    ///
+    /// 1. `SELECT ... FOR UPDATE` on the zone's row: waits for any other save to the zone to commit.
+    /// 2. One statement, with the batch as arrays (`unnest`): compares each expected tag with the stored one,
+    ///    upserts the records that match with seqs `last_seq + 1...`, raises `last_seq`, and returns for each
+    ///    record either its new tag and seq or, for a conflict, the stored record.
+    ///
+    /// Both go through libpq's pipeline mode, so the zone lock is held for the server's work only, never for a
+    /// network round trip.
+    public func save(zone: String, _ saves: [RecordSave], device: String) throws -> [SaveOutcome] {
+        if saves.isEmpty { return [] }
+        var seen = Set<String>()
+        for save in saves where !seen.insert(save.recordName).inserted {
+            throw CloudError(.invalid, "cannot save to zone \(zone): record \(save.recordName) appears twice in one batch",
+                             hint: "save each record at most once per batch")
+        }
+        var queries: [PGQuery] = []
+        if let delays = saveDelays, delays.beforeLock > 0 {
+            queries.append(PGQuery("SELECT pg_sleep($1::float8)", [String(delays.beforeLock)]))
+        }
+        queries.append(PGQuery("SELECT last_seq FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone]))
+        let lockIndex = queries.count - 1
+        queries.append(PGQuery("""
+            WITH input AS (
+                SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::boolean[], $6::text[])
+                    WITH ORDINALITY AS t(record_name, record_type, fields, deleted, expected_tag, ord)
+            ),
+            decided AS (
+                SELECT i.*, (r.change_tag IS NOT DISTINCT FROM i.expected_tag) AS ok
+                FROM input i
+                LEFT JOIN \(s).records r ON r.zone = $1 AND r.record_name = i.record_name
+            ),
+            numbered AS (
+                SELECT d.record_name, d.record_type, d.fields, d.deleted,
+                       z.last_seq + row_number() OVER (ORDER BY d.ord) AS seq
+                FROM decided d JOIN \(s).zones z ON z.name = $1
+                WHERE d.ok
+            ),
+            written AS (
+                INSERT INTO \(s).records AS r
+                    (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
+                SELECT $1, record_name, record_type, CASE WHEN deleted THEN '{}' ELSE fields END,
+                       gen_random_uuid()::text, seq, deleted, $7,
+                       extract(epoch FROM statement_timestamp())::float8
+                FROM numbered
+                ON CONFLICT (zone, record_name) DO UPDATE SET
+                    record_type = excluded.record_type, fields = excluded.fields, change_tag = excluded.change_tag,
+                    seq = excluded.seq, deleted = excluded.deleted, modified_by = excluded.modified_by,
+                    modified_at = excluded.modified_at
+                RETURNING r.record_name, r.change_tag, r.seq
+            ),
+            bumped AS (
+                UPDATE \(s).zones SET last_seq = last_seq + (SELECT count(*) FROM numbered)
+                WHERE name = $1 AND EXISTS (SELECT 1 FROM numbered)
+                RETURNING last_seq
+            )
+            SELECT d.ok, w.change_tag, w.seq,
+                   s.record_name, s.record_type, s.fields, s.change_tag, s.seq, s.deleted, s.modified_by,
+                   s.modified_at,
+                   (SELECT count(*) FROM bumped)
+            FROM decided d
+            LEFT JOIN written w ON w.record_name = d.record_name
+            LEFT JOIN \(s).records s ON NOT d.ok AND s.zone = $1 AND s.record_name = d.record_name
+            ORDER BY d.ord
+            """, [
+                zone,
+                PGConnInfo.textArray(saves.map { $0.recordName }),
+                PGConnInfo.textArray(saves.map { $0.recordType }),
+                PGConnInfo.textArray(saves.map { $0.fields }),
+                PGConnInfo.boolArray(saves.map { $0.deleted }),
+                PGConnInfo.textArray(saves.map { $0.expectedTag }),
+                device,
+            ]))
+        let upsertIndex = queries.count - 1
+        if let delays = saveDelays, delays.beforeCommit > 0 {
+            queries.append(PGQuery("SELECT pg_sleep($1::float8)", [String(delays.beforeCommit)]))
+        }
+        let results = try run("cannot save \(saves.count) records to zone \(zone) of \(container)") { c in
+            try c.pipeline(queries)
+        }
+        guard results[lockIndex].rowCount == 1 else { throw zoneNotFound(zone) }
+        let r = results[upsertIndex]
+        guard r.rowCount == saves.count else {
+            throw CloudError(.other, "saving to zone \(zone) returned \(r.rowCount) outcomes for \(saves.count) records")
+        }
+        var outcomes: [SaveOutcome] = []
+        outcomes.reserveCapacity(saves.count)
+        for row in 0..<r.rowCount {
+            if r.bool(row, 0) == true, let tag = r.string(row, 1), let seq = r.int64(row, 2) {
+                outcomes.append(.saved(changeTag: tag, seq: seq))
+            } else {
+                outcomes.append(.conflict(server: record(from: r, row: row, at: 3, zone: zone)))
+            }
+        }
+        return outcomes
+    }
+
+    // MARK: - Markers
+
+    public func createMarker(zone: String, name: String, device: String, payload: String) throws
+        -> (created: Bool, marker: Marker)
+    {
+        try run("cannot create marker \(name) in zone \(zone)") { c in
+            let inserted: PGResult
+            do {
+                inserted = try c.execute("""
+                    INSERT INTO \(s).markers (zone, name, created_by, created_at, payload)
+                    VALUES ($1, $2, $3, extract(epoch FROM statement_timestamp())::float8, $4)
+                    ON CONFLICT (zone, name) DO NOTHING
+                    RETURNING created_by, created_at, payload
+                    """, [zone, name, device, payload])
+            } catch let error as PGError where error.sqlState == "23503" {
+                throw zoneNotFound(zone)
+            }
+            if inserted.rowCount == 1 {
+                return (true, Marker(zone: zone, name: name, createdBy: inserted.string(0, 0) ?? device,
+                                     createdAt: inserted.double(0, 1) ?? 0, payload: inserted.string(0, 2) ?? payload))
+            }
+            // Another creator won. Its row is committed (ON CONFLICT waited for it), and this statement takes a
+            // new snapshot, so it sees the row.
+            guard let existing = try marker(c, zone: zone, name: name) else {
+                throw CloudError(.temporary, "marker \(name) in zone \(zone) was deleted while it was being created",
+                                 hint: "retry")
+            }
+            return (false, existing)
+        }
+    }
+
+    public func marker(zone: String, name: String) throws -> Marker? {
+        try run("cannot read marker \(name) in zone \(zone)") { c in try marker(c, zone: zone, name: name) }
+    }
+
+    private func marker(_ c: PGConnection, zone: String, name: String) throws -> Marker? {
+        let r = try c.execute("SELECT created_by, created_at, payload FROM \(s).markers WHERE zone = $1 AND name = $2",
+                              [zone, name])
+        guard r.rowCount == 1 else { return nil }
+        return Marker(zone: zone, name: name, createdBy: r.string(0, 0) ?? "", createdAt: r.double(0, 1) ?? 0,
+                      payload: r.string(0, 2) ?? "")
+    }
+
+    // MARK: - Devices
+
+    public func registerDevice(storeID: String, name: String) throws {
+        try run("cannot register device \(storeID) in \(container)") { c in
+            try c.execute("""
+                INSERT INTO \(s).devices AS d (store_id, name, account, first_seen, last_seen)
+                VALUES ($1, $2, current_user, extract(epoch FROM statement_timestamp())::float8,
+                        extract(epoch FROM statement_timestamp())::float8)
+                ON CONFLICT (store_id) DO UPDATE SET
+                    name = excluded.name, account = excluded.account, last_seen = excluded.last_seen
+                """, [storeID, name])
+        }
+    }
+
+    public func devices() throws -> [DeviceInfo] {
+        try run("cannot list the devices of \(container)") { c in
+            let r = try c.execute("SELECT store_id, name, account, first_seen, last_seen FROM \(s).devices "
+                + "ORDER BY store_id")
+            return (0..<r.rowCount).map { row in
+                DeviceInfo(storeID: r.string(row, 0) ?? "", name: r.string(row, 1) ?? "", account: r.string(row, 2),
+                           firstSeen: r.double(row, 3) ?? 0, lastSeen: r.double(row, 4) ?? 0)
+            }
+        }
+    }
+}

@@ -1,0 +1,229 @@
+import StoreBase
+import StoreSQLite
+
+/// One history row: one change to one row of one tracked table.
+public struct HistoryChange: Sendable, Equatable {
+    /// What happened to the row.
+    public enum Operation: String, Sendable, Equatable {
+        case insert = "I"
+        case update = "U"
+        case delete = "D"
+    }
+
+    /// The history sequence number: monotonic, never reused. A consumer's token is the last seq it processed.
+    public var seq: Int64
+    /// The transaction id from `_storectl_context`, or nil for a writer that did not name itself.
+    public var tx: Int64?
+    /// The author from `_storectl_context`, or `external`.
+    public var author: String
+    /// When, in unix milliseconds.
+    public var timestamp: Int64
+    /// The table.
+    public var entity: String
+    /// The primary key as stored: the canonical JSON array of the key columns in key order, e.g. `[1]`.
+    public var pk: String
+    /// The primary key values, decoded (a blob comes back as `.blob`).
+    public var primaryKey: [Value]
+    /// Insert, update or delete.
+    public var op: Operation
+    /// For an update: the columns whose value really changed, in table order.
+    public var changed: [String]?
+    /// For a delete: the old values of the tombstone columns, by column name.
+    public var tombstone: [String: Value]?
+
+    public init(seq: Int64, tx: Int64?, author: String, timestamp: Int64, entity: String, pk: String,
+                primaryKey: [Value], op: Operation, changed: [String]?, tombstone: [String: Value]?)
+    {
+        self.seq = seq
+        self.tx = tx
+        self.author = author
+        self.timestamp = timestamp
+        self.entity = entity
+        self.pk = pk
+        self.primaryKey = primaryKey
+        self.op = op
+        self.changed = changed
+        self.tombstone = tombstone
+    }
+}
+
+/// The changes one transaction made, in seq order.
+///
+/// A transaction named through `_storectl_context` groups all its changes under one `tx`. A writer that did not
+/// name itself (author `external`, tx nil) gets one transaction per change, because nothing in the history can
+/// tell which of its changes were committed together.
+public struct HistoryTransaction: Sendable, Equatable {
+    /// The transaction id, or nil for an unnamed writer's single change.
+    public var tx: Int64?
+    /// Who made it.
+    public var author: String
+    /// The time of its first change, in unix milliseconds.
+    public var timestamp: Int64
+    /// Its changes, in seq order.
+    public var changes: [HistoryChange]
+
+    public init(tx: Int64?, author: String, timestamp: Int64, changes: [HistoryChange]) {
+        self.tx = tx
+        self.author = author
+        self.timestamp = timestamp
+        self.changes = changes
+    }
+
+    /// The token after this transaction: the seq of its last change.
+    public var token: Int64 { changes.last?.seq ?? 0 }
+
+    /// Groups changes (in seq order) into transactions: consecutive changes with the same non-nil tx.
+    public static func group(_ changes: [HistoryChange]) -> [HistoryTransaction] {
+        var result: [HistoryTransaction] = []
+        for change in changes {
+            if let tx = change.tx, let last = result.last, last.tx == tx, last.author == change.author {
+                result[result.count - 1].changes.append(change)
+            } else {
+                result.append(HistoryTransaction(tx: change.tx, author: change.author, timestamp: change.timestamp,
+                                                 changes: [change]))
+            }
+        }
+        return result
+    }
+}
+
+extension HistoryTracker {
+    /// The changes after `token`, in seq order, optionally filtered.
+    ///
+    /// It reads by a range scan on `seq` (the rowid), so its cost is the number of changes after the token, not
+    /// the size of the history.
+    /// - Parameters:
+    ///   - token: return changes with a seq greater than this (0: from the start).
+    ///   - author: only this author's changes.
+    ///   - excludeAuthor: no changes of this author (the export reads history excluding `cloud-import`).
+    ///   - entity: only this table's changes.
+    ///   - limit: at most this many changes.
+    /// - Throws: `SQLiteError`.
+    public func changes(after token: Int64 = 0, author: String? = nil, excludeAuthor: String? = nil,
+                        entity: String? = nil, limit: Int? = nil) throws -> [HistoryChange]
+    {
+        var result: [HistoryChange] = []
+        try scan(after: token, author: author, excludeAuthor: excludeAuthor, entity: entity) { change in
+            if let limit, result.count >= limit { return false }
+            result.append(change)
+            return true
+        }
+        return result
+    }
+
+    /// The transactions after `token`, with their changes, optionally filtered.
+    ///
+    /// `limit` counts changes, but a transaction is never split: the last one is completed even past the limit,
+    /// so the returned token always ends on a transaction boundary.
+    /// - Throws: `SQLiteError`.
+    public func transactions(after token: Int64 = 0, author: String? = nil, excludeAuthor: String? = nil,
+                             entity: String? = nil, limit: Int? = nil) throws -> [HistoryTransaction]
+    {
+        var result: [HistoryChange] = []
+        try scan(after: token, author: author, excludeAuthor: excludeAuthor, entity: entity) { change in
+            if let limit, result.count >= limit {
+                guard let last = result.last, let tx = last.tx, change.tx == tx, change.author == last.author else {
+                    return false
+                }
+            }
+            result.append(change)
+            return true
+        }
+        return HistoryTransaction.group(result)
+    }
+
+    /// Calls `body` for each matching change after `token` until it returns false.
+    private func scan(after token: Int64, author: String?, excludeAuthor: String?, entity: String?,
+                      _ body: (HistoryChange) throws -> Bool) throws
+    {
+        var sql = "SELECT seq, tx, author, ts, entity, pk, op, changed, tombstone FROM _storectl_history WHERE seq > ?"
+        var arguments: [any SQLBindable] = [token]
+        if let author {
+            sql += " AND author = ?"
+            arguments.append(author)
+        }
+        if let excludeAuthor {
+            sql += " AND author IS NOT ?"
+            arguments.append(excludeAuthor)
+        }
+        if let entity {
+            sql += " AND entity = ?"
+            arguments.append(entity)
+        }
+        sql += " ORDER BY seq"
+        // A statement of its own (not the connection's cache), because decoding below uses cached statements.
+        let statement = try db.prepare(sql)
+        try statement.bind(arguments)
+        while try statement.step() {
+            let pk = statement.string(5) ?? "[]"
+            let opText = statement.string(6) ?? ""
+            guard let op = HistoryChange.Operation(rawValue: opText) else {
+                throw StoreError(.dataError, "history row \(statement.int64(0) ?? 0) in \(db.path) has an unknown op '\(opText)'",
+                                 hint: "history rows are written only by storectl's triggers; check what else writes to _storectl_history")
+            }
+            let change = HistoryChange(
+                seq: statement.int64(0) ?? 0, tx: statement.int64(1), author: statement.string(2) ?? "",
+                timestamp: statement.int64(3) ?? 0, entity: statement.string(4) ?? "", pk: pk,
+                primaryKey: try decodeArray(pk), op: op,
+                changed: try statement.string(7).map { try decodeArray($0).compactMap(\.string) },
+                tombstone: try statement.string(8).map { try decodeObject($0) })
+            if try !body(change) { break }
+        }
+        try statement.reset()
+    }
+
+    /// Decodes a JSON array written by the triggers, with SQLite's own JSON parser.
+    func decodeArray(_ json: String) throws -> [Value] {
+        try db.query("""
+            SELECT type, atom, CASE WHEN type = 'object' THEN json_extract(value, '$."$blob"') END
+            FROM json_each(?) ORDER BY key
+            """, [json]).map(Self.decodeElement)
+    }
+
+    /// Decodes a JSON object written by the triggers (a tombstone).
+    func decodeObject(_ json: String) throws -> [String: Value] {
+        var result: [String: Value] = [:]
+        for row in try db.query("""
+            SELECT key, type, atom, CASE WHEN type = 'object' THEN json_extract(value, '$."$blob"') END
+            FROM json_each(?)
+            """, [json])
+        {
+            result[row[0].string ?? ""] = Self.decodeElement(Row(names: [], values: Array(row.values.dropFirst())))
+        }
+        return result
+    }
+
+    private static func decodeElement(_ row: Row) -> Value {
+        switch row[0].string {
+        case "object":
+            if let hex = row[2].string, let bytes = bytes(fromHex: hex) { return .blob(bytes) }
+            return row[1]
+        case "true": return .integer(1)
+        case "false": return .integer(0)
+        default: return row[1]
+        }
+    }
+
+    private static func bytes(fromHex hex: String) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        var result: [UInt8] = []
+        result.reserveCapacity(digits.count / 2)
+        var i = 0
+        while i < digits.count {
+            guard let hi = nibble(digits[i]), let lo = nibble(digits[i + 1]) else { return nil }
+            result.append(hi << 4 | lo)
+            i += 2
+        }
+        return result
+    }
+
+    private static func nibble(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+        default: return nil
+        }
+    }
+}

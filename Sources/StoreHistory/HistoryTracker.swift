@@ -1,0 +1,406 @@
+import Foundation
+import StoreBase
+import StoreSQLite
+
+/// History tracking that lives in the store file: installs and verifies the triggers, names storectl's own
+/// transactions, reads history, and keeps consumers, tokens and pruning.
+///
+/// A tracker wraps one connection and is not `Sendable`, like the connection itself.
+///
+///     let tracker = HistoryTracker(db: db, options: TrackingOptions(author: "notes-app"))
+///     try tracker.install()
+///     let tx = try tracker.write {
+///         try db.run("INSERT INTO notes(title) VALUES (?)", ["hello"])
+///     }
+///     let changes = try tracker.changes(after: 0)
+public struct HistoryTracker {
+    /// The store's connection.
+    public let db: Connection
+    /// Which tables are tracked, the author of storectl's writes, and the tombstone columns.
+    public let options: TrackingOptions
+
+    public init(db: Connection, options: TrackingOptions = TrackingOptions()) {
+        self.db = db
+        self.options = options
+    }
+
+    // MARK: - Install
+
+    /// Creates the `_storectl_*` tables, the meta keys and the triggers, in one transaction.
+    ///
+    /// An existing database with data is adopted: its rows are not recorded as history. Running it again on an
+    /// initialized, up-to-date store changes nothing (`installed` is false).
+    /// - Throws: `StoreError`: exit 78 when tracking is off, when the schema drifted (run migrate) or the
+    ///   triggers are missing (run migrate --force), or when `entities` names a missing table; exit 65 when a
+    ///   tracked table has no primary key or the store's format is newer than this storectl.
+    @discardableResult
+    public func install() throws -> InstallReport {
+        try requireTrackingOn()
+        return try db.transaction(.immediate) {
+            if try isInitialized() {
+                try checkFormatVersion()
+                let report = try inspect()
+                switch report.state {
+                case .ok, .notInitialized:
+                    break
+                case .drift(let details):
+                    throw driftError(details)
+                case .triggersMissing(let tables):
+                    throw trackingLostError(tables)
+                }
+                if report.state == .ok {
+                    return InstallReport(installed: false, storeID: try meta(StoreFormat.MetaKey.storeID) ?? "",
+                                         tables: try storedTrackedNames(),
+                                         schemaHash: try meta(StoreFormat.MetaKey.schemaHash) ?? "")
+                }
+            }
+            try db.execute(StoreFormat.createTablesSQL)
+            let tables = try trackedTables()
+            let now = String(Self.nowMilliseconds())
+            let defaults: [(String, String)] = [
+                (StoreFormat.MetaKey.formatVersion, StoreFormat.version),
+                (StoreFormat.MetaKey.storeID, UUID().uuidString.lowercased()),
+                (StoreFormat.MetaKey.mode, "local"),
+                (StoreFormat.MetaKey.nextTx, "1"),
+                (StoreFormat.MetaKey.createdAt, now),
+            ]
+            for (key, value) in defaults {
+                try db.run("INSERT OR IGNORE INTO _storectl_meta(key, value) VALUES (?, ?)", [key, value])
+            }
+            try installTriggers(tables)
+            let hash = try writeSchemaMeta(tables)
+            return InstallReport(installed: true, storeID: try meta(StoreFormat.MetaKey.storeID) ?? "",
+                                 tables: tables.map(\.name).sorted(by: utf8Less), schemaHash: hash)
+        }
+    }
+
+    /// Regenerates every trigger from the current schema in ONE transaction, and updates the schema hash.
+    ///
+    /// History rows are never touched, so no history is lost. When tracking was lost (triggers missing), it
+    /// refuses unless `force` is true; then it records the gap in meta `history_gap` (the newest seq at that
+    /// moment), so that a later cloud enable re-baselines instead of silently missing changes. The failpoint
+    /// `migrate.before-commit` fires after the triggers were regenerated, before the commit.
+    /// - Throws: `StoreError`: exit 78 when tracking is off, not installed, or lost without `force`; exit 65
+    ///   when a tracked table has no primary key.
+    @discardableResult
+    public func migrate(force: Bool = false) throws -> MigrateReport {
+        try requireTrackingOn()
+        return try db.transaction(.immediate) {
+            guard try isInitialized() else { throw notInitializedError() }
+            try checkFormatVersion()
+            let before = try inspect()
+            if case .triggersMissing(let tables) = before.state, !force {
+                throw trackingLostError(tables)
+            }
+            if before.state == .ok && !force {
+                return MigrateReport(before: before.state, repaired: [], regenerated: false,
+                                     tables: try storedTrackedNames(),
+                                     schemaHash: try meta(StoreFormat.MetaKey.schemaHash) ?? "", historyGap: nil)
+            }
+            let tables = try trackedTables()
+            try installTriggers(tables)
+            let hash = try writeSchemaMeta(tables)
+            var gap: Int64?
+            var repaired = before.drift
+            if case .triggersMissing(let lost) = before.state {
+                let seq = try latestSeq()
+                gap = seq
+                try setMeta(StoreFormat.MetaKey.historyGap, String(seq))
+                try setMeta(StoreFormat.MetaKey.historyGapReason,
+                            "triggers of \(lost.joined(separator: ", ")) were missing; reinstalled with --force at "
+                                + "\(Self.nowMilliseconds()) ms; changes made while they were missing were not recorded")
+                repaired.append(contentsOf: lost.map { "triggers of table \(quoteIdentifier($0)) reinstalled" })
+            }
+            Failpoint.hit("migrate.before-commit")
+            return MigrateReport(before: before.state, repaired: repaired, regenerated: true,
+                                 tables: tables.map(\.name).sorted(by: utf8Less), schemaHash: hash, historyGap: gap)
+        }
+    }
+
+    /// Throws unless tracking is installed and up to date. Sync and mode switches call this first.
+    /// - Throws: `StoreError` exit 78 with the reason.
+    public func requireTracking() throws {
+        try requireTrackingOn()
+        let report = try inspect()
+        switch report.state {
+        case .ok: return
+        case .notInitialized: throw notInitializedError()
+        case .drift(let details): throw driftError(details)
+        case .triggersMissing(let tables): throw trackingLostError(tables)
+        }
+    }
+
+    /// The state of tracking: ok, not initialized, drift, or triggers missing.
+    /// - Throws: `SQLiteError`.
+    public func verify() throws -> TrackingState {
+        try inspect().state
+    }
+
+    // MARK: - Tables
+
+    /// The user tables: every table of the main schema except `sqlite_*`, `_storectl_*`, virtual tables and
+    /// their shadow tables. Sorted by name.
+    /// - Throws: `SQLiteError`.
+    public func userTables() throws -> [String] {
+        try db.query("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'table'")
+            .compactMap { $0[0].string }
+            .filter { !StoreFormat.isInternalTable($0) }
+            .sorted(by: utf8Less)
+    }
+
+    /// The tables history tracks, as the schema is now: every user table, or exactly those `entities` names.
+    /// - Throws: `StoreError` exit 65 naming a tracked table with no primary key, exit 78 when `entities` names
+    ///   a table the store does not have or a tombstone column the table does not have.
+    public func trackedTables() throws -> [TableSchema] {
+        try trackedTables(strict: true)
+    }
+
+    func trackedTables(strict: Bool) throws -> [TableSchema] {
+        let all = try userTables()
+        var names: [String] = []
+        if let entities = options.entities {
+            for entity in entities {
+                if let actual = all.first(where: { $0 == entity }) ?? all.first(where: { $0.lowercased() == entity.lowercased() }) {
+                    if !names.contains(actual) { names.append(actual) }
+                } else if strict {
+                    var hint = "create the table (e.g. in the schema: file), or remove it from entities:"
+                    if let near = Suggest.closest(entity, in: all) { hint = "did you mean '\(near)'? " + hint }
+                    throw StoreError(.config, "entities: names table '\(entity)', which \(db.path) does not have",
+                                     hint: hint)
+                }
+            }
+        } else {
+            names = all
+        }
+        let rowless = Set(try db.query("SELECT name FROM pragma_table_list WHERE schema = 'main' AND wr = 1")
+            .compactMap { $0[0].string })
+        var result: [TableSchema] = []
+        for name in names.sorted(by: utf8Less) {
+            let columns = try db.columns(of: name)
+            let pk = columns.filter { $0.primaryKeyIndex > 0 }.sorted { $0.primaryKeyIndex < $1.primaryKeyIndex }
+                .map(\.name)
+            if pk.isEmpty && strict {
+                throw StoreError(.dataError, "table '\(name)' in \(db.path) has no primary key, so its rows cannot be tracked",
+                                 hint: "add an explicit PRIMARY KEY to '\(name)', or narrow entities: so that it is not tracked")
+            }
+            var tombstone = pk
+            if let configured = tombstoneColumns(for: name) {
+                tombstone = []
+                for column in configured {
+                    if let actual = columns.first(where: { $0.name == column })
+                        ?? columns.first(where: { $0.name.lowercased() == column.lowercased() })
+                    {
+                        tombstone.append(actual.name)
+                    } else if strict {
+                        throw StoreError(.config, "entities.\(name).tombstone names column '\(column)', which table '\(name)' does not have",
+                                         hint: "the columns of '\(name)' are: " + columns.map(\.name).joined(separator: ", "))
+                    }
+                }
+            }
+            result.append(TableSchema(name: name, columns: columns, primaryKey: pk,
+                                      foreignKeys: try db.foreignKeys(of: name), tombstone: tombstone,
+                                      withoutRowID: rowless.contains(name)))
+        }
+        return result
+    }
+
+    private func tombstoneColumns(for table: String) -> [String]? {
+        if let exact = options.tombstones[table] { return exact }
+        return options.tombstones.first { $0.key.lowercased() == table.lowercased() }?.value
+    }
+
+    // MARK: - Authors and transactions
+
+    /// Runs `body` in a transaction whose history rows carry `author` (default: the options' author) and a new
+    /// transaction id, and returns that id.
+    ///
+    /// It is the two statements any program can use to name its own transactions: first
+    /// `INSERT OR REPLACE INTO _storectl_context(id, author, tx) VALUES (1, ?, ?)`, and before the commit
+    /// `DELETE FROM _storectl_context`. Nested inside another transaction it runs in a savepoint and puts the
+    /// outer author back afterwards.
+    /// - Throws: the body's error (after rolling back), or `StoreError` exit 78 when the store is not initialized.
+    @discardableResult
+    public func write(author: String? = nil, _ body: () throws -> Void) throws -> Int64 {
+        try transaction(author: author) { tx in
+            try body()
+            return tx
+        }
+    }
+
+    /// Like `write(author:_:)`, but passes the transaction id to `body` and returns the body's result.
+    /// - Throws: the body's error (after rolling back), or `StoreError` exit 78 when the store is not initialized.
+    public func transaction<T>(author: String? = nil, _ body: (_ tx: Int64) throws -> T) throws -> T {
+        let name = author ?? options.author
+        return try db.transaction(.immediate) {
+            let previous = try db.query("SELECT author, tx FROM _storectl_context WHERE id = 1").first
+            let tx = try nextTransactionID()
+            try db.run("INSERT OR REPLACE INTO _storectl_context(id, author, tx) VALUES (1, ?, ?)", [name, tx])
+            let result = try body(tx)
+            if let previous {
+                try db.run("INSERT OR REPLACE INTO _storectl_context(id, author, tx) VALUES (1, ?, ?)",
+                           [previous[0], previous[1]])
+            } else {
+                try db.run("DELETE FROM _storectl_context")
+            }
+            return result
+        }
+    }
+
+    /// `write(author:_:)` on a connection, for callers that hold no tracker.
+    /// - Throws: the body's error, or `StoreError` exit 78 when the store is not initialized.
+    @discardableResult
+    public static func write(db: Connection, author: String, _ body: () throws -> Void) throws -> Int64 {
+        try HistoryTracker(db: db, options: TrackingOptions(author: author)).write(body)
+    }
+
+    private func nextTransactionID() throws -> Int64 {
+        let sql = """
+            UPDATE _storectl_meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'next_tx'
+            RETURNING CAST(value AS INTEGER) - 1
+            """
+        guard try db.tableExists("_storectl_meta"), let tx = try db.query(sql).first?[0].int64 else {
+            throw notInitializedError()
+        }
+        return tx
+    }
+
+    // MARK: - Meta and tokens
+
+    /// The value of meta `key`, or nil.
+    /// - Throws: `SQLiteError` (when the store is not initialized, too).
+    public func meta(_ key: String) throws -> String? {
+        try db.scalar("SELECT value FROM _storectl_meta WHERE key = ?", [key])?.string
+    }
+
+    /// Sets meta `key` to `value`; nil removes it.
+    /// - Throws: `SQLiteError`.
+    public func setMeta(_ key: String, _ value: String?) throws {
+        if let value {
+            try db.run("INSERT OR REPLACE INTO _storectl_meta(key, value) VALUES (?, ?)", [key, value])
+        } else {
+            try db.run("DELETE FROM _storectl_meta WHERE key = ?", [key])
+        }
+    }
+
+    /// The opaque token `name` in `_storectl_tokens` (e.g. a server change token), or nil.
+    /// - Throws: `SQLiteError`.
+    public func token(_ name: String) throws -> String? {
+        try db.scalar("SELECT value FROM _storectl_tokens WHERE name = ?", [name])?.string
+    }
+
+    /// Sets the opaque token `name`; nil removes it.
+    /// - Throws: `SQLiteError`.
+    public func setToken(_ name: String, _ value: String?) throws {
+        if let value {
+            try db.run("INSERT OR REPLACE INTO _storectl_tokens(name, value) VALUES (?, ?)", [name, value])
+        } else {
+            try db.run("DELETE FROM _storectl_tokens WHERE name = ?", [name])
+        }
+    }
+
+    /// The store id (meta `store_id`).
+    /// - Throws: `StoreError` exit 78 when the store is not initialized.
+    public func storeID() throws -> String {
+        guard try isInitialized(), let id = try meta(StoreFormat.MetaKey.storeID) else { throw notInitializedError() }
+        return id
+    }
+
+    /// The newest history seq, or 0 when the history is empty.
+    /// - Throws: `SQLiteError`.
+    public func latestSeq() throws -> Int64 {
+        try db.scalar("SELECT max(seq) FROM _storectl_history")?.int64 ?? 0
+    }
+
+    /// Whether the store has been initialized (meta holds a format version).
+    /// - Throws: `SQLiteError`.
+    public func isInitialized() throws -> Bool {
+        guard try db.tableExists("_storectl_meta") else { return false }
+        return try meta(StoreFormat.MetaKey.formatVersion) != nil
+    }
+
+    /// The current time in unix milliseconds, as the triggers record it.
+    public static func nowMilliseconds() -> Int64 {
+        Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+    }
+
+    // MARK: - Internals
+
+    func storedTrackedNames() throws -> [String] {
+        guard let text = try meta(StoreFormat.MetaKey.tracked),
+              let names = try? JSONDecoder().decode([String].self, from: Data(text.utf8))
+        else { return [] }
+        return names
+    }
+
+    private func checkFormatVersion() throws {
+        let version = try meta(StoreFormat.MetaKey.formatVersion)
+        guard version == StoreFormat.version else {
+            throw StoreError(.dataError, "\(db.path) has store format version \(version ?? "?"), this storectl knows version \(StoreFormat.version)",
+                             hint: "upgrade storectl; the store was not changed")
+        }
+    }
+
+    private func requireTrackingOn() throws {
+        guard options.tracking else {
+            throw StoreError(.config, "history tracking cannot be turned off",
+                             details: ["  history tracking is what lets data survive a switch between local and cloud modes"],
+                             hint: "remove 'tracking: false' from the store's history: settings; prune old history with 'storectl history prune' instead")
+        }
+    }
+
+    func notInitializedError() -> StoreError {
+        StoreError(.config, "history tracking is not installed in \(db.path)",
+                   hint: "run 'storectl init' to install it; existing rows are kept and are not recorded as history")
+    }
+
+    func driftError(_ details: [String]) -> StoreError {
+        StoreError(.config, "the schema of \(db.path) changed since the history triggers were generated",
+                   details: details.map { "  " + $0 },
+                   hint: "run 'storectl migrate' to regenerate the triggers; no history is lost")
+    }
+
+    func trackingLostError(_ tables: [String]) -> StoreError {
+        StoreError(.config, "history tracking is lost in \(db.path): the triggers of "
+                    + tables.map { "'\($0)'" }.joined(separator: ", ") + " are missing",
+                   details: ["  changes made to \(tables.count == 1 ? "this table" : "these tables") while the triggers were missing were not recorded"],
+                   hint: "run 'storectl migrate --force' to reinstall them; it records a history gap in the store meta, "
+                    + "so that the next cloud enable re-baselines instead of missing those changes")
+    }
+
+    /// Drops every storectl trigger and creates the triggers of `tables`.
+    private func installTriggers(_ tables: [TableSchema]) throws {
+        let existing = try db.query("""
+            SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE '\\_storectl\\_%' ESCAPE '\\'
+            """).compactMap { $0[0].string }
+        for name in existing {
+            try db.execute("DROP TRIGGER IF EXISTS main.\(quoteIdentifier(name))")
+        }
+        for table in tables {
+            for trigger in try triggerSQL(for: table).triggers {
+                try db.execute(trigger.sql)
+            }
+        }
+    }
+
+    func triggerSQL(for table: TableSchema) throws -> TriggerSQL {
+        var jsonNames: [String: String] = [:]
+        for column in table.nonKeyColumns {
+            jsonNames[column] = try db.scalar("SELECT json_quote(?)", [column])?.string
+        }
+        return TriggerSQL(table: table, jsonNames: jsonNames)
+    }
+
+    private func writeSchemaMeta(_ tables: [TableSchema]) throws -> String {
+        let description = SchemaDescription(
+            tables: Dictionary(uniqueKeysWithValues: tables.map { ($0.name, $0.description) }),
+            userTables: try userTables())
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let schema = String(decoding: try encoder.encode(description), as: UTF8.self)
+        let tracked = String(decoding: try encoder.encode(tables.map(\.name).sorted(by: utf8Less)), as: UTF8.self)
+        try setMeta(StoreFormat.MetaKey.schemaHash, description.hash)
+        try setMeta(StoreFormat.MetaKey.tracked, tracked)
+        try setMeta(StoreFormat.MetaKey.schema, schema)
+        return description.hash
+    }
+}

@@ -1,0 +1,82 @@
+import StoreSQLite
+
+/// The names and SQL of the store format, version 1.
+///
+/// Other programs (the sync engine, scripts, any SQLite client) rely on these names exactly: columns and keys may
+/// be added in later versions, never changed.
+public enum StoreFormat {
+    /// The format version written to meta `format_version`.
+    public static let version = "1"
+
+    /// The author recorded for writers that did not name themselves in `_storectl_context`.
+    public static let externalAuthor = "external"
+    /// Consumer names starting with this prefix belong to the sync engine.
+    public static let reservedConsumerPrefix = "cloud-"
+    /// The consumer whose token is the sync engine's export token.
+    public static let cloudExportConsumer = "cloud-export"
+    /// Every storectl trigger's name starts with this prefix.
+    public static let triggerPrefix = "_storectl_"
+
+    /// The keys of `_storectl_meta`.
+    public enum MetaKey {
+        /// `'1'`.
+        public static let formatVersion = "format_version"
+        /// A random lowercase UUID, set once.
+        public static let storeID = "store_id"
+        /// `local` or `cloud`.
+        public static let mode = "mode"
+        /// FNV-1a 64 (16 lowercase hex digits) of the canonical description of the tracked tables and user tables.
+        public static let schemaHash = "schema_hash"
+        /// A JSON array of the tracked table names, sorted.
+        public static let tracked = "tracked"
+        /// The next transaction id `HistoryTracker.write` hands out (an integer).
+        public static let nextTx = "next_tx"
+        /// Set when tracking was lost and reinstalled with `--force`: the newest history seq at that moment.
+        /// Changes made while the triggers were missing were not recorded, so a sync must re-baseline.
+        public static let historyGap = "history_gap"
+        /// Why `history_gap` was set, in words.
+        public static let historyGapReason = "history_gap_reason"
+        /// When the store was initialized, in unix milliseconds.
+        public static let createdAt = "created_at"
+        /// The canonical description of the tracked tables and the user tables, as JSON (for drift details).
+        public static let schema = "schema"
+    }
+
+    /// The SQL that creates the format tables. Every statement is `IF NOT EXISTS`, so it can run again.
+    public static let createTablesSQL = """
+        CREATE TABLE IF NOT EXISTS _storectl_meta(key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS _storectl_context(id INTEGER PRIMARY KEY CHECK (id = 1), author TEXT NOT NULL,
+            tx INTEGER NOT NULL);
+        CREATE TABLE IF NOT EXISTS _storectl_history(
+            seq INTEGER PRIMARY KEY,
+            tx INTEGER,
+            author TEXT NOT NULL,
+            ts INTEGER NOT NULL,
+            entity TEXT NOT NULL,
+            pk TEXT NOT NULL,
+            op TEXT NOT NULL,
+            changed TEXT,
+            tombstone TEXT
+        );
+        CREATE TABLE IF NOT EXISTS _storectl_consumers(name TEXT PRIMARY KEY, token INTEGER NOT NULL DEFAULT 0,
+            created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS _storectl_tokens(name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+        """
+
+    /// The SQL expression for "now" in unix milliseconds, as the triggers compute it.
+    public static let nowMillisecondsSQL = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+
+    /// The names of the triggers storectl installs on `table`.
+    public static func triggerNames(for table: String) -> (insert: String, update: String, updatePK: String,
+                                                           delete: String)
+    {
+        let base = triggerPrefix + table
+        return (base + "_ins", base + "_upd", base + "_updpk", base + "_del")
+    }
+
+    /// Whether `name` is one of storectl's own tables (`_storectl_*`) or SQLite's (`sqlite_*`).
+    public static func isInternalTable(_ name: String) -> Bool {
+        let lower = name.lowercased()
+        return lower.hasPrefix("_storectl_") || lower.hasPrefix("sqlite_")
+    }
+}

@@ -1,0 +1,112 @@
+import StoreSQLite
+
+/// Generates the SQL of the four history triggers of one table.
+///
+/// Every identifier goes through `quoteIdentifier` and every literal through `quoteLiteral`, so a table or column
+/// named with quotes, spaces or SQL in it is read as a name and nothing else. The update trigger's work is linear
+/// in the number of columns: one `IS NOT` test per column in its WHEN clause, and one `CASE` term per column in
+/// the concatenation that builds `changed`.
+struct TriggerSQL {
+    /// One trigger: its name and its full `CREATE TRIGGER` statement, exactly as `sqlite_master.sql` stores it.
+    struct Trigger: Equatable {
+        var name: String
+        var sql: String
+    }
+
+    let table: TableSchema
+    /// Each column name as a JSON string (`"title"`), computed by SQLite's `json_quote`.
+    let jsonNames: [String: String]
+
+    /// The statements, in the order they are created.
+    var triggers: [Trigger] {
+        let names = StoreFormat.triggerNames(for: table.name)
+        var result = [Trigger(name: names.insert, sql: insertTrigger(names.insert))]
+        if !table.nonKeyColumns.isEmpty {
+            result.append(Trigger(name: names.update, sql: updateTrigger(names.update)))
+        }
+        result.append(Trigger(name: names.updatePK, sql: updatePKTrigger(names.updatePK)))
+        result.append(Trigger(name: names.delete, sql: deleteTrigger(names.delete)))
+        return result
+    }
+
+    private var entity: String { quoteLiteral(table.name) }
+    private var on: String { quoteIdentifier(table.name) }
+
+    /// `CASE WHEN typeof(x)='blob' THEN json_object('$blob', hex(x)) ELSE x END`: a blob cannot go into JSON as it
+    /// is, and a user's write must never fail because of its history row.
+    private func jsonSafe(_ ref: String) -> String {
+        "CASE WHEN typeof(\(ref))='blob' THEN json_object('$blob', hex(\(ref))) ELSE \(ref) END"
+    }
+
+    private func pkArray(_ row: String) -> String {
+        "json_array(" + table.primaryKey.map { jsonSafe("\(row).\(quoteIdentifier($0))") }.joined(separator: ", ") + ")"
+    }
+
+    private func tombstoneObject(_ row: String) -> String {
+        "json_object(" + table.tombstone.map {
+            "\(quoteLiteral($0)), " + jsonSafe("\(row).\(quoteIdentifier($0))")
+        }.joined(separator: ", ") + ")"
+    }
+
+    /// The values every history row starts with: tx, author, ts, entity.
+    private var common: String {
+        "(SELECT tx FROM _storectl_context WHERE id = 1), "
+            + "coalesce((SELECT author FROM _storectl_context WHERE id = 1), \(quoteLiteral(StoreFormat.externalAuthor))), "
+            + StoreFormat.nowMillisecondsSQL + ", " + entity
+    }
+
+    private var pkUnchanged: String {
+        table.primaryKey.map { "OLD.\(quoteIdentifier($0)) IS NEW.\(quoteIdentifier($0))" }.joined(separator: " AND ")
+    }
+
+    private var pkChanged: String {
+        table.primaryKey.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }.joined(separator: " OR ")
+    }
+
+    private func insertTrigger(_ name: String) -> String {
+        """
+        CREATE TRIGGER \(quoteIdentifier(name)) AFTER INSERT ON \(on) BEGIN
+          INSERT INTO _storectl_history(tx, author, ts, entity, pk, op)
+            VALUES (\(common), \(pkArray("NEW")), 'I');
+        END
+        """
+    }
+
+    private func updateTrigger(_ name: String) -> String {
+        let columns = table.nonKeyColumns
+        let differs = columns.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }
+            .joined(separator: " OR ")
+        let terms = columns.map { c -> String in
+            let literal = quoteLiteral("," + (jsonNames[c] ?? "\"\(c)\""))
+            return "CASE WHEN OLD.\(quoteIdentifier(c)) IS NOT NEW.\(quoteIdentifier(c)) THEN \(literal) ELSE '' END"
+        }.joined(separator: " || ")
+        return """
+            CREATE TRIGGER \(quoteIdentifier(name)) AFTER UPDATE ON \(on)
+            WHEN \(pkUnchanged) AND (\(differs)) BEGIN
+              INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
+                VALUES (\(common), \(pkArray("NEW")), 'U', '[' || substr(\(terms), 2) || ']');
+            END
+            """
+    }
+
+    private func updatePKTrigger(_ name: String) -> String {
+        """
+        CREATE TRIGGER \(quoteIdentifier(name)) AFTER UPDATE ON \(on)
+        WHEN \(pkChanged) BEGIN
+          INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, tombstone)
+            VALUES (\(common), \(pkArray("OLD")), 'D', \(tombstoneObject("OLD")));
+          INSERT INTO _storectl_history(tx, author, ts, entity, pk, op)
+            VALUES (\(common), \(pkArray("NEW")), 'I');
+        END
+        """
+    }
+
+    private func deleteTrigger(_ name: String) -> String {
+        """
+        CREATE TRIGGER \(quoteIdentifier(name)) AFTER DELETE ON \(on) BEGIN
+          INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, tombstone)
+            VALUES (\(common), \(pkArray("OLD")), 'D', \(tombstoneObject("OLD")));
+        END
+        """
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import StoreBase
+import StoreCloud
+import StoreConfig
+
+/// Opens the cloud container a store's `cloud:` settings name, whatever its backend.
+///
+///     let cloud = try CloudConnector.open(settings: cloudSettings, createIfMissing: nil)
+///     let report = CloudConnector.accountStatus(settings: cloudSettings)
+public enum CloudConnector {
+    /// The backend a URL names.
+    public enum Backend: Equatable, Sendable {
+        /// A SQLite container file at this absolute path.
+        case file(path: String)
+        /// A PostgreSQL server.
+        case postgres(url: String)
+    }
+
+    /// Works out the backend from `cloud.url`.
+    /// - Throws: `StoreError` (exit 78) for a URL that is neither `file:` nor `postgres://`.
+    public static func backend(of url: String) throws -> Backend {
+        if url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") { return .postgres(url: url) }
+        if url.hasPrefix("file:") {
+            var path = String(url.dropFirst("file:".count))
+            // file:///abs and file://localhost/abs are accepted too.
+            if path.hasPrefix("//localhost/") { path = String(path.dropFirst("//localhost".count)) }
+            if path.hasPrefix("///") { path = String(path.dropFirst(2)) }
+            path = path.removingPercentEncoding ?? path
+            guard path.hasPrefix("/") else {
+                throw StoreError(.config, "cloud.url '\(url)' does not name an absolute path",
+                                 hint: "write file:PATH; a relative PATH is resolved against the config's folder")
+            }
+            return .file(path: path)
+        }
+        throw StoreError(.config, "cloud.url '\(redacted(url))' is neither a file: nor a postgres:// URL",
+                         hint: "use file:cloud/notes.container for a container file, or postgres://HOST/DB")
+    }
+
+    /// Opens the container.
+    ///
+    /// - Parameter createIfMissing: overrides `cloud.create_if_missing` when not nil.
+    /// - Throws: `CloudError` (a missing container is exit 69 with a hint to run `storectl cloud init`),
+    ///   `StoreError` for a bad URL or an unavailable backend.
+    public static func open(settings: CloudSettings, createIfMissing: Bool? = nil) throws -> any CloudDatabase {
+        switch try backend(of: settings.url) {
+        case .file(let path):
+            return try FileCloudDatabase.open(path: path, container: settings.container, account: settings.account,
+                                              secret: settings.secret?.value,
+                                              createIfMissing: createIfMissing ?? settings.createIfMissing)
+        case .postgres:
+            throw postgresUnavailable()
+        }
+    }
+
+    /// Creates the container (`storectl cloud init`) and registers the configured account as its owner.
+    /// Returns the container, and whether this call created it.
+    /// - Throws: `CloudError` or `StoreError`.
+    public static func initialize(settings: CloudSettings) throws -> (database: any CloudDatabase, created: Bool) {
+        switch try backend(of: settings.url) {
+        case .file(let path):
+            let (db, created) = try FileCloudDatabase.create(path: path, container: settings.container,
+                                                             account: settings.account,
+                                                             secret: settings.secret?.value)
+            return (db, created)
+        case .postgres:
+            throw postgresUnavailable()
+        }
+    }
+
+    /// The account status of the configured account, with its reason. Never throws: a container that cannot be
+    /// opened is itself a status (`couldNotDetermine`, `restricted` or `temporarilyUnavailable`).
+    public static func accountStatus(settings: CloudSettings) -> AccountStatusReport {
+        let account = settings.account
+        let backend: Backend
+        do {
+            backend = try self.backend(of: settings.url)
+        } catch let error as any DiagnosedError {
+            return AccountStatusReport(status: .couldNotDetermine,
+                                       reason: error.summary + (error.hint.map { "; " + $0 } ?? ""), account: account)
+        } catch {
+            return AccountStatusReport(status: .couldNotDetermine, reason: "\(error)", account: account)
+        }
+        switch backend {
+        case .file(let path):
+            return FileCloudDatabase.accountStatus(path: path, container: settings.container, account: account,
+                                                   secret: settings.secret?.value)
+        case .postgres:
+            let error = postgresUnavailable()
+            return AccountStatusReport(status: .couldNotDetermine,
+                                       reason: error.summary + (error.hint.map { "; " + $0 } ?? ""), account: account)
+        }
+    }
+
+    /// The URL for messages: a password in it is replaced by `***`.
+    public static func redacted(_ url: String) -> String {
+        guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].firstIndex(of: "@") else {
+            return url
+        }
+        let userInfo = url[scheme.upperBound..<at]
+        guard let colon = userInfo.firstIndex(of: ":") else { return url }
+        return String(url[..<colon]) + ":***" + String(url[at...])
+    }
+
+    static func postgresUnavailable() -> StoreError {
+        StoreError(.unavailable, "PostgreSQL containers are not available in this build of storectl yet",
+                   hint: "use a container file (cloud.url: file:PATH) for now")
+    }
+}
