@@ -15,6 +15,8 @@ public struct ExportReport: Sendable, Codable, Equatable {
     public var baseline = false
     /// The export token after the export.
     public var token: Int64 = 0
+
+    public init() {}
 }
 
 /// Raised when an export would delete more of the zone than `max_delete_fraction` allows.

@@ -16,8 +16,10 @@ struct FieldCodec {
     /// - Throws: `StoreError` (exit 65) when the fields are not a JSON object.
     func decode(_ fields: String) throws -> [String: FieldValue] {
         let statement = try db.cached("""
-            SELECT key, value, type, json_extract(value, '$."$ref"'), json_type(value, '$."$ref"'),
-                   json_extract(value, '$."$blob"')
+            SELECT key, value, type,
+                   CASE WHEN type = 'object' THEN json_extract(value, '$."$ref"') END,
+                   CASE WHEN type = 'object' THEN json_type(value, '$."$ref"') END,
+                   CASE WHEN type = 'object' THEN json_extract(value, '$."$blob"') END
             FROM json_each(?1)
             """)
         var result: [String: FieldValue] = [:]

@@ -36,12 +36,19 @@ public struct ImportReport: Sendable, Codable, Equatable {
     public var unknownType = 0
     /// The server change token after the import.
     public var token: String?
+
+    public init() {}
 }
 
 /// What one sync round did.
 public struct SyncReport: Sendable, Codable, Equatable {
     public var exported: ExportReport
     public var imported: ImportReport
+
+    public init(exported: ExportReport, imported: ImportReport) {
+        self.exported = exported
+        self.imported = imported
+    }
 }
 
 /// Raised when the zone was purged or recreated by another device since this store last synced.

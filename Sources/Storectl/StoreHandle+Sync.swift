@@ -37,6 +37,15 @@ public struct ModeReport: Sendable, Codable {
     public var dryRun: Bool
     public var steps: [PlanStep]
     public var sync: SyncReport?
+
+    public init(store: String, from: String, to: String, dryRun: Bool, steps: [PlanStep], sync: SyncReport?) {
+        self.store = store
+        self.from = from
+        self.to = to
+        self.dryRun = dryRun
+        self.steps = steps
+        self.sync = sync
+    }
 }
 
 extension StoreHandle {
@@ -135,7 +144,7 @@ extension StoreHandle {
             steps.append(PlanStep(step: name, detail: detail))
             log("\(name): \(detail)")
         }
-        let from = (try? storeMode())??.rawValue ?? "uninitialised"
+        let previous: String = (try? storeMode())??.rawValue ?? "uninitialised"
         // 1. The config is valid: it was validated when loaded.
         let cloud = try cloudSettings()
         step("config", "valid (\(config.path))")
@@ -155,7 +164,7 @@ extension StoreHandle {
                 step("import", "import the cloud's changes")
             }
             step("mode", "write mode: cloud into the store and into \(config.path)")
-            return ModeReport(store: settings.name, from: from, to: "cloud", dryRun: true, steps: steps, sync: nil)
+            return ModeReport(store: settings.name, from: previous, to: "cloud", dryRun: true, steps: steps, sync: nil)
         }
         // 3. History tracking.
         let installed = try ensureInitialized()
@@ -185,7 +194,7 @@ extension StoreHandle {
         // 8. The mode, in the store and then in config.yaml.
         try writeMode(.cloud)
         step("mode", "cloud")
-        return ModeReport(store: settings.name, from: from, to: "cloud", dryRun: false, steps: steps, sync: report)
+        return ModeReport(store: settings.name, from: previous, to: "cloud", dryRun: false, steps: steps, sync: report)
     }
 
     /// `storectl mode local`: a final export (unless `noFinalSync`), then `mode: local`. Data, history, the
@@ -199,14 +208,14 @@ extension StoreHandle {
             log("\(name): \(detail)")
         }
         let current = try storeMode()
-        let from = current?.rawValue ?? "uninitialised"
+        let previous: String = current?.rawValue ?? "uninitialised"
         let wasCloud = current == .cloud
         if options.dryRun {
             if wasCloud && !options.noFinalSync {
                 step("export", "final export of the pending change(s)")
             }
             step("mode", "write mode: local into the store and into \(config.path)")
-            return ModeReport(store: settings.name, from: from, to: "local", dryRun: true, steps: steps, sync: nil)
+            return ModeReport(store: settings.name, from: previous, to: "local", dryRun: true, steps: steps, sync: nil)
         }
         _ = try ensureInitialized()
         var report: SyncReport?
@@ -221,7 +230,7 @@ extension StoreHandle {
         }
         try writeMode(.local)
         step("mode", "local")
-        return ModeReport(store: settings.name, from: from, to: "local", dryRun: false, steps: steps, sync: report)
+        return ModeReport(store: settings.name, from: previous, to: "local", dryRun: false, steps: steps, sync: report)
     }
 
     /// `storectl sync`: one round of export and import.
