@@ -277,6 +277,11 @@ struct Exporter {
                             if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
                             continue
                         }
+                        if let server, server.deleted, item.save.deleted {
+                            // Deleted on both sides: nothing to resolve.
+                            try record(item, tag: server.changeTag, applier: applier)
+                            continue
+                        }
                         guard let server else {
                             var again = item
                             again.save.expectedTag = nil

@@ -15,6 +15,8 @@ public struct MirrorOptions: Sendable {
     public var maxDeleteFraction = 0.5
     /// Lets an export through the mass-delete breaker.
     public var allowMassDelete = false
+    /// Natural keys per table (`entities.<table>.unique`), deduplicated inside every import.
+    public var uniqueRules: [String: UniqueRule] = [:]
 
     public init(zone: String = "default", mergePolicy: MergePolicy = .propertyLocalWins) {
         self.zone = zone
@@ -36,6 +38,8 @@ public struct ImportReport: Sendable, Codable, Equatable {
     public var unknownType = 0
     /// The server change token after the import.
     public var token: String?
+    /// Duplicates of `unique:` keys resolved inside the import.
+    public var dedup = DedupReport()
 
     public init() {}
 }
@@ -49,6 +53,11 @@ public struct SyncReport: Sendable, Codable, Equatable {
         self.exported = exported
         self.imported = imported
     }
+}
+
+/// Rolls back a dry run's transaction (record names assigned for the tie-break) while keeping its report.
+struct DryRunRollback: Error {
+    var report: DedupReport
 }
 
 /// Raised when the zone was purged or recreated by another device since this store last synced.
@@ -140,7 +149,8 @@ public final class Mirror {
             try setAuthor(db, MirrorState.importAuthor)
             // A child may arrive in the same import as its parent, in any order: check at commit.
             try db.execute("PRAGMA defer_foreign_keys = ON")
-            let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy)
+            let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy,
+                                            dedupEntities: Set(options.uniqueRules.keys))
             var first = true
             var done = 0
             while true {
@@ -166,6 +176,13 @@ public final class Mirror {
             }
             if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
             report.waitingForParent = try applier.retryPending()
+            if !options.uniqueRules.isEmpty {
+                // Dedup in the same transaction, so that no reader ever sees the duplicate. Its deletes and
+                // re-points carry their own author, so that the next export sends them.
+                try setAuthor(db, Deduplicator.author)
+                report.dedup = try Deduplicator(db: db, entities: entities, rules: options.uniqueRules)
+                    .run(touchedOnly: true)
+            }
             try MirrorState.setServerToken(db, zone: options.zone, token?.rawValue)
             try MirrorState.setMeta(db, "last_import_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
             try clearAuthor(db)
@@ -174,6 +191,38 @@ public final class Mirror {
         Failpoint.hit("import.after-commit")
         report.token = token?.rawValue
         return report
+    }
+
+    /// Finds and resolves duplicates that already exist (`storectl dedupe`), in one transaction.
+    /// - Throws: `SQLiteError`.
+    public func dedupe(entity: String? = nil, dryRun: Bool = false) throws -> DedupReport {
+        try Self.dedupe(db: db, entities: entities, rules: options.uniqueRules, entity: entity, dryRun: dryRun)
+    }
+
+    /// Dedup without a cloud connection (a store in local mode can dedupe too).
+    public static func dedupe(db: Connection, entities: [EntityMap], rules: [String: UniqueRule], entity: String?,
+                              dryRun: Bool) throws -> DedupReport
+    {
+        try MirrorState.install(db)
+        do {
+            return try dedupeTransaction(db: db, entities: entities, rules: rules, entity: entity, dryRun: dryRun)
+        } catch let rollback as DryRunRollback {
+            return rollback.report
+        }
+    }
+
+    private static func dedupeTransaction(db: Connection, entities: [EntityMap], rules: [String: UniqueRule],
+                                          entity: String?, dryRun: Bool) throws -> DedupReport
+    {
+        try db.transaction(.immediate) {
+            try setAuthor(db, Deduplicator.author)
+            let report = try Deduplicator(db: db, entities: entities, rules: rules)
+                .run(touchedOnly: false, entity: entity, dryRun: dryRun)
+            try clearAuthor(db)
+            if dryRun { throw DryRunRollback(report: report) }
+            Failpoint.hit("dedupe.before-commit")
+            return report
+        }
     }
 
     /// One round: export, then import.

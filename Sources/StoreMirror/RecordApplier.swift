@@ -25,11 +25,16 @@ final class RecordApplier {
     /// Whether any local change after the export token exists; when false, no merge is ever needed.
     let hasPendingLocal: Bool
     var conflicts: [ConflictReport] = []
-    /// Rows that changed locally because of an import (for dedup).
-    var touched: [(entity: String, pk: String)] = []
+    /// Entities with a `unique:` rule: their applied rows are listed in `temp._storectl_touched` for dedup.
+    let dedupEntities: Set<String>
 
-    init(db: Connection, entities: [String: EntityMap], policy: MergePolicy) throws {
+    init(db: Connection, entities: [String: EntityMap], policy: MergePolicy, dedupEntities: Set<String> = []) throws {
         self.db = db
+        self.dedupEntities = dedupEntities
+        if !dedupEntities.isEmpty {
+            try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_touched(entity TEXT NOT NULL, pk TEXT NOT NULL, "
+                           + "PRIMARY KEY (entity, pk)) WITHOUT ROWID; DELETE FROM temp._storectl_touched;")
+        }
         self.entities = entities
         self.policy = policy
         self.codec = FieldCodec(db: db)
@@ -152,9 +157,11 @@ final class RecordApplier {
             finalPK = try insert(entity, values: resolved)
         }
         try setMap(entity: entity.name, pk: finalPK, name: record.recordName, tag: record.changeTag,
-                   base: columns.count == entity.fieldColumns.count ? record.fields : record.fields, deleted: false)
+                   base: record.fields, deleted: false)
         try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
-        touched.append((entity.name, finalPK))
+        if dedupEntities.contains(entity.name) {
+            try db.run("INSERT OR IGNORE INTO temp._storectl_touched(entity, pk) VALUES (?, ?)", [entity.name, finalPK])
+        }
         return .applied
     }
 

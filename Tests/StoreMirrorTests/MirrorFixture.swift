@@ -22,6 +22,8 @@ final class MirrorFixture {
         CREATE TABLE settings(key TEXT PRIMARY KEY, value TEXT);
         """
 
+    var uniqueRules: [String: UniqueRule] = [:]
+
     init(schema: String = MirrorFixture.notesSchema) throws {
         dir = try TempDirectory("storectl-mirror")
         containerPath = dir.file("cloud/test.container")
@@ -49,6 +51,7 @@ final class MirrorFixture {
         var options = MirrorOptions(zone: "default", mergePolicy: policy)
         options.batchSize = batchSize
         options.pageSize = pageSize
+        options.uniqueRules = uniqueRules
         return try Mirror(db: db, cloud: try cloud(), options: options)
     }
 
@@ -62,6 +65,15 @@ final class MirrorFixture {
         _ = try HistoryTracker(db: db, options: TrackingOptions(author: "app")).write {
             try db.run(sql, args)
         }
+    }
+
+    /// Every row of every table, internal ones included: equal dumps mean nothing changed.
+    func dump(_ db: Connection) throws -> [String] {
+        var out: [String] = []
+        for table in try db.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").compactMap({ $0[0].string }) {
+            out += try rows(db, "SELECT * FROM \(quoteIdentifier(table))").map { table + ": " + $0 }
+        }
+        return out
     }
 
     /// Every row of a table with surrogate keys replaced, sorted, as text: comparable across stores.

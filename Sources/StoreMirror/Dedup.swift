@@ -1,0 +1,146 @@
+import StoreBase
+import StoreSQLite
+
+/// A natural key declared with `entities.<table>.unique`, and which duplicate survives.
+public struct UniqueRule: Sendable, Equatable, Codable {
+    /// Which duplicate survives. Ties are broken by the lowest record name, so every device picks the same row.
+    public enum Keep: Sendable, Equatable, Codable, CustomStringConvertible {
+        /// The greatest value in the column.
+        case newest(String)
+        /// The least value in the column.
+        case oldest(String)
+        /// The lowest record name.
+        case first
+
+        public var description: String {
+            switch self {
+            case .newest(let c): return "newest(\(c))"
+            case .oldest(let c): return "oldest(\(c))"
+            case .first: return "first"
+            }
+        }
+    }
+
+    public var columns: [String]
+    public var keep: Keep
+
+    public init(columns: [String], keep: Keep = .first) {
+        self.columns = columns
+        self.keep = keep
+    }
+}
+
+/// One group of rows that share a natural key.
+public struct DedupGroup: Sendable, Codable, Equatable {
+    public var entity: String
+    /// The shared key, as a JSON array of the unique columns' values.
+    public var key: String
+    /// The surviving row's record name and primary key.
+    public var winner: String
+    public var winnerKey: String
+    /// The record names of the rows that are (or, in a dry run, would be) deleted.
+    public var losers: [String]
+}
+
+/// What a dedup pass did (or would do).
+public struct DedupReport: Sendable, Codable, Equatable {
+    public var groups: [DedupGroup] = []
+    /// Rows deleted.
+    public var deleted = 0
+    /// Child rows re-pointed from a loser to its winner.
+    public var repointed = 0
+    public var dryRun = false
+
+    public init() {}
+}
+
+/// Finds rows that share a `unique:` key and keeps one per key: the same one on every device.
+struct Deduplicator {
+    let db: Connection
+    let entities: [EntityMap]
+    let rules: [String: UniqueRule]
+
+    /// The author of dedup's own deletes and re-points, which are exported like any local change.
+    static let author = "dedupe"
+
+    /// Runs dedup. With `touchedOnly`, only keys of rows listed in `temp._storectl_touched` are considered.
+    func run(touchedOnly: Bool, entity filter: String? = nil, dryRun: Bool = false) throws -> DedupReport {
+        var report = DedupReport()
+        report.dryRun = dryRun
+        for e in EntityMap.parentFirst(entities) {
+            guard let rule = rules[e.name], filter == nil || filter == e.name else { continue }
+            let cols = rule.columns.map { "t.\(quoteIdentifier($0))" }
+            let notNull = cols.map { "\($0) IS NOT NULL" }.joined(separator: " AND ")
+            var scope = ""
+            if touchedOnly {
+                scope = "AND (\(cols.joined(separator: ", "))) IN (SELECT \(cols.joined(separator: ", ")) FROM main.\(e.quotedName) t "
+                    + "JOIN temp._storectl_touched tt ON tt.entity = \(quoteLiteral(e.name)) AND \(e.pkMatches("t", json: "tt.pk")))"
+            }
+            let keys = try db.query("""
+                SELECT json_array(\(cols.joined(separator: ", "))) FROM main.\(e.quotedName) t
+                WHERE \(notNull) \(scope) GROUP BY \(cols.joined(separator: ", ")) HAVING count(*) > 1
+                """).compactMap { $0[0].string }
+            if keys.isEmpty { continue }
+            if !dryRun { try assignNames(e) }
+            let order: String
+            switch rule.keep {
+            case .newest(let c): order = "t.\(quoteIdentifier(c)) DESC, "
+            case .oldest(let c): order = "t.\(quoteIdentifier(c)) ASC, "
+            case .first: order = ""
+            }
+            let match = rule.columns.enumerated().map { i, c in "t.\(quoteIdentifier(c)) = json_extract(?1, '$[\(i)]')" }
+                .joined(separator: " AND ")
+            for key in keys {
+                let rows = try db.query("""
+                    SELECT \(e.pkJSON("t")), coalesce(r.record_name, '~' || \(e.pkJSON("t")))
+                    FROM main.\(e.quotedName) t LEFT JOIN _storectl_records r
+                      ON r.entity = \(quoteLiteral(e.name)) AND r.pk = \(e.pkJSON("t"))
+                    WHERE \(match) ORDER BY \(order) 2 ASC
+                    """, [key])
+                guard let winner = rows.first, rows.count > 1 else { continue }
+                let winnerKey = winner[0].string ?? "[]"
+                let losers = rows.dropFirst()
+                report.groups.append(DedupGroup(entity: e.name, key: key, winner: winner[1].string ?? "",
+                                                winnerKey: winnerKey, losers: losers.map { $0[1].string ?? "" }))
+                if dryRun { continue }
+                for loser in losers {
+                    let loserKey = loser[0].string ?? "[]"
+                    report.repointed += try repoint(parent: e, from: loserKey, to: winnerKey)
+                    try db.run("DELETE FROM main.\(e.quotedName) WHERE \(e.pkMatches("main.\(e.quotedName)", json: "?1"))",
+                               [loserKey])
+                    report.deleted += db.changes
+                }
+            }
+        }
+        return report
+    }
+
+    /// Gives every row of `e` a record name, so that the tie-break is the same on every device.
+    private func assignNames(_ e: EntityMap) throws {
+        let name = e.isSurrogate ? "lower(hex(randomblob(16)))" : e.naturalName("t")
+        try db.execute("""
+            INSERT OR IGNORE INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
+            SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")), \(name), NULL, NULL, 0 FROM main.\(e.quotedName) t
+            WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = \(quoteLiteral(e.name))
+                              AND r.pk = \(e.pkJSON("t")))
+            """)
+    }
+
+    /// Points children of `from` at `to`; children that would then be duplicates are deleted.
+    private func repoint(parent: EntityMap, from: String, to: String) throws -> Int {
+        guard parent.primaryKey.count == 1 else { return 0 }
+        var count = 0
+        for child in entities {
+            for fk in try db.foreignKeys(of: child.name) where fk.parentTable == parent.name && fk.columns.count == 1 {
+                let target = fk.parentColumns.first ?? nil
+                guard target == nil || target == parent.primaryKey[0] else { continue }
+                let col = quoteIdentifier(fk.columns[0])
+                try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(col) = json_extract(?1, '$[0]') WHERE \(col) = json_extract(?2, '$[0]')",
+                           [to, from])
+                count += db.changes
+                try db.run("DELETE FROM main.\(child.quotedName) WHERE \(col) = json_extract(?1, '$[0]')", [from])
+            }
+        }
+        return count
+    }
+}
