@@ -65,6 +65,7 @@ extension StoreHandle {
         var m = MirrorOptions(zone: cloud.zone, mergePolicy: MergePolicy(rawValue: cloud.mergePolicy.rawValue) ?? .propertyLocalWins)
         m.maxDeleteFraction = cloud.maxDeleteFraction
         m.allowMassDelete = options.allowMassDelete
+        m.uniqueRules = try mirrorRules()
         return m
     }
 
@@ -109,6 +110,7 @@ extension StoreHandle {
             try db.transaction { try MirrorState.resetSyncState(db, zone: cloud.zone) }
         }
         try backend.registerDevice(storeID: mirror.device, name: settings.name)
+        _ = try Seeder.reconcileMarkers(db, cloud: backend, zone: cloud.zone, device: mirror.device)
         return mirror
     }
 

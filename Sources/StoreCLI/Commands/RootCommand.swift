@@ -22,5 +22,7 @@ let registeredCommands: [any Command.Type] = [
     ModeCommand.self,
     StatusCommand.self,
     SyncCommand.self,
+    DedupeCommand.self,
+    SeedCommand.self,
     ConfigCommand.self,
 ]
