@@ -42,8 +42,9 @@ struct ConfigGetCommand: Command {
                     let names = current.keys
                     let hint = Suggest.closest(component, in: names).map { "did you mean '\(parent).\($0)'?" }
                         ?? "\(parent) holds: \(names.isEmpty ? "nothing" : names.joined(separator: ", "))"
-                    throw StoreError(.usage, "no \(what) named '\(component)' in \(parent) of \(context.configDisplayPath)",
-                                     hint: hint)
+                    let place = parent == "stores" ? context.configDisplayPath
+                        : "\(parent) of \(context.configDisplayPath)"
+                    throw StoreError(.usage, "no \(what) named '\(component)' in \(place)", hint: hint)
                 }
                 context.console.note("\(key) is not set in \(context.configDisplayPath)")
                 if context.global.json { context.console.json(Document(key: key, value: .null)) }
