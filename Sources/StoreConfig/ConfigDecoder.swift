@@ -307,7 +307,9 @@ struct ConfigDecoder {
             return "file:" + resolve(String(rest))
         }
         for scheme in ["postgres://", "postgresql://"] where url.hasPrefix(scheme) {
-            guard url.count > scheme.count else { throw fail(node, path, "the URL has no host or database", hint: hint) }
+            guard url.count > scheme.count else {
+                throw fail(node, path, "the URL has no host or database", hint: hint)
+            }
             return url
         }
         if let colon = url.firstIndex(of: ":"), Self.isScheme(url[..<colon]) {

@@ -164,7 +164,9 @@ private struct Edit {
 
     private func finish(_ result: (bytes: [UInt8], change: ConfigEditor.Change)) -> ([UInt8], ConfigEditor.Change) {
         var change = result.change
-        if let doc = try? YAMLParser.parse(result.bytes, displayPath: displayPath), let node = doc.node(at: components) {
+        if let doc = try? YAMLParser.parse(result.bytes, displayPath: displayPath),
+           let node = doc.node(at: components)
+        {
             change.line = node.start.line
         }
         return (result.bytes, change)
@@ -243,7 +245,9 @@ private struct Edit {
     // MARK: Inserting
 
     /// Inserts `rest` (the missing keys, the last one holding the value) at the end of `mapping`.
-    private func insert(into mapping: YAMLNode, rest: ArraySlice<String>) -> (bytes: [UInt8], change: ConfigEditor.Change) {
+    private func insert(into mapping: YAMLNode, rest: ArraySlice<String>)
+        -> (bytes: [UInt8], change: ConfigEditor.Change)
+    {
         var out = bytes
         let pairs = mapping.pairs ?? []
         if mapping.isFlow {
@@ -262,7 +266,9 @@ private struct Edit {
     }
 
     /// Inserts `rest` under `pair`, whose value is empty (`cloud:` with nothing after it).
-    private func insert(under pair: YAMLPair, rest: ArraySlice<String>) -> (bytes: [UInt8], change: ConfigEditor.Change) {
+    private func insert(under pair: YAMLPair, rest: ArraySlice<String>)
+        -> (bytes: [UInt8], change: ConfigEditor.Change)
+    {
         let indent = pair.key.start.column - 1 + step
         let out = insertLines(lines(for: rest, indent: indent, step: step), afterLineOf: pair.key.end.offset,
                               in: bytes)
@@ -396,7 +402,8 @@ enum YAMLQuoting {
     private static func isPrintable(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0x09, 0x20...0x7E: return true
-        case 0xA0...0xD7FF, 0xE000...0xFFFD: return scalar.value != 0xFEFF && scalar.value != 0x2028 && scalar.value != 0x2029
+        case 0xA0...0xD7FF, 0xE000...0xFFFD:
+            return scalar.value != 0xFEFF && scalar.value != 0x2028 && scalar.value != 0x2029
         case 0x10000...0x10FFFF: return true
         default: return false
         }

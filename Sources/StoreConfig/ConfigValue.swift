@@ -224,8 +224,8 @@ extension ConfigValue {
             try emitter.emit { event in yaml_sequence_end_event_initialize(&event) }
         case .map(let entries):
             try emitter.emit { event in
-                yaml_mapping_start_event_initialize(&event, nil, nil, 1,
-                                                    entries.isEmpty ? YAML_FLOW_MAPPING_STYLE : YAML_BLOCK_MAPPING_STYLE)
+                let style = entries.isEmpty ? YAML_FLOW_MAPPING_STYLE : YAML_BLOCK_MAPPING_STYLE
+                return yaml_mapping_start_event_initialize(&event, nil, nil, 1, style)
             }
             for entry in entries {
                 try ConfigValue.string(entry.key).emit(to: emitter)

@@ -219,7 +219,8 @@ struct TreeBuilder {
                         hint: "write the value out in full")
         }
         if let anchor = event.anchor {
-            throw error(event.start, path, "anchors (&\(anchor)) are not supported", hint: "write the value out in full")
+            throw error(event.start, path, "anchors (&\(anchor)) are not supported",
+                        hint: "write the value out in full")
         }
         if let tag = event.tag {
             throw error(event.start, path, "tags (\(tag)) are not supported", hint: "remove the tag")
