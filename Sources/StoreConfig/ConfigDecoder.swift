@@ -37,7 +37,13 @@ struct ConfigDecoder {
     /// The entries of a section, keyed by name, after checking that every key is allowed. Null is an empty section.
     private func section(_ node: YAMLNode, _ path: String, keys: [(String, KeyShape)]) throws -> [String: YAMLPair] {
         if node.isNull { return [:] }
-        guard let pairs = node.pairs else { throw fail(node, path, "expected a mapping, got \(node.described)") }
+        guard let pairs = node.pairs else {
+            var hint: String?
+            if let text = node.scalar, let colon = text.firstIndex(of: ":") {
+                hint = "YAML needs a space after ':'; write '\(text[..<colon]): \(text[text.index(after: colon)...])'"
+            }
+            throw fail(node, path, "expected a mapping, got \(node.described)", hint: hint)
+        }
         var result: [String: YAMLPair] = [:]
         let allowed = keys.map(\.0)
         for pair in pairs {
@@ -116,9 +122,8 @@ struct ConfigDecoder {
     /// - Throws: `ConfigError` for the first problem, in file order.
     func decode(_ root: YAMLNode?) throws -> Config {
         guard let root else {
-            throw ConfigError(location: "\(displayPath):1:1", summary: "the config is empty",
-                              hint: "start with 'version: 1' and a 'stores:' mapping (see docs/config-reference.md)",
-                              line: 1, column: 1)
+            throw ConfigError(displayPath, source, line: 1, column: 1, keyPath: "", "the config is empty",
+                              hint: "start with 'version: 1' and a 'stores:' mapping (see docs/config-reference.md)")
         }
         let top = try section(root, "", keys: ConfigSchema.top)
         guard let versionPair = top["version"] else {
@@ -302,7 +307,9 @@ struct ConfigDecoder {
             return "file:" + resolve(String(rest))
         }
         for scheme in ["postgres://", "postgresql://"] where url.hasPrefix(scheme) {
-            guard url.count > scheme.count else { throw fail(node, path, "the URL has no host or database", hint: hint) }
+            guard url.count > scheme.count else {
+                throw fail(node, path, "the URL has no host or database", hint: hint)
+            }
             return url
         }
         if let colon = url.firstIndex(of: ":"), Self.isScheme(url[..<colon]) {

@@ -64,3 +64,24 @@ enum ConfigSchema {
         return "the keys allowed \(place) are: \(allowed.joined(separator: ", "))"
     }
 }
+
+/// Checks dotted keys against config schema v1, for `config get` and `config set`.
+public enum ConfigKeys {
+    /// Refuses a key the schema does not know.
+    /// - Throws: `StoreError` (exit 64) with a "did you mean" hint.
+    public static func check(_ components: [String], key: String) throws {
+        if case .unknown(let parent, let name, let allowed) = ConfigSchema.lookup(components) {
+            let hint = Suggest.closest(name, in: allowed).map { "did you mean '\(KeyPath.child(parent, $0))'?" }
+                ?? ConfigSchema.hint(forUnknown: name, allowed: allowed, parent: parent)
+                ?? "\(parent.isEmpty ? "it" : parent) holds no keys"
+            throw StoreError(.usage, "unknown key '\(key)'", hint: hint)
+        }
+    }
+
+    /// What the names under `components` are (`store`, `table`) when it is a mapping of user-chosen names
+    /// (`stores`, `stores.notes.entities`, ...), else nil.
+    public static func namedSection(_ components: [String]) -> String? {
+        if case .found(.named(let what, _)) = ConfigSchema.lookup(components) { return what }
+        return nil
+    }
+}

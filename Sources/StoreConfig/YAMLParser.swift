@@ -149,7 +149,11 @@ final class EventReader {
             return ConfigError(displayPath, source, line: line, column: column, keyPath: "",
                                "invalid text: \(problem)", hint: "save the file as UTF-8 text")
         }
-        let at = mark(p.problem_mark)
+        var at = mark(p.problem_mark)
+        if at.line > source.lineCount {
+            // At the end of the stream libyaml moves to a line after the last one; point at the end of the text.
+            at = source.mark(ofByte: source.bytes.count)
+        }
         var error = ConfigError(displayPath, source, line: at.line, column: at.column, keyPath: "",
                                 "invalid YAML: \(problem)")
         if let context = p.context.map({ String(cString: $0) }) {
@@ -215,7 +219,8 @@ struct TreeBuilder {
                         hint: "write the value out in full")
         }
         if let anchor = event.anchor {
-            throw error(event.start, path, "anchors (&\(anchor)) are not supported", hint: "write the value out in full")
+            throw error(event.start, path, "anchors (&\(anchor)) are not supported",
+                        hint: "write the value out in full")
         }
         if let tag = event.tag {
             throw error(event.start, path, "tags (\(tag)) are not supported", hint: "remove the tag")
