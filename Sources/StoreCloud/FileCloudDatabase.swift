@@ -32,6 +32,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// them when writing).
     private let writeProblem: String?
     private var verifiedRole: AccountRole?
+    /// The PBKDF2 iterations `addAccount` hashes new secrets with.
+    public var hashIterations = PasswordHash.defaultIterations
 
     public var displayURL: String { "file:" + path }
 
@@ -450,7 +452,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             throw CloudError(.permission, "cannot write to container '\(container)': \(writeProblem)",
                              hint: "check the permissions of the container file and its folder")
         }
-        let hash = PasswordHash.make(secret: newSecret)
+        let hash = PasswordHash.make(secret: newSecret, iterations: hashIterations)
         try translated("adding an account") {
             try db.transaction(.immediate) {
                 let count = try db.scalar("SELECT count(*) FROM accounts")?.int64 ?? 0
