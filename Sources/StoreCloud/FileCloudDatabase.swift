@@ -133,10 +133,29 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     }
 
     /// The account status for a container that may not even exist: never throws, always explains.
+    ///
+    /// With `createIfMissing`, a missing container that can be created is `available`: the first use creates it
+    /// with `account` as its owner. Checking never creates anything.
     public static func accountStatus(path: String, container: String, account: String?, secret: String?,
+                                     createIfMissing: Bool = false,
                                      busyTimeout: Int32 = defaultBusyTimeout) -> AccountStatusReport
     {
         if let report = configurationStatus(account: account, secret: secret) { return report }
+        if createIfMissing && !FileManager.default.fileExists(atPath: path) {
+            var folder = (path as NSString).deletingLastPathComponent
+            while !folder.isEmpty && folder != "/" && !FileManager.default.fileExists(atPath: folder) {
+                folder = (folder as NSString).deletingLastPathComponent
+            }
+            if let problem = writeProblem("folder", folder.isEmpty ? "." : folder) {
+                return AccountStatusReport(status: .restricted,
+                                           reason: "container '\(container)' does not exist at \(path) and cannot "
+                                               + "be created: \(problem)", account: account)
+            }
+            return AccountStatusReport(status: .available,
+                                       reason: "container '\(container)' does not exist yet at \(path); it is "
+                                           + "created on first use (create_if_missing), with account "
+                                           + "'\(account ?? "")' as its owner", account: account)
+        }
         do {
             let cloud = try open(path: path, container: container, account: account, secret: secret,
                                  busyTimeout: busyTimeout)
@@ -286,11 +305,16 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     static func writeProblem(path: String) -> String? {
         let folder = (path as NSString).deletingLastPathComponent
         for (what, target) in [("file", path), ("folder", folder.isEmpty ? "." : folder)] {
-            var info = stat()
-            guard stat(target, &info) == 0 else { continue }
-            if info.st_mode & 0o222 == 0 { return "the container \(what) \(target) has no write permission" }
-            if access(target, W_OK) != 0 { return "the container \(what) \(target) is not writable by this user" }
+            if let problem = writeProblem(what, target) { return problem }
         }
+        return nil
+    }
+
+    private static func writeProblem(_ what: String, _ target: String) -> String? {
+        var info = stat()
+        guard stat(target, &info) == 0 else { return nil }
+        if info.st_mode & 0o222 == 0 { return "the container \(what) \(target) has no write permission" }
+        if access(target, W_OK) != 0 { return "the container \(what) \(target) is not writable by this user" }
         return nil
     }
 
