@@ -319,8 +319,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     }
 
     private static func validateAccountID(_ id: String) throws {
-        guard !id.isEmpty, id.count <= 200, !id.contains(where: { $0.isWhitespace || $0.asciiValue.map { $0 < 32 } == true })
-        else {
+        let isControl: (Character) -> Bool = { $0.asciiValue.map { $0 < 32 || $0 == 127 } == true }
+        guard !id.isEmpty, id.count <= 200, !id.contains(where: { $0.isWhitespace || isControl($0) }) else {
             throw CloudError(.invalid, "'\(id)' is not a valid account id",
                              hint: "use letters, digits and punctuation, without spaces")
         }
@@ -591,7 +591,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
 
     // MARK: Records
 
-    static let recordColumns = "zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at"
+    static let recordColumns =
+        "zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at"
 
     private static func record(_ s: Statement) -> CloudRecord {
         CloudRecord(zone: s.string(0) ?? "", recordName: s.string(1) ?? "", recordType: s.string(2) ?? "",
@@ -635,7 +636,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     public func fetchRecord(zone: String, recordName: String) throws -> CloudRecord? {
         try requireAccount()
         return try translated("reading record '\(recordName)'") {
-            let statement = try db.cached("SELECT \(Self.recordColumns) FROM records WHERE zone = ? AND record_name = ?")
+            let statement = try db.cached(
+                "SELECT \(Self.recordColumns) FROM records WHERE zone = ? AND record_name = ?")
             var found: CloudRecord?
             try statement.forEach([zone, recordName]) { found = Self.record($0) }
             return found

@@ -61,7 +61,9 @@ public struct SHA256: Sendable {
         var tail = buffer
         tail.append(0x80)
         while tail.count % Self.blockSize != 56 { tail.append(0) }
-        for shift in stride(from: 56, through: 0, by: -8) { tail.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift))) }
+        for shift in stride(from: 56, through: 0, by: -8) {
+            tail.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift)))
+        }
         var offset = 0
         while offset < tail.count {
             Self.compress(&state, tail[offset..<offset + Self.blockSize])
@@ -130,7 +132,8 @@ public struct SHA256: Sendable {
         let base = block.startIndex
         for i in 0..<16 {
             let j = base + i * 4
-            w[i] = UInt32(block[j]) << 24 | UInt32(block[j + 1]) << 16 | UInt32(block[j + 2]) << 8 | UInt32(block[j + 3])
+            w[i] = UInt32(block[j]) << 24 | UInt32(block[j + 1]) << 16 | UInt32(block[j + 2]) << 8
+                | UInt32(block[j + 3])
         }
         for i in 16..<64 {
             let x = w[i - 15], y = w[i - 2]

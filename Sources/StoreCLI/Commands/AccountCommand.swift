@@ -9,7 +9,7 @@ struct AccountCommand: Command {
         ${STORECTL_SECRET}). A container file keeps only a salted hash of each secret.
         """
     static let examples = [
-        "storectl account status          # available, noAccount, restricted, couldNotDetermine or temporarilyUnavailable",
+        "storectl account status          # prints the status and why; exit 0 only when available",
         "BOB_SECRET=... storectl account add bob --secret-env BOB_SECRET",
         "storectl account list --json",
     ]

@@ -10,9 +10,10 @@ extension CommandContext {
     func cloudSettings() throws -> (store: StoreSettings, cloud: CloudSettings) {
         let store = try openStore()
         guard let cloud = store.settings.cloud else {
+            let name = store.settings.name
             throw StoreError(.config,
-                             "store '\(store.settings.name)' has no cloud settings (stores.\(store.settings.name).cloud "
-                                 + "is missing in \(configDisplayPath))",
+                             "store '\(name)' has no cloud settings (stores.\(name).cloud is missing in "
+                                 + "\(configDisplayPath))",
                              hint: "add a cloud: section with container, url, account and secret to "
                                  + "stores.\(store.settings.name)")
         }
