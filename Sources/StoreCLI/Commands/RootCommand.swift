@@ -25,4 +25,6 @@ let registeredCommands: [any Command.Type] = [
     DedupeCommand.self,
     SeedCommand.self,
     ConfigCommand.self,
+    AccountCommand.self,
+    CloudCommand.self,
 ]
