@@ -235,8 +235,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
                     return CloudError(.account, summary,
                                       hint: "set cloud.secret, or give the password in PGPASSWORD or ~/.pgpass")
                 }
-                if error.message.contains("SSL") {
-                    return CloudError(.invalid, summary, hint: "check sslmode in cloud.url and the server's SSL set-up")
+                // libpq checks option values ("invalid sslmode value: ...") before it reaches any server.
+                if error.message.hasPrefix("invalid ") || error.message.contains("SSL") {
+                    return CloudError(.invalid, summary, hint: "check cloud.url (sslmode and the other options) and the server's SSL set-up")
                 }
                 return CloudError(.temporary, summary,
                                   hint: "check that the server is running and reachable, then retry")
