@@ -235,8 +235,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
                     return CloudError(.account, summary,
                                       hint: "set cloud.secret, or give the password in PGPASSWORD or ~/.pgpass")
                 }
-                if error.message.contains("SSL") {
-                    return CloudError(.invalid, summary, hint: "check sslmode in cloud.url and the server's SSL set-up")
+                // libpq checks option values ("invalid sslmode value: ...") before it reaches any server.
+                if error.message.hasPrefix("invalid ") || error.message.contains("SSL") {
+                    return CloudError(.invalid, summary, hint: "check cloud.url (sslmode and the other options) and the server's SSL set-up")
                 }
                 return CloudError(.temporary, summary,
                                   hint: "check that the server is running and reachable, then retry")
@@ -474,6 +475,10 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// network round trip.
     public func save(zone: String, _ saves: [RecordSave], device: String) throws -> [SaveOutcome] {
         if saves.isEmpty { return [] }
+        if let bad = saves.first(where: { $0.recordName.isEmpty || $0.recordType.isEmpty }) {
+            throw CloudError(.invalid, "a record to save has an empty name or type (name '\(bad.recordName)', "
+                + "type '\(bad.recordType)')")
+        }
         var seen = Set<String>()
         for save in saves where !seen.insert(save.recordName).inserted {
             throw CloudError(.invalid, "cannot save to zone \(zone): record \(save.recordName) appears twice in one batch",
@@ -541,7 +546,13 @@ public final class PostgresCloudDatabase: CloudDatabase {
             queries.append(PGQuery("SELECT pg_sleep($1::float8)", [String(delays.beforeCommit)]))
         }
         let results = try run("cannot save \(saves.count) records to zone \(zone) of \(container)") { c in
-            try c.pipeline(queries)
+            do {
+                return try c.pipeline(queries)
+            } catch let error as PGError where error.sqlState == "22P02" || error.sqlState == "23514" {
+                throw CloudError(.invalid, "cannot save \(saves.count) records to zone \(zone): the fields of a "
+                    + "record are not a JSON object (\(error.message)); nothing of the batch was saved",
+                    hint: "fields must be JSON object text, e.g. {\"title\":\"hi\"}")
+            }
         }
         guard results[lockIndex].rowCount == 1 else { throw zoneNotFound(zone) }
         let r = results[upsertIndex]

@@ -36,7 +36,7 @@ enum PostgresSchema {
                 zone text NOT NULL REFERENCES {s}.zones (name) ON DELETE CASCADE,
                 record_name text NOT NULL,
                 record_type text NOT NULL,
-                fields text NOT NULL,
+                fields text NOT NULL CHECK (jsonb_typeof(fields::jsonb) = 'object'),
                 change_tag text NOT NULL,
                 seq bigint NOT NULL,
                 deleted boolean NOT NULL,

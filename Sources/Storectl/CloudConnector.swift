@@ -1,6 +1,7 @@
 import Foundation
 import StoreBase
 import StoreCloud
+import StoreCloudPostgres
 import StoreConfig
 
 /// Opens the cloud container a store's `cloud:` settings name, whatever its backend.
@@ -47,8 +48,9 @@ public enum CloudConnector {
             return try FileCloudDatabase.open(path: path, container: settings.container, account: settings.account,
                                               secret: settings.secret?.value,
                                               createIfMissing: createIfMissing ?? settings.createIfMissing)
-        case .postgres:
-            throw postgresUnavailable()
+        case .postgres(let url):
+            return try PostgresCloudDatabase(url: url, container: settings.container, account: settings.account,
+                                             password: settings.secret?.value)
         }
     }
 
@@ -62,8 +64,11 @@ public enum CloudConnector {
                                                              account: settings.account,
                                                              secret: settings.secret?.value)
             return (db, created)
-        case .postgres:
-            throw postgresUnavailable()
+        case .postgres(let url):
+            let db = try PostgresCloudDatabase(url: url, container: settings.container, account: settings.account,
+                                               password: settings.secret?.value)
+            let setup = try db.initializeContainer()
+            return (db, setup.created)
         }
     }
 
@@ -85,10 +90,15 @@ public enum CloudConnector {
             return FileCloudDatabase.accountStatus(path: path, container: settings.container, account: account,
                                                    secret: settings.secret?.value,
                                                    createIfMissing: settings.createIfMissing)
-        case .postgres:
-            let error = postgresUnavailable()
-            return AccountStatusReport(status: .couldNotDetermine,
-                                       reason: error.summary + (error.hint.map { "; " + $0 } ?? ""), account: account)
+        case .postgres(let url):
+            do {
+                return try PostgresCloudDatabase(url: url, container: settings.container, account: account,
+                                                 password: settings.secret?.value).accountStatus()
+            } catch let error as CloudError {
+                return FileCloudDatabase.statusReport(for: error, account: account)
+            } catch {
+                return AccountStatusReport(status: .couldNotDetermine, reason: "\(error)", account: account)
+            }
         }
     }
 
@@ -100,10 +110,5 @@ public enum CloudConnector {
         let userInfo = url[scheme.upperBound..<at]
         guard let colon = userInfo.firstIndex(of: ":") else { return url }
         return String(url[..<colon]) + ":***" + String(url[at...])
-    }
-
-    static func postgresUnavailable() -> StoreError {
-        StoreError(.unavailable, "PostgreSQL containers are not available in this build of storectl yet",
-                   hint: "use a container file (cloud.url: file:PATH) for now")
     }
 }

@@ -1,0 +1,410 @@
+import Foundation
+import StoreBase
+import StoreCloud
+@testable import StoreCloudPostgres
+import XCTest
+
+/// The PostgreSQL backend's own behaviour: schema set-up, saves, the change feed, markers, devices, errors.
+final class PostgresCloudDatabaseTests: PostgresTestCase {
+    func testInitCreatesAVersionedSchemaAndIsIdempotent() throws {
+        guard let url = PostgresTestServer.url() else { return }
+        let container = PostgresTestServer.uniqueContainer("init")
+        let db = try PostgresCloudDatabase(url: url, container: container)
+        dropAfterTest(db)
+        XCTAssertThrowsError(try db.zoneInfo("default")) { error in
+            let e = error as? CloudError
+            XCTAssertEqual(e?.kind, .containerMissing)
+            XCTAssertEqual(e?.summary, "container \(container) does not exist in \(db.displayURL) "
+                + "(no schema \(db.schemaName))")
+            XCTAssertEqual(e?.hint, "run 'storectl cloud init' to create it")
+            XCTAssertEqual(e?.exitCode, .unavailable)
+        }
+        let first = try db.initializeContainer()
+        XCTAssertEqual(first, PostgresContainerSetup(schema: db.schemaName, created: true, previousVersion: 0,
+                                                     version: PostgresCloudDatabase.schemaVersion))
+        let second = try db.initializeContainer()
+        XCTAssertEqual(second, PostgresContainerSetup(schema: db.schemaName, created: false, previousVersion: 1,
+                                                      version: 1))
+        let meta = try PostgresTestServer.superuser(url, "SELECT key, value FROM \"\(db.schemaName)\".meta ORDER BY key")
+        XCTAssertEqual((0..<meta.rowCount).map { "\(meta.string($0, 0) ?? "")=\(meta.string($0, 1) ?? "")" },
+                       ["container=\(container)", "schema_version=1"])
+        let tables = try PostgresTestServer.superuser(url, """
+            SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE schemaname = $1
+            """, [db.schemaName])
+        XCTAssertEqual(tables.string(0, 0), "devices,markers,meta,records,zones")
+        let index = try PostgresTestServer.superuser(url, """
+            SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'records_zone_seq'
+            """, [db.schemaName])
+        XCTAssertEqual(index.string(0, 0).map { $0.contains("UNIQUE INDEX") && $0.contains("(zone, seq)") }, true)
+        XCTAssertNil(try db.zoneInfo("default"))
+    }
+
+    func testASchemaOfSomethingElseIsRefused() throws {
+        guard let url = PostgresTestServer.url() else { return }
+        let db = try PostgresCloudDatabase(url: url, container: PostgresTestServer.uniqueContainer("foreign"))
+        dropAfterTest(db)
+        _ = try PostgresTestServer.superuser(url, "CREATE SCHEMA \"\(db.schemaName)\"")
+        _ = try PostgresTestServer.superuser(url, "CREATE TABLE \"\(db.schemaName)\".payroll (id int)")
+        XCTAssertThrowsError(try db.initializeContainer()) { error in
+            XCTAssertEqual((error as? CloudError)?.kind, .notAContainer)
+            XCTAssertEqual((error as? CloudError)?.summary, "schema \(db.schemaName) in \(db.displayURL) already "
+                + "exists and is not a storectl container")
+        }
+        let still = try PostgresTestServer.superuser(url, "SELECT count(*) FROM pg_tables WHERE schemaname = $1",
+                                                     [db.schemaName])
+        XCTAssertEqual(still.string(0, 0), "1")
+    }
+
+    func testANewerSchemaVersionIsRefused() throws {
+        guard let db = try makeContainer("newer"), let url = PostgresTestServer.url() else { return }
+        _ = try PostgresTestServer.superuser(url, "UPDATE \"\(db.schemaName)\".meta SET value = '99' "
+            + "WHERE key = 'schema_version'")
+        db.close()
+        XCTAssertThrowsError(try db.ensureZone("z")) { error in
+            XCTAssertEqual((error as? CloudError)?.kind, .notAContainer)
+            XCTAssertEqual((error as? CloudError)?.hint, "upgrade storectl")
+        }
+        XCTAssertThrowsError(try db.initializeContainer()) { error in
+            XCTAssertEqual((error as? CloudError)?.kind, .notAContainer)
+        }
+    }
+
+    func testSchemaNamesAreSafeDistinctAndStable() throws {
+        let a = PostgresCloudDatabase.schemaName(container: "iCloud.com.example.notes")
+        XCTAssertTrue(a.hasPrefix("storectl_icloud_com_example_notes_"), a)
+        XCTAssertEqual(a, PostgresCloudDatabase.schemaName(container: "iCloud.com.example.notes"))
+        XCTAssertNotEqual(PostgresCloudDatabase.schemaName(container: "a.b"),
+                          PostgresCloudDatabase.schemaName(container: "a_b"))
+        let long = PostgresCloudDatabase.schemaName(container: String(repeating: "x", count: 500) + "\"; DROP")
+        XCTAssertLessThanOrEqual(long.utf8.count, 63)
+        XCTAssertTrue(long.allSatisfy { $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_") }, long)
+
+        // A container id full of SQL metacharacters works end to end.
+        guard let url = PostgresTestServer.url() else { return }
+        let db = try PostgresCloudDatabase(url: url, container: "odd\"; DROP SCHEMA public; --'\\ é")
+        dropAfterTest(db)
+        try db.initializeContainer()
+        try db.ensureZone("z'\"")
+        let out = try db.save(zone: "z'\"", [RecordSave(recordName: "r'\"\\", recordType: "T", fields: "{}",
+                                                         expectedTag: nil)], device: "d")
+        guard case .saved = out.first else { return XCTFail("\(out)") }
+    }
+
+    func testSaveFetchAndConflicts() throws {
+        guard let db = try makeContainer("save") else { return }
+        let zone = try db.ensureZone("default")
+        XCTAssertEqual(zone.lastSeq, 0)
+        XCTAssertEqual(zone.liveRecords, 0)
+        XCTAssertEqual(try db.ensureZone("default").epoch, zone.epoch)
+
+        let first = try db.save(zone: "default", [
+            RecordSave(recordName: "a", recordType: "Note", fields: "{\"t\":\"quote \\\" backslash \\\\ é ☃\"}",
+                       expectedTag: nil),
+            RecordSave(recordName: "b", recordType: "Note", fields: fields(2), expectedTag: nil),
+            RecordSave(recordName: "c", recordType: "Note", fields: fields(3), expectedTag: nil),
+        ], device: "dev-1")
+        let tags = first.map { outcome -> String in
+            if case .saved(let tag, _) = outcome { return tag }
+            XCTFail("\(outcome)")
+            return ""
+        }
+        XCTAssertEqual(first.map { outcome -> Int64 in if case .saved(_, let seq) = outcome { return seq } else { return -1 } }, [1, 2, 3])
+        let a = try XCTUnwrap(db.fetchRecord(zone: "default", recordName: "a"))
+        XCTAssertEqual(a.fields, "{\"t\":\"quote \\\" backslash \\\\ é ☃\"}")
+        XCTAssertEqual(a.changeTag, tags[0])
+        XCTAssertEqual(a.modifiedBy, "dev-1")
+        XCTAssertEqual(a.recordType, "Note")
+        XCTAssertFalse(a.deleted)
+        XCTAssertEqual(a.modifiedAt, Date().timeIntervalSince1970, accuracy: 60)
+
+        // One batch: a good update, a stale tag, a create over an existing record, an update of a missing record,
+        // a deletion. The conflicts do not stop the others.
+        let second = try db.save(zone: "default", [
+            RecordSave(recordName: "a", recordType: "Note", fields: fields(10), expectedTag: tags[0]),
+            RecordSave(recordName: "b", recordType: "Note", fields: fields(20), expectedTag: "stale"),
+            RecordSave(recordName: "c", recordType: "Note", fields: fields(30), expectedTag: nil),
+            RecordSave(recordName: "ghost", recordType: "Note", fields: fields(40), expectedTag: "x"),
+            RecordSave(recordName: "c", recordType: "Note", fields: "", deleted: true, expectedTag: tags[2])
+                .renamed("c2-missing"),
+        ], device: "dev-2")
+        guard case .saved(let aTag, 4) = second[0] else { return XCTFail("\(second)") }
+        XCTAssertNotEqual(aTag, tags[0])
+        XCTAssertEqual(second[1], .conflict(server: try db.fetchRecord(zone: "default", recordName: "b")))
+        XCTAssertEqual(second[2], .conflict(server: try db.fetchRecord(zone: "default", recordName: "c")))
+        XCTAssertEqual(second[3], .conflict(server: nil))
+        XCTAssertEqual(second[4], .conflict(server: nil))
+        if case .conflict(let server) = second[1] { XCTAssertEqual(server?.fields, fields(2)) }
+
+        let deleted = try db.save(zone: "default", [
+            RecordSave(recordName: "c", recordType: "Note", fields: fields(99), deleted: true, expectedTag: tags[2]),
+        ], device: "dev-2")
+        guard case .saved(let tombTag, 5) = deleted[0] else { return XCTFail("\(deleted)") }
+        let tomb = try XCTUnwrap(db.fetchRecord(zone: "default", recordName: "c"))
+        XCTAssertTrue(tomb.deleted)
+        XCTAssertEqual(tomb.fields, "{}")
+        // Creating over a tombstone needs its tag; the conflict shows the tombstone.
+        XCTAssertEqual(try db.save(zone: "default", [RecordSave(recordName: "c", recordType: "Note", fields: "{}",
+                                                                expectedTag: nil)], device: "d"),
+                       [.conflict(server: tomb)])
+        guard case .saved(_, 6) = try db.save(zone: "default", [
+            RecordSave(recordName: "c", recordType: "Note", fields: fields(7), expectedTag: tombTag),
+        ], device: "d")[0] else { return XCTFail() }
+
+        let info = try XCTUnwrap(db.zoneInfo("default"))
+        XCTAssertEqual(info.lastSeq, 6)
+        XCTAssertEqual(info.liveRecords, 3)
+        XCTAssertEqual(try db.save(zone: "default", [], device: "d"), [])
+    }
+
+    func testTheChangeFeedPagesInSeqOrderWithEachRecordOnceAtItsLatestState() throws {
+        guard let db = try makeContainer("feed") else { return }
+        try db.ensureZone("z")
+        let saves = (0..<25).map { RecordSave(recordName: "r\($0)", recordType: "T", fields: fields($0), expectedTag: nil) }
+        let outcomes = try db.save(zone: "z", saves, device: "d")
+        // Update r3 and delete r5: they move to the end of the feed.
+        guard case .saved(let tag3, _) = outcomes[3], case .saved(let tag5, _) = outcomes[5] else { return XCTFail() }
+        _ = try db.save(zone: "z", [
+            RecordSave(recordName: "r3", recordType: "T", fields: fields(333), expectedTag: tag3),
+            RecordSave(recordName: "r5", recordType: "T", fields: "", deleted: true, expectedTag: tag5),
+        ], device: "d")
+
+        var token: ServerChangeToken?
+        var pages: [[String]] = []
+        var more = [Bool]()
+        repeat {
+            let batch = try db.fetchChanges(zone: "z", since: token, limit: 10)
+            pages.append(batch.records.map(\.recordName))
+            more.append(batch.moreComing)
+            XCTAssertEqual(batch.records.map(\.seq), batch.records.map(\.seq).sorted())
+            token = batch.token
+        } while more.last == true
+        let expected = (0..<25).filter { $0 != 3 && $0 != 5 }.map { "r\($0)" } + ["r3", "r5"]
+        XCTAssertEqual(pages.flatMap { $0 }, expected)
+        XCTAssertEqual(pages.map(\.count), [10, 10, 5])
+        XCTAssertEqual(more, [true, true, false])
+        XCTAssertEqual(token?.seq, 27)
+        let last = try db.fetchChanges(zone: "z", since: nil, limit: 100)
+        XCTAssertEqual(last.records.last?.fields, "{}")
+        XCTAssertEqual(last.records.last?.deleted, true)
+        XCTAssertEqual(last.records.first(where: { $0.recordName == "r3" })?.fields, fields(333))
+        XCTAssertEqual(try db.fetchChanges(zone: "z", since: token, limit: 10).records, [])
+        XCTAssertEqual(try db.fetchChanges(zone: "z", since: token, limit: 10).token, token)
+        XCTAssertThrowsError(try db.fetchChanges(zone: "z", since: nil, limit: 0)) { error in
+            XCTAssertEqual((error as? CloudError)?.kind, .invalid)
+        }
+    }
+
+    func testPurgeGivesANewEpochAndOldTokensAreRefused() throws {
+        guard let db = try makeContainer("purge") else { return }
+        let before = try db.ensureZone("z")
+        _ = try db.save(zone: "z", [RecordSave(recordName: "a", recordType: "T", fields: "{}", expectedTag: nil)],
+                        device: "d")
+        _ = try db.createMarker(zone: "z", name: "seed", device: "d", payload: "{}")
+        let token = try db.fetchChanges(zone: "z", since: nil, limit: 10).token
+        try db.purgeZone("z")
+        let after = try XCTUnwrap(db.zoneInfo("z"))
+        XCTAssertNotEqual(after.epoch, before.epoch)
+        XCTAssertEqual(after.liveRecords, 0)
+        XCTAssertEqual(after.lastSeq, 1, "seqs keep counting up; only the epoch starts over")
+        XCTAssertNil(try db.marker(zone: "z", name: "seed"))
+        XCTAssertNil(try db.fetchRecord(zone: "z", recordName: "a"))
+        XCTAssertThrowsError(try db.fetchChanges(zone: "z", since: token, limit: 10)) { error in
+            XCTAssertEqual((error as? CloudError)?.kind, .zoneReset)
+            XCTAssertEqual((error as? CloudError)?.exitCode, .dataError)
+        }
+        XCTAssertEqual(try db.fetchChanges(zone: "z", since: nil, limit: 10).records, [])
+        XCTAssertThrowsError(try db.purgeZone("nope")) { XCTAssertEqual(($0 as? CloudError)?.kind, .zoneNotFound) }
+    }
+
+    func testAMissingZoneIsReported() throws {
+        guard let db = try makeContainer("nozone") else { return }
+        let save = RecordSave(recordName: "a", recordType: "T", fields: "{}", expectedTag: nil)
+        XCTAssertThrowsError(try db.save(zone: "nope", [save], device: "d")) { error in
+            XCTAssertEqual((error as? CloudError)?.kind, .zoneNotFound)
+            XCTAssertEqual((error as? CloudError)?.summary,
+                           "zone nope does not exist in container \(db.container) at \(db.displayURL)")
+        }
+        XCTAssertThrowsError(try db.fetchChanges(zone: "nope", since: nil, limit: 5)) {
+            XCTAssertEqual(($0 as? CloudError)?.kind, .zoneNotFound)
+        }
+        XCTAssertThrowsError(try db.createMarker(zone: "nope", name: "m", device: "d", payload: "")) {
+            XCTAssertEqual(($0 as? CloudError)?.kind, .zoneNotFound)
+        }
+        XCTAssertNil(try db.zoneInfo("nope"))
+        XCTAssertNil(try db.fetchRecord(zone: "nope", recordName: "a"))
+    }
+
+    func testBadBatchesAreRefusedWhole() throws {
+        guard let db = try makeContainer("bad") else { return }
+        try db.ensureZone("z")
+        let good = RecordSave(recordName: "ok", recordType: "T", fields: "{}", expectedTag: nil)
+        for (bad, message) in [
+            (RecordSave(recordName: "x", recordType: "T", fields: "[1]", expectedTag: nil), "not a JSON object"),
+            (RecordSave(recordName: "x", recordType: "T", fields: "{nope", expectedTag: nil), "not a JSON object"),
+            (RecordSave(recordName: "", recordType: "T", fields: "{}", expectedTag: nil), "empty name or type"),
+            (RecordSave(recordName: "ok", recordType: "T", fields: "{}", expectedTag: nil), "appears twice"),
+        ] {
+            XCTAssertThrowsError(try db.save(zone: "z", [good, bad], device: "d")) { error in
+                XCTAssertEqual((error as? CloudError)?.kind, .invalid)
+                XCTAssertTrue("\(error)".contains(message), "\(error)")
+            }
+        }
+        XCTAssertNil(try db.fetchRecord(zone: "z", recordName: "ok"))
+        XCTAssertEqual(try db.zoneInfo("z")?.lastSeq, 0)
+        // The connection is still good after the failed pipeline.
+        XCTAssertEqual(try db.save(zone: "z", [good], device: "d").count, 1)
+    }
+
+    func testALargeBatchIsSavedInOneGo() throws {
+        guard let db = try makeContainer("large") else { return }
+        try db.ensureZone("z")
+        let saves = (0..<20_000).map {
+            RecordSave(recordName: "rec-\($0)", recordType: "T", fields: "{\"n\":\($0),\"s\":\"x,y\\\"{}\"}",
+                       expectedTag: nil)
+        }
+        let start = Date()
+        let outcomes = try db.save(zone: "z", saves, device: "d")
+        let elapsed = Date().timeIntervalSince(start)
+        XCTAssertEqual(outcomes.map { o -> Int64 in if case .saved(_, let seq) = o { return seq } else { return -1 } },
+                       Array(Int64(1)...20_000))
+        XCTAssertLessThan(elapsed, 30, "20,000 records in one batch took \(elapsed) s")
+        let r = try XCTUnwrap(db.fetchRecord(zone: "z", recordName: "rec-19999"))
+        XCTAssertEqual(r.fields, "{\"n\":19999,\"s\":\"x,y\\\"{}\"}")
+    }
+
+    func testMarkersAreCreatedOnceEvenByConcurrentCreators() throws {
+        guard let db = try makeContainer("marker"), let url = PostgresTestServer.url() else { return }
+        try db.ensureZone("z")
+        let container = db.container
+        let results = ResultBox<Bool>()
+        let group = DispatchGroup()
+        for i in 0..<6 {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                do {
+                    let mine = try PostgresCloudDatabase(url: url, container: container)
+                    let (created, marker) = try mine.createMarker(zone: "z", name: "seed", device: "dev-\(i)",
+                                                                  payload: "{\"by\":\(i)}")
+                    results.append(created)
+                    XCTAssertEqual(marker.payload, "{\"by\":\(marker.createdBy.dropFirst(4))}")
+                } catch {
+                    XCTFail("\(error)")
+                }
+            }
+        }
+        group.wait()
+        XCTAssertEqual(results.values.filter { $0 }.count, 1)
+        XCTAssertEqual(results.values.count, 6)
+        let marker = try XCTUnwrap(db.marker(zone: "z", name: "seed"))
+        let again = try db.createMarker(zone: "z", name: "seed", device: "late", payload: "other")
+        XCTAssertFalse(again.created)
+        XCTAssertEqual(again.marker, marker)
+        XCTAssertNil(try db.marker(zone: "z", name: "other"))
+    }
+
+    func testDevicesAreRegisteredAndSeenAgain() throws {
+        guard let db = try makeContainer("devices") else { return }
+        XCTAssertEqual(try db.devices(), [])
+        try db.registerDevice(storeID: "B-store", name: "laptop")
+        try db.registerDevice(storeID: "A-store", name: "phone")
+        let first = try db.devices()
+        XCTAssertEqual(first.map(\.storeID), ["A-store", "B-store"])
+        XCTAssertEqual(first.map(\.account), ["postgres", "postgres"])
+        Thread.sleep(forTimeInterval: 0.01)
+        try db.registerDevice(storeID: "B-store", name: "laptop 2")
+        let second = try db.devices()
+        XCTAssertEqual(second[1].name, "laptop 2")
+        XCTAssertEqual(second[1].firstSeen, first[1].firstSeen)
+        XCTAssertGreaterThan(second[1].lastSeen, first[1].lastSeen)
+    }
+
+    func testConnectionsURLsAndPasswordsStayOutOfMessages() throws {
+        XCTAssertEqual(PostgresURL.redacted("postgres://alice:s3cret@db.example.com:5433/notes?sslmode=require"),
+                       "postgres://alice@db.example.com:5433/notes?sslmode=require")
+        XCTAssertEqual(PostgresURL.redacted("postgresql://db/notes?password=s3cret&sslmode=verify-full"),
+                       "postgresql://db/notes?sslmode=verify-full")
+        XCTAssertEqual(PostgresURL.redacted("postgresql://u:p%40ss@[::1]/d?pass%77ord=x"), "postgresql://u@[::1]/d")
+        XCTAssertEqual(PostgresURL.redacted("postgresql:///postgres?host=/tmp/x"), "postgresql:///postgres?host=/tmp/x")
+        XCTAssertEqual(PostgresURL.redacted("host=db user=alice password='s3 cret' sslmode=require"),
+                       "host=db sslmode=require user=alice")
+        let db = try PostgresCloudDatabase(url: "postgres://alice:s3cret@127.0.0.1:1/notes", container: "c",
+                                           password: "other-secret", timeout: 2)
+        XCTAssertEqual(db.displayURL, "postgres://alice@127.0.0.1:1/notes")
+        XCTAssertEqual(db.role, "alice")
+        XCTAssertThrowsError(try db.ensureZone("z")) { error in
+            XCTAssertEqual((error as? CloudError)?.kind, .temporary)
+            XCTAssertEqual((error as? CloudError)?.exitCode, .tempFail)
+            XCTAssertFalse("\(error)".contains("s3cret"), "\(error)")
+            XCTAssertFalse("\(error)".contains("other-secret"), "\(error)")
+        }
+        XCTAssertThrowsError(try PostgresCloudDatabase(url: "postgres://alice:s3cret@db/x?bogus=1", container: "c"))
+        { error in
+            XCTAssertEqual((error as? CloudError)?.kind, .invalid)
+            XCTAssertEqual((error as? CloudError)?.summary,
+                           "postgres://alice@db/x?bogus=1 is not a valid PostgreSQL connection URL")
+        }
+        XCTAssertThrowsError(try PostgresCloudDatabase(url: "postgres://db/x?bogus=1", container: "c")) { error in
+            XCTAssertEqual((error as? CloudError)?.summary, "postgres://db/x?bogus=1 is not a valid PostgreSQL "
+                + "connection URL: invalid URI query parameter: \"bogus\"")
+        }
+    }
+
+    func testSslmodeIsPassedThroughToLibpq() throws {
+        guard let url = PostgresTestServer.url() else { return }
+        // libpq ignores sslmode on unix sockets, but it still checks the value: a bad one proves it got there.
+        let sep = url.contains("?") ? "&" : "?"
+        let bogus = try PostgresCloudDatabase(url: url + sep + "sslmode=bogus",
+                                              container: PostgresTestServer.uniqueContainer("ssl"))
+        XCTAssertThrowsError(try bogus.initializeContainer()) { error in
+            XCTAssertEqual((error as? CloudError)?.kind, .invalid)
+            XCTAssertTrue("\(error)".contains("invalid sslmode value: \"bogus\""), "\(error)")
+        }
+        XCTAssertEqual(bogus.accountStatus().status, .couldNotDetermine)
+        let disabled = try PostgresCloudDatabase(url: url + sep + "sslmode=disable",
+                                                 container: PostgresTestServer.uniqueContainer("ssl"))
+        dropAfterTest(disabled)
+        XCTAssertTrue(try disabled.initializeContainer().created)
+    }
+
+    func testGrantSQL() {
+        let schema = PostgresCloudDatabase.schemaName(container: "iCloud.com.example.notes")
+        XCTAssertEqual(PostgresCloudDatabase.grantSQL(container: "iCloud.com.example.notes", role: "app\"user"), """
+            -- storectl: access for role "app""user" to container iCloud.com.example.notes (schema "\(schema)")
+            GRANT USAGE ON SCHEMA "\(schema)" TO "app""user";
+            GRANT SELECT ON TABLE "\(schema)"."meta" TO "app""user";
+            GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "\(schema)"."zones" TO "app""user";
+            GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "\(schema)"."records" TO "app""user";
+            GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "\(schema)"."markers" TO "app""user";
+            GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "\(schema)"."devices" TO "app""user";
+
+            """)
+    }
+}
+
+/// Values gathered from several threads.
+final class ResultBox<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [T] = []
+
+    func append(_ value: T) {
+        lock.lock()
+        items.append(value)
+        lock.unlock()
+    }
+
+    var values: [T] {
+        lock.lock()
+        defer { lock.unlock() }
+        return items
+    }
+}
+
+extension RecordSave {
+    /// The same save under another record name.
+    func renamed(_ name: String) -> RecordSave {
+        var copy = self
+        copy.recordName = name
+        return copy
+    }
+}
