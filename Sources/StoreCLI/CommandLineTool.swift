@@ -35,6 +35,8 @@ public final class CommandContext {
     public var commandPath: [String]
     /// The folder relative paths on the command line resolve against.
     public let workingDirectory: String
+    /// Whether the config's warnings were printed already (once per run).
+    var warnedAboutConfig = false
 
     public init(global: GlobalOptions, console: Console, environment: [String: String], commandPath: [String],
                 workingDirectory: String)

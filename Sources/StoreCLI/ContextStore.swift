@@ -6,8 +6,13 @@ extension CommandContext {
     /// Loads config.yaml (from --config, $STORECTL_CONFIG or ./config.yaml).
     /// - Throws: the loader's `DiagnosedError` (66 missing, 78 invalid).
     public func loadConfig() throws -> Config {
-        try ConfigLoader.load(path: configPath, displayPath: configDisplayPath, environment: environment,
-                              expandEnvironment: !global.noExpandEnv)
+        let config = try ConfigLoader.load(path: configPath, displayPath: configDisplayPath, environment: environment,
+                                           expandEnvironment: !global.noExpandEnv)
+        if !warnedAboutConfig {
+            warnedAboutConfig = true
+            for warning in config.warnings { console.err("warning: " + warning) }
+        }
+        return config
     }
 
     /// Loads the config and picks the store named by --store (or the only one).

@@ -18,5 +18,6 @@ struct CloudCommand: Command {
 /// The `cloud` subcommands, in the order --help lists them. A new subcommand is added here.
 let cloudSubcommands: [any Command.Type] = [
     CloudInitCommand.self,
+    CloudCheckCommand.self,
     CloudPurgeCommand.self,
 ]
