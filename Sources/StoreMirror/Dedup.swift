@@ -117,13 +117,7 @@ struct Deduplicator {
 
     /// Gives every row of `e` a record name, so that the tie-break is the same on every device.
     private func assignNames(_ e: EntityMap) throws {
-        let name = e.isSurrogate ? "lower(hex(randomblob(16)))" : e.naturalName("t")
-        try db.execute("""
-            INSERT OR IGNORE INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
-            SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")), \(name), NULL, NULL, 0 FROM main.\(e.quotedName) t
-            WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = \(quoteLiteral(e.name))
-                              AND r.pk = \(e.pkJSON("t")))
-            """)
+        try MirrorState.assignNames(db, e, source: "main.\(e.quotedName) t")
     }
 
     /// Points children of `from` at `to`; children that would then be duplicates are deleted.

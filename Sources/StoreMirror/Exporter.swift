@@ -80,13 +80,7 @@ struct Exporter {
             for e in ordered {
                 let source = baseline ? "main.\(e.quotedName) t"
                     : "temp._storectl_changes c JOIN main.\(e.quotedName) t ON c.entity = \(quoteLiteral(e.name)) AND \(e.pkMatches("t", json: "c.pk"))"
-                let name = e.isSurrogate ? "lower(hex(randomblob(16)))" : e.naturalName("t")
-                try db.execute("""
-                    INSERT OR IGNORE INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
-                    SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")), \(name), NULL, NULL, 0 FROM \(source)
-                    WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = \(quoteLiteral(e.name))
-                                      AND r.pk = \(e.pkJSON("t")))
-                    """)
+                try MirrorState.assignNames(db, e, source: source)
             }
         }
 
@@ -322,25 +316,34 @@ struct Exporter {
     /// Records a successful save in the record map; a merged save also makes the local row match.
     private func record(_ item: Pending, tag: String, applier: RecordApplier) throws {
         if item.save.deleted {
-            try applier.setMap(entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag, base: nil,
-                               deleted: true)
-            let exists = try applier.rowExists(item.entity, pk: item.pk)
-            if exists {
+            try markSaved(item, tag: tag, base: nil)
+            if try applier.rowExists(item.entity, pk: item.pk) {
                 // A merge decided on deletion while the row still exists locally.
                 try db.run("DELETE FROM main.\(item.entity.quotedName) WHERE \(item.entity.pkMatches("main.\(item.entity.quotedName)", json: "?1"))",
                            [item.pk])
             }
-            return
-        }
-        if item.isMerge {
+        } else if item.isMerge {
             // The saved fields are a merge: bring the local row to them.
             let merged = CloudRecord(zone: options.zone, recordName: item.save.recordName, recordType: item.entity.name,
                                      fields: item.save.fields, changeTag: tag, seq: 0, deleted: false,
                                      modifiedBy: device, modifiedAt: 0)
             _ = try applier.apply(merged, respectLocalChanges: false)
         } else {
-            try applier.setMap(entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag,
-                               base: item.save.fields, deleted: false)
+            try markSaved(item, tag: tag, base: item.save.fields)
+        }
+    }
+
+    /// The record map row already exists (names are assigned before saving): only its tag and base change.
+    private func markSaved(_ item: Pending, tag: String, base: String?) throws {
+        let s = try db.cached("""
+            UPDATE _storectl_records SET change_tag = ?1, base = ?2, deleted = ?3, record_name = ?4
+            WHERE entity = ?5 AND pk = ?6
+            """)
+        try s.bind([tag, base, item.save.deleted, item.save.recordName, item.entity.name, item.pk])
+        try s.step()
+        if db.changes == 0 {
+            try RecordApplier.setMap(db, entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag,
+                                     base: base, deleted: item.save.deleted)
         }
     }
 }

@@ -251,6 +251,13 @@ final class RecordApplier {
     }
 
     func setMap(entity: String, pk: String, name: String, tag: String?, base: String?, deleted: Bool) throws {
+        try Self.setMap(db, entity: entity, pk: pk, name: name, tag: tag, base: base, deleted: deleted)
+    }
+
+    /// Points `name` at (entity, pk) in the record map, detaching the name from any other key.
+    static func setMap(_ db: Connection, entity: String, pk: String, name: String, tag: String?, base: String?,
+                       deleted: Bool) throws
+    {
         try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
                    [name, entity, pk])
         let s = try db.cached("""
