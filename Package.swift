@@ -31,7 +31,7 @@ let package = Package(
             "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud", "StoreCloudPostgres", "StoreSQLite", "StoreBase",
         ]),
         .target(name: "StoreCLI", dependencies: ["Storectl", "StoreConfig", "StoreCloud", "StoreBase"]),
-        .executableTarget(name: "storectl", dependencies: ["StoreCLI"]),
+        .executableTarget(name: "storectl", dependencies: ["StoreCLI", "StoreBase"]),
         .executableTarget(name: "storectl-bench", dependencies: ["Storectl", "StoreSQLite", "StoreBase"]),
 
         // Tests

@@ -246,8 +246,12 @@ public protocol CloudDatabase: AnyObject {
     func ensureZone(_ zone: String) throws -> ZoneInfo
 
     /// The changes saved after `token` (from the beginning when nil), at most `limit` records.
+    ///
+    /// With `excludingDevice`, records whose latest save came from that device are left out (a device already
+    /// holds its own writes); the token still moves past them.
     /// - Throws: `CloudError.zoneNotFound`, or `CloudError.zoneReset` when the token is from an older epoch.
-    func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int) throws -> ChangeBatch
+    func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int, excludingDevice: String?) throws
+        -> ChangeBatch
 
     /// The current state of one record, or nil.
     /// - Throws: `CloudError`.
@@ -278,6 +282,14 @@ public protocol CloudDatabase: AnyObject {
     /// The devices that have talked to the container, with when each was last seen.
     /// - Throws: `CloudError`.
     func devices() throws -> [DeviceInfo]
+}
+
+extension CloudDatabase {
+    /// Every change after `token`, at most `limit` records.
+    /// - Throws: see `fetchChanges(zone:since:limit:excludingDevice:)`.
+    public func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int) throws -> ChangeBatch {
+        try fetchChanges(zone: zone, since: token, limit: limit, excludingDevice: nil)
+    }
 }
 
 /// An error from a cloud backend.

@@ -601,7 +601,9 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                     modifiedAt: s.column(8).double ?? 0)
     }
 
-    public func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int) throws -> ChangeBatch {
+    public func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int, excludingDevice: String?)
+        throws -> ChangeBatch
+    {
         guard limit > 0 else { throw CloudError(.invalid, "the page size must be at least 1, got \(limit)") }
         try requireAccount()
         return try translated("fetching changes of zone '\(zone)'") {
@@ -620,10 +622,12 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                                          + "exported again on the next sync")
                 }
                 let after = token?.seq ?? 0
-                let statement = try db.cached(
-                    "SELECT \(Self.recordColumns) FROM records WHERE zone = ? AND seq > ? ORDER BY seq LIMIT ?")
+                let statement = try db.cached("""
+                    SELECT \(Self.recordColumns) FROM records WHERE zone = ?1 AND seq > ?2 AND modified_by IS NOT ?4
+                    ORDER BY seq LIMIT ?3
+                    """)
                 var records: [CloudRecord] = []
-                try statement.forEach([zone, after, limit + 1]) { records.append(Self.record($0)) }
+                try statement.forEach([zone, after, limit + 1, excludingDevice]) { records.append(Self.record($0)) }
                 let moreComing = records.count > limit
                 if moreComing { records.removeLast() }
                 let seq = moreComing ? (records.last?.seq ?? after) : max(after, lastSeq)

@@ -417,7 +417,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
                            modifiedBy: r.string(row, column + 6) ?? "", modifiedAt: r.double(row, column + 7) ?? 0)
     }
 
-    public func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int) throws -> ChangeBatch {
+    public func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int, excludingDevice: String?)
+        throws -> ChangeBatch
+    {
         guard limit > 0 else {
             throw CloudError(.invalid, "cannot fetch changes of zone \(zone): the limit must be positive, not \(limit)")
         }
@@ -431,11 +433,11 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 FROM \(s).zones z
                 LEFT JOIN LATERAL (
                     SELECT \(Self.recordColumns) FROM \(s).records
-                    WHERE zone = z.name AND seq > $2 ORDER BY seq LIMIT $3
+                    WHERE zone = z.name AND seq > $2 AND modified_by IS DISTINCT FROM $4 ORDER BY seq LIMIT $3
                 ) r ON true
                 WHERE z.name = $1
                 ORDER BY r.seq
-                """, [zone, String(after), String(limit + 1)])
+                """, [zone, String(after), String(limit + 1), excludingDevice])
         }
         guard r.rowCount > 0, let epoch = r.string(0, 0) else { throw zoneNotFound(zone) }
         if let token, token.epoch != epoch {

@@ -25,6 +25,8 @@ public struct EntityMap: Sendable, Equatable {
     public var references: [Reference]
     /// Tables this one references (for parent-first ordering).
     public var parents: [String]
+    /// The start of the record names this device gives its surrogate-keyed rows: 16 hex digits of the store id.
+    public var namePrefix: String = ""
 
     /// The columns that travel in a record's fields.
     public var fieldColumns: [String] { isSurrogate ? columns.filter { $0 != primaryKey[0] } : columns }
@@ -57,8 +59,10 @@ public struct EntityMap: Sendable, Equatable {
                 refs.append(Reference(column: fk.columns[0], parent: fk.parentTable))
             }
         }
+        let storeID = try db.scalar("SELECT value FROM _storectl_meta WHERE key = 'store_id'")?.string ?? ""
         return EntityMap(name: table, columns: info.map(\.name), declaredTypes: info.map(\.declaredType),
-                         primaryKey: pk.map(\.name), isSurrogate: surrogate, references: refs, parents: parents)
+                         primaryKey: pk.map(\.name), isSurrogate: surrogate, references: refs, parents: parents,
+                         namePrefix: String(storeID.filter(\.isHexDigit).prefix(16)))
     }
 
     /// Orders entities so that parents come before the tables that reference them.
@@ -95,11 +99,23 @@ public struct EntityMap: Sendable, Equatable {
         "json_array(" + primaryKey.map { Self.jsonValue("\(alias).\(quoteIdentifier($0))") }.joined(separator: ", ") + ")"
     }
 
-    /// The parent's record name for a reference column, or NULL.
+    /// The record name this device gives a surrogate-keyed row that has none yet: the table, the device prefix
+    /// and the rowid. It is the same every time it is computed (so a replay after a crash names rows as before), unique
+    /// across devices, and increasing, so record maps and containers grow at the end of their indexes.
+    func surrogateName(_ keyExpr: String, entity: String? = nil) -> String {
+        "printf('%s/%s%012x', \(quoteLiteral(entity ?? name)), \(quoteLiteral(namePrefix)), \(keyExpr))"
+    }
+
+    /// The record name of the row aliased `alias`, when the record map has none for it.
+    func derivedName(_ alias: String) -> String {
+        isSurrogate ? surrogateName("\(alias).\(quoteIdentifier(primaryKey[0]))") : naturalName(alias)
+    }
+
+    /// The parent's record name for a reference column: from the record map, else the name this device gives it.
     func refName(_ ref: Reference, _ alias: String) -> String {
         let col = "\(alias).\(quoteIdentifier(ref.column))"
-        return "(SELECT rr.record_name FROM _storectl_records rr WHERE rr.entity = \(quoteLiteral(ref.parent))"
-            + " AND rr.pk = json_array(\(col)))"
+        return "coalesce((SELECT rr.record_name FROM _storectl_records rr WHERE rr.entity = \(quoteLiteral(ref.parent))"
+            + " AND rr.pk = json_array(\(col))), \(surrogateName(col, entity: ref.parent)))"
     }
 
     /// The record fields JSON of the row aliased `alias`.

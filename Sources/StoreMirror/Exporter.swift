@@ -75,15 +75,6 @@ struct Exporter {
                 """, [after, upto, MirrorState.importAuthor])
         }
 
-        // Give every row that is about to travel a record name, parents first, so children can refer to them.
-        try db.transaction {
-            for e in ordered {
-                let source = baseline ? "main.\(e.quotedName) t"
-                    : "temp._storectl_changes c JOIN main.\(e.quotedName) t ON c.entity = \(quoteLiteral(e.name)) AND \(e.pkMatches("t", json: "c.pk"))"
-                try MirrorState.assignNames(db, e, source: source)
-            }
-        }
-
         // The mass-delete breaker.
         var deletes = 0
         for e in ordered {
@@ -104,7 +95,9 @@ struct Exporter {
         for e in ordered {
             var lastKey: [Value]? = nil
             while true {
+                let tPage = Trace.start()
                 let (batch, nextKey) = try page(e, baseline: baseline, after: lastKey)
+                Trace.add("export.page", tPage)
                 if batch.isEmpty && nextKey == nil { break }
                 try send(batch, report: &report)
                 done += batch.count
@@ -178,7 +171,8 @@ struct Exporter {
                 args += after
             }
             statement = try db.cached("""
-                SELECT \(e.pkJSON("t")), r.record_name, r.change_tag, r.base, r.deleted, 1, \(e.fieldsJSON("t")),
+                SELECT \(e.pkJSON("t")), coalesce(r.record_name, \(e.derivedName("t"))), r.change_tag, r.base, r.deleted, 1,
+                       \(e.fieldsJSON("t")),
                        \(keys.joined(separator: ", "))
                 FROM main.\(e.quotedName) t
                 LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = \(e.pkJSON("t"))
@@ -192,8 +186,8 @@ struct Exporter {
                 args += after
             }
             statement = try db.cached("""
-                SELECT c.pk, r.record_name, r.change_tag, r.base, r.deleted, t.\(pk0) IS NOT NULL, \(e.fieldsJSON("t")),
-                       c.pk
+                SELECT c.pk, coalesce(r.record_name, CASE WHEN t.\(pk0) IS NOT NULL THEN \(e.derivedName("t")) END),
+                       r.change_tag, r.base, r.deleted, t.\(pk0) IS NOT NULL, \(e.fieldsJSON("t")), c.pk
                 FROM temp._storectl_changes c
                 LEFT JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
                 LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = c.pk
@@ -249,7 +243,11 @@ struct Exporter {
                                  hint: "run 'storectl sync' again")
             }
             Failpoint.hit("export.before-save")
+            let tSave = Trace.start()
             let outcomes = try cloud.save(zone: options.zone, work.map(\.save), device: device)
+            Trace.add("export.cloud-save", tSave)
+            let tLocal = Trace.start()
+            defer { Trace.add("export.local-commit", tLocal) }
             Failpoint.hit("export.after-save")
             var retry: [Pending] = []
             var conflicts: [ConflictReport] = []
@@ -333,15 +331,19 @@ struct Exporter {
         }
     }
 
-    /// The record map row already exists (names are assigned before saving): only its tag and base change.
+    /// Records the saved tag and base in the record map.
     private func markSaved(_ item: Pending, tag: String, base: String?) throws {
         let s = try db.cached("""
-            UPDATE _storectl_records SET change_tag = ?1, base = ?2, deleted = ?3, record_name = ?4
-            WHERE entity = ?5 AND pk = ?6
+            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name,
+                change_tag = excluded.change_tag, base = excluded.base, deleted = excluded.deleted
             """)
-        try s.bind([tag, base, item.save.deleted, item.save.recordName, item.entity.name, item.pk])
-        try s.step()
-        if db.changes == 0 {
+        do {
+            try s.bind([item.entity.name, item.pk, item.save.recordName, tag, base, item.save.deleted])
+            try s.step()
+        } catch let error as SQLiteError where error.isConstraint {
+            // The name was attached to another key (an old mapping): move it.
             try RecordApplier.setMap(db, entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag,
                                      base: base, deleted: item.save.deleted)
         }

@@ -8,7 +8,7 @@ public struct MirrorOptions: Sendable {
     public var zone: String
     public var mergePolicy: MergePolicy
     /// Records per cloud save.
-    public var batchSize = 500
+    public var batchSize = 1000
     /// Records per fetched page.
     public var pageSize = 1000
     /// An export that deletes more than this fraction of the zone's live records stops (mass-delete breaker).
@@ -154,7 +154,12 @@ public final class Mirror {
             var first = true
             var done = 0
             while true {
-                let batch = try cloud.fetchChanges(zone: options.zone, since: token, limit: options.pageSize)
+                let tFetch = Trace.start()
+                let batch = try cloud.fetchChanges(zone: options.zone, since: token, limit: options.pageSize,
+                                                   excludingDevice: device)
+                Trace.add("import.fetch", tFetch)
+                let tApply = Trace.start()
+                defer { Trace.add("import.apply", tApply) }
                 if first {
                     Failpoint.hit("import.before-apply")
                     first = false

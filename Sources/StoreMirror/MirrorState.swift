@@ -105,34 +105,14 @@ public enum MirrorState {
     }
 
     /// Gives a record name to every row that `source` (SQL with alias `t` for the table) selects and that has none
-    /// yet. Natural keys name their own records; surrogate-keyed rows get `<device prefix><counter>`: unique
-    /// across devices (the prefix comes from the random store id) and increasing on each device, so that record
-    /// maps and containers grow at the end of their indexes instead of at random places.
-    /// - Returns: how many rows were named.
-    @discardableResult
-    static func assignNames(_ db: Connection, _ e: EntityMap, source: String) throws -> Int {
-        var args: [any SQLBindable] = []
-        let name: String
-        if e.isSurrogate {
-            let prefix = String(try storeID(db).filter { $0 != "-" }.prefix(16))
-            let base = Int64(try meta(db, "next_record_name") ?? "0") ?? 0
-            name = "printf('%s%012x', ?1, ?2 + row_number() OVER ())"
-            args = [prefix, base]
-        } else {
-            name = e.naturalName("t")
-        }
+    /// yet (see `EntityMap.derivedName`).
+    static func assignNames(_ db: Connection, _ e: EntityMap, source: String) throws {
         try db.run("""
             INSERT OR IGNORE INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
-            SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")), \(name), NULL, NULL, 0 FROM \(source)
+            SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")), \(e.derivedName("t")), NULL, NULL, 0 FROM \(source)
             WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = \(quoteLiteral(e.name))
                               AND r.pk = \(e.pkJSON("t")))
-            """, args)
-        let named = db.changes
-        if e.isSurrogate && named > 0 {
-            let base = Int64(try meta(db, "next_record_name") ?? "0") ?? 0
-            try setMeta(db, "next_record_name", String(base + Int64(named)))
-        }
-        return named
+            """)
     }
 
     /// How many distinct rows have changes not yet exported.

@@ -1,7 +1,10 @@
+import StoreBase
 import StoreCLI
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-exit(CommandLineTool.main(Array(CommandLine.arguments.dropFirst())).rawValue)
+let code = CommandLineTool.main(Array(CommandLine.arguments.dropFirst()))
+Trace.report()
+exit(code.rawValue)
