@@ -664,39 +664,46 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                 let now = Date().timeIntervalSince1970
                 let select = try db.cached(
                     "SELECT \(Self.recordColumns) FROM records WHERE zone = ? AND record_name = ?")
-                let upsert = try db.cached("""
-                    INSERT INTO records(\(Self.recordColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT(zone, record_name) DO UPDATE SET record_type = excluded.record_type,
-                        fields = excluded.fields, change_tag = excluded.change_tag, seq = excluded.seq,
-                        deleted = excluded.deleted, modified_by = excluded.modified_by,
-                        modified_at = excluded.modified_at
+                // The write is itself the check: an insert that must not find the record, or an update that must
+                // find the expected tag. Only a write that changed nothing reads the server's record back.
+                let insert = try db.cached("""
+                    INSERT INTO records(\(Self.recordColumns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                    ON CONFLICT(zone, record_name) DO NOTHING
+                    """)
+                let update = try db.cached("""
+                    UPDATE records SET record_type = ?3, fields = ?4, change_tag = ?5, seq = ?6, deleted = ?7,
+                        modified_by = ?8, modified_at = ?9
+                    WHERE zone = ?1 AND record_name = ?2 AND change_tag = ?10
                     """)
                 let tagSuffix = "-" + epoch.prefix(8)
                 var outcomes: [SaveOutcome] = []
                 outcomes.reserveCapacity(saves.count)
                 for save in saves {
+                    let tag = String(seq + 1, radix: 36) + tagSuffix
+                    let values: [Value] = [.text(zone), .text(save.recordName), .text(save.recordType),
+                                           .text(save.deleted ? "{}" : save.fields), .text(tag), .integer(seq + 1),
+                                           .integer(save.deleted ? 1 : 0), .text(device), .real(now)]
+                    let statement = save.expectedTag == nil ? insert : update
+                    do {
+                        try statement.bind(save.expectedTag.map { values + [.text($0)] } ?? values)
+                        while try statement.step() {}
+                    } catch let error as SQLiteError where error.isConstraint {
+                        throw CloudError(.invalid, "record '\(save.recordName)': its fields are not a JSON object; "
+                                             + "nothing of the batch was saved",
+                                         hint: "fields must be JSON object text, e.g. {\"title\":\"hi\"}")
+                    }
+                    if db.changes == 1 {
+                        seq += 1
+                        outcomes.append(.saved(changeTag: tag, seq: seq))
+                        continue
+                    }
                     var current: CloudRecord?
                     try select.bind([zone, save.recordName])
                     if try select.step() {
                         current = Self.record(select)
                         try select.reset()
                     }
-                    guard current?.changeTag == save.expectedTag else {
-                        outcomes.append(.conflict(server: current))
-                        continue
-                    }
-                    seq += 1
-                    let tag = String(seq, radix: 36) + tagSuffix
-                    try upsert.bind([zone, save.recordName, save.recordType, save.deleted ? "{}" : save.fields, tag,
-                                     seq, save.deleted, device, now])
-                    do {
-                        while try upsert.step() {}
-                    } catch let error as SQLiteError where error.isConstraint {
-                        throw CloudError(.invalid, "record '\(save.recordName)': its fields are not a JSON object; "
-                                             + "nothing of the batch was saved",
-                                         hint: "fields must be JSON object text, e.g. {\"title\":\"hi\"}")
-                    }
-                    outcomes.append(.saved(changeTag: tag, seq: seq))
+                    outcomes.append(.conflict(server: current))
                 }
                 try db.run("UPDATE zones SET last_seq = ? WHERE name = ?", [seq, zone])
                 return outcomes
