@@ -32,7 +32,7 @@ let package = Package(
         ]),
         .target(name: "StoreCLI", dependencies: ["Storectl", "StoreConfig", "StoreBase"]),
         .executableTarget(name: "storectl", dependencies: ["StoreCLI"]),
-        .executableTarget(name: "storectl-bench", dependencies: ["Storectl", "StoreSQLite", "StoreBase"]),
+        .executableTarget(name: "storectl-bench", dependencies: ["Storectl", "StoreHistory", "StoreSQLite", "StoreBase"]),
 
         // Tests
         .target(name: "TestSupport", dependencies: ["StoreSQLite", "StoreBase"], path: "Tests/TestSupport"),
