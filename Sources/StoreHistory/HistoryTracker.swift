@@ -130,6 +130,12 @@ public struct HistoryTracker {
         }
     }
 
+    /// Throws unless the store has been initialized (`storectl init`).
+    /// - Throws: `StoreError` exit 78 with a hint to run init.
+    public func requireInitialized() throws {
+        guard try isInitialized() else { throw notInitializedError() }
+    }
+
     /// The state of tracking: ok, not initialized, drift, or triggers missing.
     /// - Throws: `SQLiteError`.
     public func verify() throws -> TrackingState {

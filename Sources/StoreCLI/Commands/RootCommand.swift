@@ -19,5 +19,8 @@ struct RootCommand: Command {
 
 /// The top-level commands, in the order --help lists them.
 let registeredCommands: [any Command.Type] = [
+    InitCommand.self,
+    HistoryCommand.self,
+    MigrateCommand.self,
     ConfigCommand.self,
 ]
