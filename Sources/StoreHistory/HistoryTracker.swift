@@ -350,7 +350,8 @@ public struct HistoryTracker {
     private func checkFormatVersion() throws {
         let version = try meta(StoreFormat.MetaKey.formatVersion)
         guard version == StoreFormat.version else {
-            throw StoreError(.dataError, "\(db.path) has store format version \(version ?? "?"), this storectl knows version \(StoreFormat.version)",
+            throw StoreError(.dataError, "\(db.path) has store format version \(version ?? "?"), "
+                                + "this storectl knows version \(StoreFormat.version)",
                              hint: "upgrade storectl; the store was not changed")
         }
     }
@@ -359,7 +360,8 @@ public struct HistoryTracker {
         guard options.tracking else {
             throw StoreError(.config, "history tracking cannot be turned off",
                              details: ["  history tracking is what lets data survive a switch between local and cloud modes"],
-                             hint: "remove 'tracking: false' from the store's history: settings; prune old history with 'storectl history prune' instead")
+                             hint: "remove 'tracking: false' from the store's history: settings; "
+                                + "prune old history with 'storectl history prune' instead")
         }
     }
 
@@ -377,7 +379,8 @@ public struct HistoryTracker {
     func trackingLostError(_ tables: [String]) -> StoreError {
         StoreError(.config, "history tracking is lost in \(db.path): the triggers of "
                     + tables.map { "'\($0)'" }.joined(separator: ", ") + " are missing",
-                   details: ["  changes made to \(tables.count == 1 ? "this table" : "these tables") while the triggers were missing were not recorded"],
+                   details: ["  changes made to \(tables.count == 1 ? "this table" : "these tables") "
+                                + "while the triggers were missing were not recorded"],
                    hint: "run 'storectl migrate --force' to reinstall them; it records a history gap in the store meta, "
                     + "so that the next cloud enable re-baselines instead of missing those changes")
     }

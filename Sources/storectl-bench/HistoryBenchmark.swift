@@ -268,7 +268,8 @@ enum HistoryBenchmark {
             """, tracked: tracked)
         let rows = 10_000
         try db.transaction {
-            let insert = try db.prepare("INSERT INTO wide(id, \(names.joined(separator: ", "))) VALUES (?\(String(repeating: ", 'value'", count: names.count)))")
+            let values = String(repeating: ", 'value'", count: names.count)
+            let insert = try db.prepare("INSERT INTO wide(id, \(names.joined(separator: ", "))) VALUES (?\(values))")
             for i in 1...rows {
                 try insert.bind(.integer(Int64(i)), at: 1)
                 try insert.step()

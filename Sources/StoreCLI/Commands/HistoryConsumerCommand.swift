@@ -118,7 +118,8 @@ struct HistoryConsumerListCommand: Command {
             return .ok
         }
         let width = max(4, consumers.map(\.name.count).max() ?? 0) + 2
-        context.console.out("NAME".padding(toLength: width, withPad: " ", startingAt: 0) + "TOKEN".padding(toLength: 12, withPad: " ", startingAt: 0) + "BEHIND")
+        context.console.out("NAME".padding(toLength: width, withPad: " ", startingAt: 0)
+                            + "TOKEN".padding(toLength: 12, withPad: " ", startingAt: 0) + "BEHIND")
         for c in consumers {
             context.console.out(c.name.padding(toLength: width, withPad: " ", startingAt: 0)
                                 + String(c.token).padding(toLength: 12, withPad: " ", startingAt: 0) + String(c.behind))
