@@ -30,9 +30,13 @@ let package = Package(
         .target(name: "Storectl", dependencies: [
             "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud", "StoreCloudPostgres", "StoreSQLite", "StoreBase",
         ]),
-        .target(name: "StoreCLI", dependencies: ["Storectl", "StoreConfig", "StoreCloud", "StoreBase"]),
+        .target(name: "StoreCLI", dependencies: [
+            "Storectl", "StoreConfig", "StoreCloud", "StoreHistory", "StoreMirror", "StoreSQLite", "StoreBase",
+        ]),
         .executableTarget(name: "storectl", dependencies: ["StoreCLI", "StoreBase"]),
-        .executableTarget(name: "storectl-bench", dependencies: ["Storectl", "StoreSQLite", "StoreBase"]),
+        .executableTarget(name: "storectl-bench", dependencies: [
+            "Storectl", "StoreHistory", "StoreMirror", "StoreCloud", "StoreConfig", "StoreSQLite", "StoreBase",
+        ]),
 
         // Tests
         .target(name: "TestSupport", dependencies: ["StoreSQLite", "StoreBase"], path: "Tests/TestSupport"),

@@ -150,7 +150,8 @@ extension HistoryTracker {
             throw StoreError(.usage, "a consumer name cannot be empty", hint: "e.g. 'storectl history consumer add search-indexer'")
         }
         if !allowReserved && name.hasPrefix(StoreFormat.reservedConsumerPrefix) {
-            throw StoreError(.usage, "consumer names starting with '\(StoreFormat.reservedConsumerPrefix)' are reserved for the sync engine",
+            throw StoreError(.usage, "consumer names starting with '\(StoreFormat.reservedConsumerPrefix)' "
+                                + "are reserved for the sync engine",
                              hint: "choose another name, e.g. 'my-\(name)'")
         }
     }

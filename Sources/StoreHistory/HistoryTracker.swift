@@ -130,6 +130,12 @@ public struct HistoryTracker {
         }
     }
 
+    /// Throws unless the store has been initialized (`storectl init`).
+    /// - Throws: `StoreError` exit 78 with a hint to run init.
+    public func requireInitialized() throws {
+        guard try isInitialized() else { throw notInitializedError() }
+    }
+
     /// The state of tracking: ok, not initialized, drift, or triggers missing.
     /// - Throws: `SQLiteError`.
     public func verify() throws -> TrackingState {
@@ -197,9 +203,18 @@ public struct HistoryTracker {
                     }
                 }
             }
+            // A rowid alias is a single INTEGER primary key of a rowid table that has no index of its own
+            // ("INTEGER PRIMARY KEY DESC" is not an alias, and SQLite gives it an automatic index).
+            var keyIsRowID = false
+            if !rowless.contains(name), pk.count == 1,
+               columns.first(where: { $0.name == pk[0] })?.declaredType.uppercased() == "INTEGER"
+            {
+                keyIsRowID = try db.scalar("SELECT count(*) FROM pragma_index_list(?) WHERE origin = 'pk'", [name])?
+                    .int64 == 0
+            }
             result.append(TableSchema(name: name, columns: columns, primaryKey: pk,
                                       foreignKeys: try db.foreignKeys(of: name), tombstone: tombstone,
-                                      withoutRowID: rowless.contains(name)))
+                                      withoutRowID: rowless.contains(name), keyIsRowID: keyIsRowID))
         }
         return result
     }
@@ -335,7 +350,8 @@ public struct HistoryTracker {
     private func checkFormatVersion() throws {
         let version = try meta(StoreFormat.MetaKey.formatVersion)
         guard version == StoreFormat.version else {
-            throw StoreError(.dataError, "\(db.path) has store format version \(version ?? "?"), this storectl knows version \(StoreFormat.version)",
+            throw StoreError(.dataError, "\(db.path) has store format version \(version ?? "?"), "
+                                + "this storectl knows version \(StoreFormat.version)",
                              hint: "upgrade storectl; the store was not changed")
         }
     }
@@ -344,7 +360,8 @@ public struct HistoryTracker {
         guard options.tracking else {
             throw StoreError(.config, "history tracking cannot be turned off",
                              details: ["  history tracking is what lets data survive a switch between local and cloud modes"],
-                             hint: "remove 'tracking: false' from the store's history: settings; prune old history with 'storectl history prune' instead")
+                             hint: "remove 'tracking: false' from the store's history: settings; "
+                                + "prune old history with 'storectl history prune' instead")
         }
     }
 
@@ -362,7 +379,8 @@ public struct HistoryTracker {
     func trackingLostError(_ tables: [String]) -> StoreError {
         StoreError(.config, "history tracking is lost in \(db.path): the triggers of "
                     + tables.map { "'\($0)'" }.joined(separator: ", ") + " are missing",
-                   details: ["  changes made to \(tables.count == 1 ? "this table" : "these tables") while the triggers were missing were not recorded"],
+                   details: ["  changes made to \(tables.count == 1 ? "this table" : "these tables") "
+                                + "while the triggers were missing were not recorded"],
                    hint: "run 'storectl migrate --force' to reinstall them; it records a history gap in the store meta, "
                     + "so that the next cloud enable re-baselines instead of missing those changes")
     }

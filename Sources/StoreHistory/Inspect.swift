@@ -137,7 +137,8 @@ extension HistoryTracker {
             lines.append("foreign keys changed")
         }
         if before.tombstone != now.tombstone && lines.isEmpty {
-            lines.append("tombstone columns changed from (\(before.tombstone.joined(separator: ", "))) to (\(now.tombstone.joined(separator: ", ")))")
+            lines.append("tombstone columns changed from (\(before.tombstone.joined(separator: ", "))) "
+                         + "to (\(now.tombstone.joined(separator: ", ")))")
         }
         if lines.isEmpty && before != now {
             lines.append("definition changed")

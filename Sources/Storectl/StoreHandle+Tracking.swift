@@ -5,19 +5,7 @@ import StoreSQLite
 
 extension StoreHandle {
     /// The history options this store's settings describe.
-    public var trackingOptions: TrackingOptions {
-        var tombstones: [String: [String]] = [:]
-        for e in settings.entities { if let t = e.tombstone { tombstones[e.name] = t } }
-        return TrackingOptions(author: settings.history.author,
-                               entities: settings.entities.isEmpty ? nil : settings.entities.map(\.name),
-                               tombstones: tombstones, tracking: settings.history.tracking)
-    }
-
-    /// The history tracker of this store (opening the file; it must exist).
-    /// - Throws: `StoreError` when the file is missing or unreadable.
-    public func historyTracker(create: Bool = false) throws -> HistoryTracker {
-        HistoryTracker(db: try database(create: create), options: trackingOptions)
-    }
+    public var trackingOptions: TrackingOptions { settings.trackingOptions }
 
     /// Creates and initialises the store when it is missing or not initialised (running its `schema:` SQL).
     /// Returns whether anything was done.
