@@ -111,9 +111,10 @@ extension PostgresCloudDatabase {
         let tables = PostgresSchema.tablePrivileges
         let privileges = try c.execute("""
             SELECT t.name, t.privilege, c.oid IS NOT NULL AND has_table_privilege(c.oid, t.privilege)
-            FROM unnest($2::text[], $3::text[]) AS t(name, privilege)
+            FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS t(name, privilege, ord)
             LEFT JOIN pg_class c ON c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)
                 AND c.relname = t.name
+            ORDER BY t.ord
             """, [
                 schemaName,
                 PGConnInfo.textArray(tables.flatMap { t in t.privileges.map { _ in t.table } }),
