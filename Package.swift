@@ -30,7 +30,7 @@ let package = Package(
         .target(name: "Storectl", dependencies: [
             "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud", "StoreCloudPostgres", "StoreSQLite", "StoreBase",
         ]),
-        .target(name: "StoreCLI", dependencies: ["Storectl", "StoreConfig", "StoreBase"]),
+        .target(name: "StoreCLI", dependencies: ["Storectl", "StoreConfig", "StoreCloud", "StoreBase"]),
         .executableTarget(name: "storectl", dependencies: ["StoreCLI"]),
         .executableTarget(name: "storectl-bench", dependencies: ["Storectl", "StoreSQLite", "StoreBase"]),
 

@@ -217,6 +217,15 @@ public struct AccountInfo: Sendable, Equatable, Codable {
 /// - `save` is conditional per record on its expected change tag; a mismatch is a `.conflict` with the server's
 ///   record, and the other records of the batch are still saved.
 /// - `createMarker` is atomic: of concurrent creators exactly one gets `created == true`.
+/// - Every call but `accountStatus()` first checks the connection's account (registered, secret matching, not
+///   disabled; once per connection) and throws `CloudError(.account)` otherwise. A write to a container this user
+///   may not write throws `.permission`; one blocked by a lock beyond the busy timeout throws `.temporary`.
+/// - `save`, `createMarker` and `purgeZone` need the zone (`ensureZone` first), else `.zoneNotFound`.
+/// - A conflict's server record carries `modifiedBy`: after a crash, a device recognises its own earlier write
+///   (same device, same fields) and treats the save as done.
+/// - A purge keeps the seq counting up and changes the epoch; tokens of the old epoch get `.zoneReset`.
+/// - When no more changes are waiting, the returned token is at the zone's last seq, so it moves past records
+///   that were saved again later.
 public protocol CloudDatabase: AnyObject {
     /// The container id, e.g. `iCloud.com.example.notes`.
     var container: String { get }

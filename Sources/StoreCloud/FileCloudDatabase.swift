@@ -32,6 +32,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// them when writing).
     private let writeProblem: String?
     private var verifiedRole: AccountRole?
+    /// The PBKDF2 iterations `addAccount` hashes new secrets with.
+    public var hashIterations = PasswordHash.defaultIterations
 
     public var displayURL: String { "file:" + path }
 
@@ -131,10 +133,29 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     }
 
     /// The account status for a container that may not even exist: never throws, always explains.
+    ///
+    /// With `createIfMissing`, a missing container that can be created is `available`: the first use creates it
+    /// with `account` as its owner. Checking never creates anything.
     public static func accountStatus(path: String, container: String, account: String?, secret: String?,
+                                     createIfMissing: Bool = false,
                                      busyTimeout: Int32 = defaultBusyTimeout) -> AccountStatusReport
     {
         if let report = configurationStatus(account: account, secret: secret) { return report }
+        if createIfMissing && !FileManager.default.fileExists(atPath: path) {
+            var folder = (path as NSString).deletingLastPathComponent
+            while !folder.isEmpty && folder != "/" && !FileManager.default.fileExists(atPath: folder) {
+                folder = (folder as NSString).deletingLastPathComponent
+            }
+            if let problem = writeProblem("folder", folder.isEmpty ? "." : folder) {
+                return AccountStatusReport(status: .restricted,
+                                           reason: "container '\(container)' does not exist at \(path) and cannot "
+                                               + "be created: \(problem)", account: account)
+            }
+            return AccountStatusReport(status: .available,
+                                       reason: "container '\(container)' does not exist yet at \(path); it is "
+                                           + "created on first use (create_if_missing), with account "
+                                           + "'\(account ?? "")' as its owner", account: account)
+        }
         do {
             let cloud = try open(path: path, container: container, account: account, secret: secret,
                                  busyTimeout: busyTimeout)
@@ -284,17 +305,22 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     static func writeProblem(path: String) -> String? {
         let folder = (path as NSString).deletingLastPathComponent
         for (what, target) in [("file", path), ("folder", folder.isEmpty ? "." : folder)] {
-            var info = stat()
-            guard stat(target, &info) == 0 else { continue }
-            if info.st_mode & 0o222 == 0 { return "the container \(what) \(target) has no write permission" }
-            if access(target, W_OK) != 0 { return "the container \(what) \(target) is not writable by this user" }
+            if let problem = writeProblem(what, target) { return problem }
         }
         return nil
     }
 
+    private static func writeProblem(_ what: String, _ target: String) -> String? {
+        var info = stat()
+        guard stat(target, &info) == 0 else { return nil }
+        if info.st_mode & 0o222 == 0 { return "the container \(what) \(target) has no write permission" }
+        if access(target, W_OK) != 0 { return "the container \(what) \(target) is not writable by this user" }
+        return nil
+    }
+
     private static func validateAccountID(_ id: String) throws {
-        guard !id.isEmpty, id.count <= 200, !id.contains(where: { $0.isWhitespace || $0.asciiValue.map { $0 < 32 } == true })
-        else {
+        let isControl: (Character) -> Bool = { $0.asciiValue.map { $0 < 32 || $0 == 127 } == true }
+        guard !id.isEmpty, id.count <= 200, !id.contains(where: { $0.isWhitespace || isControl($0) }) else {
             throw CloudError(.invalid, "'\(id)' is not a valid account id",
                              hint: "use letters, digits and punctuation, without spaces")
         }
@@ -450,7 +476,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             throw CloudError(.permission, "cannot write to container '\(container)': \(writeProblem)",
                              hint: "check the permissions of the container file and its folder")
         }
-        let hash = PasswordHash.make(secret: newSecret)
+        let hash = PasswordHash.make(secret: newSecret, iterations: hashIterations)
         try translated("adding an account") {
             try db.transaction(.immediate) {
                 let count = try db.scalar("SELECT count(*) FROM accounts")?.int64 ?? 0
@@ -565,7 +591,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
 
     // MARK: Records
 
-    static let recordColumns = "zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at"
+    static let recordColumns =
+        "zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at"
 
     private static func record(_ s: Statement) -> CloudRecord {
         CloudRecord(zone: s.string(0) ?? "", recordName: s.string(1) ?? "", recordType: s.string(2) ?? "",
@@ -609,7 +636,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     public func fetchRecord(zone: String, recordName: String) throws -> CloudRecord? {
         try requireAccount()
         return try translated("reading record '\(recordName)'") {
-            let statement = try db.cached("SELECT \(Self.recordColumns) FROM records WHERE zone = ? AND record_name = ?")
+            let statement = try db.cached(
+                "SELECT \(Self.recordColumns) FROM records WHERE zone = ? AND record_name = ?")
             var found: CloudRecord?
             try statement.forEach([zone, recordName]) { found = Self.record($0) }
             return found

@@ -61,7 +61,9 @@ public struct SHA256: Sendable {
         var tail = buffer
         tail.append(0x80)
         while tail.count % Self.blockSize != 56 { tail.append(0) }
-        for shift in stride(from: 56, through: 0, by: -8) { tail.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift))) }
+        for shift in stride(from: 56, through: 0, by: -8) {
+            tail.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift)))
+        }
         var offset = 0
         while offset < tail.count {
             Self.compress(&state, tail[offset..<offset + Self.blockSize])
@@ -89,17 +91,38 @@ public struct SHA256: Sendable {
         return h.state
     }
 
-    /// The digest of one message of exactly 32 bytes that follows one already-absorbed block whose state is
-    /// `state`. This is HMAC's inner and outer hash of a 32-byte input, without any allocation of the padding.
-    static func finishAfterOneBlock(_ state: [UInt32], message: [UInt8]) -> [UInt32] {
-        var s = state
-        var block = message
-        block.append(0x80)
-        while block.count < 56 { block.append(0) }
-        let bitLength = UInt64(blockSize + message.count) * 8
-        for shift in stride(from: 56, through: 0, by: -8) { block.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift))) }
-        compress(&s, block[...])
-        return s
+    /// One application of the compression function to a block given as 16 big-endian words, with no allocation:
+    /// `w` is scratch space for 64 words. PBKDF2's inner loop runs through here.
+    @_optimize(speed)
+    static func compressWords(_ state: UnsafeMutablePointer<UInt32>, _ block: UnsafePointer<UInt32>,
+                              _ w: UnsafeMutablePointer<UInt32>, _ k: UnsafeBufferPointer<UInt32>)
+    {
+        for i in 0..<16 { w[i] = block[i] }
+        for i in 16..<64 {
+            let x = w[i - 15], y = w[i - 2]
+            let s0 = (x >> 7 | x << 25) ^ (x >> 18 | x << 14) ^ (x >> 3)
+            let s1 = (y >> 17 | y << 15) ^ (y >> 19 | y << 13) ^ (y >> 10)
+            w[i] = w[i - 16] &+ s0 &+ w[i - 7] &+ s1
+        }
+        var a = state[0], b = state[1], c = state[2], d = state[3]
+        var e = state[4], f = state[5], g = state[6], h = state[7]
+        for i in 0..<64 {
+            let s1 = (e >> 6 | e << 26) ^ (e >> 11 | e << 21) ^ (e >> 25 | e << 7)
+            let ch = (e & f) ^ (~e & g)
+            let t1 = h &+ s1 &+ ch &+ k[i] &+ w[i]
+            let s0 = (a >> 2 | a << 30) ^ (a >> 13 | a << 19) ^ (a >> 22 | a << 10)
+            let maj = (a & b) ^ (a & c) ^ (b & c)
+            let t2 = s0 &+ maj
+            h = g; g = f; f = e; e = d &+ t1
+            d = c; c = b; b = a; a = t1 &+ t2
+        }
+        state[0] &+= a; state[1] &+= b; state[2] &+= c; state[3] &+= d
+        state[4] &+= e; state[5] &+= f; state[6] &+= g; state[7] &+= h
+    }
+
+    /// Runs `body` with the round constants as a pointer.
+    static func withRoundConstants<T>(_ body: (UnsafeBufferPointer<UInt32>) -> T) -> T {
+        k.withUnsafeBufferPointer(body)
     }
 
     /// One application of the compression function to a 64-byte block.
@@ -109,7 +132,8 @@ public struct SHA256: Sendable {
         let base = block.startIndex
         for i in 0..<16 {
             let j = base + i * 4
-            w[i] = UInt32(block[j]) << 24 | UInt32(block[j + 1]) << 16 | UInt32(block[j + 2]) << 8 | UInt32(block[j + 3])
+            w[i] = UInt32(block[j]) << 24 | UInt32(block[j + 1]) << 16 | UInt32(block[j + 2]) << 8
+                | UInt32(block[j + 3])
         }
         for i in 16..<64 {
             let x = w[i - 15], y = w[i - 2]
@@ -136,8 +160,8 @@ public struct SHA256: Sendable {
 
 /// HMAC-SHA256 (RFC 2104).
 public struct HMACSHA256: Sendable {
-    private let innerState: [UInt32]
-    private let outerState: [UInt32]
+    let innerState: [UInt32]
+    let outerState: [UInt32]
     private let innerPad: [UInt8]
     private let outerPad: [UInt8]
 
@@ -162,12 +186,6 @@ public struct HMACSHA256: Sendable {
         return outer.finalize()
     }
 
-    /// The MAC of a 32-byte message (PBKDF2's inner loop), from the precomputed padded-key states.
-    func mac32(_ message: [UInt8]) -> [UInt8] {
-        let inner = SHA256.bytes(of: SHA256.finishAfterOneBlock(innerState, message: message))
-        return SHA256.bytes(of: SHA256.finishAfterOneBlock(outerState, message: inner))
-    }
-
     /// The MAC of `message` under `key`.
     public static func mac(key: [UInt8], _ message: [UInt8]) -> [UInt8] {
         HMACSHA256(key: key).mac(message)
@@ -189,18 +207,57 @@ public enum PasswordHash {
         while derived.count < length {
             let counter = [UInt8(truncatingIfNeeded: blockIndex >> 24), UInt8(truncatingIfNeeded: blockIndex >> 16),
                            UInt8(truncatingIfNeeded: blockIndex >> 8), UInt8(truncatingIfNeeded: blockIndex)]
-            var u = prf.mac(salt + counter)
-            var t = u
-            if iterations > 1 {
-                for _ in 1..<iterations {
-                    u = prf.mac32(u)
-                    for i in 0..<t.count { t[i] ^= u[i] }
-                }
-            }
-            derived += t
+            let first = prf.mac(salt + counter)
+            derived += iterations > 1 ? iterate(prf, first: first, iterations: iterations) : first
             blockIndex += 1
         }
         return Array(derived.prefix(length))
+    }
+
+    /// U_2 ... U_c of one PBKDF2 block, XORed onto U_1, on words and without allocation in the loop.
+    private static func iterate(_ prf: HMACSHA256, first: [UInt8], iterations: Int) -> [UInt8] {
+        var t = [UInt32](repeating: 0, count: 8)
+        var u = [UInt32](repeating: 0, count: 16)
+        for i in 0..<8 {
+            t[i] = UInt32(first[4 * i]) << 24 | UInt32(first[4 * i + 1]) << 16 | UInt32(first[4 * i + 2]) << 8
+                | UInt32(first[4 * i + 3])
+            u[i] = t[i]
+        }
+        // The padding of a 32-byte message after one 64-byte block: 0x80, zeros, then the length in bits (768).
+        u[8] = 0x8000_0000
+        u[15] = 768
+        var inner = [UInt32](repeating: 0, count: 16)
+        inner[8] = 0x8000_0000
+        inner[15] = 768
+        var state = [UInt32](repeating: 0, count: 8)
+        var w = [UInt32](repeating: 0, count: 64)
+        SHA256.withRoundConstants { k in
+            state.withUnsafeMutableBufferPointer { sp in
+            w.withUnsafeMutableBufferPointer { wp in
+            u.withUnsafeMutableBufferPointer { up in
+            inner.withUnsafeMutableBufferPointer { ip in
+            t.withUnsafeMutableBufferPointer { tp in
+                guard let s = sp.baseAddress, let wb = wp.baseAddress, let ub = up.baseAddress,
+                      let ib = ip.baseAddress, let tb = tp.baseAddress
+                else { return }
+                for _ in 1..<iterations {
+                    for i in 0..<8 { s[i] = prf.innerState[i] }
+                    SHA256.compressWords(s, ub, wb, k)
+                    for i in 0..<8 { ib[i] = s[i] }
+                    for i in 0..<8 { s[i] = prf.outerState[i] }
+                    SHA256.compressWords(s, ib, wb, k)
+                    for i in 0..<8 {
+                        ub[i] = s[i]
+                        tb[i] ^= s[i]
+                    }
+                }
+            }
+            }
+            }
+            }
+            }
+        }
+        return SHA256.bytes(of: t)
     }
 
     /// Hashes `secret` with a fresh random salt, in the stored form.

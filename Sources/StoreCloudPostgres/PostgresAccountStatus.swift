@@ -55,7 +55,7 @@ extension PostgresCloudDatabase {
         case "28P01":
             return report(.restricted, "the password of role \(role) was refused \(at)")
         case "28000":
-            return report(.restricted, "role \(role) may not log in \(at): \(error.message)")
+            return report(.restricted, "role \(role) is disabled or refused \(at): \(error.message)")
         case "53300":
             return report(.temporarilyUnavailable, "the server \(at) has too many connections: \(error.message)")
         case "57P03", "57P01", "57P02":

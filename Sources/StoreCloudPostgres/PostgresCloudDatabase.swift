@@ -127,6 +127,11 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// Opens a new connection, without checking the container.
     /// - Throws: `PGError`.
     func connect() throws -> PGConnection {
+        guard role != nil else {
+            // Rather than log in as whoever libpq would default to (the local user name).
+            throw CloudError(.account, "no PostgreSQL role is configured for \(displayURL)",
+                             hint: "set cloud.account, or put the user in cloud.url (postgres://USER@HOST/DATABASE)")
+        }
         // "When expand_dbname is non-zero, the value for the first dbname key word is checked to see if it is a
         // connection string. If so, it is expanded into the individual connection parameters ... when key words
         // are repeated, the last processed value is retained." So the URL comes first, and what follows overrides.

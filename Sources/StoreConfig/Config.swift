@@ -10,11 +10,15 @@ public struct Config: Sendable, Equatable {
     public var stores: [StoreSettings]
     /// The absolute path of the file the config came from.
     public var path: String
+    /// Problems that are not errors (a literal secret in a file others can read). The CLI prints them to stderr
+    /// as `warning: ...`.
+    public var warnings: [String]
 
-    public init(version: Int, stores: [StoreSettings], path: String) {
+    public init(version: Int, stores: [StoreSettings], path: String, warnings: [String] = []) {
         self.version = version
         self.stores = stores
         self.path = path
+        self.warnings = warnings
     }
 
     /// The folder that relative paths resolve against: the config file's own folder.

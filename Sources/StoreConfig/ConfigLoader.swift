@@ -1,20 +1,120 @@
+import Foundation
 import StoreBase
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A loaded config together with the document it came from (values expanded), for `config show`.
+public struct LoadedConfig: Sendable {
+    /// The decoded, defaulted and validated config.
+    public var config: Config
+    /// The parsed document, with `${VAR}` references expanded in scalar values (unless expansion is off).
+    public var document: YAMLDocument
+}
 
 /// Reads a config file: libyaml events -> nodes with marks -> `${VAR}` expansion in scalars -> typed decode ->
 /// defaults -> validation.
 public enum ConfigLoader {
     /// Loads and validates the config at `path`.
     ///
+    ///     let config = try ConfigLoader.load(path: "/srv/app/config.yaml", displayPath: "config.yaml",
+    ///                                        environment: ProcessInfo.processInfo.environment)
+    ///
     /// - Parameters:
-    ///   - path: the absolute path of the file.
+    ///   - path: the path of the file (a relative path resolves against the current directory).
     ///   - displayPath: the path as the user wrote it, used in messages (`config.yaml:12:11: error: ...`).
     ///   - environment: the variables `${VAR}` references expand from.
     ///   - expandEnvironment: false leaves `${VAR}` text as it is (`--no-expand-env`).
-    /// - Throws: a `DiagnosedError`: exit 66 when the file is missing, 78 for anything wrong inside it, with
-    ///   `file:line:col`, the key path, the source line and a caret.
-    public static func load(path: String, displayPath: String? = nil, environment: [String: String], expandEnvironment: Bool = true) throws
-        -> Config
+    /// - Throws: a `DiagnosedError`: exit 66 when the file is missing, 77 when it cannot be read, 78 for anything
+    ///   wrong inside it, with `file:line:col`, the key path, the source line and a caret.
+    public static func load(path: String, displayPath: String? = nil, environment: [String: String],
+                            expandEnvironment: Bool = true) throws -> Config
     {
-        throw StoreError(.software, "config loading is not built yet")
+        try loadDetailed(path: path, displayPath: displayPath, environment: environment,
+                         expandEnvironment: expandEnvironment).config
+    }
+
+    /// Loads the config at `path`, also returning its parsed document.
+    /// - Throws: as `load(path:displayPath:environment:expandEnvironment:)`.
+    public static func loadDetailed(path: String, displayPath: String? = nil, environment: [String: String],
+                                    expandEnvironment: Bool = true) throws -> LoadedConfig
+    {
+        let display = displayPath ?? path
+        let absolute = ConfigPaths.absolute(path, in: FileManager.default.currentDirectoryPath)
+        let bytes = try readFile(absolute, displayPath: display)
+        var loaded = try load(bytes: bytes, path: absolute, displayPath: display, environment: environment,
+                              expandEnvironment: expandEnvironment)
+        if isReadableByOthers(absolute) {
+            for store in loaded.config.stores where store.cloud?.secret?.isLiteral == true {
+                loaded.config.warnings.append(
+                    "stores.\(store.name).cloud.secret is written in \(display), which other users can read; "
+                        + "use 'secret: ${VARIABLE}' or run 'chmod 600 \(display)'")
+            }
+        }
+        return loaded
+    }
+
+    /// Loads a config from `bytes` without touching the file system (`path` is where it would live).
+    /// - Throws: `ConfigError` (exit 78) for anything wrong in the text.
+    public static func load(bytes: [UInt8], path: String, displayPath: String, environment: [String: String],
+                            expandEnvironment: Bool = true) throws -> LoadedConfig
+    {
+        var document = try YAMLParser.parse(bytes, displayPath: displayPath)
+        if expandEnvironment, let root = document.root {
+            document.root = try EnvironmentExpansion.expandValues(in: root, path: "", environment: environment,
+                                                                  source: document.source, displayPath: displayPath)
+        }
+        let decoder = ConfigDecoder(source: document.source, displayPath: displayPath, configPath: path,
+                                    expanded: expandEnvironment)
+        return LoadedConfig(config: try decoder.decode(document.root), document: document)
+    }
+
+    /// The bytes of the config file.
+    /// - Throws: `StoreError` 66 (missing, a folder), 77 (permission denied) or 74 (read error).
+    static func readFile(_ path: String, displayPath: String) throws -> [UInt8] {
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else {
+            let code = errno
+            if code == EACCES || code == EPERM {
+                throw StoreError(.noPermission, "cannot read config file \(displayPath): permission denied",
+                                 hint: "check the file's permissions (ls -l \(displayPath))")
+            }
+            if code == ENOENT || code == ENOTDIR {
+                throw StoreError(.noInput, "config file \(displayPath) not found",
+                                 hint: "create it (see docs/config-reference.md), or point --config or "
+                                     + "STORECTL_CONFIG at it")
+            }
+            throw StoreError(.noInput, "cannot open config file \(displayPath): \(AtomicFile.errnoText())")
+        }
+        defer { close(fd) }
+        var st = stat()
+        if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFDIR {
+            throw StoreError(.noInput, "\(displayPath) is a folder, not a config file",
+                             hint: "pass the YAML file itself with --config")
+        }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { raw -> Int in
+                guard let base = raw.baseAddress else { return 0 }
+                return read(fd, base, raw.count)
+            }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StoreError(.ioError, "cannot read config file \(displayPath): \(AtomicFile.errnoText())")
+            }
+            if n == 0 { break }
+            bytes += chunk[0..<n]
+        }
+        return bytes
+    }
+
+    /// Whether the group or other users may read the file.
+    static func isReadableByOthers(_ path: String) -> Bool {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return false }
+        return st.st_mode & 0o044 != 0
     }
 }

@@ -88,7 +88,8 @@ public enum CloudConnector {
         switch backend {
         case .file(let path):
             return FileCloudDatabase.accountStatus(path: path, container: settings.container, account: account,
-                                                   secret: settings.secret?.value)
+                                                   secret: settings.secret?.value,
+                                                   createIfMissing: settings.createIfMissing)
         case .postgres(let url):
             do {
                 return try PostgresCloudDatabase(url: url, container: settings.container, account: account,

@@ -93,7 +93,7 @@ final class PostgresAccountTests: PostgresTestCase {
         let role = try makeRole(url: url, options: "NOLOGIN")
         let report = try PostgresCloudDatabase(url: url, container: db.container, account: role).accountStatus()
         XCTAssertEqual(report.status, .restricted)
-        XCTAssertTrue(report.reason.hasPrefix("role \(role) may not log in at \(db.displayURL): "), report.reason)
+        XCTAssertTrue(report.reason.hasPrefix("role \(role) is disabled or refused at \(db.displayURL): "), report.reason)
         XCTAssertTrue(report.reason.contains("is not permitted to log in"), report.reason)
     }
 

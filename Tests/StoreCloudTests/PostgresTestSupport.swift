@@ -101,7 +101,10 @@ final class ScratchCluster {
 
     /// Creates and starts a cluster whose unix-socket logins use `auth` (`trust`, `scram-sha-256`).
     /// Returns nil (after failing the test when PostgreSQL is required) when no server binaries are found.
-    static func start(auth: String, file: StaticString = #filePath, line: UInt = #line) throws -> ScratchCluster? {
+    /// - Parameter hba: the whole `pg_hba.conf` to use instead of initdb's, if given.
+    static func start(auth: String, hba: String? = nil, file: StaticString = #filePath, line: UInt = #line) throws
+        -> ScratchCluster?
+    {
         let env = ProcessInfo.processInfo.environment
         var bin = env["STORECTL_TEST_PG_BIN"] ?? ""
         if bin.isEmpty {
@@ -118,10 +121,10 @@ final class ScratchCluster {
             }
             return nil
         }
-        return try ScratchCluster(bin: bin, auth: auth)
+        return try ScratchCluster(bin: bin, auth: auth, hba: hba)
     }
 
-    private init(bin: String, auth: String) throws {
+    private init(bin: String, auth: String, hba: String?) throws {
         self.bin = bin
         var template = Array("/tmp/storectl-pgtest-XXXXXX".utf8CString)
         let made = template.withUnsafeMutableBufferPointer { buf -> Bool in
@@ -138,6 +141,9 @@ final class ScratchCluster {
         }
         try Self.check(asPostgres(bin + "/initdb", ["-D", directory + "/data", "-U", "postgres", "-A", auth,
                                                     "--pwfile=" + directory + "/pwfile", "--no-sync"]))
+        if let hba {
+            try hba.write(toFile: directory + "/data/pg_hba.conf", atomically: false, encoding: .utf8)
+        }
         try start()
     }
 

@@ -1,7 +1,39 @@
 import StoreBase
+import StoreConfig
 
 /// `storectl config`: validate, show, get and set configuration.
 struct ConfigCommand: Command {
     static let name = "config"
     static let abstract = "Validate, show, read and edit config.yaml."
+    static let discussion = """
+        The config is found from --config, else $STORECTL_CONFIG, else ./config.yaml. ${VAR} and ${VAR:-default}
+        are expanded inside values (not with --no-expand-env). Every key is described in docs/config-reference.md.
+        """
+    static let examples = [
+        "storectl config validate",
+        "storectl config show --resolved",
+        "storectl config get stores.notes.mode",
+        "storectl config set stores.notes.mode cloud",
+    ]
+    static var subcommands: [any Command.Type] {
+        [ConfigValidateCommand.self, ConfigShowCommand.self, ConfigGetCommand.self, ConfigSetCommand.self]
+    }
+
+    /// Prints the config's warnings on stderr as `warning: ...`.
+    static func printWarnings(_ config: Config, _ context: CommandContext) {
+        for warning in config.warnings {
+            context.console.err(context.console.paint("warning:", "33;1") + " " + warning)
+        }
+    }
+
+    /// Loads the config with the global options, also returning its document.
+    /// - Throws: the loader's `DiagnosedError` (66 missing, 77 unreadable, 78 invalid).
+    static func load(_ context: CommandContext) throws -> LoadedConfig {
+        try ConfigLoader.loadDetailed(path: context.configPath, displayPath: context.configDisplayPath,
+                                      environment: context.environment,
+                                      expandEnvironment: !context.global.noExpandEnv)
+    }
+
+    /// Whether a dotted key names a secret, whose value is never printed.
+    static func isSecret(_ key: String) -> Bool { key.hasSuffix(".secret") }
 }

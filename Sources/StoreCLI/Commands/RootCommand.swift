@@ -20,4 +20,6 @@ struct RootCommand: Command {
 /// The top-level commands, in the order --help lists them.
 let registeredCommands: [any Command.Type] = [
     ConfigCommand.self,
+    AccountCommand.self,
+    CloudCommand.self,
 ]

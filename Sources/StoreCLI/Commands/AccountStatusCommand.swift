@@ -1,0 +1,49 @@
+import StoreBase
+import StoreCloud
+import Storectl
+
+/// `storectl account status`: the account's CKAccountStatus-style status, and why.
+struct AccountStatusCommand: Command {
+    static let name = "status"
+    static let abstract = "Print the cloud account's status and the reason for it."
+    static let discussion = """
+        The statuses are CloudKit's: available (exit 0); noAccount, restricted and couldNotDetermine (exit 69);
+        temporarilyUnavailable (exit 75, retry later). For a container file:
+          noAccount               no account or secret configured, or the account is not registered
+          restricted              wrong secret, account disabled, or the container is not writable
+          couldNotDetermine       the container is missing, unreadable or not a container
+          temporarilyUnavailable  the container is locked beyond the busy timeout
+        It works in local mode too: check the account before 'storectl mode cloud'.
+        """
+    static let examples = [
+        "storectl account status",
+        "storectl account status --json && storectl mode cloud",
+    ]
+
+    struct Output: Encodable {
+        var store: String
+        var container: String
+        var url: String
+        var account: String?
+        var status: AccountStatus
+        var reason: String
+    }
+
+    static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        let (store, cloud) = try context.cloudSettings()
+        let report = CloudConnector.accountStatus(settings: cloud)
+        let url = CloudConnector.redacted(cloud.url)
+        if context.global.json {
+            context.console.json(Output(store: store.name, container: cloud.container, url: url,
+                                        account: report.account, status: report.status, reason: report.reason))
+        } else {
+            context.console.out("""
+                status: \(report.status.rawValue)
+                account: \(report.account ?? "(none)")
+                container: \(cloud.container) (\(url))
+                reason: \(report.reason)
+                """)
+        }
+        return report.status.exitCode
+    }
+}

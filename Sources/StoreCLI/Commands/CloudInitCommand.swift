@@ -1,0 +1,75 @@
+import StoreBase
+import StoreCloud
+import Storectl
+
+/// `storectl cloud init`: creates the container and registers the configured account as its owner.
+struct CloudInitCommand: Command {
+    static let name = "init"
+    static let abstract = "Create the cloud container and register the configured account as its owner."
+    static let discussion = """
+        For a container file (url: file:PATH) this creates the file and its folder, and registers cloud.account
+        with a salted hash of cloud.secret as the container's owner. A container that already exists is left as
+        it is. With cloud.create_if_missing: true the container is also created on first use.
+        """
+    static let examples = [
+        "STORECTL_SECRET=... storectl cloud init",
+        "storectl cloud init --store notes --json",
+        "storectl cloud init --print-grants   # PostgreSQL: the GRANT statements an administrator runs",
+    ]
+    static let options = [
+        OptionSpec("print-grants", help: "Print the grants a PostgreSQL administrator runs, and change nothing."),
+    ]
+
+    struct Output: Encodable {
+        var container: String
+        var url: String
+        var created: Bool
+        var owner: String?
+        var accountStatus: AccountStatus
+
+        enum CodingKeys: String, CodingKey {
+            case container, url, created, owner
+            case accountStatus = "account_status"
+        }
+    }
+
+    static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        let (store, cloud) = try context.cloudSettings()
+        let backend = try CloudConnector.backend(of: cloud.url)
+        if args.flag("print-grants") {
+            guard case .postgres = backend else {
+                let note = "--print-grants applies to PostgreSQL containers; a container file needs no grants "
+                    + "(its file permissions decide who can use it)"
+                if context.global.json {
+                    context.console.json(["grants": [String](), "note": [note]])
+                } else {
+                    context.console.out(note)
+                }
+                return .ok
+            }
+            _ = try CloudConnector.initialize(settings: cloud)
+            return .ok
+        }
+        let (db, created) = try CloudConnector.initialize(settings: cloud)
+        let status = db.accountStatus()
+        if context.global.json {
+            context.console.json(Output(container: cloud.container, url: db.displayURL, created: created,
+                                        owner: created ? cloud.account : nil, accountStatus: status.status))
+        } else if created {
+            if let account = cloud.account, cloud.secret != nil {
+                context.console.out("created container '\(cloud.container)' at \(db.displayURL); "
+                                        + "account '\(account)' is its owner")
+            } else {
+                context.console.out("created container '\(cloud.container)' at \(db.displayURL) with no account")
+                context.console.note("hint: set stores.\(store.name).cloud.account and .secret, then run "
+                                         + "'storectl account add ID --role owner'")
+            }
+        } else {
+            context.console.out("container '\(cloud.container)' already exists at \(db.displayURL); nothing changed")
+            if status.status != .available {
+                context.console.note("note: account status is \(status.status.rawValue): \(status.reason)")
+            }
+        }
+        return .ok
+    }
+}

@@ -1,0 +1,386 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// `storectl account ...` and `storectl cloud init|purge`, run as the real binary on real container files.
+final class AccountCommandTests: XCTestCase {
+    let aliceSecret = "alice-S3cret-7a1f"
+    let bobSecret = "bob-S3cret-90d2"
+    /// Everything the binary printed in a test, to prove that no secret ever appears in it.
+    private var printed = ""
+
+    override func setUp() {
+        super.setUp()
+        printed = ""
+    }
+
+    /// A config with one store `notes` whose cloud is the container file `cloud/notes.container`.
+    @discardableResult
+    private func writeConfig(_ dir: TempDirectory, account: String? = "alice", secretVariable: String? = "ALICE_SECRET",
+                             url: String = "file:cloud/notes.container", extra: String = "") throws -> String
+    {
+        var cloud = """
+                cloud:
+                  container: iCloud.com.example.notes
+                  url: \(url)
+
+            """
+        if let account { cloud += "      account: \(account)\n" }
+        if let secretVariable { cloud += "      secret: ${\(secretVariable)}\n" }
+        cloud += extra
+        return try dir.write("config.yaml", """
+            version: 1
+            stores:
+              notes:
+                path: data/notes.sqlite
+            \(cloud)
+            """)
+    }
+
+    private func run(_ args: [String], in dir: TempDirectory, secret: String? = nil, stdin: String? = nil,
+                     environment: [String: String] = [:]) throws -> ProcessResult
+    {
+        var env = environment
+        env["ALICE_SECRET"] = secret ?? aliceSecret
+        env["BOB_SECRET"] = env["BOB_SECRET"] ?? bobSecret
+        let result = try Binary.storectl(args, in: dir.path, environment: env, stdin: stdin)
+        printed += result.stdout + result.stderr
+        return result
+    }
+
+    private func initContainer(_ dir: TempDirectory) throws {
+        let result = try run(["cloud", "init"], in: dir)
+        XCTAssertEqual(result.status, 0, "\(result)")
+        XCTAssertEqual(result.stdout, "created container 'iCloud.com.example.notes' at file:\(containerPath(dir)); "
+                           + "account 'alice' is its owner\n")
+        XCTAssertEqual(result.stderr, "")
+    }
+
+    private func containerPath(_ dir: TempDirectory) -> String {
+        // The temporary folder may sit behind a symlink; the config loader resolves against the config's path.
+        dir.file("cloud/notes.container")
+    }
+
+    private func status(_ dir: TempDirectory, secret: String? = nil) throws -> (ProcessResult, [String: Any]) {
+        let result = try run(["account", "status", "--json"], in: dir, secret: secret)
+        let json = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] ?? [:]
+        return (result, json)
+    }
+
+    /// No secret in anything the binary printed, nor in any file of the container's folder.
+    private func assertNoSecretLeaked(_ dir: TempDirectory, file: StaticString = #filePath, line: UInt = #line) throws {
+        for secret in [aliceSecret, bobSecret, "wrong-secret-5b"] {
+            XCTAssertFalse(printed.contains(secret), "the output holds a secret", file: file, line: line)
+        }
+        let folder = dir.file("cloud")
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [] {
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: folder + "/" + name))
+            for secret in [aliceSecret, bobSecret] {
+                XCTAssertNil(bytes.range(of: Data(secret.utf8)), "\(name) holds a secret", file: file, line: line)
+            }
+        }
+    }
+
+    // MARK: The five statuses, and available
+
+    func testAMissingContainerCouldNotBeDetermined() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        let result = try run(["account", "status"], in: dir)
+        XCTAssertEqual(result.status, 69, "\(result)")
+        XCTAssertEqual(result.stdout, """
+            status: couldNotDetermine
+            account: alice
+            container: iCloud.com.example.notes (file:\(containerPath(dir)))
+            reason: container 'iCloud.com.example.notes' does not exist at \(containerPath(dir)); run 'storectl cloud \
+            init' to create it, or set cloud.create_if_missing: true
+
+            """)
+        XCTAssertEqual(result.stderr, "")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: containerPath(dir)), "checking never creates it")
+        try assertNoSecretLeaked(dir)
+    }
+
+    func testCloudInitMakesTheAccountAvailable() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        try initContainer(dir)
+        let (result, json) = try status(dir)
+        XCTAssertEqual(result.status, 0, "\(result)")
+        XCTAssertEqual(json["status"] as? String, "available")
+        XCTAssertEqual(json["account"] as? String, "alice")
+        XCTAssertEqual(json["store"] as? String, "notes")
+        XCTAssertEqual(json["container"] as? String, "iCloud.com.example.notes")
+        XCTAssertEqual(json["url"] as? String, "file:" + containerPath(dir))
+        XCTAssertEqual(json["reason"] as? String, "account 'alice' (owner) can read and write container "
+                           + "'iCloud.com.example.notes' at \(containerPath(dir))")
+        XCTAssertEqual(result.stderr, "")
+
+        let again = try run(["cloud", "init"], in: dir)
+        XCTAssertEqual(again.status, 0)
+        XCTAssertEqual(again.stdout, "container 'iCloud.com.example.notes' already exists at "
+                           + "file:\(containerPath(dir)); nothing changed\n")
+        try assertNoSecretLeaked(dir)
+    }
+
+    func testAReadOnlyContainerIsRestricted() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        try initContainer(dir)
+        // CI runs as root, which writes through permission bits: storectl treats a file without them as read-only.
+        XCTAssertEqual(chmod(containerPath(dir), 0o444), 0)
+        defer { chmod(containerPath(dir), 0o644) }
+        let (result, json) = try status(dir)
+        XCTAssertEqual(result.status, 69, "\(result)")
+        XCTAssertEqual(json["status"] as? String, "restricted")
+        XCTAssertEqual(json["reason"] as? String, "the container file \(containerPath(dir)) has no write permission; "
+                           + "check the permissions of the container file and its folder")
+        try assertNoSecretLeaked(dir)
+    }
+
+    func testALockedContainerIsTemporarilyUnavailable() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        try initContainer(dir)
+        // Another process holds the write lock for longer than storectl waits.
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        holder.arguments = ["python3", "-c", """
+            import sqlite3, sys, time
+            db = sqlite3.connect(sys.argv[1], isolation_level=None)
+            db.execute('BEGIN IMMEDIATE')
+            print('locked', flush=True)
+            time.sleep(60)
+            """, containerPath(dir)]
+        let out = Pipe()
+        holder.standardOutput = out
+        try holder.run()
+        defer {
+            holder.terminate()
+            holder.waitUntilExit()
+        }
+        let line = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
+        XCTAssertEqual(line, "locked\n")
+
+        let (result, json) = try status(dir)
+        XCTAssertEqual(result.status, 75, "\(result)")
+        XCTAssertEqual(json["status"] as? String, "temporarilyUnavailable")
+        XCTAssertEqual(json["reason"] as? String, "the container \(containerPath(dir)) is locked by another process "
+                           + "beyond the busy timeout (5000 ms); retry later")
+        try assertNoSecretLeaked(dir)
+    }
+
+    func testAWrongSecretIsRestricted() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        try initContainer(dir)
+        let result = try run(["account", "status"], in: dir, secret: "wrong-secret-5b")
+        XCTAssertEqual(result.status, 69, "\(result)")
+        XCTAssertEqual(result.stdout, """
+            status: restricted
+            account: alice
+            container: iCloud.com.example.notes (file:\(containerPath(dir)))
+            reason: the secret configured for account 'alice' does not match the one registered in container \
+            'iCloud.com.example.notes'; check cloud.secret and the environment variable it names
+
+            """)
+        try assertNoSecretLeaked(dir)
+    }
+
+    func testADisabledAccountIsRestricted() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        try initContainer(dir)
+        let add = try run(["account", "add", "bob", "--secret-env", "BOB_SECRET"], in: dir)
+        XCTAssertEqual(add.status, 0, "\(add)")
+        XCTAssertEqual(add.stdout, "added account 'bob' (member) to container 'iCloud.com.example.notes'\n")
+
+        try writeConfig(dir, account: "bob", secretVariable: "BOB_SECRET")
+        let (before, beforeJSON) = try status(dir)
+        XCTAssertEqual(before.status, 0, "\(before)")
+        XCTAssertEqual(beforeJSON["status"] as? String, "available")
+
+        try writeConfig(dir)
+        let disable = try run(["account", "disable", "bob"], in: dir)
+        XCTAssertEqual(disable.status, 0, "\(disable)")
+        XCTAssertEqual(disable.stdout, "disabled account 'bob' of container 'iCloud.com.example.notes'\n")
+
+        try writeConfig(dir, account: "bob", secretVariable: "BOB_SECRET")
+        let (after, json) = try status(dir)
+        XCTAssertEqual(after.status, 69, "\(after)")
+        XCTAssertEqual(json["status"] as? String, "restricted")
+        XCTAssertEqual(json["reason"] as? String, "account 'bob' is disabled in container 'iCloud.com.example.notes'; "
+                           + "ask an owner of the container to enable a new account for you")
+        try assertNoSecretLeaked(dir)
+    }
+
+    func testNoAccountWhenNothingIsConfiguredOrTheAccountIsUnknown() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        try initContainer(dir)
+
+        try writeConfig(dir, account: nil, secretVariable: nil)
+        let (none, noneJSON) = try status(dir)
+        XCTAssertEqual(none.status, 69, "\(none)")
+        XCTAssertEqual(noneJSON["status"] as? String, "noAccount")
+        XCTAssertEqual(noneJSON["reason"] as? String, "no account is configured; set cloud.account and cloud.secret")
+
+        try writeConfig(dir, account: "alice", secretVariable: nil)
+        let (noSecret, noSecretJSON) = try status(dir)
+        XCTAssertEqual(noSecret.status, 69)
+        XCTAssertEqual(noSecretJSON["status"] as? String, "noAccount")
+
+        try writeConfig(dir, account: "carol", secretVariable: "ALICE_SECRET")
+        let (unknown, unknownJSON) = try status(dir)
+        XCTAssertEqual(unknown.status, 69)
+        XCTAssertEqual(unknownJSON["status"] as? String, "noAccount")
+        XCTAssertEqual(unknownJSON["reason"] as? String, "account 'carol' is not registered in container "
+                           + "'iCloud.com.example.notes' at \(containerPath(dir)); an owner can register it with "
+                           + "'storectl account add carol'")
+        try assertNoSecretLeaked(dir)
+    }
+
+    func testCreateIfMissingCountsAsAvailableWithoutCreatingAnything() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir, extra: "      create_if_missing: true\n")
+        let (result, json) = try status(dir)
+        XCTAssertEqual(result.status, 0, "\(result)")
+        XCTAssertEqual(json["status"] as? String, "available")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: containerPath(dir)))
+    }
+
+    // MARK: Account administration
+
+    func testAccountAddReadsTheSecretFromStdinAndListShowsAccounts() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        try initContainer(dir)
+        let add = try run(["account", "add", "carol", "--role", "owner"], in: dir, stdin: bobSecret + "\n")
+        XCTAssertEqual(add.status, 0, "\(add)")
+        let empty = try run(["account", "add", "dave"], in: dir, stdin: "")
+        XCTAssertEqual(empty.status, 64, "\(empty)")
+        XCTAssertTrue(empty.stderr.hasPrefix("error: no secret for account 'dave'\nhint: pass it on stdin or name an "
+                                                 + "environment variable with --secret-env VAR\n"), empty.stderr)
+        let unset = try run(["account", "add", "dave", "--secret-env", "NOPE"], in: dir)
+        XCTAssertEqual(unset.status, 64, "\(unset)")
+        XCTAssertTrue(unset.stderr.hasPrefix("error: the environment variable NOPE named by --secret-env is not set "
+                                                 + "or empty\n"), unset.stderr)
+        let duplicate = try run(["account", "add", "carol", "--secret-env", "BOB_SECRET"], in: dir)
+        XCTAssertEqual(duplicate.status, 65, "\(duplicate)")
+        XCTAssertEqual(duplicate.stderr, "error: account 'carol' already exists in container "
+                           + "'iCloud.com.example.notes'\nhint: choose another id, or see 'storectl account list'\n")
+
+        let list = try run(["account", "list", "--json"], in: dir)
+        XCTAssertEqual(list.status, 0, "\(list)")
+        let json = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [String: Any])
+        let accounts = try XCTUnwrap(json["accounts"] as? [[String: Any]])
+        XCTAssertEqual(accounts.map { $0["id"] as? String }, ["alice", "carol"])
+        XCTAssertEqual(accounts.map { $0["role"] as? String }, ["owner", "owner"])
+        XCTAssertEqual(accounts.map { $0["disabled"] as? Bool }, [false, false])
+
+        let text = try run(["account", "list"], in: dir)
+        XCTAssertTrue(text.stdout.hasPrefix("ID     ROLE    STATE     CREATED\nalice  owner   enabled   "), text.stdout)
+
+        // The new owner's secret works.
+        try writeConfig(dir, account: "carol", secretVariable: "BOB_SECRET")
+        XCTAssertEqual(try status(dir).0.status, 0)
+        try assertNoSecretLeaked(dir)
+    }
+
+    func testAMemberCannotManageAccounts() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        try initContainer(dir)
+        XCTAssertEqual(try run(["account", "add", "bob", "--secret-env", "BOB_SECRET"], in: dir).status, 0)
+        try writeConfig(dir, account: "bob", secretVariable: "BOB_SECRET")
+        let result = try run(["account", "disable", "alice"], in: dir)
+        XCTAssertEqual(result.status, 69, "\(result)")
+        XCTAssertEqual(result.stderr, "error: account 'bob' is not an owner of container 'iCloud.com.example.notes'\n"
+                           + "hint: only an owner can manage accounts\n")
+    }
+
+    // MARK: Errors
+
+    func testAStoreWithoutCloudSettingsIsAConfigError() throws {
+        let dir = try TempDirectory()
+        try dir.write("config.yaml", "version: 1\nstores:\n  notes:\n    path: data/notes.sqlite\n")
+        let result = try run(["account", "status"], in: dir)
+        XCTAssertEqual(result.status, 78, "\(result)")
+        XCTAssertEqual(result.stderr, "error: store 'notes' has no cloud settings (stores.notes.cloud is missing in "
+                           + "config.yaml)\nhint: add a cloud: section with container, url, account and secret to "
+                           + "stores.notes\n")
+        XCTAssertEqual(result.stdout, "")
+    }
+
+    func testPostgresIsNotAvailableInThisBuildYet() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir, url: "postgres://alice:pw-in-url@localhost/notes")
+        let (result, json) = try status(dir)
+        XCTAssertEqual(result.status, 69, "\(result)")
+        XCTAssertEqual(json["status"] as? String, "couldNotDetermine")
+        XCTAssertEqual(json["url"] as? String, "postgres://alice:***@localhost/notes")
+        XCTAssertFalse(result.stdout.contains("pw-in-url"))
+        let initResult = try run(["cloud", "init"], in: dir)
+        XCTAssertEqual(initResult.status, 69, "\(initResult)")
+        XCTAssertEqual(initResult.stderr, "error: PostgreSQL containers are not available in this build of storectl "
+                           + "yet\nhint: use a container file (cloud.url: file:PATH) for now\n")
+    }
+
+    func testNotAContainer() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        try dir.write("cloud/notes.container", "these are notes, not a database; storectl must leave them alone.....")
+        let (result, json) = try status(dir)
+        XCTAssertEqual(result.status, 69, "\(result)")
+        XCTAssertEqual(json["status"] as? String, "couldNotDetermine")
+        let initResult = try run(["cloud", "init"], in: dir)
+        XCTAssertEqual(initResult.status, 65, "\(initResult)")
+        XCTAssertEqual(try dir.read("cloud/notes.container"),
+                       "these are notes, not a database; storectl must leave them alone.....")
+    }
+
+    // MARK: cloud purge and --print-grants
+
+    func testPurgeAsksForConfirmation() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        try initContainer(dir)
+        // Put a zone with two records in the container, as a sync would.
+        let sql = """
+            INSERT INTO zones(name, epoch, last_seq, created_at) VALUES ('default', 'e1', 2, 0);
+            INSERT INTO records VALUES ('default', 'a', 'notes', '{}', 't1', 1, 0, 'd', 0),
+                                       ('default', 'b', 'notes', '{}', 't2', 2, 0, 'd', 0);
+            """
+        let insert = try Binary.run("/usr/bin/env", ["sqlite3", containerPath(dir), sql], in: dir.path)
+        XCTAssertEqual(insert.status, 0, "\(insert)")
+
+        let refused = try run(["cloud", "purge"], in: dir)
+        XCTAssertEqual(refused.status, 64, "\(refused)")
+        XCTAssertTrue(refused.stderr.hasPrefix("error: refusing to purge zone 'default' of container "
+                                                   + "'iCloud.com.example.notes' without confirmation\nhint: stdin is "
+                                                   + "not a terminal; add --yes to confirm\n"), refused.stderr)
+        let count = try Binary.run("/usr/bin/env", ["sqlite3", containerPath(dir), "SELECT count(*) FROM records"],
+                                   in: dir.path)
+        XCTAssertEqual(count.stdout, "2\n", "nothing was deleted")
+
+        let purged = try run(["cloud", "purge", "--yes"], in: dir)
+        XCTAssertEqual(purged.status, 0, "\(purged)")
+        XCTAssertEqual(purged.stdout, "purged zone 'default' of container 'iCloud.com.example.notes': 2 records "
+                           + "deleted; stores syncing with it start over on their next sync\n")
+        let after = try Binary.run("/usr/bin/env", ["sqlite3", containerPath(dir),
+                                                    "SELECT count(*), (SELECT epoch FROM zones) FROM records"],
+                                   in: dir.path)
+        XCTAssertEqual(after.stdout.prefix(2), "0|")
+        XCTAssertFalse(after.stdout.contains("|e1"), "the zone has a new epoch")
+    }
+
+    func testPrintGrantsIsForPostgres() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        let result = try run(["cloud", "init", "--print-grants"], in: dir)
+        XCTAssertEqual(result.status, 0, "\(result)")
+        XCTAssertEqual(result.stdout, "--print-grants applies to PostgreSQL containers; a container file needs no "
+                           + "grants (its file permissions decide who can use it)\n")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: containerPath(dir)), "it changes nothing")
+    }
+}

@@ -1,0 +1,656 @@
+import Foundation
+import StoreCloud
+import XCTest
+
+/// A container made for one test, by one backend. It is `Sendable` so that threads can each open their own
+/// connection to it; a connection itself never crosses threads.
+protocol CloudTestContainer: Sendable {
+    /// The account `connect()` uses: registered, with the matching secret, and available.
+    var account: String { get }
+    /// A new, independent connection to the container, as `account`.
+    func connect() throws -> any CloudDatabase
+    /// A new connection as another account (nil: none configured) with `secret` (nil: none configured).
+    func connect(account: String?, secret: String?) throws -> any CloudDatabase
+    /// Registers a member account with `secret`.
+    func addAccount(id: String, secret: String) throws
+    /// Disables an account.
+    func disableAccount(id: String) throws
+}
+
+extension CloudTestContainer {
+    func addAccount(id: String, secret: String) throws {
+        let admin = try XCTUnwrap(try connect() as? any CloudAccountAdministration,
+                                  "a backend without CloudAccountAdministration must implement addAccount")
+        try admin.addAccount(id: id, secret: secret, role: .member)
+    }
+
+    func disableAccount(id: String) throws {
+        let admin = try XCTUnwrap(try connect() as? any CloudAccountAdministration,
+                                  "a backend without CloudAccountAdministration must implement disableAccount")
+        try admin.disableAccount(id: id)
+    }
+}
+
+/// A container file in a temporary folder, removed when the last reference goes.
+final class FileTestContainer: CloudTestContainer, @unchecked Sendable {
+    let directory: String
+    let path: String
+    let container = "iCloud.com.example.conformance"
+    let account = "owner"
+    let secret = "owner-secret-4f9d"
+
+    init() throws {
+        let base = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
+        var template = Array("\(base)/storectl-cloud-XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { buf -> Bool in
+            guard let p = buf.baseAddress else { return false }
+            return mkdtemp(p) != nil
+        }
+        guard made else { throw CocoaError(.fileWriteUnknown) }
+        directory = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        path = directory + "/cloud/notes.container"
+        // Few iterations: the tests open many connections, and each checks the secret once.
+        _ = try FileCloudDatabase.create(path: path, container: container, account: account, secret: secret,
+                                         iterations: 500)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: directory) }
+
+    func connect() throws -> any CloudDatabase { try connect(account: account, secret: secret) }
+
+    func connect(account: String?, secret: String?) throws -> any CloudDatabase {
+        let db = try FileCloudDatabase.open(path: path, container: container, account: account, secret: secret)
+        db.hashIterations = 500
+        return db
+    }
+}
+
+/// A thread-safe bag for what threads report.
+final class Collector<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [T] = []
+    func append(_ item: T) { lock.withLock { items.append(item) } }
+    var all: [T] { lock.withLock { items } }
+}
+
+/// The conformance suite of `CloudDatabase`: every guarantee of the protocol, proven against a real backend.
+///
+/// This class runs it against the file backend (the embedded default). Another backend runs the very same tests
+/// by subclassing and overriding `makeContainer()`:
+///
+///     final class PostgresCloudConformanceTests: CloudConformanceTests {
+///         override func makeContainer() throws -> any CloudTestContainer { try PostgresTestContainer() }
+///     }
+///
+/// (XCTest on Linux runs inherited test methods in each subclass, and in the base class too: hence the base class
+/// runs a real backend rather than being abstract.) Nothing here may assume a particular backend.
+class CloudConformanceTests: XCTestCase {
+    /// A fresh, empty container with an available account.
+    func makeContainer() throws -> any CloudTestContainer { try FileTestContainer() }
+
+    let zone = "default"
+
+    private func save(_ name: String, _ fields: String = #"{"n":1}"#, type: String = "notes", deleted: Bool = false,
+                      expecting tag: String?) -> RecordSave
+    {
+        RecordSave(recordName: name, recordType: type, fields: fields, deleted: deleted, expectedTag: tag)
+    }
+
+    private func savedTag(_ outcome: SaveOutcome?, file: StaticString = #filePath, line: UInt = #line) -> String? {
+        guard case .saved(let tag, _) = outcome else {
+            XCTFail("expected .saved, got \(String(describing: outcome))", file: file, line: line)
+            return nil
+        }
+        return tag
+    }
+
+    private func conflictRecord(_ outcome: SaveOutcome?, file: StaticString = #filePath, line: UInt = #line)
+        -> CloudRecord??
+    {
+        guard case .conflict(let server) = outcome else {
+            XCTFail("expected .conflict, got \(String(describing: outcome))", file: file, line: line)
+            return nil
+        }
+        return .some(server)
+    }
+
+    private func assertCloudError(_ kind: CloudError.Kind, file: StaticString = #filePath, line: UInt = #line,
+                                  _ body: () throws -> Void)
+    {
+        do {
+            try body()
+            XCTFail("expected CloudError .\(kind), but it succeeded", file: file, line: line)
+        } catch let error as CloudError {
+            XCTAssertEqual(error.kind, kind, "\(error)", file: file, line: line)
+        } catch {
+            XCTFail("expected CloudError .\(kind), got \(error)", file: file, line: line)
+        }
+    }
+
+    /// Every change after `token`, page by page, checking that seqs only go up.
+    private func drain(_ db: any CloudDatabase, since token: ServerChangeToken?, pageSize: Int,
+                       file: StaticString = #filePath, line: UInt = #line) throws
+        -> (records: [CloudRecord], token: ServerChangeToken?)
+    {
+        var token = token
+        var records: [CloudRecord] = []
+        var lastSeq = token?.seq ?? 0
+        while true {
+            let batch = try db.fetchChanges(zone: zone, since: token, limit: pageSize)
+            XCTAssertLessThanOrEqual(batch.records.count, pageSize, file: file, line: line)
+            for record in batch.records {
+                XCTAssertGreaterThan(record.seq, lastSeq, "seqs go up across pages", file: file, line: line)
+                lastSeq = record.seq
+            }
+            XCTAssertGreaterThanOrEqual(batch.token.seq, lastSeq, file: file, line: line)
+            records += batch.records
+            token = batch.token
+            if !batch.moreComing { return (records, token) }
+        }
+    }
+
+    // MARK: Zones
+
+    func testZonesAreCreatedOnceAndReportTheirState() throws {
+        let container = try makeContainer()
+        let db = try container.connect()
+        XCTAssertNil(try db.zoneInfo(zone))
+        let first = try db.ensureZone(zone)
+        XCTAssertEqual(first.name, zone)
+        XCTAssertEqual(first.lastSeq, 0)
+        XCTAssertEqual(first.liveRecords, 0)
+        XCTAssertFalse(first.epoch.isEmpty)
+        let again = try container.connect().ensureZone(zone)
+        XCTAssertEqual(again.epoch, first.epoch, "ensureZone on an existing zone changes nothing")
+        _ = try db.save(zone: zone, [save("a", expecting: nil), save("b", expecting: nil)], device: "d1")
+        let info = try XCTUnwrap(try db.zoneInfo(zone))
+        XCTAssertEqual(info.lastSeq, 2)
+        XCTAssertEqual(info.liveRecords, 2)
+        XCTAssertEqual(db.container, "iCloud.com.example.conformance")
+        XCTAssertFalse(db.displayURL.isEmpty)
+    }
+
+    func testAMissingZoneIsReported() throws {
+        let db = try makeContainer().connect()
+        assertCloudError(.zoneNotFound) { _ = try db.fetchChanges(zone: "nowhere", since: nil, limit: 10) }
+        assertCloudError(.zoneNotFound) { _ = try db.save(zone: "nowhere", [save("a", expecting: nil)], device: "d") }
+        assertCloudError(.zoneNotFound) { _ = try db.createMarker(zone: "nowhere", name: "m", device: "d", payload: "") }
+        assertCloudError(.zoneNotFound) { try db.purgeZone("nowhere") }
+        XCTAssertNil(try db.fetchRecord(zone: "nowhere", recordName: "a"))
+    }
+
+    func testZonesAreSeparate() throws {
+        let db = try makeContainer().connect()
+        try db.ensureZone("one")
+        try db.ensureZone("two")
+        _ = try db.save(zone: "one", [save("a", #"{"zone":1}"#, expecting: nil)], device: "d")
+        _ = try db.save(zone: "two", [save("a", #"{"zone":2}"#, expecting: nil)], device: "d")
+        XCTAssertEqual(try db.fetchRecord(zone: "one", recordName: "a")?.fields, #"{"zone":1}"#)
+        XCTAssertEqual(try db.fetchRecord(zone: "two", recordName: "a")?.fields, #"{"zone":2}"#)
+        XCTAssertEqual(try db.fetchChanges(zone: "two", since: nil, limit: 10).records.map(\.zone), ["two"])
+        try db.purgeZone("one")
+        XCTAssertNotNil(try db.fetchRecord(zone: "two", recordName: "a"), "a purge touches only its zone")
+    }
+
+    // MARK: Saving and fetching
+
+    func testSaveAndFetchRoundTrip() throws {
+        let container = try makeContainer()
+        let db = try container.connect()
+        try db.ensureZone(zone)
+        let fields = #"{"body":"héllo \"quoted\"","n":42,"note_id":{"$ref":"notes/1"}}"#
+        let outcomes = try db.save(zone: zone, [save("notes/1", fields, expecting: nil),
+                                                save("notes/2", expecting: nil),
+                                                save("tags/1", type: "tags", expecting: nil)], device: "device-A")
+        XCTAssertEqual(outcomes.count, 3)
+        var tags: [String] = []
+        var seqs: [Int64] = []
+        for outcome in outcomes {
+            guard case .saved(let tag, let seq) = outcome else { return XCTFail("\(outcome)") }
+            tags.append(tag)
+            seqs.append(seq)
+        }
+        XCTAssertEqual(Set(tags).count, 3, "every save gets its own tag")
+        XCTAssertEqual(seqs, seqs.sorted())
+        XCTAssertEqual(Set(seqs).count, 3)
+
+        let record = try XCTUnwrap(try db.fetchRecord(zone: zone, recordName: "notes/1"))
+        XCTAssertEqual(record.zone, zone)
+        XCTAssertEqual(record.recordType, "notes")
+        XCTAssertEqual(record.fields, fields, "fields come back byte for byte")
+        XCTAssertEqual(record.changeTag, tags[0])
+        XCTAssertEqual(record.seq, seqs[0])
+        XCTAssertFalse(record.deleted)
+        XCTAssertEqual(record.modifiedBy, "device-A")
+        XCTAssertEqual(record.modifiedAt, Date().timeIntervalSince1970, accuracy: 60)
+        XCTAssertNil(try db.fetchRecord(zone: zone, recordName: "notes/404"))
+
+        let all = try db.fetchChanges(zone: zone, since: nil, limit: 100)
+        XCTAssertEqual(all.records.map(\.recordName), ["notes/1", "notes/2", "tags/1"])
+        XCTAssertEqual(all.records.first, record)
+        XCTAssertFalse(all.moreComing)
+        XCTAssertEqual(all.token.seq, seqs[2])
+        let nothing = try db.fetchChanges(zone: zone, since: all.token, limit: 100)
+        XCTAssertEqual(nothing.records, [])
+        XCTAssertFalse(nothing.moreComing)
+        XCTAssertEqual(nothing.token, all.token)
+
+        // A change is seen by another connection, once, at its latest state.
+        let other = try container.connect()
+        _ = try other.save(zone: zone, [save("notes/2", #"{"n":2}"#, expecting: tags[1])], device: "device-B")
+        let later = try db.fetchChanges(zone: zone, since: all.token, limit: 100)
+        XCTAssertEqual(later.records.map(\.recordName), ["notes/2"])
+        XCTAssertEqual(later.records.first?.fields, #"{"n":2}"#)
+        XCTAssertEqual(later.records.first?.modifiedBy, "device-B")
+        XCTAssertEqual(ServerChangeToken(rawValue: later.token.rawValue), later.token, "tokens survive their text")
+    }
+
+    func testSavesAreConditionalOnTheExpectedTag() throws {
+        let container = try makeContainer()
+        let db = try container.connect()
+        try db.ensureZone(zone)
+        let tag1 = try XCTUnwrap(savedTag(try db.save(zone: zone, [save("r", expecting: nil)], device: "d").first))
+
+        // nil means "must not exist": the record exists, so this is a conflict that returns it.
+        let created = try db.save(zone: zone, [save("r", #"{"n":9}"#, expecting: nil)], device: "d")
+        let server = try XCTUnwrap(conflictRecord(created.first))
+        XCTAssertEqual(server?.changeTag, tag1)
+        XCTAssertEqual(server?.fields, #"{"n":1}"#)
+
+        // The right tag saves, and gives a new tag.
+        let tag2 = try XCTUnwrap(savedTag(try db.save(zone: zone, [save("r", #"{"n":2}"#, expecting: tag1)],
+                                                      device: "d").first))
+        XCTAssertNotEqual(tag2, tag1)
+        XCTAssertEqual(try db.fetchRecord(zone: zone, recordName: "r")?.fields, #"{"n":2}"#)
+
+        // Expecting a tag for a record that does not exist: a conflict with no server record.
+        let missing = try db.save(zone: zone, [save("ghost", expecting: "made-up-tag")], device: "d")
+        let none = try XCTUnwrap(conflictRecord(missing.first))
+        XCTAssertNil(none)
+        XCTAssertNil(try db.fetchRecord(zone: zone, recordName: "ghost"))
+
+        // A conflict saves nothing: the seq does not move.
+        XCTAssertEqual(try db.zoneInfo(zone)?.lastSeq, 2)
+    }
+
+    func testAStaleTagIsAConflictAndTheRestOfTheBatchIsSaved() throws {
+        let container = try makeContainer()
+        let alice = try container.connect()
+        let bob = try container.connect()
+        try alice.ensureZone(zone)
+        let tag1 = try XCTUnwrap(savedTag(try alice.save(zone: zone, [save("shared", #"{"v":"a1"}"#, expecting: nil)],
+                                                         device: "alice").first))
+        // Bob read the record at tag1; Alice changes it again.
+        XCTAssertEqual(try bob.fetchRecord(zone: zone, recordName: "shared")?.changeTag, tag1)
+        let tag2 = try XCTUnwrap(savedTag(try alice.save(zone: zone, [save("shared", #"{"v":"a2"}"#, expecting: tag1)],
+                                                         device: "alice").first))
+
+        let outcomes = try bob.save(zone: zone, [save("bob-1", expecting: nil),
+                                                 save("shared", #"{"v":"b"}"#, expecting: tag1),
+                                                 save("bob-2", expecting: nil)], device: "bob")
+        XCTAssertEqual(outcomes.count, 3)
+        XCTAssertNotNil(savedTag(outcomes[0]))
+        let server = try XCTUnwrap(conflictRecord(outcomes[1]))
+        XCTAssertEqual(server?.changeTag, tag2)
+        XCTAssertEqual(server?.fields, #"{"v":"a2"}"#)
+        XCTAssertEqual(server?.modifiedBy, "alice")
+        XCTAssertNotNil(savedTag(outcomes[2]))
+
+        XCTAssertEqual(try alice.fetchRecord(zone: zone, recordName: "shared")?.fields, #"{"v":"a2"}"#)
+        XCTAssertNotNil(try alice.fetchRecord(zone: zone, recordName: "bob-1"))
+        XCTAssertNotNil(try alice.fetchRecord(zone: zone, recordName: "bob-2"))
+
+        // Resolving: save again over the server's tag.
+        XCTAssertNotNil(savedTag(try bob.save(zone: zone, [save("shared", #"{"v":"merged"}"#, expecting: tag2)],
+                                              device: "bob").first))
+        XCTAssertEqual(try alice.fetchRecord(zone: zone, recordName: "shared")?.fields, #"{"v":"merged"}"#)
+    }
+
+    func testTombstonesAreReturned() throws {
+        let db = try makeContainer().connect()
+        try db.ensureZone(zone)
+        let tag = try XCTUnwrap(savedTag(try db.save(zone: zone, [save("gone", #"{"x":1}"#, expecting: nil),
+                                                                  save("kept", expecting: nil)], device: "d").first))
+        let start = try db.fetchChanges(zone: zone, since: nil, limit: 10).token
+        let deleted = try db.save(zone: zone, [save("gone", #"{"ignored":true}"#, deleted: true, expecting: tag)],
+                                  device: "d2")
+        let tombstoneTag = try XCTUnwrap(savedTag(deleted.first))
+
+        let changes = try db.fetchChanges(zone: zone, since: start, limit: 10)
+        XCTAssertEqual(changes.records.count, 1)
+        let tombstone = try XCTUnwrap(changes.records.first)
+        XCTAssertEqual(tombstone.recordName, "gone")
+        XCTAssertTrue(tombstone.deleted)
+        XCTAssertEqual(tombstone.fields, "{}", "a tombstone carries no fields")
+        XCTAssertEqual(tombstone.changeTag, tombstoneTag)
+        XCTAssertEqual(tombstone.modifiedBy, "d2")
+        XCTAssertEqual(try db.fetchRecord(zone: zone, recordName: "gone")?.deleted, true)
+        XCTAssertEqual(try db.zoneInfo(zone)?.liveRecords, 1)
+        // From the beginning, the tombstone is there too (a reader that never saw the record learns of it).
+        XCTAssertEqual(try db.fetchChanges(zone: zone, since: nil, limit: 10).records.filter(\.deleted).map(\.recordName),
+                       ["gone"])
+
+        // A tombstone counts as existing: "must not exist" conflicts with it and returns it.
+        let recreate = try db.save(zone: zone, [save("gone", #"{"x":2}"#, expecting: nil)], device: "d")
+        let server = try XCTUnwrap(conflictRecord(recreate.first))
+        XCTAssertEqual(server?.deleted, true)
+        XCTAssertEqual(server?.changeTag, tombstoneTag)
+        // Saving over the tombstone's tag brings the record back.
+        XCTAssertNotNil(savedTag(try db.save(zone: zone, [save("gone", #"{"x":3}"#, expecting: tombstoneTag)],
+                                             device: "d").first))
+        let back = try XCTUnwrap(try db.fetchRecord(zone: zone, recordName: "gone"))
+        XCTAssertFalse(back.deleted)
+        XCTAssertEqual(back.fields, #"{"x":3}"#)
+    }
+
+    func testInvalidFieldsRejectTheWholeBatch() throws {
+        let db = try makeContainer().connect()
+        try db.ensureZone(zone)
+        assertCloudError(.invalid) {
+            _ = try db.save(zone: zone, [save("ok", expecting: nil), save("bad", "not json", expecting: nil)],
+                            device: "d")
+        }
+        assertCloudError(.invalid) { _ = try db.save(zone: zone, [save("array", "[1,2]", expecting: nil)], device: "d") }
+        XCTAssertNil(try db.fetchRecord(zone: zone, recordName: "ok"), "nothing of a refused batch is saved")
+        XCTAssertEqual(try db.zoneInfo(zone)?.lastSeq, 0)
+        assertCloudError(.invalid) { _ = try db.fetchChanges(zone: zone, since: nil, limit: 0) }
+        XCTAssertEqual(try db.save(zone: zone, [], device: "d"), [])
+    }
+
+    func testPagingReturnsEachChangeExactlyOnce() throws {
+        let db = try makeContainer().connect()
+        try db.ensureZone(zone)
+        var tags: [String: String] = [:]
+        for batch in 0..<10 {
+            let names = (0..<100).map { "r\(batch * 100 + $0)" }
+            let outcomes = try db.save(zone: zone, names.map { save($0, #"{"i":\#(batch)}"#, expecting: nil) },
+                                       device: "d")
+            for (name, outcome) in zip(names, outcomes) { tags[name] = savedTag(outcome) }
+        }
+        let (records, token) = try drain(db, since: nil, pageSize: 7)
+        XCTAssertEqual(records.count, 1000)
+        XCTAssertEqual(Set(records.map(\.recordName)).count, 1000, "no record twice")
+        XCTAssertEqual(Set(records.map(\.recordName)), Set(tags.keys))
+        XCTAssertEqual(try db.fetchChanges(zone: zone, since: token, limit: 7).records, [])
+
+        // Records changed again appear once more, at their latest state, and only after the token.
+        _ = try db.save(zone: zone, ["r5", "r500", "r999"].map { save($0, #"{"i":"again"}"#, expecting: tags[$0]) },
+                        device: "d")
+        let (again, _) = try drain(db, since: token, pageSize: 2)
+        XCTAssertEqual(again.map(\.recordName), ["r5", "r500", "r999"])
+        XCTAssertEqual(Set(again.map(\.fields)), [#"{"i":"again"}"#])
+
+        // A page exactly as large as what is left says nothing more is coming.
+        let exact = try db.fetchChanges(zone: zone, since: token, limit: 3)
+        XCTAssertEqual(exact.records.count, 3)
+        XCTAssertFalse(exact.moreComing)
+    }
+
+    func testConcurrentWritersNeverMakeAReaderMissAChange() throws {
+        let container = try makeContainer()
+        try container.connect().ensureZone(zone)
+        let writers = 2, batches = 60, perBatch = 4
+        let errors = Collector<String>()
+        let seen = Collector<String>()
+        let writersDone = Collector<Int>()
+        let group = DispatchGroup()
+        let zone = self.zone
+        for w in 0..<writers {
+            group.enter()
+            Thread.detachNewThread {
+                defer { writersDone.append(w); group.leave() }
+                do {
+                    let db = try container.connect()
+                    for b in 0..<batches {
+                        let saves = (0..<perBatch).map {
+                            RecordSave(recordName: "w\(w)-b\(b)-r\($0)", recordType: "t", fields: #"{"w":\#(w)}"#,
+                                       expectedTag: nil)
+                        }
+                        let outcomes = try db.save(zone: zone, saves, device: "writer-\(w)")
+                        if outcomes.contains(where: { if case .saved = $0 { return false } else { return true } }) {
+                            errors.append("writer \(w) batch \(b): \(outcomes)")
+                        }
+                    }
+                } catch {
+                    errors.append("writer \(w): \(error)")
+                }
+            }
+        }
+        group.enter()
+        Thread.detachNewThread {
+            defer { group.leave() }
+            do {
+                let db = try container.connect()
+                var token: ServerChangeToken?
+                var lastSeq: Int64 = 0
+                var finalPass = false
+                while true {
+                    // Decide before fetching: a pass that starts after every writer finished must see everything.
+                    let done = writersDone.all.count == writers
+                    let batch = try db.fetchChanges(zone: zone, since: token, limit: 5)
+                    for record in batch.records {
+                        if record.seq <= lastSeq { errors.append("seq went back: \(record.seq) after \(lastSeq)") }
+                        lastSeq = record.seq
+                        seen.append(record.recordName)
+                    }
+                    token = batch.token
+                    if !batch.moreComing {
+                        if finalPass { break }
+                        if done { finalPass = true }
+                    }
+                }
+            } catch {
+                errors.append("reader: \(error)")
+            }
+        }
+        XCTAssertEqual(group.wait(timeout: .now() + 300), .success, "the threads finished")
+        XCTAssertEqual(errors.all, [])
+        let expected = Set((0..<writers).flatMap { w in
+            (0..<batches).flatMap { b in (0..<perBatch).map { "w\(w)-b\(b)-r\($0)" } }
+        })
+        XCTAssertEqual(seen.all.count, expected.count, "each change seen exactly once")
+        XCTAssertEqual(Set(seen.all), expected, "the reader following the feed saw every change")
+        XCTAssertEqual(try container.connect().zoneInfo(zone)?.lastSeq, Int64(writers * batches * perBatch))
+    }
+
+    func testConcurrentWritersOfOneRecordConflictInsteadOfLosingUpdates() throws {
+        let container = try makeContainer()
+        let setup = try container.connect()
+        try setup.ensureZone(zone)
+        _ = try setup.save(zone: zone, [save("counter", #"{"n":0}"#, expecting: nil)], device: "setup")
+        let errors = Collector<String>()
+        let applied = Collector<Int>()
+        let group = DispatchGroup()
+        let zone = self.zone
+        for w in 0..<3 {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                do {
+                    let db = try container.connect()
+                    var done = 0
+                    while done < 10 {
+                        guard let current = try db.fetchRecord(zone: zone, recordName: "counter") else {
+                            return errors.append("counter vanished")
+                        }
+                        let n = Int(current.fields.filter(\.isNumber)) ?? -1
+                        let outcome = try db.save(zone: zone, [RecordSave(recordName: "counter", recordType: "t",
+                                                                          fields: #"{"n":\#(n + 1)}"#,
+                                                                          expectedTag: current.changeTag)],
+                                                  device: "w\(w)")
+                        if case .saved = outcome.first {
+                            done += 1
+                            applied.append(w)
+                        }
+                    }
+                } catch {
+                    errors.append("writer \(w): \(error)")
+                }
+            }
+        }
+        XCTAssertEqual(group.wait(timeout: .now() + 300), .success)
+        XCTAssertEqual(errors.all, [])
+        XCTAssertEqual(applied.all.count, 30)
+        XCTAssertEqual(try setup.fetchRecord(zone: zone, recordName: "counter")?.fields, #"{"n":30}"#,
+                       "every successful conditional save built on the one before it")
+    }
+
+    // MARK: Markers
+
+    func testMarkersAreCreatedOnce() throws {
+        let db = try makeContainer().connect()
+        try db.ensureZone(zone)
+        XCTAssertNil(try db.marker(zone: zone, name: "seed:v1"))
+        let first = try db.createMarker(zone: zone, name: "seed:v1", device: "d1", payload: #"{"rows":3}"#)
+        XCTAssertTrue(first.created)
+        XCTAssertEqual(first.marker.name, "seed:v1")
+        XCTAssertEqual(first.marker.zone, zone)
+        XCTAssertEqual(first.marker.createdBy, "d1")
+        XCTAssertEqual(first.marker.payload, #"{"rows":3}"#)
+        let second = try db.createMarker(zone: zone, name: "seed:v1", device: "d2", payload: "other")
+        XCTAssertFalse(second.created)
+        XCTAssertEqual(second.marker, first.marker, "the stored marker is returned unchanged")
+        XCTAssertEqual(try db.marker(zone: zone, name: "seed:v1"), first.marker)
+    }
+
+    func testMarkersStayAtomicUnderConcurrentCreation() throws {
+        let container = try makeContainer()
+        try container.connect().ensureZone(zone)
+        let threads = 6
+        let zone = self.zone
+        for round in 0..<4 {
+            let results = Collector<(created: Bool, marker: Marker, thread: Int)>()
+            let errors = Collector<String>()
+            let ready = DispatchGroup()
+            let finished = DispatchGroup()
+            let gate = DispatchSemaphore(value: 0)
+            for t in 0..<threads {
+                ready.enter()
+                finished.enter()
+                Thread.detachNewThread {
+                    defer { finished.leave() }
+                    do {
+                        let db = try container.connect()
+                        _ = try db.zoneInfo(zone)  // checks the account before the race starts
+                        ready.leave()
+                        gate.wait()
+                        let (created, marker) = try db.createMarker(zone: zone, name: "seed-\(round)",
+                                                                    device: "thread-\(t)", payload: "from \(t)")
+                        results.append((created, marker, t))
+                    } catch {
+                        errors.append("thread \(t): \(error)")
+                        ready.leave()
+                    }
+                }
+            }
+            XCTAssertEqual(ready.wait(timeout: .now() + 120), .success)
+            for _ in 0..<threads { gate.signal() }
+            XCTAssertEqual(finished.wait(timeout: .now() + 120), .success)
+            XCTAssertEqual(errors.all, [])
+            let all = results.all
+            XCTAssertEqual(all.count, threads)
+            let winners = all.filter(\.created)
+            XCTAssertEqual(winners.count, 1, "exactly one creator wins round \(round)")
+            guard let winner = winners.first else { continue }
+            XCTAssertEqual(winner.marker.createdBy, "thread-\(winner.thread)")
+            XCTAssertEqual(winner.marker.payload, "from \(winner.thread)")
+            for result in all { XCTAssertEqual(result.marker, winner.marker, "everyone sees the winner's marker") }
+        }
+    }
+
+    // MARK: Purge
+
+    func testPurgeGivesZoneResetForOldTokens() throws {
+        let container = try makeContainer()
+        let db = try container.connect()
+        let before = try db.ensureZone(zone)
+        _ = try db.save(zone: zone, [save("a", expecting: nil), save("b", expecting: nil)], device: "d")
+        _ = try db.createMarker(zone: zone, name: "seed", device: "d", payload: "")
+        let oldToken = try db.fetchChanges(zone: zone, since: nil, limit: 10).token
+
+        try container.connect().purgeZone(zone)
+
+        assertCloudError(.zoneReset) { _ = try db.fetchChanges(zone: zone, since: oldToken, limit: 10) }
+        let after = try XCTUnwrap(try db.zoneInfo(zone))
+        XCTAssertNotEqual(after.epoch, before.epoch, "a purge gives the zone a new epoch")
+        XCTAssertEqual(after.liveRecords, 0)
+        XCTAssertNil(try db.fetchRecord(zone: zone, recordName: "a"))
+        XCTAssertNil(try db.marker(zone: zone, name: "seed"), "markers go with the purge")
+        let fresh = try db.fetchChanges(zone: zone, since: nil, limit: 10)
+        XCTAssertEqual(fresh.records, [])
+        XCTAssertEqual(fresh.token.epoch, after.epoch)
+
+        // The zone is usable again: names are free, and new tokens work.
+        XCTAssertNotNil(savedTag(try db.save(zone: zone, [save("a", #"{"new":true}"#, expecting: nil)],
+                                             device: "d").first))
+        let next = try db.fetchChanges(zone: zone, since: fresh.token, limit: 10)
+        XCTAssertEqual(next.records.map(\.recordName), ["a"])
+        XCTAssertTrue(try db.createMarker(zone: zone, name: "seed", device: "d", payload: "").created)
+    }
+
+    // MARK: Devices
+
+    func testDevicesRegistryRemembersWhenEachWasLastSeen() throws {
+        let container = try makeContainer()
+        let db = try container.connect()
+        XCTAssertEqual(try db.devices(), [])
+        try db.registerDevice(storeID: "store-1", name: "laptop")
+        try container.connect().registerDevice(storeID: "store-2", name: "server")
+        let first = try db.devices()
+        XCTAssertEqual(first.map(\.storeID), ["store-1", "store-2"])
+        XCTAssertEqual(first.map(\.name), ["laptop", "server"])
+        XCTAssertEqual(first.map(\.account), [container.account, container.account])
+        let laptop = try XCTUnwrap(first.first)
+        XCTAssertEqual(laptop.firstSeen, laptop.lastSeen)
+        XCTAssertEqual(laptop.lastSeen, Date().timeIntervalSince1970, accuracy: 60)
+
+        Thread.sleep(forTimeInterval: 0.05)
+        try db.registerDevice(storeID: "store-1", name: "laptop (renamed)")
+        let again = try XCTUnwrap(try db.devices().first)
+        XCTAssertEqual(again.storeID, "store-1")
+        XCTAssertEqual(again.name, "laptop (renamed)")
+        XCTAssertEqual(again.firstSeen, laptop.firstSeen, "first seen stays")
+        XCTAssertGreaterThan(again.lastSeen, laptop.lastSeen, "last seen moves")
+        XCTAssertEqual(try db.devices().count, 2)
+    }
+
+    // MARK: Accounts
+
+    func testAccountStatuses() throws {
+        let container = try makeContainer()
+        let owner = try container.connect()
+        let available = owner.accountStatus()
+        XCTAssertEqual(available.status, .available, available.reason)
+        XCTAssertEqual(available.account, container.account)
+
+        try container.addAccount(id: "member-1", secret: "member-secret-77")
+        XCTAssertEqual(try container.connect(account: "member-1", secret: "member-secret-77").accountStatus().status,
+                       .available)
+
+        let cases: [(String?, String?, AccountStatus, String)] = [
+            (nil, nil, .noAccount, "no account configured"),
+            ("member-1", nil, .noAccount, "no secret configured"),
+            ("nobody", "whatever", .noAccount, "account not registered"),
+            ("member-1", "wrong-secret", .restricted, "wrong secret"),
+        ]
+        for (account, secret, expected, label) in cases {
+            let db = try container.connect(account: account, secret: secret)
+            let report = db.accountStatus()
+            XCTAssertEqual(report.status, expected, "\(label): \(report.reason)")
+            XCTAssertFalse(report.reason.isEmpty, label)
+            XCTAssertEqual(report.account, account, label)
+            if let secret { XCTAssertFalse(report.reason.contains(secret), "\(label): the reason never holds a secret") }
+            // An account that is not available cannot read or write.
+            assertCloudError(.account) { _ = try db.ensureZone(self.zone) }
+            assertCloudError(.account) { _ = try db.fetchChanges(zone: self.zone, since: nil, limit: 1) }
+        }
+
+        try container.disableAccount(id: "member-1")
+        let disabled = try container.connect(account: "member-1", secret: "member-secret-77")
+        let report = disabled.accountStatus()
+        XCTAssertEqual(report.status, .restricted, report.reason)
+        XCTAssertTrue(report.reason.contains("disabled"), report.reason)
+        assertCloudError(.account) { _ = try disabled.devices() }
+        XCTAssertEqual(owner.accountStatus().status, .available, "other accounts are untouched")
+    }
+}
