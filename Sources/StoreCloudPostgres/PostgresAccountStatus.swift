@@ -10,7 +10,8 @@ extension PostgresCloudDatabase {
     /// | `noAccount` | no role is configured, the role does not exist (28000), or no password was supplied |
     /// | `restricted` | wrong password (28P01), login refused (28000), or privileges missing |
     /// | `couldNotDetermine` | the server cannot be reached |
-    /// | `temporarilyUnavailable` | too many connections (53300), starting or shutting down (57P03, 57P01), in recovery (`pg_is_in_recovery()`), or read-only (`default_transaction_read_only`) |
+    /// | `temporarilyUnavailable` | too many connections (53300), starting or shutting down (57P03, 57P01), |
+    /// |   | in recovery (`pg_is_in_recovery()`), or read-only (`default_transaction_read_only`) |
     ///
     /// When the container's schema does not exist yet, the role is `available` if it may create it (`cloud init`
     /// will work), and `restricted` otherwise.

@@ -232,7 +232,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 return CloudError(.account, summary,
                                   hint: "check the password in cloud.secret, PGPASSWORD or ~/.pgpass")
             case "28000":
-                return CloudError(.account, summary, hint: "check the role's LOGIN right and the server's pg_hba.conf")
+                return CloudError(.account, summary,
+                                  hint: "check the role's LOGIN right and the server's pg_hba.conf")
             case "3D000":
                 return CloudError(.containerMissing, summary, hint: "check the database name in cloud.url")
             case "":
@@ -242,7 +243,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 }
                 // libpq checks option values ("invalid sslmode value: ...") before it reaches any server.
                 if error.message.hasPrefix("invalid ") || error.message.contains("SSL") {
-                    return CloudError(.invalid, summary, hint: "check cloud.url (sslmode and the other options) and the server's SSL set-up")
+                    return CloudError(.invalid, summary,
+                                      hint: "check cloud.url (sslmode and the other options) and the server's SSL set-up")
                 }
                 return CloudError(.temporary, summary,
                                   hint: "check that the server is running and reachable, then retry")
@@ -486,7 +488,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         }
         var seen = Set<String>()
         for save in saves where !seen.insert(save.recordName).inserted {
-            throw CloudError(.invalid, "cannot save to zone \(zone): record \(save.recordName) appears twice in one batch",
+            throw CloudError(.invalid,
+                             "cannot save to zone \(zone): record \(save.recordName) appears twice in one batch",
                              hint: "save each record at most once per batch")
         }
         var queries: [PGQuery] = []

@@ -33,22 +33,54 @@ final class PostgresCloudConformanceTests: CloudConformanceTests {
 
     // XCTest on Linux discovers only the test methods a class declares itself, so each inherited test is
     // declared again here; `testEveryConformanceTestRunsHere` fails when the suite gains one that is not.
-    override func testZonesAreCreatedOnceAndReportTheirState() throws { try super.testZonesAreCreatedOnceAndReportTheirState() }
-    override func testAMissingZoneIsReported() throws { try super.testAMissingZoneIsReported() }
-    override func testZonesAreSeparate() throws { try super.testZonesAreSeparate() }
-    override func testSaveAndFetchRoundTrip() throws { try super.testSaveAndFetchRoundTrip() }
-    override func testSavesAreConditionalOnTheExpectedTag() throws { try super.testSavesAreConditionalOnTheExpectedTag() }
-    override func testAStaleTagIsAConflictAndTheRestOfTheBatchIsSaved() throws { try super.testAStaleTagIsAConflictAndTheRestOfTheBatchIsSaved() }
-    override func testTombstonesAreReturned() throws { try super.testTombstonesAreReturned() }
-    override func testInvalidFieldsRejectTheWholeBatch() throws { try super.testInvalidFieldsRejectTheWholeBatch() }
-    override func testPagingReturnsEachChangeExactlyOnce() throws { try super.testPagingReturnsEachChangeExactlyOnce() }
-    override func testConcurrentWritersNeverMakeAReaderMissAChange() throws { try super.testConcurrentWritersNeverMakeAReaderMissAChange() }
-    override func testConcurrentWritersOfOneRecordConflictInsteadOfLosingUpdates() throws { try super.testConcurrentWritersOfOneRecordConflictInsteadOfLosingUpdates() }
-    override func testMarkersAreCreatedOnce() throws { try super.testMarkersAreCreatedOnce() }
-    override func testMarkersStayAtomicUnderConcurrentCreation() throws { try super.testMarkersStayAtomicUnderConcurrentCreation() }
-    override func testPurgeGivesZoneResetForOldTokens() throws { try super.testPurgeGivesZoneResetForOldTokens() }
-    override func testDevicesRegistryRemembersWhenEachWasLastSeen() throws { try super.testDevicesRegistryRemembersWhenEachWasLastSeen() }
-    override func testAccountStatuses() throws { try super.testAccountStatuses() }
+    override func testZonesAreCreatedOnceAndReportTheirState() throws {
+        try super.testZonesAreCreatedOnceAndReportTheirState()
+    }
+    override func testAMissingZoneIsReported() throws {
+        try super.testAMissingZoneIsReported()
+    }
+    override func testZonesAreSeparate() throws {
+        try super.testZonesAreSeparate()
+    }
+    override func testSaveAndFetchRoundTrip() throws {
+        try super.testSaveAndFetchRoundTrip()
+    }
+    override func testSavesAreConditionalOnTheExpectedTag() throws {
+        try super.testSavesAreConditionalOnTheExpectedTag()
+    }
+    override func testAStaleTagIsAConflictAndTheRestOfTheBatchIsSaved() throws {
+        try super.testAStaleTagIsAConflictAndTheRestOfTheBatchIsSaved()
+    }
+    override func testTombstonesAreReturned() throws {
+        try super.testTombstonesAreReturned()
+    }
+    override func testInvalidFieldsRejectTheWholeBatch() throws {
+        try super.testInvalidFieldsRejectTheWholeBatch()
+    }
+    override func testPagingReturnsEachChangeExactlyOnce() throws {
+        try super.testPagingReturnsEachChangeExactlyOnce()
+    }
+    override func testConcurrentWritersNeverMakeAReaderMissAChange() throws {
+        try super.testConcurrentWritersNeverMakeAReaderMissAChange()
+    }
+    override func testConcurrentWritersOfOneRecordConflictInsteadOfLosingUpdates() throws {
+        try super.testConcurrentWritersOfOneRecordConflictInsteadOfLosingUpdates()
+    }
+    override func testMarkersAreCreatedOnce() throws {
+        try super.testMarkersAreCreatedOnce()
+    }
+    override func testMarkersStayAtomicUnderConcurrentCreation() throws {
+        try super.testMarkersStayAtomicUnderConcurrentCreation()
+    }
+    override func testPurgeGivesZoneResetForOldTokens() throws {
+        try super.testPurgeGivesZoneResetForOldTokens()
+    }
+    override func testDevicesRegistryRemembersWhenEachWasLastSeen() throws {
+        try super.testDevicesRegistryRemembersWhenEachWasLastSeen()
+    }
+    override func testAccountStatuses() throws {
+        try super.testAccountStatuses()
+    }
 
     /// The names of the tests above, checked against the suite's source.
     static let runHere: [String] = [
