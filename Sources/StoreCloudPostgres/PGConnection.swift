@@ -291,7 +291,7 @@ final class PGConnection {
             }
             lines.append(line.trimmingCharacters(in: .whitespaces))
         }
-        return (state, lines.joined(separator: " "))
+        return (state, lines.filter { !$0.isEmpty }.joined(separator: "; "))
     }
 }
 

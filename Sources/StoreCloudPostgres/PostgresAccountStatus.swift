@@ -10,7 +10,8 @@ extension PostgresCloudDatabase {
     /// | `noAccount` | no role is configured, the role does not exist (28000), or no password was supplied |
     /// | `restricted` | wrong password (28P01), login refused (28000), or privileges missing |
     /// | `couldNotDetermine` | the server cannot be reached |
-    /// | `temporarilyUnavailable` | too many connections (53300), starting or shutting down (57P03, 57P01), in recovery (`pg_is_in_recovery()`), or read-only (`default_transaction_read_only`) |
+    /// | `temporarilyUnavailable` | too many connections (53300), starting or shutting down (57P03, 57P01), |
+    /// |   | in recovery (`pg_is_in_recovery()`), or read-only (`default_transaction_read_only`) |
     ///
     /// When the container's schema does not exist yet, the role is `available` if it may create it (`cloud init`
     /// will work), and `restricted` otherwise.
@@ -55,7 +56,7 @@ extension PostgresCloudDatabase {
         case "28P01":
             return report(.restricted, "the password of role \(role) was refused \(at)")
         case "28000":
-            return report(.restricted, "role \(role) may not log in \(at): \(error.message)")
+            return report(.restricted, "role \(role) is disabled or refused \(at): \(error.message)")
         case "53300":
             return report(.temporarilyUnavailable, "the server \(at) has too many connections: \(error.message)")
         case "57P03", "57P01", "57P02":
@@ -111,9 +112,10 @@ extension PostgresCloudDatabase {
         let tables = PostgresSchema.tablePrivileges
         let privileges = try c.execute("""
             SELECT t.name, t.privilege, c.oid IS NOT NULL AND has_table_privilege(c.oid, t.privilege)
-            FROM unnest($2::text[], $3::text[]) AS t(name, privilege)
+            FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS t(name, privilege, ord)
             LEFT JOIN pg_class c ON c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)
                 AND c.relname = t.name
+            ORDER BY t.ord
             """, [
                 schemaName,
                 PGConnInfo.textArray(tables.flatMap { t in t.privileges.map { _ in t.table } }),

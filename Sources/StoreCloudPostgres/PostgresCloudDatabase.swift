@@ -127,6 +127,11 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// Opens a new connection, without checking the container.
     /// - Throws: `PGError`.
     func connect() throws -> PGConnection {
+        guard role != nil else {
+            // Rather than log in as whoever libpq would default to (the local user name).
+            throw CloudError(.account, "no PostgreSQL role is configured for \(displayURL)",
+                             hint: "set cloud.account, or put the user in cloud.url (postgres://USER@HOST/DATABASE)")
+        }
         // "When expand_dbname is non-zero, the value for the first dbname key word is checked to see if it is a
         // connection string. If so, it is expanded into the individual connection parameters ... when key words
         // are repeated, the last processed value is retained." So the URL comes first, and what follows overrides.
@@ -227,7 +232,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 return CloudError(.account, summary,
                                   hint: "check the password in cloud.secret, PGPASSWORD or ~/.pgpass")
             case "28000":
-                return CloudError(.account, summary, hint: "check the role's LOGIN right and the server's pg_hba.conf")
+                return CloudError(.account, summary,
+                                  hint: "check the role's LOGIN right and the server's pg_hba.conf")
             case "3D000":
                 return CloudError(.containerMissing, summary, hint: "check the database name in cloud.url")
             case "":
@@ -237,7 +243,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 }
                 // libpq checks option values ("invalid sslmode value: ...") before it reaches any server.
                 if error.message.hasPrefix("invalid ") || error.message.contains("SSL") {
-                    return CloudError(.invalid, summary, hint: "check cloud.url (sslmode and the other options) and the server's SSL set-up")
+                    return CloudError(.invalid, summary,
+                                      hint: "check cloud.url (sslmode and the other options) and the server's SSL set-up")
                 }
                 return CloudError(.temporary, summary,
                                   hint: "check that the server is running and reachable, then retry")
@@ -483,7 +490,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         }
         var seen = Set<String>()
         for save in saves where !seen.insert(save.recordName).inserted {
-            throw CloudError(.invalid, "cannot save to zone \(zone): record \(save.recordName) appears twice in one batch",
+            throw CloudError(.invalid,
+                             "cannot save to zone \(zone): record \(save.recordName) appears twice in one batch",
                              hint: "save each record at most once per batch")
         }
         var queries: [PGQuery] = []

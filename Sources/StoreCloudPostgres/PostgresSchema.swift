@@ -73,7 +73,7 @@ enum PostgresSchema {
     /// and `_` turned into `_` (at most 40 characters), then `_` and 8 hex digits of a hash of the exact id, so
     /// that ids which sanitize alike (`a.b`, `a_b`) never share a schema. At most 58 bytes, under PostgreSQL's 63.
     ///
-    ///     schemaName(for: "iCloud.com.example.notes") // "storectl_icloud_com_example_notes_5f1e2a9c"
+    ///     schemaName(for: "iCloud.com.example.notes") // "storectl_icloud_com_example_notes_028bddc9"
     static func schemaName(for container: String) -> String {
         var sanitized = ""
         for scalar in container.lowercased().unicodeScalars {

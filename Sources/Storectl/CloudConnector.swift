@@ -72,6 +72,20 @@ public enum CloudConnector {
         }
     }
 
+    /// The SQL a PostgreSQL administrator runs to let the configured role use the container
+    /// (`storectl cloud init --print-grants`); nil for a container file, which needs no grants.
+    /// - Parameter role: the role to grant to; by default `cloud.account`, else the user in `cloud.url`.
+    /// - Throws: `CloudError(.invalid)` for a malformed URL, `.account` when no role is known.
+    public static func grantSQL(settings: CloudSettings, role: String? = nil) throws -> String? {
+        guard case .postgres(let url) = try backend(of: settings.url) else { return nil }
+        let db = try PostgresCloudDatabase(url: url, container: settings.container, account: settings.account)
+        guard let role = role ?? db.role else {
+            throw CloudError(.account, "no PostgreSQL role to grant to for \(db.displayURL)",
+                             hint: "set cloud.account, or put the user in cloud.url (postgres://USER@HOST/DATABASE)")
+        }
+        return PostgresCloudDatabase.grantSQL(container: settings.container, role: role)
+    }
+
     /// The account status of the configured account, with its reason. Never throws: a container that cannot be
     /// opened is itself a status (`couldNotDetermine`, `restricted` or `temporarilyUnavailable`).
     public static func accountStatus(settings: CloudSettings) -> AccountStatusReport {

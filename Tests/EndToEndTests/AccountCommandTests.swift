@@ -317,7 +317,7 @@ final class AccountCommandTests: XCTestCase {
         XCTAssertEqual(result.stdout, "")
     }
 
-    func testAnUnreachablePostgresServerCannotBeDetermined() throws {
+    func testAnUnreachablePostgresServer() throws {
         let dir = try TempDirectory()
         try writeConfig(dir, url: "postgres://alice:pw-in-url@localhost/notes")
         let (result, json) = try status(dir)
@@ -326,9 +326,12 @@ final class AccountCommandTests: XCTestCase {
         XCTAssertEqual(json["url"] as? String, "postgres://alice:***@localhost/notes")
         XCTAssertFalse(result.stdout.contains("pw-in-url"))
         let initResult = try run(["cloud", "init"], in: dir)
+        // Nothing listens on localhost:5432 here (the test server has a unix socket only): a temporary failure.
         XCTAssertEqual(initResult.status, 75, "\(initResult)")
-        XCTAssertTrue(initResult.stderr.hasPrefix("error: cannot connect to postgres://alice:***@localhost/notes"),
+        XCTAssertTrue(initResult.stderr.hasPrefix("error: cannot connect to postgres://alice@localhost/notes: "),
                       initResult.stderr)
+        XCTAssertTrue(initResult.stderr.hasSuffix("\nhint: check that the server is running and reachable, then "
+                          + "retry\n"), initResult.stderr)
         XCTAssertFalse(initResult.stderr.contains("pw-in-url"))
     }
 

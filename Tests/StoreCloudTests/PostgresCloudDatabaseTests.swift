@@ -71,7 +71,7 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
 
     func testSchemaNamesAreSafeDistinctAndStable() throws {
         let a = PostgresCloudDatabase.schemaName(container: "iCloud.com.example.notes")
-        XCTAssertTrue(a.hasPrefix("storectl_icloud_com_example_notes_"), a)
+        XCTAssertEqual(a, "storectl_icloud_com_example_notes_028bddc9")
         XCTAssertEqual(a, PostgresCloudDatabase.schemaName(container: "iCloud.com.example.notes"))
         XCTAssertNotEqual(PostgresCloudDatabase.schemaName(container: "a.b"),
                           PostgresCloudDatabase.schemaName(container: "a_b"))

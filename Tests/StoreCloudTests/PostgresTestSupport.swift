@@ -101,7 +101,10 @@ final class ScratchCluster {
 
     /// Creates and starts a cluster whose unix-socket logins use `auth` (`trust`, `scram-sha-256`).
     /// Returns nil (after failing the test when PostgreSQL is required) when no server binaries are found.
-    static func start(auth: String, file: StaticString = #filePath, line: UInt = #line) throws -> ScratchCluster? {
+    /// - Parameter hba: the whole `pg_hba.conf` to use instead of initdb's, if given.
+    static func start(auth: String, hba: String? = nil, file: StaticString = #filePath, line: UInt = #line) throws
+        -> ScratchCluster?
+    {
         let env = ProcessInfo.processInfo.environment
         var bin = env["STORECTL_TEST_PG_BIN"] ?? ""
         if bin.isEmpty {
@@ -118,10 +121,10 @@ final class ScratchCluster {
             }
             return nil
         }
-        return try ScratchCluster(bin: bin, auth: auth)
+        return try ScratchCluster(bin: bin, auth: auth, hba: hba)
     }
 
-    private init(bin: String, auth: String) throws {
+    private init(bin: String, auth: String, hba: String?) throws {
         self.bin = bin
         var template = Array("/tmp/storectl-pgtest-XXXXXX".utf8CString)
         let made = template.withUnsafeMutableBufferPointer { buf -> Bool in
@@ -133,10 +136,14 @@ final class ScratchCluster {
         superuserPassword = "su-\(UInt32.random(in: 0...UInt32.max))"
         try superuserPassword.write(toFile: directory + "/pwfile", atomically: false, encoding: .utf8)
         if getuid() == 0 {
-            try Self.check(Binary.run("/bin/chown", ["-R", "postgres:postgres", directory], in: "/"))
+            guard let pw = getpwnam("postgres") else { throw StoreTestError("there is no postgres user") }
+            for path in [directory, directory + "/pwfile"] { chown(path, pw.pointee.pw_uid, pw.pointee.pw_gid) }
         }
         try Self.check(asPostgres(bin + "/initdb", ["-D", directory + "/data", "-U", "postgres", "-A", auth,
                                                     "--pwfile=" + directory + "/pwfile", "--no-sync"]))
+        if let hba {
+            try hba.write(toFile: directory + "/data/pg_hba.conf", atomically: false, encoding: .utf8)
+        }
         try start()
     }
 
@@ -170,19 +177,40 @@ final class ScratchCluster {
         return try c.execute(sql)
     }
 
-    /// initdb and pg_ctl refuse to run as root: run them as `postgres` then.
-    private func asPostgres(_ program: String, _ args: [String]) throws -> ProcessResult {
+    /// initdb and pg_ctl refuse to run as root: run them as `postgres` then. Their output goes to a log file.
+    ///
+    /// Spawned and reaped here rather than with Foundation's `Process`, whose wait does not always notice the exit
+    /// of a `pg_ctl start` that leaves a server daemon behind.
+    private func asPostgres(_ program: String, _ args: [String]) throws -> (status: Int32, output: String) {
+        var argv = [program] + args
         if getuid() == 0 {
             let runuser = FileManager.default.isExecutableFile(atPath: "/usr/sbin/runuser")
                 ? "/usr/sbin/runuser" : "/sbin/runuser"
-            return try Binary.run(runuser, ["-u", "postgres", "--", program] + args, in: "/")
+            argv = [runuser, "-u", "postgres", "--"] + argv
         }
-        return try Binary.run(program, args, in: "/")
+        let log = directory + "/commands.log"
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        let cArgs = argv.map { strdup($0) } + [nil]
+        defer { for p in cArgs { free(p) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, argv[0], &actions, nil, cArgs, environ)
+        guard rc == 0 else { throw StoreTestError("cannot run \(argv[0]): error \(rc)") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        // WIFEXITED / WEXITSTATUS: the exit code is in bits 8-15 when the low 7 bits are 0.
+        return ((status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f), output)
     }
 
-    private static func check(_ result: ProcessResult) throws {
-        guard result.status == 0 else { throw StoreTestError("command failed: \(result)") }
+    private static func check(_ result: (status: Int32, output: String)) throws {
+        guard result.status == 0 else { throw StoreTestError("command failed (exit \(result.status)): \(result.output)") }
     }
+
 }
 
 struct StoreTestError: Error, CustomStringConvertible {
