@@ -6,7 +6,11 @@ public final class Statement {
     let handle: OpaquePointer
     /// The SQL the statement was compiled from.
     public let sql: String
-    private let connection: Connection
+    // The database handle, not the Connection: a statement must not keep its connection alive (the connection's
+    // cache holds its statements). sqlite3_close_v2 defers the close until every statement is finalized, so a
+    // statement that outlives its Connection object is still safe.
+    private let db: OpaquePointer
+    private let path: String
 
     init(connection: Connection, sql: String) throws {
         var stmt: OpaquePointer?
@@ -21,7 +25,13 @@ public final class Statement {
         }
         self.handle = stmt
         self.sql = sql
-        self.connection = connection
+        self.db = connection.handle
+        self.path = connection.path
+    }
+
+    private func lastError() -> SQLiteError {
+        SQLiteError(extendedCode: sqlite3_extended_errcode(db), message: String(cString: sqlite3_errmsg(db)), sql: sql,
+                    path: path)
     }
 
     deinit { sqlite3_finalize(handle) }
@@ -75,7 +85,7 @@ public final class Statement {
                 sqlite3_bind_blob(handle, i, raw.baseAddress, Int32(raw.count), storectl_sqlite_transient())
             }
         }
-        if rc != SQLITE_OK { throw connection.lastError(sql: sql) }
+        if rc != SQLITE_OK { throw lastError() }
     }
 
     /// Binds one value by parameter name (`:name`, `@name` or `$name`).
@@ -99,7 +109,7 @@ public final class Statement {
             sqlite3_reset(handle)
             return false
         default:
-            let error = connection.lastError(sql: sql)
+            let error = lastError()
             sqlite3_reset(handle)
             throw error
         }

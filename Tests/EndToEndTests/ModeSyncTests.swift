@@ -131,7 +131,7 @@ final class ModeSyncTests: XCTestCase {
         }
         let before = try snapshot()
         let r = try run(dir, ["--store", "b", "mode", "cloud"], env: ["STORECTL_SECRET": "wrong-secret"], expect: 69)
-        XCTAssertTrue(r.stderr.hasPrefix("error: account 'demo' is restricted"), r.stderr)
+        XCTAssertTrue(r.stderr.contains("error: account 'demo' is restricted"), r.stderr)
         XCTAssertFalse(r.stderr.contains("wrong-secret"))
         XCTAssertEqual(try snapshot(), before)
         XCTAssertEqual(try run(dir, ["--store", "b", "mode"]).stdout, "local\n")
