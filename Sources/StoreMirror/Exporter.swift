@@ -314,6 +314,7 @@ struct Exporter {
                 }
                 try clearAuthor(db)
             }
+            Failpoint.hit("export.after-batch-commit")
             if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
             work = retry
         }

@@ -27,4 +27,6 @@ let registeredCommands: [any Command.Type] = [
     ConfigCommand.self,
     AccountCommand.self,
     CloudCommand.self,
+    DoctorCommand.self,
+    DebugCommand.self,
 ]
