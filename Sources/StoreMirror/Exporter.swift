@@ -81,6 +81,15 @@ struct Exporter {
                 let source = baseline ? "main.\(e.quotedName) t"
                     : "temp._storectl_changes c JOIN main.\(e.quotedName) t ON c.entity = \(quoteLiteral(e.name)) AND \(e.pkMatches("t", json: "c.pk"))"
                 let name = e.isSurrogate ? "lower(hex(randomblob(16)))" : e.naturalName("t")
+                if e.isSurrogate {
+                    // A rowid is reused after a delete: a row at the key of a deleted record is a new row, and
+                    // must not bring the deleted record back (other devices map that name to another row).
+                    let changed = baseline ? "" : "AND r.pk IN (SELECT pk FROM temp._storectl_changes WHERE entity = r.entity)"
+                    try db.execute("""
+                        DELETE FROM _storectl_records AS r WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1
+                        \(changed) AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
+                        """)
+                }
                 try db.execute("""
                     INSERT OR IGNORE INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
                     SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")), \(name), NULL, NULL, 0 FROM \(source)
