@@ -44,6 +44,7 @@ extension StoreHandle {
         }
         _ = try HistoryTracker(db: db, options: trackingOptions).install()
         try MirrorState.install(db)
+        try Self.enableWAL(db)
         return true
     }
 
