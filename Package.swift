@@ -30,9 +30,11 @@ let package = Package(
         .target(name: "Storectl", dependencies: [
             "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud", "StoreCloudPostgres", "StoreSQLite", "StoreBase",
         ]),
-        .target(name: "StoreCLI", dependencies: ["Storectl", "StoreConfig", "StoreCloud", "StoreBase"]),
+        .target(name: "StoreCLI", dependencies: [
+            "Storectl", "StoreConfig", "StoreCloud", "StoreHistory", "StoreSQLite", "StoreBase",
+        ]),
         .executableTarget(name: "storectl", dependencies: ["StoreCLI"]),
-        .executableTarget(name: "storectl-bench", dependencies: ["Storectl", "StoreSQLite", "StoreBase"]),
+        .executableTarget(name: "storectl-bench", dependencies: ["Storectl", "StoreHistory", "StoreSQLite", "StoreBase"]),
 
         // Tests
         .target(name: "TestSupport", dependencies: ["StoreSQLite", "StoreBase"], path: "Tests/TestSupport"),

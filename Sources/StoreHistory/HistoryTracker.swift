@@ -130,6 +130,12 @@ public struct HistoryTracker {
         }
     }
 
+    /// Throws unless the store has been initialized (`storectl init`).
+    /// - Throws: `StoreError` exit 78 with a hint to run init.
+    public func requireInitialized() throws {
+        guard try isInitialized() else { throw notInitializedError() }
+    }
+
     /// The state of tracking: ok, not initialized, drift, or triggers missing.
     /// - Throws: `SQLiteError`.
     public func verify() throws -> TrackingState {
@@ -197,9 +203,18 @@ public struct HistoryTracker {
                     }
                 }
             }
+            // A rowid alias is a single INTEGER primary key of a rowid table that has no index of its own
+            // ("INTEGER PRIMARY KEY DESC" is not an alias, and SQLite gives it an automatic index).
+            var keyIsRowID = false
+            if !rowless.contains(name), pk.count == 1,
+               columns.first(where: { $0.name == pk[0] })?.declaredType.uppercased() == "INTEGER"
+            {
+                keyIsRowID = try db.scalar("SELECT count(*) FROM pragma_index_list(?) WHERE origin = 'pk'", [name])?
+                    .int64 == 0
+            }
             result.append(TableSchema(name: name, columns: columns, primaryKey: pk,
                                       foreignKeys: try db.foreignKeys(of: name), tombstone: tombstone,
-                                      withoutRowID: rowless.contains(name)))
+                                      withoutRowID: rowless.contains(name), keyIsRowID: keyIsRowID))
         }
         return result
     }

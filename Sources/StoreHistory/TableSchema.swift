@@ -14,10 +14,13 @@ public struct TableSchema: Sendable, Equatable {
     public var tombstone: [String]
     /// Whether the table was declared `WITHOUT ROWID`.
     public var withoutRowID: Bool
+    /// Whether the primary key is an alias of the rowid (`id INTEGER PRIMARY KEY`): its value is always an integer.
+    public var keyIsRowID: Bool
 
     public init(name: String, columns: [ColumnInfo], primaryKey: [String], foreignKeys: [ForeignKeyInfo],
-                tombstone: [String], withoutRowID: Bool)
+                tombstone: [String], withoutRowID: Bool, keyIsRowID: Bool = false)
     {
+        self.keyIsRowID = keyIsRowID
         self.name = name
         self.columns = columns
         self.primaryKey = primaryKey

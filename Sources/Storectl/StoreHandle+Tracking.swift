@@ -13,12 +13,6 @@ extension StoreHandle {
                                tombstones: tombstones, tracking: settings.history.tracking)
     }
 
-    /// The history tracker of this store (opening the file; it must exist).
-    /// - Throws: `StoreError` when the file is missing or unreadable.
-    public func historyTracker(create: Bool = false) throws -> HistoryTracker {
-        HistoryTracker(db: try database(create: create), options: trackingOptions)
-    }
-
     /// Creates and initialises the store when it is missing or not initialised (running its `schema:` SQL).
     /// Returns whether anything was done.
     /// - Throws: `StoreError`, `SQLiteError`.

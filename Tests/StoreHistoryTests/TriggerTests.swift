@@ -167,3 +167,20 @@ final class TriggerTests: XCTestCase {
         XCTAssertEqual(try f.rows(), ["I wide [1] external nil", "U wide [1] external nil changed=c1,c60"])
     }
 }
+
+extension TriggerTests {
+    func testOnlyARealRowIDAliasSkipsTheBlobTest() throws {
+        let f = try Fixture("""
+            CREATE TABLE a(id INTEGER PRIMARY KEY, x);
+            CREATE TABLE b(id INTEGER PRIMARY KEY DESC, x);
+            CREATE TABLE c(id INT PRIMARY KEY, x);
+            """)
+        XCTAssertEqual(try f.tracker.trackedTables().map(\.keyIsRowID), [true, false, false])
+        // INTEGER PRIMARY KEY DESC is not a rowid alias: it can hold a blob, and the write must still work.
+        try f.db.run("INSERT INTO b VALUES (?, 1)", [Value.blob([1])])
+        try f.db.run("INSERT INTO c VALUES (?, 1)", [Value.blob([2])])
+        try f.db.run("INSERT INTO a VALUES (5, 1)")
+        XCTAssertEqual(try f.rows(), [#"I b [{"$blob":"01"}] external nil"#, #"I c [{"$blob":"02"}] external nil"#,
+                                      "I a [5] external nil"])
+    }
+}

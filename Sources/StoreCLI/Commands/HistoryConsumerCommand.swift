@@ -1,0 +1,159 @@
+import Foundation
+import StoreBase
+import StoreHistory
+import Storectl
+
+/// `storectl history consumer`: the registered readers of the history, whose tokens hold it against pruning.
+struct HistoryConsumerCommand: Command {
+    static let name = "consumer"
+    static let abstract = "Add, list and drop history consumers (their tokens hold history against pruning)."
+    static let discussion = """
+        A consumer is a named reader of the history with a token: the last seq it has processed. Prune removes
+        only rows that every consumer has processed. Names starting with 'cloud-' belong to the sync engine
+        (cloud-export is its export token): they are listed, and prune respects them, but they cannot be added
+        or dropped here.
+        """
+    static let examples = [
+        "storectl history consumer add search-indexer",
+        "storectl history consumer list --json",
+        "storectl history consumer drop search-indexer",
+    ]
+    static var subcommands: [any Command.Type] {
+        [HistoryConsumerAddCommand.self, HistoryConsumerListCommand.self, HistoryConsumerDropCommand.self]
+    }
+
+    struct ConsumerOutput: Encodable {
+        var name: String
+        var token: Int64
+        var behind: Int64
+        var createdAt: Int64
+        var updatedAt: Int64
+
+        enum CodingKeys: String, CodingKey {
+            case name, token, behind
+            case createdAt = "created_at"
+            case updatedAt = "updated_at"
+        }
+
+        init(_ c: HistoryConsumer, latest: Int64) {
+            name = c.name
+            token = c.token
+            behind = max(0, latest - c.token)
+            createdAt = c.createdAt
+            updatedAt = c.updatedAt
+        }
+    }
+
+    /// The initialized store's tracker.
+    static func tracker(_ context: CommandContext) throws -> HistoryTracker {
+        let tracker = try context.openStore().historyTracker()
+        try tracker.requireInitialized()
+        return tracker
+    }
+}
+
+/// `storectl history consumer add NAME`.
+struct HistoryConsumerAddCommand: Command {
+    static let name = "add"
+    static let abstract = "Register a consumer; it starts at the newest seq unless --token says otherwise."
+    static let arguments = "NAME"
+    static let positionalRange = 1...1
+    static let examples = [
+        "storectl history consumer add search-indexer",
+        "storectl history consumer add backup --token 0   # hold all existing history too",
+    ]
+    static let options = [
+        OptionSpec("token", value: "TOKEN", help: "The token to start at (default: the newest seq)."),
+    ]
+
+    struct Output: Encodable {
+        var consumer: HistoryConsumerCommand.ConsumerOutput
+        var created: Bool
+    }
+
+    static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        let name = args.positionals[0]
+        let token = try args.int("token").map(Int64.init)
+        if let token, token < 0 { throw UsageError("--token expects a history seq, 0 or more, got \(token)") }
+        let tracker = try HistoryConsumerCommand.tracker(context)
+        let (consumer, created) = try tracker.addConsumer(name, token: token)
+        let latest = try tracker.latestSeq()
+        if context.global.json {
+            context.console.json(Output(consumer: .init(consumer, latest: latest), created: created))
+        } else if created {
+            context.console.out("Added consumer '\(name)' at token \(consumer.token).")
+        } else {
+            context.console.out("Consumer '\(name)' already exists at token \(consumer.token); left unchanged.")
+        }
+        return .ok
+    }
+}
+
+/// `storectl history consumer list`.
+struct HistoryConsumerListCommand: Command {
+    static let name = "list"
+    static let abstract = "List the consumers with their tokens and how far behind they are."
+    static let examples = ["storectl history consumer list"]
+
+    struct Output: Encodable {
+        var consumers: [HistoryConsumerCommand.ConsumerOutput]
+        var latestSeq: Int64
+
+        enum CodingKeys: String, CodingKey {
+            case consumers
+            case latestSeq = "latest_seq"
+        }
+    }
+
+    static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        let tracker = try HistoryConsumerCommand.tracker(context)
+        let latest = try tracker.latestSeq()
+        let consumers = try tracker.consumers().map { HistoryConsumerCommand.ConsumerOutput($0, latest: latest) }
+        if context.global.json {
+            context.console.json(Output(consumers: consumers, latestSeq: latest))
+            return .ok
+        }
+        if consumers.isEmpty {
+            context.console.out("No consumers. (newest seq: \(latest))")
+            return .ok
+        }
+        let width = max(4, consumers.map(\.name.count).max() ?? 0) + 2
+        context.console.out("NAME".padding(toLength: width, withPad: " ", startingAt: 0) + "TOKEN".padding(toLength: 12, withPad: " ", startingAt: 0) + "BEHIND")
+        for c in consumers {
+            context.console.out(c.name.padding(toLength: width, withPad: " ", startingAt: 0)
+                                + String(c.token).padding(toLength: 12, withPad: " ", startingAt: 0) + String(c.behind))
+        }
+        context.console.out("(newest seq: \(latest))")
+        return .ok
+    }
+}
+
+/// `storectl history consumer drop NAME`.
+struct HistoryConsumerDropCommand: Command {
+    static let name = "drop"
+    static let abstract = "Remove a consumer; the history it held can then be pruned."
+    static let arguments = "NAME"
+    static let positionalRange = 1...1
+    static let examples = ["storectl history consumer drop search-indexer"]
+
+    struct Output: Encodable {
+        var dropped: String
+    }
+
+    static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        let name = args.positionals[0]
+        let tracker = try HistoryConsumerCommand.tracker(context)
+        guard try tracker.dropConsumer(name) else {
+            let names = try tracker.consumers().map(\.name)
+            let hint = Suggest.closest(name, in: names).map { "did you mean '\($0)'?" }
+                ?? (names.isEmpty ? "there are no consumers" : "the consumers are: " + names.joined(separator: ", "))
+            throw StoreError(.usage, "no consumer named '\(name)'", hint: hint)
+        }
+        if context.global.json {
+            context.console.json(Output(dropped: name))
+        } else {
+            context.console.out("Dropped consumer '\(name)'.")
+        }
+        return .ok
+    }
+}

@@ -1,0 +1,112 @@
+import Foundation
+import StoreBase
+import StoreHistory
+import StoreSQLite
+import Storectl
+
+/// `storectl init`: create or adopt the store file and install history tracking.
+struct InitCommand: Command {
+    static let name = "init"
+    static let abstract = "Create or adopt the store file and install history tracking."
+    static let discussion = """
+        If the store file is missing, it is created, and the store's schema: SQL file (if any) runs. If the file is
+        an existing SQLite database, it is adopted: its rows are kept and are not recorded as history. The schema:
+        file runs only while the database has no tables of its own.
+
+        init creates the _storectl_* tables (meta, history, context, consumers, tokens) and AFTER INSERT, UPDATE
+        and DELETE triggers on every tracked table: every user table, or those named under entities:. A tracked
+        table must have an explicit PRIMARY KEY. Running init again changes nothing.
+        """
+    static let examples = [
+        "storectl init                      # the only store in ./config.yaml",
+        "storectl init --store notes --json",
+    ]
+
+    struct Output: Encodable {
+        var store: String
+        var path: String
+        var createdFile: Bool
+        var schema: String?
+        var schemaApplied: Bool
+        var installed: Bool
+        var storeID: String
+        var tracked: [String]
+        var schemaHash: String
+
+        enum CodingKeys: String, CodingKey {
+            case store, path, schema, installed, tracked
+            case createdFile = "created_file"
+            case schemaApplied = "schema_applied"
+            case storeID = "store_id"
+            case schemaHash = "schema_hash"
+        }
+    }
+
+    static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        let store = try context.openStore()
+        let settings = store.settings
+        let createdFile = !store.exists
+        var schemaApplied = false
+        let report: InstallReport
+        do {
+            let tracker = try store.historyTracker(create: true)
+            report = try tracker.db.transaction(.immediate) {
+                if let schema = settings.schema, try tracker.userTables().isEmpty {
+                    try runSchema(schema, on: tracker.db, storeName: settings.name)
+                    schemaApplied = true
+                }
+                return try tracker.install()
+            }
+        } catch {
+            if createdFile {
+                // Leave nothing behind: the file did not exist before this command.
+                store.close()
+                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: settings.path + suffix) }
+            }
+            throw error
+        }
+        let output = Output(store: settings.name, path: settings.path, createdFile: createdFile,
+                            schema: settings.schema, schemaApplied: schemaApplied, installed: report.installed,
+                            storeID: report.storeID, tracked: report.tables, schemaHash: report.schemaHash)
+        if context.global.json {
+            context.console.json(output)
+            return .ok
+        }
+        if !report.installed {
+            context.console.out("Store '\(settings.name)' is already initialized (\(settings.path)); nothing to do.")
+        } else if createdFile {
+            context.console.out("Created store '\(settings.name)' at \(settings.path).")
+        } else {
+            context.console.out("Adopted the existing database \(settings.path) as store '\(settings.name)'; "
+                                + "its rows were kept and not recorded as history.")
+        }
+        if let schema = settings.schema {
+            if schemaApplied {
+                context.console.out("Ran the schema \(schema).")
+            } else if report.installed {
+                context.console.out("Did not run the schema \(schema): the database already has tables.")
+            }
+        }
+        let names = report.tables.isEmpty ? "none" : report.tables.joined(separator: ", ")
+        context.console.out("Tracking \(report.tables.count) \(report.tables.count == 1 ? "table" : "tables"): \(names).")
+        context.console.out("Store id: \(report.storeID)")
+        return .ok
+    }
+
+    /// Runs the schema SQL file inside the init transaction.
+    /// - Throws: `StoreError` 66 when the file cannot be read, 65 when its SQL fails.
+    static func runSchema(_ path: String, on db: Connection, storeName: String) throws {
+        guard let sql = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw StoreError(.noInput, "cannot read the schema file \(path) of store '\(storeName)'",
+                             hint: "check stores.\(storeName).schema in the config; nothing was created")
+        }
+        do {
+            try db.execute(sql)
+        } catch let error as SQLiteError {
+            throw StoreError(.dataError, "the schema file \(path) failed: \(error.message)",
+                             details: error.details,
+                             hint: "fix the SQL (it runs inside init's transaction, so it must not BEGIN or COMMIT); "
+                                + "nothing was created")
+        }
+    }
+}
