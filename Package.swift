@@ -45,7 +45,10 @@ let package = Package(
         .testTarget(name: "StoreHistoryTests", dependencies: ["StoreHistory", "TestSupport"]),
         .testTarget(name: "StoreCloudTests", dependencies: ["StoreCloud", "StoreCloudPostgres", "TestSupport"]),
         .testTarget(name: "StoreMirrorTests", dependencies: ["StoreMirror", "Storectl", "TestSupport"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["TestSupport", "storectl"]),
+        .testTarget(name: "EndToEndTests", dependencies: [
+            "TestSupport", "storectl", "Storectl", "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud",
+            "StoreCloudPostgres", "StoreSQLite", "StoreBase",
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -16,17 +16,20 @@ public enum Failpoint {
     public static let all: [(name: String, description: String)] = [
         ("export.before-save", "before a batch of records is saved to the cloud"),
         ("export.after-save", "after a batch is saved to the cloud, before the record map records it"),
+        ("export.after-batch-commit", "after the record map recorded a saved batch, before the next batch"),
         ("export.before-commit", "before the local transaction that advances the export token commits"),
         ("export.after-commit", "after the export token advanced"),
         ("import.before-apply", "after changes were fetched, before any is applied locally"),
         ("import.before-commit", "after all fetched changes were applied, before the import transaction commits"),
         ("import.after-commit", "after the import transaction committed"),
-        ("mode.after-meta", "after the store meta records the new mode, before config.yaml is edited"),
+        ("mode.after-meta", "after the store meta records the new mode, before config.yaml is edited (between the "
+            + "two edits of a mode switch)"),
         ("mode.after-config", "after config.yaml records the new mode, before the command finishes"),
         ("migrate.before-commit", "inside migrate, after the triggers were regenerated, before commit"),
         ("dedupe.before-commit", "inside dedupe, after the losers were deleted, before commit"),
         ("seed.after-marker", "after the seed marker was claimed in the cloud, before rows are inserted"),
         ("seed.before-commit", "after seed rows were inserted, before commit"),
+        ("seed.after-commit", "after seed rows were committed, before they are exported"),
         ("config.before-rename", "after the new config file was written and synced, before it replaces the old one"),
     ]
 
@@ -39,6 +42,11 @@ public enum Failpoint {
     }()
 
     private static let hits = Mutex<[String: Int]>([:])
+
+    /// The description of the failpoint `name`, or nil when there is no such failpoint.
+    public static func describe(_ name: String) -> String? {
+        all.first { $0.name == name }?.description
+    }
 
     /// Dies with SIGKILL if `name` is armed and this is the armed hit.
     public static func hit(_ name: String) {

@@ -75,6 +75,21 @@ struct Exporter {
                 """, [after, upto, MirrorState.importAuthor])
         }
 
+        // SQLite reuses the rowid of a deleted last row. A row at the key of a deleted record is a new row and must
+        // not bring the deleted record back (other devices map that name to another row): it gets a new name,
+        // stored before anything is saved, so that a replay after a crash uses the same one.
+        try db.transaction {
+            for e in ordered where e.isSurrogate {
+                let changed = baseline ? "" : "AND r.pk IN (SELECT pk FROM temp._storectl_changes WHERE entity = r.entity)"
+                try db.execute("""
+                    UPDATE _storectl_records AS r SET record_name = \(e.surrogateName("json_extract(r.pk, '$[0]')"))
+                        || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, deleted = 0
+                    WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(changed)
+                      AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
+                    """)
+            }
+        }
+
         // The mass-delete breaker.
         var deletes = 0
         for e in ordered {
@@ -306,6 +321,7 @@ struct Exporter {
                 }
                 try clearAuthor(db)
             }
+            Failpoint.hit("export.after-batch-commit")
             if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
             work = retry
         }

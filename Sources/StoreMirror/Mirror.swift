@@ -233,8 +233,17 @@ public final class Mirror {
     /// One round: export, then import.
     /// - Throws: see `exportChanges` and `importChanges`.
     public func sync(progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws -> SyncReport {
-        let exported = try exportChanges { progress("export", $0, $1) }
+        var exported = try exportChanges { progress("export", $0, $1) }
         let imported = try importChanges { progress("import", $0, $1) }
+        if imported.dedup.deleted > 0 || imported.dedup.repointed > 0 {
+            // Dedup's deletes and re-points are local changes: export them in this same round, so that the other
+            // devices see them after one round, not two (a device never dedups its own rows on import).
+            let more = try exportChanges { progress("export", $0, $1) }
+            exported.saved += more.saved
+            exported.deleted += more.deleted
+            exported.conflictsResolved += more.conflictsResolved
+            exported.token = more.token
+        }
         try MirrorState.setMeta(db, "last_sync_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
         return SyncReport(exported: exported, imported: imported)
     }

@@ -96,10 +96,17 @@ public enum MirrorState {
         try db.scalar("SELECT coalesce(max(seq), 0) FROM _storectl_history")?.int64 ?? 0
     }
 
-    /// Forgets every record name, tag and token, so that the next export is a baseline (for a new account, or
+    /// Forgets every change tag, base and token, so that the next export is a baseline (for a new account, or
     /// a zone that was purged). Local rows and history are untouched.
+    ///
+    /// The record names stay: rows that synced before keep the names every other device knows them by, so that
+    /// when several devices upload again into a purged zone they save the same records instead of duplicates.
     public static func resetSyncState(_ db: Connection, zone: String) throws {
-        try db.execute("DELETE FROM _storectl_records; DELETE FROM _storectl_pending;")
+        try db.execute("""
+            DELETE FROM _storectl_records WHERE deleted = 1;
+            UPDATE _storectl_records SET change_tag = NULL, base = NULL;
+            DELETE FROM _storectl_pending;
+            """)
         try setServerToken(db, zone: zone, nil)
         try setMeta(db, "baseline_container", nil)
     }

@@ -126,7 +126,8 @@ final class RecordApplier {
             }
         }
         // Which local row is it?
-        var pk: String? = entry?.pk
+        // A deleted surrogate-keyed row's rowid may belong to a new, unrelated row by now.
+        var pk: String? = entry?.deleted == true && entity.isSurrogate ? nil : entry?.pk
         if pk == nil && !entity.isSurrogate {
             pk = try canonicalKey(entity, values: entity.primaryKey.map { resolved[$0] ?? .null })
         }

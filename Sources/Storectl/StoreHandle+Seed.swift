@@ -85,6 +85,7 @@ extension StoreHandle {
         Failpoint.hit("seed.after-marker")
         // 3. Insert with deterministic record names, then 4. export.
         let n = try Seeder.insert(db, definition, entities: entities, rules: rules, markerPending: false)
+        Failpoint.hit("seed.after-commit")
         _ = try mirror.exportChanges { progress("export", $0, $1) }
         return SeedReport(seed: definition.name, outcome: "seeded", inserted: n, markerOwner: mirror.device)
     }

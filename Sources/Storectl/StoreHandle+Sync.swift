@@ -246,6 +246,11 @@ extension StoreHandle {
         }
         _ = try requireAvailableAccount()
         let mirror = try openMirror(options)
+        if options.reupload || options.rebind {
+            // After a reset, take in what other devices uploaded first: the baseline then saves only what is
+            // missing or changed here, and never puts this store's older copy over their rows.
+            _ = try mirror.importChanges { progress("import", $0, $1) }
+        }
         let report = try mirror.sync(progress: progress)
         return report
     }

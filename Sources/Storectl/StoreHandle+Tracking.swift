@@ -32,6 +32,7 @@ extension StoreHandle {
         }
         _ = try HistoryTracker(db: db, options: trackingOptions).install()
         try MirrorState.install(db)
+        try Self.enableWAL(db)
         return true
     }
 

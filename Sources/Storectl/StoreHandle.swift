@@ -45,7 +45,11 @@ public final class StoreHandle {
             }
         }
         do {
-            let db = try Connection(path: path, mode: create ? .readWriteCreate : .readWrite)
+            // WAL is switched on only for storectl's own stores: opening a file that turns out not to be one
+            // must not rewrite its header.
+            let db = try Connection(path: path, mode: create ? .readWriteCreate : .readWrite, wal: false)
+            try checkNotTruncated(db, path: path)
+            if try create || db.tableExists("_storectl_meta") { try Self.enableWAL(db) }
             connection = db
             return db
         } catch let error as SQLiteError {
@@ -60,6 +64,26 @@ public final class StoreHandle {
             }
             throw error
         }
+    }
+
+    /// Switches the store to write-ahead logging, so that readers and one writer work at the same time.
+    static func enableWAL(_ db: Connection) throws {
+        if try db.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal" { return }
+        _ = try db.scalar("PRAGMA journal_mode=WAL")
+        try db.execute("PRAGMA synchronous=NORMAL")
+    }
+
+    /// Refuses a file cut short: its header counts more pages than the file holds (and no WAL holds them).
+    /// SQLite would only notice when it reads a missing page, possibly after writing to the file.
+    private func checkNotTruncated(_ db: Connection, path: String) throws {
+        let attributes = { (p: String) in (try? FileManager.default.attributesOfItem(atPath: p))?[.size] as? Int64 }
+        guard attributes(path + "-wal") ?? 0 == 0, let size = attributes(path),
+              let pages = try db.scalar("PRAGMA page_count")?.int64,
+              let pageSize = try db.scalar("PRAGMA page_size")?.int64, pages * pageSize > size
+        else { return }
+        throw StoreError(.dataError, "store '\(settings.name)': \(path) is damaged: its header counts \(pages) page(s) "
+                         + "of \(pageSize) bytes but the file holds only \(size) bytes",
+                         hint: "restore the store from a backup; the file was not changed")
     }
 
     /// Closes the connection; the next `database()` opens it again.

@@ -30,4 +30,6 @@ let registeredCommands: [any Command.Type] = [
     ConfigCommand.self,
     AccountCommand.self,
     CloudCommand.self,
+    DoctorCommand.self,
+    DebugCommand.self,
 ]

@@ -1,0 +1,55 @@
+import StoreBase
+import Storectl
+
+/// `storectl doctor`: diagnose the stores, changing nothing, and say how to fix each problem.
+struct DoctorCommand: Command {
+    static let name = "doctor"
+    static let abstract = "Diagnose each store and print the command that fixes each problem."
+    static let discussion = """
+        Checks, per store: the store file; history tracking (off in the config, stale triggers, schema drift);
+        the mode in config.yaml against the store's; for a store in cloud mode, the account (noAccount,
+        restricted), whether the cloud is reachable, and a zone purged or deleted elsewhere; the bound account
+        and container against the config; duplicates of unique: keys; history kept beyond history.retention.
+        Nothing is changed: not the config, not the store, not the cloud. Without --store, every store is checked.
+        Exit 0 when healthy; 65 when any problem is with the data or the store; otherwise 69 (account or cloud).
+        """
+    static let examples = [
+        "storectl doctor",
+        "storectl doctor --json",
+        "storectl --store notes doctor",
+    ]
+
+    struct Document: Encodable {
+        var healthy: Bool
+        var stores: [DoctorReport]
+    }
+
+    static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        let config = try context.loadConfig()
+        let names = context.global.storeName.map { [$0] } ?? config.stores.map(\.name)
+        var reports: [DoctorReport] = []
+        for name in names {
+            let store = try StoreHandle(config: config, storeName: name)
+            reports.append(try store.doctor())
+        }
+        let healthy = reports.allSatisfy(\.healthy)
+        if context.global.json {
+            context.console.json(Document(healthy: healthy, stores: reports))
+        } else {
+            for r in reports {
+                if r.healthy {
+                    context.console.out("store \(r.store): healthy (checked \(r.checks.joined(separator: ", ")))")
+                    continue
+                }
+                context.console.out("store \(r.store): \(r.findings.count) problem(s)")
+                for f in r.findings {
+                    context.console.out("  \(f.check): \(f.problem)")
+                    context.console.out("    fix: \(f.fix)")
+                }
+            }
+        }
+        if healthy { return .ok }
+        let codes = reports.map(\.exitCode)
+        return codes.contains(.dataError) ? .dataError : .unavailable
+    }
+}

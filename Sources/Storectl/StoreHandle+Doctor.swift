@@ -1,0 +1,242 @@
+import Foundation
+import StoreBase
+import StoreCloud
+import StoreConfig
+import StoreHistory
+import StoreMirror
+import StoreSQLite
+
+/// One problem `storectl doctor` found, with the command that fixes it.
+public struct DoctorFinding: Sendable, Codable, Equatable {
+    /// Which check found it: `store`, `history`, `mode`, `account`, `binding`, `cloud`, `zone`, `duplicates`,
+    /// `retention`.
+    public var check: String
+    /// What is wrong, in one sentence.
+    public var problem: String
+    /// The command (or edit) that fixes it.
+    public var fix: String
+    /// 65 for a problem with the data or the store, 69 for a problem with the account or the cloud.
+    public var exitCode: Int32
+
+    public init(check: String, problem: String, fix: String, exitCode: ExitCode) {
+        self.check = check
+        self.problem = problem
+        self.fix = fix
+        self.exitCode = exitCode.rawValue
+    }
+}
+
+/// What `storectl doctor` found for one store. The JSON form is stable.
+public struct DoctorReport: Sendable, Codable, Equatable {
+    public var store: String
+    public var path: String
+    /// The checks that ran, in order (a check that could not run is absent, e.g. `duplicates` without a store).
+    public var checks: [String]
+    public var findings: [DoctorFinding]
+    /// Whether nothing was found.
+    public var healthy: Bool { findings.isEmpty }
+
+    /// 0 when healthy; 65 when any finding is a data problem; otherwise 69 (account or cloud problems).
+    public var exitCode: ExitCode {
+        if findings.isEmpty { return .ok }
+        return findings.contains { $0.exitCode == ExitCode.dataError.rawValue } ? .dataError : .unavailable
+    }
+
+    enum CodingKeys: String, CodingKey { case store, path, checks, findings, healthy }
+
+    public init(store: String, path: String, checks: [String], findings: [DoctorFinding]) {
+        self.store = store
+        self.path = path
+        self.checks = checks
+        self.findings = findings
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        store = try c.decode(String.self, forKey: .store)
+        path = try c.decode(String.self, forKey: .path)
+        checks = try c.decode([String].self, forKey: .checks)
+        findings = try c.decode([DoctorFinding].self, forKey: .findings)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(store, forKey: .store)
+        try c.encode(path, forKey: .path)
+        try c.encode(checks, forKey: .checks)
+        try c.encode(findings, forKey: .findings)
+        try c.encode(healthy, forKey: .healthy)
+    }
+}
+
+extension StoreHandle {
+    /// `storectl doctor`: diagnoses the store without changing anything (not the store, not the config, not the
+    /// cloud). Every finding names the command that fixes it.
+    ///
+    /// Checks: the store file; history tracking (off, stale triggers, drift, a history gap); the mode in
+    /// config.yaml against the store's; the account and the cloud (in cloud mode); the bound account and
+    /// container; a zone purged elsewhere; duplicates of `unique:` keys; history kept beyond `history.retention`.
+    /// - Throws: `StoreError` only when the store file exists but is not a SQLite database or cannot be opened.
+    public func doctor() throws -> DoctorReport {
+        var checks: [String] = []
+        var findings: [DoctorFinding] = []
+        let name = settings.name
+        let storeFlag = config.stores.count > 1 ? "--store \(name) " : ""
+        func add(_ check: String, _ problem: String, _ fix: String, _ code: ExitCode) {
+            findings.append(DoctorFinding(check: check, problem: problem, fix: fix, exitCode: code))
+        }
+        func command(_ words: String) -> String { "storectl \(storeFlag)\(words)" }
+
+        // History tracking, as configured.
+        checks.append("history")
+        if !settings.history.tracking {
+            add("history", "stores.\(name).history.tracking is false, but history tracking cannot be turned off "
+                + "(it is what lets data survive a mode switch)",
+                "set stores.\(name).history.tracking: true in \(config.path)", .dataError)
+        }
+
+        // The store file.
+        checks.append("store")
+        guard exists else {
+            add("store", "the store file \(settings.path) does not exist", command("init"), .dataError)
+            return DoctorReport(store: name, path: settings.path, checks: checks, findings: findings)
+        }
+        let db = try database()
+        guard try db.tableExists("_storectl_meta") else {
+            add("store", "the store is not initialised: it has no history tracking", command("init"), .dataError)
+            return DoctorReport(store: name, path: settings.path, checks: checks, findings: findings)
+        }
+        let tracking = try historyTracker().inspect()
+        switch tracking.state {
+        case .ok, .notInitialized:
+            break
+        case .drift(let details):
+            add("history", "the schema changed since the history triggers were generated: "
+                + details.joined(separator: "; "), command("migrate"), .dataError)
+        case .triggersMissing(let tables):
+            add("history", "history tracking is lost: the triggers of "
+                + tables.map { "'\($0)'" }.joined(separator: ", ") + " are missing",
+                command("migrate --force") + " (then 'storectl \(storeFlag)sync' re-baselines)", .dataError)
+        }
+
+        // The mode: config.yaml against the store.
+        checks.append("mode")
+        let storedMode = try MirrorState.meta(db, "mode").flatMap(StoreMode.init(rawValue:))
+        if let storedMode, storedMode != settings.mode {
+            add("mode", "\(config.path) says mode: \(settings.mode.rawValue) but the store is in "
+                + "\(storedMode.rawValue) mode", command("mode \(settings.mode.rawValue)")
+                + " (or 'storectl \(storeFlag)mode \(storedMode.rawValue)' to keep the store's mode)", .dataError)
+        }
+
+        // Duplicates of unique: keys.
+        let rules = try mirrorRules()
+        if !rules.isEmpty {
+            checks.append("duplicates")
+            for table in rules.keys.sorted(by: { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }) {
+                guard let rule = rules[table], try db.tableExists(table) else { continue }
+                let cols = rule.columns.map(quoteIdentifier)
+                let notNull = cols.map { "\($0) IS NOT NULL" }.joined(separator: " AND ")
+                let row = try db.query("""
+                    SELECT count(*), coalesce(sum(n - 1), 0) FROM (
+                        SELECT count(*) AS n FROM main.\(quoteIdentifier(table)) WHERE \(notNull)
+                        GROUP BY \(cols.joined(separator: ", ")) HAVING count(*) > 1)
+                    """).first
+                let groups = row?[0].int64 ?? 0
+                let extra = row?[1].int64 ?? 0
+                if groups > 0 {
+                    add("duplicates", "table '\(table)' has \(extra) duplicate row(s) of its unique key "
+                        + "(\(rule.columns.joined(separator: ", "))) in \(groups) group(s)",
+                        command("dedupe --entity \(table)"), .dataError)
+                }
+            }
+        }
+
+        // History kept beyond its retention.
+        if let retention = settings.history.retention {
+            checks.append("retention")
+            let cutoff = HistoryTracker.nowMilliseconds() - Int64(retention.seconds * 1000)
+            let old = try db.scalar("SELECT count(*) FROM _storectl_history WHERE ts < ?", [cutoff])?.int64 ?? 0
+            if old > 0 {
+                var fix = command("history prune --older-than \(retention.text)")
+                let consumers = try historyTracker().consumers()
+                let oldest = try db.scalar("SELECT min(seq) FROM _storectl_history WHERE ts < ?", [cutoff])?.int64
+                if let oldest, let holder = consumers.min(by: { $0.token < $1.token }), holder.token < oldest {
+                    fix = holder.name == MirrorState.exportConsumer
+                        ? command("sync") + " (the export has not caught up), then " + fix
+                        : command("history consumer drop \(holder.name)") + " or advance its token, then " + fix
+                }
+                add("retention", "\(old) history row(s) are older than history.retention \(retention.text)", fix,
+                    .dataError)
+            }
+        }
+
+        // The account and the cloud.
+        let inCloud = storedMode == .cloud || settings.mode == .cloud
+        if let cloud = settings.cloud {
+            let bound = try MirrorState.meta(db, "bound_account")
+            let boundContainer = try MirrorState.meta(db, "bound_container")
+            checks.append("binding")
+            if let bound, bound != (cloud.account ?? "") {
+                add("binding", "the store is bound to account '\(bound)' but \(config.path) names '\(cloud.account ?? "")'",
+                    command("sync --rebind") + " to move to the new account (local rows are kept and uploaded), or "
+                        + "set stores.\(name).cloud.account back to '\(bound)'", .unavailable)
+            } else if let boundContainer, boundContainer != cloud.container {
+                add("binding", "the store is bound to container '\(boundContainer)' but \(config.path) names "
+                    + "'\(cloud.container)'", command("sync --rebind") + " to move to the new container, or set "
+                        + "stores.\(name).cloud.container back to '\(boundContainer)'", .unavailable)
+            }
+            if inCloud {
+                checks.append("account")
+                let report = CloudConnector.accountStatus(settings: cloud)
+                switch report.status {
+                case .available:
+                    checks.append("zone")
+                    findings += zoneFindings(db: db, cloud: cloud, command: command)
+                case .noAccount:
+                    add("account", "account '\(report.account ?? "(none)")' is noAccount: \(report.reason)",
+                        cloud.account == nil || cloud.secret == nil
+                            ? "set stores.\(name).cloud.account and secret in \(config.path)"
+                            : command("account add \(cloud.account ?? "")") + " (as an owner of the container)",
+                        .unavailable)
+                case .restricted:
+                    add("account", "account '\(report.account ?? "(none)")' is restricted: \(report.reason)",
+                        "check stores.\(name).cloud.secret (and the variable it names); "
+                            + command("account status") + " shows the reason", .unavailable)
+                case .couldNotDetermine, .temporarilyUnavailable:
+                    add("cloud", "the cloud is unreachable (\(report.status.rawValue)): \(report.reason)",
+                        report.status == .temporarilyUnavailable ? "retry later: " + command("sync")
+                            : "check stores.\(name).cloud.url; for a container file run "
+                                + command("cloud init"), .unavailable)
+                }
+            }
+        } else if settings.mode == .cloud || storedMode == .cloud {
+            add("account", "the store is in cloud mode but \(config.path) has no stores.\(name).cloud section",
+                "add stores.\(name).cloud, or run '\(command("mode local --no-final-sync"))'", .unavailable)
+        }
+        return DoctorReport(store: name, path: settings.path, checks: checks, findings: findings)
+    }
+
+    /// A zone purged or deleted elsewhere since this store last imported.
+    private func zoneFindings(db: Connection, cloud: CloudSettings, command: (String) -> String) -> [DoctorFinding] {
+        do {
+            guard let raw = try MirrorState.serverToken(db, zone: cloud.zone),
+                  let token = ServerChangeToken(rawValue: raw)
+            else { return [] }
+            let backend = try CloudConnector.open(settings: cloud, createIfMissing: false)
+            let zone = try backend.zoneInfo(cloud.zone)
+            if zone == nil || zone?.epoch != token.epoch {
+                return [DoctorFinding(check: "zone",
+                                      problem: "zone '\(cloud.zone)' was purged or deleted in the cloud since this "
+                                          + "store last synced; no local row was deleted",
+                                      fix: command("sync --reupload"), exitCode: .unavailable)]
+            }
+            return []
+        } catch let error as any DiagnosedError {
+            return [DoctorFinding(check: "cloud", problem: "the cloud could not be read: \(error.summary)",
+                                  fix: error.hint ?? command("cloud check"), exitCode: .unavailable)]
+        } catch {
+            return [DoctorFinding(check: "cloud", problem: "the cloud could not be read: \(error)",
+                                  fix: command("cloud check"), exitCode: .unavailable)]
+        }
+    }
+}
