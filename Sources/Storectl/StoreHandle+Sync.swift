@@ -94,6 +94,11 @@ extension StoreHandle {
         }
         let report = CloudConnector.accountStatus(settings: cloud)
         if report.status != .available { throw AccountUnavailableError(report: report) }
+        if !dryRun {
+            // The container itself must exist before anything changes (a PostgreSQL container is made by
+            // `storectl cloud init`).
+            _ = try CloudConnector.open(settings: cloud)
+        }
         return report
     }
 

@@ -2,8 +2,26 @@ import Foundation
 import TestSupport
 import XCTest
 
-/// The main job through the real binary: several stores sharing one container file.
-final class ModeSyncTests: XCTestCase {
+/// The main job through the real binary: several stores sharing one container file (and, in the subclass,
+/// one PostgreSQL container).
+class ModeSyncTests: XCTestCase {
+    /// Where the stores' shared container lives.
+    struct Backend {
+        var url: String
+        var account: String
+        var container: String
+        /// PostgreSQL containers are created by `storectl cloud init`; container files on first use.
+        var isPostgres: Bool
+    }
+
+    /// The backend of these tests: a container file.
+    func backend() throws -> Backend {
+        Backend(url: "file:cloud/shared.container", account: "demo", container: "iCloud.com.example.notes",
+                isPostgres: false)
+    }
+
+    private var cachedBackend: Backend?
+
     static let schema = """
         CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT NOT NULL DEFAULT '',
                                          body TEXT NOT NULL DEFAULT '', updated_at INTEGER NOT NULL DEFAULT 0);
@@ -15,9 +33,11 @@ final class ModeSyncTests: XCTestCase {
         """
 
     /// A config with `stores` stores (a, b, c, ...) that share one container file.
-    func makeConfig(_ dir: TempDirectory, stores: [String] = ["a", "b"], policy: String = "property-local-wins",
-                    url: String = "file:cloud/shared.container") throws
+    func makeConfig(_ dir: TempDirectory, stores: [String] = ["a", "b"], policy: String = "property-local-wins")
+        throws
     {
+        let b = try cachedBackend ?? backend()
+        cachedBackend = b
         try dir.write("schema.sql", Self.schema)
         var yaml = "# shared test config\nversion: 1\nstores:\n"
         for name in stores {
@@ -29,16 +49,17 @@ final class ModeSyncTests: XCTestCase {
                     history:
                       author: app-\(name)
                     cloud:
-                      container: iCloud.com.example.notes
-                      url: \(url)
-                      create_if_missing: true
-                      account: demo
+                      container: \(b.container)
+                      url: \(b.url)
+                      create_if_missing: \(!b.isPostgres)
+                      account: ${STORECTL_ACCOUNT:-\(b.account)}
                       secret: ${STORECTL_SECRET:-demo-secret}
                       merge_policy: \(policy)
 
                 """
         }
         try dir.write("config.yaml", yaml)
+        if b.isPostgres { try run(dir, ["--store", stores[0], "cloud", "init"]) }
     }
 
     @discardableResult
@@ -119,9 +140,10 @@ final class ModeSyncTests: XCTestCase {
         try run(dir, ["--store", "a", "mode", "cloud"])
         try run(dir, ["--store", "b", "init"])
         _ = try sql(dir, "b", "INSERT INTO notes(uuid) VALUES ('x')")
+        let isPostgres = try backend().isPostgres
         func snapshot() throws -> [String: Data] {
             var files: [String: Data] = [:]
-            for name in ["config.yaml", "data/b.sqlite", "cloud/shared.container"] {
+            for name in ["config.yaml", "data/b.sqlite"] + (isPostgres ? [] : ["cloud/shared.container"]) {
                 files[name] = try Data(contentsOf: URL(fileURLWithPath: dir.file(name)))
             }
             for name in ["data/b.sqlite-wal", "cloud/shared.container-wal"] {
@@ -130,8 +152,11 @@ final class ModeSyncTests: XCTestCase {
             return files
         }
         let before = try snapshot()
-        let r = try run(dir, ["--store", "b", "mode", "cloud"], env: ["STORECTL_SECRET": "wrong-secret"], expect: 69)
-        XCTAssertTrue(r.stderr.contains("error: account 'demo' is restricted"), r.stderr)
+        // A wrong secret for the file backend; a role that does not exist for PostgreSQL.
+        let env = isPostgres ? ["STORECTL_ACCOUNT": "no_such_role_\(UInt32.random(in: 0...UInt32.max))"]
+            : ["STORECTL_SECRET": "wrong-secret"]
+        let r = try run(dir, ["--store", "b", "mode", "cloud"], env: env, expect: 69)
+        XCTAssertTrue(r.stderr.contains(isPostgres ? "is noAccount" : "error: account 'demo' is restricted"), r.stderr)
         XCTAssertFalse(r.stderr.contains("wrong-secret"))
         XCTAssertEqual(try snapshot(), before)
         XCTAssertEqual(try run(dir, ["--store", "b", "mode"]).stdout, "local\n")
@@ -144,6 +169,9 @@ final class ModeSyncTests: XCTestCase {
         XCTAssertTrue(r.stdout.contains("\"dryRun\" : true"), r.stdout)
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("data/a.sqlite")))
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("cloud/shared.container")))
+        if try backend().isPostgres {
+            XCTAssertEqual(try run(dir, ["--store", "a", "sync"], expect: 78).stderr.contains("local mode"), true)
+        }
         XCTAssertTrue(try dir.read("config.yaml").contains("mode: local"))
         XCTAssertFalse(try dir.read("config.yaml").contains("mode: cloud"))
     }
@@ -179,7 +207,7 @@ final class ModeSyncTests: XCTestCase {
         XCTAssertEqual(json["pendingExport"] as? Int, 2)
         XCTAssertEqual((json["history"] as? [String: Any])?["enabled"] as? Bool, true)
         XCTAssertEqual((json["account"] as? [String: Any])?["status"] as? String, "available")
-        XCTAssertEqual((json["account"] as? [String: Any])?["bound"] as? String, "demo")
+        XCTAssertEqual((json["account"] as? [String: Any])?["bound"] as? String, try backend().account)
         XCTAssertEqual((json["cloud"] as? [String: Any])?["reachable"] as? Bool, true)
         XCTAssertNotNil(json["lastSync"] as? String)
         try run(dir, ["--store", "a", "sync"])
@@ -188,6 +216,7 @@ final class ModeSyncTests: XCTestCase {
     }
 
     func testTheReadmeMainCommandWorksOnTheRootConfig() throws {
+        if try backend().isPostgres { return }  // the root config uses a container file
         let dir = try TempDirectory()
         // The repository's own config.yaml and example schema, copied as they are.
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -206,5 +235,38 @@ final class ModeSyncTests: XCTestCase {
         XCTAssertEqual(changed.first.map { String($0.1) }, "    mode: cloud                         # local | cloud")
         XCTAssertEqual(try run(dir, ["mode"]).stdout, "cloud\n")
         try run(dir, ["sync"])
+    }
+}
+
+/// The same scenarios with the stores sharing a PostgreSQL container. With STORECTL_REQUIRE_PG=1 and no server,
+/// these fail rather than skip.
+final class PostgresModeSyncTests: ModeSyncTests {
+    override func backend() throws -> Backend {
+        let env = ProcessInfo.processInfo.environment
+        guard let url = env["STORECTL_TEST_PG_URL"], !url.isEmpty else {
+            if env["STORECTL_REQUIRE_PG"] == "1" {
+                XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set: start PostgreSQL (see .ci/run)")
+            }
+            throw XCTSkip("no PostgreSQL server (set STORECTL_TEST_PG_URL)")
+        }
+        let user = env["PGUSER"] ?? "postgres"
+        let suffix = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        return Backend(url: url, account: user, container: "iCloud.com.example.e2e\(suffix)", isPostgres: true)
+    }
+
+    // Test discovery on Linux finds a class by the test methods it declares: each scenario is listed here.
+    override func testBothStoresEnableCloudAndConverge() throws { try super.testBothStoresEnableCloudAndConverge() }
+    override func testALocalPeriodLosesNothingAndDuplicatesNothing() throws {
+        try super.testALocalPeriodLosesNothingAndDuplicatesNothing()
+    }
+    override func testUnavailableAccountChangesNothingAnywhere() throws {
+        try super.testUnavailableAccountChangesNothingAnywhere()
+    }
+    override func testDryRunPrintsThePlanAndChangesNothing() throws { try super.testDryRunPrintsThePlanAndChangesNothing() }
+    override func testIntegerKeysDoNotCollideAndJoinTablesLinkTheSameParents() throws {
+        try super.testIntegerKeysDoNotCollideAndJoinTablesLinkTheSameParents()
+    }
+    override func testStatusReportsModePendingTokensAndAccount() throws {
+        try super.testStatusReportsModePendingTokensAndAccount()
     }
 }

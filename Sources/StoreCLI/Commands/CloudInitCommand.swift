@@ -47,7 +47,12 @@ struct CloudInitCommand: Command {
                 }
                 return .ok
             }
-            _ = try CloudConnector.initialize(settings: cloud)
+            let sql = try CloudConnector.grantSQL(settings: cloud) ?? ""
+            if context.global.json {
+                context.console.json(["grants": sql.split(separator: "\n").map(String.init)])
+            } else {
+                context.console.out(sql)
+            }
             return .ok
         }
         let (db, created) = try CloudConnector.initialize(settings: cloud)
