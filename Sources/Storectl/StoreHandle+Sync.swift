@@ -66,6 +66,10 @@ extension StoreHandle {
         m.maxDeleteFraction = cloud.maxDeleteFraction
         m.allowMassDelete = options.allowMassDelete
         m.uniqueRules = try mirrorRules()
+        // Tuning knobs for large stores and tests: records per cloud save and per fetched page.
+        let env = ProcessInfo.processInfo.environment
+        if let n = env["STORECTL_BATCH_SIZE"].flatMap(Int.init), n > 0 { m.batchSize = n }
+        if let n = env["STORECTL_PAGE_SIZE"].flatMap(Int.init), n > 0 { m.pageSize = n }
         return m
     }
 

@@ -1,0 +1,78 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// Four `storectl sync` processes save into one PostgreSQL container at the same time while a fifth store
+/// follows the change feed: the reader must see every saved record exactly once.
+final class PostgresProcessConcurrencyTests: XCTestCase {
+    func testFourWriterProcessesAndAReaderLoseAndRepeatNothing() throws {
+        let env = ProcessInfo.processInfo.environment
+        guard let url = env["STORECTL_TEST_PG_URL"], !url.isEmpty else {
+            if env["STORECTL_REQUIRE_PG"] == "1" {
+                return XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set: start PostgreSQL (see .ci/run)")
+            }
+            throw XCTSkip("no PostgreSQL server (set STORECTL_TEST_PG_URL)")
+        }
+        let dir = try TempDirectory()
+        let container = "iCloud.com.example.procs" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        try dir.write("schema.sql", "CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, writer TEXT);")
+        let names = ["w1", "w2", "w3", "w4", "reader"]
+        var yaml = "version: 1\nstores:\n"
+        for name in names {
+            yaml += """
+                  \(name):
+                    path: \(name).sqlite
+                    schema: schema.sql
+                    cloud:
+                      container: \(container)
+                      url: \(url)
+                      account: \(env["PGUSER"] ?? "postgres")
+                      secret: ${PGSECRET:-unused}
+
+                """
+        }
+        try dir.write("config.yaml", yaml)
+        XCTAssertEqual(try Binary.storectl(["--store", "w1", "cloud", "init"], in: dir.path).status, 0)
+        for name in names {
+            let r = try Binary.storectl(["--store", name, "mode", "cloud"], in: dir.path)
+            XCTAssertEqual(r.status, 0, "\(r)")
+        }
+        let perWriter = 300
+        for name in names.prefix(4) {
+            let insert = "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < \(perWriter)) "
+                + "INSERT INTO items(uuid, writer) SELECT '\(name)-' || i, '\(name)' FROM c"
+            XCTAssertEqual(try Binary.run("/usr/bin/sqlite3", [dir.file("\(name).sqlite"), insert], in: dir.path).status, 0)
+        }
+        // Small batches, so that the four processes' saves interleave.
+        let writers = names.prefix(4).map { name -> Process in
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: Binary.storectl)
+            p.arguments = ["--store", name, "--quiet", "sync"]
+            p.currentDirectoryURL = URL(fileURLWithPath: dir.path)
+            p.environment = ["PATH": env["PATH"] ?? "/usr/bin:/bin", "STORECTL_BATCH_SIZE": "7"]
+            p.standardOutput = FileHandle.nullDevice
+            return p
+        }
+        for p in writers { try p.run() }
+        var applied = 0
+        var rounds = 0
+        func readerSync() throws {
+            let r = try Binary.storectl(["--store", "reader", "--json", "sync"], in: dir.path)
+            XCTAssertEqual(r.status, 0, "\(r)")
+            let json = try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any]
+            applied += ((json?["imported"] as? [String: Any])?["applied"] as? Int) ?? 0
+            rounds += 1
+        }
+        while writers.contains(where: \.isRunning) { try readerSync() }
+        for p in writers {
+            p.waitUntilExit()
+            XCTAssertEqual(p.terminationStatus, 0)
+        }
+        try readerSync()
+        XCTAssertGreaterThan(rounds, 1)
+        XCTAssertEqual(applied, 4 * perWriter, "every record applied exactly once over \(rounds) rounds")
+        let rows = try Binary.run("/usr/bin/sqlite3", [dir.file("reader.sqlite"), "SELECT count(*), count(DISTINCT uuid) FROM items"],
+                                  in: dir.path)
+        XCTAssertEqual(rows.stdout, "\(4 * perWriter)|\(4 * perWriter)\n")
+    }
+}
