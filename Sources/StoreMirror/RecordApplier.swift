@@ -25,12 +25,16 @@ final class RecordApplier {
     /// Whether any local change after the export token exists; when false, no merge is ever needed.
     let hasPendingLocal: Bool
     var conflicts: [ConflictReport] = []
+    /// Whether any record waits for a parent (when none does, applying a record need not look there).
+    var hasParked: Bool
+
     /// Entities with a `unique:` rule: their applied rows are listed in `temp._storectl_touched` for dedup.
     let dedupEntities: Set<String>
 
     init(db: Connection, entities: [String: EntityMap], policy: MergePolicy, dedupEntities: Set<String> = []) throws {
         self.db = db
         self.dedupEntities = dedupEntities
+        self.hasParked = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_pending)")?.int64 == 1
         if !dedupEntities.isEmpty {
             try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_touched(entity TEXT NOT NULL, pk TEXT NOT NULL, "
                            + "PRIMARY KEY (entity, pk)) WITHOUT ROWID; DELETE FROM temp._storectl_touched;")
@@ -108,6 +112,11 @@ final class RecordApplier {
         if record.deleted {
             return try applyDeletion(record, entity: entity, entry: entry, respectLocalChanges: respectLocalChanges)
         }
+        if entity.isSurrogate, entity.references.isEmpty, entry == nil || entry?.deleted == true,
+           !record.fields.contains("\"$blob\"")
+        {
+            return try insertNew(record, entity: entity, entry: entry)
+        }
         let fields = try codec.decode(record.fields)
         // Resolve references to local keys; a missing parent parks the record until the parent arrives.
         var resolved: [String: Value] = [:]
@@ -157,19 +166,52 @@ final class RecordApplier {
         } else {
             finalPK = try insert(entity, values: resolved)
         }
-        try setMap(entity: entity.name, pk: finalPK, name: record.recordName, tag: record.changeTag,
-                   base: record.fields, deleted: false)
-        try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
-        if dedupEntities.contains(entity.name) {
-            try db.run("INSERT OR IGNORE INTO temp._storectl_touched(entity, pk) VALUES (?, ?)", [entity.name, finalPK])
-        }
+        try finish(record, entity: entity, entry: entry, pk: finalPK)
         return .applied
+    }
+
+    /// The common case of a large import: a new row of a surrogate-keyed table with no references. SQLite's JSON
+    /// functions decode the fields inside the INSERT itself.
+    private func insertNew(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?) throws -> Outcome {
+        let columns = entity.fieldColumns
+        let s = try db.cached("""
+            INSERT INTO \(entity.quotedName)(\(columns.map(quoteIdentifier).joined(separator: ", ")))
+            VALUES (\(columns.map { "json_extract(?1, \(quoteLiteral(jsonPath($0))))" }.joined(separator: ", ")))
+            """)
+        try s.bind([record.fields])
+        try s.step()
+        try finish(record, entity: entity, entry: entry, pk: "[\(db.lastInsertRowID)]")
+        return .applied
+    }
+
+    /// Records an applied record: the record map, the parked list, and the rows dedup must look at.
+    private func finish(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, pk: String) throws {
+        if entry == nil || entry?.pk != pk {
+            // The name may still point at another key (a deleted row's old rowid): move it.
+            if entry != nil {
+                try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
+                           [record.recordName, entity.name, pk])
+            }
+        }
+        let s = try db.cached("""
+            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted) VALUES (?1, ?2, ?3, ?4, ?5, 0)
+            ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name, change_tag = excluded.change_tag,
+                base = excluded.base, deleted = 0
+            """)
+        try s.bind([entity.name, pk, record.recordName, record.changeTag, record.fields])
+        try s.step()
+        if hasParked {
+            try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
+        }
+        if dedupEntities.contains(entity.name) {
+            try db.run("INSERT OR IGNORE INTO temp._storectl_touched(entity, pk) VALUES (?, ?)", [entity.name, pk])
+        }
     }
 
     private func applyDeletion(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?,
                                respectLocalChanges: Bool) throws -> Outcome
     {
-        try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
+        if hasParked { try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName]) }
         guard let entry else { return .skipped }
         let exists = try rowExists(entity, pk: entry.pk)
         if exists, respectLocalChanges, let local = try localChanges(entity, pk: entry.pk), !local.deleted {
@@ -209,11 +251,13 @@ final class RecordApplier {
     }
 
     func canonicalKey(_ entity: EntityMap, values: [Value]) throws -> String {
+        if values.count == 1, case .integer(let v) = values[0] { return "[\(v)]" }
         let params = values.indices.map { EntityMap.jsonValue("?\($0 + 1)") }.joined(separator: ", ")
         return try db.scalar("SELECT json_array(\(params))", values)?.string ?? "[]"
     }
 
     private func park(_ record: CloudRecord) throws {
+        hasParked = true
         try db.run("""
             INSERT INTO _storectl_pending(record_name, record_type, fields, change_tag, seq) VALUES (?, ?, ?, ?, ?)
             ON CONFLICT(record_name) DO UPDATE SET record_type = excluded.record_type, fields = excluded.fields,
