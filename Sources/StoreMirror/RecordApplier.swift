@@ -25,6 +25,17 @@ final class RecordApplier {
     /// Whether any local change after the export token exists; when false, no merge is ever needed.
     let hasPendingLocal: Bool
     var conflicts: [ConflictReport] = []
+    /// Generated SQL per entity and purpose, built once per import rather than once per record.
+    private var sqlTexts: [String: String] = [:]
+
+    private func sql(_ key: String, _ entity: EntityMap, _ make: () -> String) -> String {
+        let k = key + "\u{0}" + entity.name
+        if let text = sqlTexts[k] { return text }
+        let text = make()
+        sqlTexts[k] = text
+        return text
+    }
+
     /// Whether any record waits for a parent (when none does, applying a record need not look there).
     var hasParked: Bool
 
@@ -66,7 +77,9 @@ final class RecordApplier {
     }
 
     func rowExists(_ entity: EntityMap, pk: String) throws -> Bool {
-        let s = try db.cached("SELECT 1 FROM \(entity.quotedName) t WHERE \(entity.pkMatches("t", json: "?1"))")
+        let s = try db.cached(sql("exists", entity) {
+            "SELECT 1 FROM \(entity.quotedName) t WHERE \(entity.pkMatches("t", json: "?1"))"
+        })
         try s.bind([pk])
         let found = try s.step()
         try s.reset()
@@ -113,7 +126,7 @@ final class RecordApplier {
             return try applyDeletion(record, entity: entity, entry: entry, respectLocalChanges: respectLocalChanges)
         }
         if entity.isSurrogate, entity.references.isEmpty, entry == nil || entry?.deleted == true,
-           !record.fields.contains("\"$blob\"")
+           !Self.mentionsBlob(record.fields)
         {
             return try insertNew(record, entity: entity, entry: entry)
         }
@@ -170,14 +183,38 @@ final class RecordApplier {
         return .applied
     }
 
+    /// Whether the fields text contains `"$blob"` (a byte scan: no Foundation on this hot path).
+    static func mentionsBlob(_ text: String) -> Bool {
+        let needle = Array("\"$blob\"".utf8)
+        let utf8 = text.utf8
+        return utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+            guard bytes.count >= needle.count else { return false }
+            var i = 0
+            while i <= bytes.count - needle.count {
+                if bytes[i] == needle[0] && bytes[i + 1] == needle[1] {
+                    var match = true
+                    for j in 2..<needle.count where bytes[i + j] != needle[j] {
+                        match = false
+                        break
+                    }
+                    if match { return true }
+                }
+                i += 1
+            }
+            return false
+        } ?? text.contains("\"$blob\"")
+    }
+
     /// The common case of a large import: a new row of a surrogate-keyed table with no references. SQLite's JSON
     /// functions decode the fields inside the INSERT itself.
     private func insertNew(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?) throws -> Outcome {
-        let columns = entity.fieldColumns
-        let s = try db.cached("""
-            INSERT INTO \(entity.quotedName)(\(columns.map(quoteIdentifier).joined(separator: ", ")))
-            VALUES (\(columns.map { "json_extract(?1, \(quoteLiteral(jsonPath($0))))" }.joined(separator: ", ")))
-            """)
+        let s = try db.cached(sql("insertNew", entity) {
+            let columns = entity.fieldColumns
+            return """
+                INSERT INTO \(entity.quotedName)(\(columns.map(quoteIdentifier).joined(separator: ", ")))
+                VALUES (\(columns.map { "json_extract(?1, \(quoteLiteral(jsonPath($0))))" }.joined(separator: ", ")))
+                """
+        })
         try s.bind([record.fields])
         try s.step()
         try finish(record, entity: entity, entry: entry, pk: "[\(db.lastInsertRowID)]")
@@ -274,19 +311,20 @@ final class RecordApplier {
 
     private func insert(_ entity: EntityMap, values: [String: Value]) throws -> String {
         let columns = entity.fieldColumns
-        let names = columns.map(quoteIdentifier).joined(separator: ", ")
-        let params = columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
-        let sql: String
-        if entity.isSurrogate {
-            sql = "INSERT INTO \(entity.quotedName)(\(names)) VALUES (\(params))"
-        } else {
+        let text = sql("insert", entity) {
+            let names = columns.map(quoteIdentifier).joined(separator: ", ")
+            let params = columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
+            if entity.isSurrogate {
+                return "INSERT INTO \(entity.quotedName)(\(names)) VALUES (\(params))"
+            }
             let keys = entity.primaryKey.map(quoteIdentifier).joined(separator: ", ")
             let others = columns.filter { !entity.primaryKey.contains($0) }
             let update = others.isEmpty ? "NOTHING"
-                : "UPDATE SET " + others.map { "\(quoteIdentifier($0)) = excluded.\(quoteIdentifier($0))" }.joined(separator: ", ")
-            sql = "INSERT INTO \(entity.quotedName)(\(names)) VALUES (\(params)) ON CONFLICT(\(keys)) DO \(update)"
+                : "UPDATE SET " + others.map { "\(quoteIdentifier($0)) = excluded.\(quoteIdentifier($0))" }
+                    .joined(separator: ", ")
+            return "INSERT INTO \(entity.quotedName)(\(names)) VALUES (\(params)) ON CONFLICT(\(keys)) DO \(update)"
         }
-        let s = try db.cached(sql)
+        let s = try db.cached(text)
         try s.bind(columns.map { values[$0] ?? .null })
         try s.step()
         if entity.isSurrogate {

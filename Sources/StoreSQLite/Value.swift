@@ -93,10 +93,12 @@ extension Optional: SQLBindable where Wrapped: SQLBindable {
 ///
 ///     quoteIdentifier(#"my "table""#) // "\"my \"\"table\"\"\""
 public func quoteIdentifier(_ name: String) -> String {
-    "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    if !name.utf8.contains(UInt8(ascii: "\"")) { return "\"" + name + "\"" }
+    return "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
 }
 
 /// Quotes a string as an SQL text literal.
 public func quoteLiteral(_ text: String) -> String {
-    "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
+    if !text.utf8.contains(UInt8(ascii: "'")) { return "'" + text + "'" }
+    return "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
 }
