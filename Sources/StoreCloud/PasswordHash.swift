@@ -126,35 +126,25 @@ public struct SHA256: Sendable {
     }
 
     /// One application of the compression function to a 64-byte block.
-    @_optimize(speed)
     static func compress(_ state: inout [UInt32], _ block: ArraySlice<UInt8>) {
-        var w = [UInt32](repeating: 0, count: 64)
+        var words = [UInt32](repeating: 0, count: 16)
         let base = block.startIndex
         for i in 0..<16 {
             let j = base + i * 4
-            w[i] = UInt32(block[j]) << 24 | UInt32(block[j + 1]) << 16 | UInt32(block[j + 2]) << 8
+            words[i] = UInt32(block[j]) << 24 | UInt32(block[j + 1]) << 16 | UInt32(block[j + 2]) << 8
                 | UInt32(block[j + 3])
         }
-        for i in 16..<64 {
-            let x = w[i - 15], y = w[i - 2]
-            let s0 = (x >> 7 | x << 25) ^ (x >> 18 | x << 14) ^ (x >> 3)
-            let s1 = (y >> 17 | y << 15) ^ (y >> 19 | y << 13) ^ (y >> 10)
-            w[i] = w[i - 16] &+ s0 &+ w[i - 7] &+ s1
+        var w = [UInt32](repeating: 0, count: 64)
+        state.withUnsafeMutableBufferPointer { st in
+            words.withUnsafeBufferPointer { blk in
+                w.withUnsafeMutableBufferPointer { scratch in
+                    withRoundConstants { k in
+                        guard let s = st.baseAddress, let b = blk.baseAddress, let wp = scratch.baseAddress else { return }
+                        compressWords(s, b, wp, k)
+                    }
+                }
+            }
         }
-        var a = state[0], b = state[1], c = state[2], d = state[3]
-        var e = state[4], f = state[5], g = state[6], h = state[7]
-        for i in 0..<64 {
-            let s1 = (e >> 6 | e << 26) ^ (e >> 11 | e << 21) ^ (e >> 25 | e << 7)
-            let ch = (e & f) ^ (~e & g)
-            let t1 = h &+ s1 &+ ch &+ k[i] &+ w[i]
-            let s0 = (a >> 2 | a << 30) ^ (a >> 13 | a << 19) ^ (a >> 22 | a << 10)
-            let maj = (a & b) ^ (a & c) ^ (b & c)
-            let t2 = s0 &+ maj
-            h = g; g = f; f = e; e = d &+ t1
-            d = c; c = b; b = a; a = t1 &+ t2
-        }
-        state[0] &+= a; state[1] &+= b; state[2] &+= c; state[3] &+= d
-        state[4] &+= e; state[5] &+= f; state[6] &+= g; state[7] &+= h
     }
 }
 
