@@ -119,7 +119,10 @@ extension StoreHandle {
             try db.transaction { try MirrorState.resetSyncState(db, zone: cloud.zone) }
         }
         try backend.registerDevice(storeID: mirror.device, name: settings.name)
-        _ = try Seeder.reconcileMarkers(db, cloud: backend, zone: cloud.zone, device: mirror.device)
+        if try !Seeder.pendingMarkers(db).isEmpty {
+            _ = try mirror.checkZone()
+            _ = try Seeder.reconcileMarkers(db, cloud: backend, zone: cloud.zone, device: mirror.device)
+        }
         return mirror
     }
 
