@@ -4,7 +4,8 @@
 # For the PostgreSQL rows, export STORECTL_TEST_PG_URL first (BENCHMARKS.md shows how to start a throwaway server).
 set -eu
 cd "$(dirname "$0")/.."
-swift build -c release --product storectl-bench --product storectl >&2
+swift build -c release --product storectl-bench >&2
+swift build -c release --product storectl >&2
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), SQLite $(sqlite3 --version | cut -d' ' -f1)" >&2
 .build/release/storectl-bench all --json-file Benchmarks/results.json "$@"
 if python3 -c 'import matplotlib' 2>/dev/null; then
