@@ -8,8 +8,10 @@ swift build -c release --product storectl-bench >&2
 swift build -c release --product storectl >&2
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), SQLite $(sqlite3 --version | cut -d' ' -f1)" >&2
 .build/release/storectl-bench all --json-file Benchmarks/results.json "$@"
-if python3 -c 'import matplotlib' 2>/dev/null; then
-    python3 Benchmarks/plot_scaling.py Benchmarks/results.json Benchmarks/scaling.png >&2
-else
-    echo "matplotlib is not installed (apt-get install python3-matplotlib): no plot" >&2
-fi
+for py in python3 /usr/bin/python3; do
+    if "$py" -c 'import matplotlib' 2>/dev/null; then
+        "$py" Benchmarks/plot_scaling.py Benchmarks/results.json Benchmarks/scaling.png >&2
+        exit 0
+    fi
+done
+echo "matplotlib is not installed (apt-get install python3-matplotlib): no plot" >&2
