@@ -58,8 +58,8 @@ final class Lab {
     /// - Throws: `StoreError` (66) when it is missing.
     func storectl() throws -> String {
         if let lazyStorectl { return lazyStorectl }
-        let candidate = options.storectl ?? ((CommandLine.arguments[0] as NSString).deletingLastPathComponent as NSString)
-            .appendingPathComponent("storectl")
+        let folder = (CommandLine.arguments[0] as NSString).deletingLastPathComponent as NSString
+        let candidate = options.storectl ?? folder.appendingPathComponent("storectl")
         let resolved = candidate.hasPrefix("/") ? candidate
             : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(candidate)
         guard FileManager.default.isExecutableFile(atPath: resolved) else {

@@ -104,9 +104,12 @@ enum ProcessBenchmarks {
         var numbers = ["status_seconds": status, "sqlite3_seconds": sqlite, "status_small_seconds": statusSmall,
                        "runs": Double(options.repeats)]
         for (key, times) in stepTimes { numbers[key + "_seconds"] = median(times) }
-        let breakdown = steps.map { "`\($0.args.filter { !$0.hasPrefix("/") && $0 != "--config" }.joined(separator: " "))` "
-            + ms(median(stepTimes[$0.key] ?? [])) }.joined(separator: ", ")
-        return [Figure(id: "status.process", what: "`storectl status --json` whole process vs `sqlite3 store 'select 1'`",
+        let breakdown = steps.map { step in
+            let words = step.args.filter { !$0.hasPrefix("/") && $0 != "--config" }.joined(separator: " ")
+            return "`\(words)` " + ms(median(stepTimes[step.key] ?? []))
+        }.joined(separator: ", ")
+        return [Figure(id: "status.process",
+                       what: "`storectl status --json` whole process vs `sqlite3 store 'select 1'`",
                        value: status / sqlite, unit: .ratio, target: .atMost(3),
                        detail: "status \(ms(status)) (1k-row store \(ms(statusSmall))), sqlite3 \(ms(sqlite)); "
                            + "storectl \(breakdown) (medians of \(options.repeats))",

@@ -50,7 +50,8 @@ enum SyncBenchmark {
                 _ = try a.historyTracker().write(author: "app") {
                     let update = try db.prepare("UPDATE notes SET title = ?, updated_at = ? WHERE id = ?")
                     for k in 0..<changes {
-                        try update.bind(["Edited \(round)-\(k)", 1_800_000_000_000 + k, 1 + (k * stride + round) % size])
+                        let id = 1 + (k * stride + round) % size
+                        try update.bind(["Edited \(round)-\(k)", 1_800_000_000_000 + k, id])
                         _ = try update.step()
                     }
                 }
