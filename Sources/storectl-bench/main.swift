@@ -9,12 +9,23 @@ import Glibc
 /// human text, or one JSON document with --json.
 let benchmarks: [(name: String, abstract: String, run: ([String]) throws -> Void)] = [
     ("history", "overhead of the history triggers on inserts, updates and deletes", HistoryBenchmark.main),
+    ("export", "baseline export to a container file vs one INSERT ... SELECT across ATTACH",
+     ExportImportBenchmark.exportMain),
+    ("import", "import into an empty store vs one INSERT ... SELECT across ATTACH", ExportImportBenchmark.importMain),
+    ("sync", "incremental sync of 1,000 changes on an N-row vs a 1k-row store", SyncBenchmark.main),
+    ("mode", "storectl mode cloud --no-sync / mode local processes, N vs 1k rows", ProcessBenchmarks.modeMain),
+    ("status", "storectl status --json process vs sqlite3 'select 1'", ProcessBenchmarks.statusMain),
+    ("memory", "peak RSS of the storectl process during the N-row export and import", MemoryBenchmark.main),
+    ("history-read", "10k changes after a token out of 10 x N history rows", HistoryReadBenchmark.main),
+    ("postgres", "PostgreSQL export vs COPY, import vs raw SQLite inserts", PostgresBenchmark.main),
+    ("scaling", "export and import time at 10k, 100k and N rows", ScalingBenchmark.main),
+    ("all", "everything above in one run: one table, one JSON document", AllBenchmark.main),
 ]
 
 @MainActor
 func usage() -> String {
     var lines = ["usage: storectl-bench <benchmark> [options]", "", "benchmarks:"]
-    for b in benchmarks { lines.append("  \(b.name.padding(toLength: 10, withPad: " ", startingAt: 0))\(b.abstract)") }
+    for b in benchmarks { lines.append("  \(b.name.padding(toLength: 14, withPad: " ", startingAt: 0))\(b.abstract)") }
     lines.append("")
     lines.append("Build with: swift build -c release --product storectl-bench")
     lines.append("See 'storectl-bench <benchmark> --help'.")

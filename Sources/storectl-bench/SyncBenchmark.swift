@@ -1,0 +1,89 @@
+import Foundation
+import StoreBase
+import Storectl
+
+/// `storectl-bench sync`: an incremental sync of 1,000 changes costs the same on an N-row store as on a
+/// 1,000-row store (cost follows changes, not size). Target: time ratio <= 1.5.
+enum SyncBenchmark {
+    static let help = """
+        usage: storectl-bench sync [--rows N] [--repeat R] [--json]
+
+        Two pairs of synced stores, one of N rows and one of 1,000 rows (each: store A exported to a container,
+        store B imported from it). Each round updates 1,000 rows of A (spread over the table) by author 'app',
+        then times A's sync (open the mirror, export the 1,000 changes, import nothing new) and then B's sync
+        (import the 1,000 changes). One untimed sync of each store comes first (B's first export is a baseline,
+        since it only imported so far). The rounds alternate between the two sizes; the median of R rounds is kept.
+        Figures: median time on N rows / median time on 1,000 rows, for each side. Target: <= 1.5.
+        """
+
+    static let changes = 1_000
+
+    static func main(_ argv: [String]) throws {
+        try Runner.main("sync", argv, help: help) { lab, options, report in
+            report.figures = try figures(lab, options)
+        }
+    }
+
+    static func figures(_ lab: Lab, _ options: BenchOptions) throws -> [Figure] {
+        let sizes = [options.rows, changes]
+        var pairs: [Int: Lab.Pair] = [:]
+        for size in sizes { pairs[size] = try lab.pair(rows: size) }
+        // One untimed round first: B's first sync is its baseline export (it only imported so far), and A's first
+        // import steps over its own baseline records; neither is an incremental sync.
+        for size in sizes {
+            guard let pair = pairs[size] else { continue }
+            for name in [pair.a, pair.b] {
+                let store = try lab.open(name)
+                _ = try store.openMirror().sync()
+                store.close()
+            }
+        }
+        var exportSide: [Int: [Double]] = [:]
+        var importSide: [Int: [Double]] = [:]
+        let rounds = min(options.repeats, 5)
+        for round in 0..<rounds {
+            for size in round % 2 == 0 ? sizes : sizes.reversed() {
+                guard let pair = pairs[size] else { continue }
+                let a = try lab.open(pair.a)
+                let db = try a.database()
+                let stride = max(1, size / changes)
+                _ = try a.historyTracker().write(author: "app") {
+                    let update = try db.prepare("UPDATE notes SET title = ?, updated_at = ? WHERE id = ?")
+                    for k in 0..<changes {
+                        let id = 1 + (k * stride + round) % size
+                        try update.bind(["Edited \(round)-\(k)", 1_800_000_000_000 + k, id])
+                        _ = try update.step()
+                    }
+                }
+                var exported = 0
+                exportSide[size, default: []].append(try Clock.seconds {
+                    exported = try a.openMirror().sync().exported.saved
+                })
+                a.close()
+                let b = try lab.open(pair.b)
+                var imported = 0
+                importSide[size, default: []].append(try Clock.seconds {
+                    imported = try b.openMirror().sync().imported.applied
+                })
+                b.close()
+                guard exported == changes, imported == changes else {
+                    throw StoreError(.software, "round \(round + 1) on \(size) rows exported \(exported) and "
+                                     + "imported \(imported) changes, expected \(changes) each")
+                }
+                Output.note("sync round \(round + 1), \(size) rows: export side \(ms(exportSide[size]?.last ?? 0)), "
+                            + "import side \(ms(importSide[size]?.last ?? 0))")
+            }
+        }
+        func figure(_ id: String, _ what: String, _ times: [Int: [Double]]) -> Figure {
+            let big = median(times[options.rows] ?? []), small = median(times[changes] ?? [])
+            return Figure(id: id, what: what, value: big / small, unit: .ratio, target: .atMost(1.5),
+                          detail: "\(options.rows) rows \(ms(big)), 1,000 rows \(ms(small)) (median of \(rounds))",
+                          numbers: ["large_seconds": big, "small_seconds": small, "rounds": Double(rounds),
+                                    "changes": Double(changes)])
+        }
+        return [
+            figure("sync.export", "incremental sync of 1,000 local changes, N vs 1k rows", exportSide),
+            figure("sync.import", "incremental sync importing 1,000 changes, N vs 1k rows", importSide),
+        ]
+    }
+}
