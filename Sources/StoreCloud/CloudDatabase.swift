@@ -236,9 +236,10 @@ public protocol CloudDatabase: AnyObject {
     /// The status of the account this connection was opened with, and why.
     func accountStatus() -> AccountStatusReport
 
-    /// The zone, or nil when it does not exist.
+    /// The zone, or nil when it does not exist. Without `countLive`, `liveRecords` is not counted (it is -1):
+    /// counting is O(records), the epoch and last seq are not.
     /// - Throws: `CloudError`.
-    func zoneInfo(_ zone: String) throws -> ZoneInfo?
+    func zoneInfo(_ zone: String, countLive: Bool) throws -> ZoneInfo?
 
     /// Creates the zone if it is missing, and returns it.
     /// - Throws: `CloudError`.
@@ -285,6 +286,12 @@ public protocol CloudDatabase: AnyObject {
 }
 
 extension CloudDatabase {
+    /// The zone with its live record count, or nil when it does not exist.
+    /// - Throws: `CloudError`.
+    public func zoneInfo(_ zone: String) throws -> ZoneInfo? {
+        try zoneInfo(zone, countLive: true)
+    }
+
     /// Every change after `token`, at most `limit` records.
     /// - Throws: see `fetchChanges(zone:since:limit:excludingDevice:)`.
     public func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int) throws -> ChangeBatch {

@@ -537,18 +537,19 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
 
     // MARK: Zones
 
-    public func zoneInfo(_ zone: String) throws -> ZoneInfo? {
+    public func zoneInfo(_ zone: String, countLive: Bool) throws -> ZoneInfo? {
         try requireAccount()
         return try translated("reading zone '\(zone)'") {
-            try db.transaction(.deferred) { try readZone(zone) }
+            try db.transaction(.deferred) { try readZone(zone, countLive: countLive) }
         }
     }
 
-    private func readZone(_ zone: String) throws -> ZoneInfo? {
+    private func readZone(_ zone: String, countLive: Bool = true) throws -> ZoneInfo? {
         guard let row = try db.query("SELECT epoch, last_seq FROM zones WHERE name = ?", [zone]).first else {
             return nil
         }
-        let live = try db.scalar("SELECT count(*) FROM records WHERE zone = ? AND deleted = 0", [zone])?.int64 ?? 0
+        let live = countLive
+            ? try db.scalar("SELECT count(*) FROM records WHERE zone = ? AND deleted = 0", [zone])?.int64 ?? 0 : -1
         return ZoneInfo(name: zone, epoch: row[0].string ?? "", lastSeq: row[1].int64 ?? 0, liveRecords: live)
     }
 

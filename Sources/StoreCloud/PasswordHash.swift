@@ -1,3 +1,4 @@
+import Synchronization
 import StoreBase
 
 /// SHA-256 (FIPS 180-4), written out because no crypto library is linked.
@@ -261,6 +262,18 @@ public enum PasswordHash {
     /// Whether `secret` matches the stored form `stored`. The comparison takes the same time wherever the bytes
     /// differ. A stored form that cannot be read never matches.
     public static func verify(secret: String, stored: String) -> Bool {
+        // One check per secret and stored hash per process: a command that opens the container more than once
+        // pays for PBKDF2 once. The memo lives only in this process's memory.
+        let key = stored + "\u{0}" + secret
+        if let known = verified.withLock({ $0[key] }) { return known }
+        let result = computeVerify(secret: secret, stored: stored)
+        verified.withLock { $0[key] = result }
+        return result
+    }
+
+    private static let verified = Mutex<[String: Bool]>([:])
+
+    private static func computeVerify(secret: String, stored: String) -> Bool {
         let parts = stored.split(separator: "$", omittingEmptySubsequences: false)
         guard parts.count == 4, parts[0] == "pbkdf2-sha256", let iterations = Int(parts[1]), iterations > 0,
               iterations <= 10_000_000, let salt = bytes(hex: parts[2]), let expected = bytes(hex: parts[3]),

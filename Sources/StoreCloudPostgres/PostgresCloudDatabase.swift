@@ -359,11 +359,11 @@ public final class PostgresCloudDatabase: CloudDatabase {
 
     // MARK: - Zones
 
-    public func zoneInfo(_ zone: String) throws -> ZoneInfo? {
+    public func zoneInfo(_ zone: String, countLive: Bool) throws -> ZoneInfo? {
         try run("cannot read zone \(zone) of \(container)") { c in
+            let live = countLive ? "(SELECT count(*) FROM \(s).records WHERE zone = $1 AND NOT deleted)" : "-1"
             let r = try c.execute("""
-                SELECT name, epoch, last_seq,
-                       (SELECT count(*) FROM \(s).records WHERE zone = $1 AND NOT deleted)
+                SELECT name, epoch, last_seq, \(live)
                 FROM \(s).zones WHERE name = $1
                 """, [zone])
             guard r.rowCount == 1 else { return nil }

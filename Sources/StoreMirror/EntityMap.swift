@@ -87,6 +87,9 @@ public struct EntityMap: Sendable, Equatable {
 
     func reference(for column: String) -> Reference? { references.first { $0.column == column } }
 
+    /// Whether every column can be named in a JSON path (SQLite's paths cannot name a key with a double quote).
+    var pathSafe: Bool { columns.allSatisfy { !$0.utf8.contains(UInt8(ascii: "\"")) } }
+
     // MARK: SQL fragments
 
     /// A value wrapped so that blobs can go into JSON: `{"$blob": "HEX"}`.

@@ -80,11 +80,16 @@ struct Exporter {
         // stored before anything is saved, so that a replay after a crash uses the same one.
         try db.transaction {
             for e in ordered where e.isSurrogate {
-                let changed = baseline ? "" : "AND r.pk IN (SELECT pk FROM temp._storectl_changes WHERE entity = r.entity)"
+                // Incrementally, only the changed keys are looked at (the changes drive the loop).
+                let scope = baseline ? "" : """
+                    AND (r.entity, r.pk) IN (SELECT c.entity, c.pk FROM temp._storectl_changes c
+                        CROSS JOIN _storectl_records m WHERE c.entity = \(quoteLiteral(e.name))
+                        AND m.entity = c.entity AND m.pk = c.pk AND m.deleted = 1)
+                    """
                 try db.execute("""
                     UPDATE _storectl_records AS r SET record_name = \(e.surrogateName("json_extract(r.pk, '$[0]')"))
                         || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, deleted = 0
-                    WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(changed)
+                    WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(scope)
                       AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
                     """)
             }
@@ -164,10 +169,11 @@ struct Exporter {
                 AND NOT EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
                 """
         }
+        // CROSS JOIN keeps the changes as the outer loop: the cost follows the changes, not the record map.
         return """
-            SELECT count(*) FROM temp._storectl_changes c JOIN _storectl_records r
-              ON r.entity = c.entity AND r.pk = c.pk AND r.deleted = 0 AND r.change_tag IS NOT NULL
-            WHERE c.entity = \(quoteLiteral(e.name))
+            SELECT count(*) FROM temp._storectl_changes c CROSS JOIN _storectl_records r
+            WHERE c.entity = \(quoteLiteral(e.name)) AND r.entity = c.entity AND r.pk = c.pk AND r.deleted = 0
+              AND r.change_tag IS NOT NULL
               AND NOT EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "c.pk")))
             """
     }

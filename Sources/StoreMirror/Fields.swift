@@ -50,25 +50,31 @@ struct FieldCodec {
         return result
     }
 
-    /// `base` with the values of `columns` taken from `overlay`.
+    /// `base` with the values of `columns` taken from `overlay`. Keys are matched with `json_each`, so any
+    /// column name works (JSON paths cannot name a key that contains a double quote).
     func overlay(_ base: String, with overlay: String, columns: [String]) throws -> String {
         guard !columns.isEmpty else { return base }
-        var sql = "SELECT json_set(?1"
-        for (i, column) in columns.enumerated() {
-            _ = i
-            sql += ", \(quoteLiteral(jsonPath(column))), ?2 -> \(quoteLiteral(jsonPath(column)))"
-        }
-        sql += ")"
-        return try db.scalar(sql, [base, overlay])?.string ?? base
+        let placeholders = columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
+        let columnsJSON = try db.scalar("SELECT json_array(\(placeholders))", columns)?.string ?? "[]"
+        return try db.scalar("""
+            SELECT json_group_object(b.key,
+                CASE WHEN o.key IS NOT NULL THEN (CASE WHEN o.type IN ('object', 'array') THEN json(o.value) ELSE o.value END)
+                     ELSE (CASE WHEN b.type IN ('object', 'array') THEN json(b.value) ELSE b.value END) END)
+            FROM json_each(?1) b
+            LEFT JOIN json_each(?2) o ON o.key = b.key AND o.key IN (SELECT value FROM json_each(?3))
+            """, [base, overlay, columnsJSON])?.string ?? base
     }
 
     /// The columns whose values differ between two fields objects (all of `columns` when `a` is nil).
     func differing(_ a: String?, _ b: String, columns: [String]) throws -> [String] {
         guard let a else { return columns }
-        let statement = try db.cached("SELECT (?1 -> ?3) IS NOT (?2 -> ?3)")
+        let statement = try db.cached("""
+            SELECT (SELECT json_quote(value) FROM json_each(?1) WHERE key = ?3)
+                IS NOT (SELECT json_quote(value) FROM json_each(?2) WHERE key = ?3)
+            """)
         var result: [String] = []
         for column in columns {
-            try statement.bind([a, b, jsonPath(column)])
+            try statement.bind([a, b, column])
             if try statement.step(), statement.int64(0) == 1 { result.append(column) }
             try statement.reset()
         }

@@ -118,7 +118,7 @@ public final class Mirror {
     /// - Throws: `ZoneResetError` when it was purged or deleted elsewhere.
     public func checkZone() throws -> ZoneInfo {
         let token = try MirrorState.serverToken(db, zone: options.zone).flatMap(ServerChangeToken.init(rawValue:))
-        if let zone = try cloud.zoneInfo(options.zone) {
+        if let zone = try cloud.zoneInfo(options.zone, countLive: false) {
             if let token, token.epoch != zone.epoch { throw ZoneResetError(zone: options.zone) }
             return zone
         }

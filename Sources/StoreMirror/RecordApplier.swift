@@ -125,7 +125,7 @@ final class RecordApplier {
         if record.deleted {
             return try applyDeletion(record, entity: entity, entry: entry, respectLocalChanges: respectLocalChanges)
         }
-        if entity.isSurrogate, entity.references.isEmpty, entry == nil || entry?.deleted == true,
+        if entity.isSurrogate, entity.references.isEmpty, entry == nil || entry?.deleted == true, entity.pathSafe,
            !Self.mentionsBlob(record.fields)
         {
             return try insertNew(record, entity: entity, entry: entry)
