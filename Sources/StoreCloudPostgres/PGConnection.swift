@@ -328,21 +328,24 @@ enum PGConnInfo {
 
     /// A PostgreSQL text-format array literal of `values` (`{"a","b",NULL}`), for a `$n::text[]` parameter.
     static func textArray(_ values: [String?]) -> String {
-        var out = "{"
+        // Built as UTF-8 bytes: a batch holds thousands of JSON texts, and per-character String appends are slow.
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.reserveCapacity(values.reduce(2) { $0 + ($1?.utf8.count ?? 4) + 3 })
         for (i, value) in values.enumerated() {
-            if i > 0 { out += "," }
+            if i > 0 { out.append(UInt8(ascii: ",")) }
             guard let value else {
-                out += "NULL"
+                out.append(contentsOf: Array("NULL".utf8))
                 continue
             }
-            out += "\""
-            for ch in value.unicodeScalars {
-                if ch == "\"" || ch == "\\" { out += "\\" }
-                out.unicodeScalars.append(ch)
+            out.append(UInt8(ascii: "\""))
+            for byte in value.utf8 {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { out.append(UInt8(ascii: "\\")) }
+                out.append(byte)
             }
-            out += "\""
+            out.append(UInt8(ascii: "\""))
         }
-        return out + "}"
+        out.append(UInt8(ascii: "}"))
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// A PostgreSQL text-format boolean array literal (`{t,f}`).
