@@ -1,6 +1,7 @@
 import Foundation
 import StoreBase
 import StoreCloud
+import StoreHistory
 import StoreSQLite
 
 /// What an export did.
@@ -272,8 +273,8 @@ struct Exporter {
             Failpoint.hit("export.after-save")
             var retry: [Pending] = []
             var conflicts: [ConflictReport] = []
-            try db.transaction {
-                try setAuthor(db, MirrorState.importAuthor)
+            // Local rows changed here (merges, the server's side of a conflict) are the cloud's changes.
+            try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
                 let applier = try RecordApplier(db: db, entities: Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) }),
                                                 policy: options.mergePolicy)
                 for (item, outcome) in zip(work, outcomes) {
@@ -325,7 +326,6 @@ struct Exporter {
                         }
                     }
                 }
-                try clearAuthor(db)
             }
             Failpoint.hit("export.after-batch-commit")
             if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
@@ -370,19 +370,4 @@ struct Exporter {
                                      base: base, deleted: item.save.deleted)
         }
     }
-}
-
-/// Names the author of the writes in the current transaction (see the README: "Naming your transactions").
-func setAuthor(_ db: Connection, _ author: String) throws {
-    let tx = try db.scalar("""
-        INSERT INTO _storectl_meta(key, value) VALUES ('next_tx', '1')
-        ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1
-        RETURNING CAST(value AS INTEGER)
-        """)?.int64 ?? 0
-    try db.run("INSERT OR REPLACE INTO _storectl_context(id, author, tx) VALUES (1, ?, ?)", [author, tx])
-}
-
-/// Ends the naming started by `setAuthor`.
-func clearAuthor(_ db: Connection) throws {
-    try db.run("DELETE FROM _storectl_context")
 }

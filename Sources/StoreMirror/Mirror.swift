@@ -1,6 +1,7 @@
 import Foundation
 import StoreBase
 import StoreCloud
+import StoreHistory
 import StoreSQLite
 
 /// Settings of the sync engine, from the store's `cloud:` config.
@@ -145,8 +146,7 @@ public final class Mirror {
         var report = ImportReport()
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
         let total = Int(max(0, zone.lastSeq - (token?.seq ?? 0)))
-        try db.transaction(.immediate) {
-            try setAuthor(db, MirrorState.importAuthor)
+        try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             // A child may arrive in the same import as its parent, in any order: check at commit.
             try db.execute("PRAGMA defer_foreign_keys = ON")
             let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy,
@@ -184,13 +184,12 @@ public final class Mirror {
             if !options.uniqueRules.isEmpty {
                 // Dedup in the same transaction, so that no reader ever sees the duplicate. Its deletes and
                 // re-points carry their own author, so that the next export sends them.
-                try setAuthor(db, Deduplicator.author)
-                report.dedup = try Deduplicator(db: db, entities: entities, rules: options.uniqueRules)
-                    .run(touchedOnly: true)
+                report.dedup = try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
+                    try Deduplicator(db: db, entities: entities, rules: options.uniqueRules).run(touchedOnly: true)
+                }
             }
             try MirrorState.setServerToken(db, zone: options.zone, token?.rawValue)
             try MirrorState.setMeta(db, "last_import_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
-            try clearAuthor(db)
             Failpoint.hit("import.before-commit")
         }
         Failpoint.hit("import.after-commit")
@@ -219,11 +218,9 @@ public final class Mirror {
     private static func dedupeTransaction(db: Connection, entities: [EntityMap], rules: [String: UniqueRule],
                                           entity: String?, dryRun: Bool) throws -> DedupReport
     {
-        try db.transaction(.immediate) {
-            try setAuthor(db, Deduplicator.author)
+        try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
             let report = try Deduplicator(db: db, entities: entities, rules: rules)
                 .run(touchedOnly: false, entity: entity, dryRun: dryRun)
-            try clearAuthor(db)
             if dryRun { throw DryRunRollback(report: report) }
             Failpoint.hit("dedupe.before-commit")
             return report

@@ -1,6 +1,7 @@
 import Foundation
 import StoreBase
 import StoreCloud
+import StoreHistory
 import StoreSQLite
 
 /// Default data to insert once across every device that shares an account.
@@ -63,11 +64,7 @@ public enum Seeder {
     {
         try MirrorState.install(db)
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
-        return try db.transaction(.immediate) {
-            try setAuthor(db, author)
-            guard let tx = try db.scalar("SELECT tx FROM _storectl_context")?.int64 else {
-                throw StoreError(.software, "the seed transaction has no id")
-            }
+        return try HistoryTracker(db: db).transaction(author: author) { tx in
             do {
                 if let sql = seed.sql { try db.execute(sql) }
                 for (table, rows) in seed.rows {
@@ -107,7 +104,6 @@ public enum Seeder {
             }
             try markDone(db, seed, how: "seeded")
             if markerPending { try MirrorState.setMeta(db, "seed_marker_pending:" + seed.name, "1") }
-            try clearAuthor(db)
             Failpoint.hit("seed.before-commit")
             return inserted
         }
