@@ -96,9 +96,10 @@ public final class Progress {
         }
     }
 
-    /// Clears the bar's line.
+    /// Clears the bar's line (the next update draws it again).
     public func finish() {
         guard enabled, drawn else { return }
+        drawn = false
         console.errRaw("\r\u{1B}[2K")
     }
 }

@@ -111,7 +111,9 @@ struct Exporter {
             }
         }
 
-        let total = baseline ? nil : Int(try db.scalar("SELECT count(*) FROM temp._storectl_changes")?.int64 ?? 0)
+        let total = baseline
+            ? try ordered.reduce(0) { $0 + Int(try db.scalar("SELECT count(*) FROM main.\($1.quotedName)")?.int64 ?? 0) }
+            : Int(try db.scalar("SELECT count(*) FROM temp._storectl_changes")?.int64 ?? 0)
         var done = 0
         for e in ordered {
             var lastKey: [Value]? = nil

@@ -145,7 +145,8 @@ public final class Mirror {
         var token = try MirrorState.serverToken(db, zone: options.zone).flatMap(ServerChangeToken.init(rawValue:))
         var report = ImportReport()
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
-        let total = Int(max(0, zone.lastSeq - (token?.seq ?? 0)))
+        // The device's own records are skipped by the server, so the count of what arrives is not known ahead.
+        let total: Int? = nil
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             // A child may arrive in the same import as its parent, in any order: check at commit.
             try db.execute("PRAGMA defer_foreign_keys = ON")

@@ -70,7 +70,10 @@ struct ModeCommand: Command {
         options.rebind = args.flag("rebind")
         options.allowMassDelete = args.flag("allow-mass-delete")
         let progress = SyncProgress(context: context)
-        let log: (String) -> Void = { line in if !context.global.json { context.console.note("  " + line) } }
+        let log: (String) -> Void = { line in
+            progress.finish()
+            if !context.global.json { context.console.note("  " + line) }
+        }
         if !context.global.json { context.console.note(options.dryRun ? "plan for mode \(mode.rawValue):" : "switching store '\(store.settings.name)' to \(mode.rawValue) mode:") }
         let report: ModeReport
         switch mode {
