@@ -105,6 +105,10 @@ public enum CommandLineTool {
             if let hint = error.hint { console.err("hint: " + hint) }
             console.err("usage: " + HelpFormatter.usageLine(for: command, path: path))
             console.err("See 'storectl \((path + ["--help"]).joined(separator: " "))'.")
+            if global.json {
+                console.json(ErrorDocument(error: .init(code: error.exitCode.rawValue, message: error.summary,
+                                                        location: nil, hint: error.hint)))
+            }
             return error.exitCode
         } catch let error as any DiagnosedError {
             report(error, console: console, json: global.json)

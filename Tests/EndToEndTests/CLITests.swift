@@ -31,3 +31,16 @@ final class CLITests: XCTestCase {
                       result.stderr)
     }
 }
+
+final class JSONErrorTests: XCTestCase {
+    func testUsageErrorsAreAJSONDocumentWithJSON() throws {
+        let dir = try TempDirectory()
+        let r = try Binary.storectl(["--json", "mode", "sideways"], in: dir.path)
+        XCTAssertEqual(r.status, 64)
+        let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
+        let error = try XCTUnwrap(doc["error"] as? [String: Any])
+        XCTAssertEqual(error["code"] as? Int, 64)
+        XCTAssertEqual(error["message"] as? String, "mode must be 'local' or 'cloud', got 'sideways'")
+        XCTAssertTrue(r.stderr.hasPrefix("error: mode must be 'local' or 'cloud', got 'sideways'\n"), r.stderr)
+    }
+}

@@ -42,6 +42,11 @@ struct ModeCommand: Command {
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        // The argument is checked before anything is read: a usage error never depends on the files.
+        if let target = args.positionals.first, StoreMode(rawValue: target) == nil {
+            throw UsageError("mode must be 'local' or 'cloud', got '\(target)'",
+                             hint: Suggest.closest(target, in: ["local", "cloud"]).map { "did you mean '\($0)'?" })
+        }
         let store = try context.openStore()
         guard let target = args.positionals.first else {
             let stored = try store.storeMode()
