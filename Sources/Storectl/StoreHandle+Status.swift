@@ -37,7 +37,9 @@ public struct StatusReport: Sendable, Codable {
         public var url: String
         public var container: String
         public var zone: String
-        public var reachable: Bool
+        /// Whether the cloud answered; nil when it was not asked (a store in local mode never contacts the cloud
+        /// unless the status is asked to check it).
+        public var reachable: Bool?
     }
 
     public var store: String
@@ -59,9 +61,10 @@ public struct StatusReport: Sendable, Codable {
 }
 
 extension StoreHandle {
-    /// Gathers the status. Contacts the cloud only to read the account status; never creates anything.
+    /// Gathers the status. Contacts the cloud only to read the account status, and for a store in local mode
+    /// only when `checkCloud` is true; never creates anything.
     /// - Throws: `StoreError` when the store file exists but cannot be read.
-    public func status() throws -> StatusReport {
+    public func status(checkCloud: Bool = false) throws -> StatusReport {
         var disagreements: [String] = []
         var history = StatusReport.History(enabled: false, state: "not-initialised", drift: [], lastSeq: 0)
         var mode = settings.mode.rawValue
@@ -109,7 +112,14 @@ extension StoreHandle {
         }
         var account: StatusReport.Account?
         var cloud: StatusReport.Cloud?
-        if let settingsCloud = settings.cloud {
+        if let settingsCloud = settings.cloud, mode != StoreMode.cloud.rawValue && !checkCloud {
+            account = .init(status: "notChecked",
+                            reason: "the store is in local mode and never contacts the cloud; run 'storectl status "
+                                + "--check-cloud' or 'storectl account status' to check",
+                            account: settingsCloud.account, bound: bound)
+            cloud = .init(url: CloudConnector.redacted(settingsCloud.url), container: settingsCloud.container,
+                          zone: settingsCloud.zone, reachable: nil)
+        } else if let settingsCloud = settings.cloud {
             let report = CloudConnector.accountStatus(settings: settingsCloud)
             account = .init(status: report.status.rawValue, reason: report.reason, account: report.account, bound: bound)
             let reachable = report.status == .available || report.status == .noAccount || report.status == .restricted

@@ -10,8 +10,12 @@ struct StatusCommand: Command {
         tracking is on and any schema drift, the changes pending export, the last sync time and tokens, the account
         status and the bound account, and whether the cloud is reachable. Without --store, every store is shown.
         """
+    static let options = [
+        OptionSpec("check-cloud", help: "Also check the account and the cloud for stores in local mode."),
+    ]
     static let examples = [
         "storectl status",
+        "storectl status --check-cloud     # a local store contacts the cloud only when asked",
         "storectl status --json",
         "storectl --store notes status",
     ]
@@ -22,7 +26,7 @@ struct StatusCommand: Command {
         var reports: [StatusReport] = []
         for name in names {
             let store = try StoreHandle(config: config, storeName: name)
-            reports.append(try store.status())
+            reports.append(try store.status(checkCloud: args.flag("check-cloud")))
         }
         if context.global.json {
             if context.global.storeName != nil || reports.count == 1, let only = reports.first {
@@ -46,7 +50,7 @@ struct StatusCommand: Command {
             }
             if let c = r.cloud {
                 lines.append("  cloud:           \(c.url) container \(c.container) zone \(c.zone), "
-                             + (c.reachable ? "reachable" : "not reachable"))
+                             + (c.reachable.map { $0 ? "reachable" : "not reachable" } ?? "not checked (local mode)"))
             }
             for d in r.disagreements { lines.append("  ! \(d)") }
             context.console.out(lines.joined(separator: "\n"))
