@@ -34,10 +34,16 @@ public enum MirrorState {
                 seq INTEGER NOT NULL
             ) WITHOUT ROWID;
             """)
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
-        try db.run("""
-            INSERT OR IGNORE INTO _storectl_consumers(name, token, created_at, updated_at) VALUES (?, 0, ?, ?)
-            """, [exportConsumer, now, now])
+        try recordStorePath(db)
+        // The export consumer (which holds history against pruning) appears with the first export: before it,
+        // the first export is a baseline of every row and needs no history.
+    }
+
+    /// Records where the store was made, once: a copy elsewhere with the same store id is detected before it
+    /// syncs (`StoreHandle.checkIdentity`).
+    public static func recordStorePath(_ db: Connection) throws {
+        try db.run("INSERT OR IGNORE INTO _storectl_meta(key, value) VALUES ('store_path', ?)",
+                   [(db.path as NSString).standardizingPath])
     }
 
     /// A meta value, or nil.

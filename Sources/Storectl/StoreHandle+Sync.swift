@@ -112,6 +112,7 @@ extension StoreHandle {
         let cloud = try cloudSettings()
         let db = try database()
         try requireTracking()
+        try checkIdentity()
         let backend = try CloudConnector.open(settings: cloud)
         let mirror = try Mirror(db: db, cloud: backend, options: try mirrorOptions(options))
         try bind(db: db, cloud: cloud, rebind: options.rebind)

@@ -1,6 +1,7 @@
 import Foundation
 import StoreBase
 import StoreHistory
+import StoreMirror
 import StoreSQLite
 import Storectl
 
@@ -20,6 +21,10 @@ struct InitCommand: Command {
     static let examples = [
         "storectl init                      # the only store in ./config.yaml",
         "storectl init --store notes --json",
+        "storectl init --new-identity       # after copying a store file: give the copy its own store id",
+    ]
+    static let options = [
+        OptionSpec("new-identity", help: "Give an initialised store a new store id (for a copied store file)."),
     ]
 
     struct Output: Encodable {
@@ -45,6 +50,19 @@ struct InitCommand: Command {
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         let store = try context.openStore()
         let settings = store.settings
+        if args.flag("new-identity") {
+            guard store.exists, try store.historyTracker().isInitialized() else {
+                throw StoreError(.usage, "store '\(settings.name)' is not initialised, so it has no identity to renew",
+                                 hint: "run 'storectl init' first")
+            }
+            let id = try store.newIdentity()
+            if context.global.json {
+                context.console.json(["store": settings.name, "store_id": id])
+            } else {
+                context.console.out("Store '\(settings.name)' has the new store id \(id).")
+            }
+            return .ok
+        }
         let createdFile = !store.exists
         var schemaApplied = false
         let report: InstallReport
@@ -55,7 +73,9 @@ struct InitCommand: Command {
                     try runSchema(schema, on: tracker.db, storeName: settings.name)
                     schemaApplied = true
                 }
-                return try tracker.install()
+                let installed = try tracker.install()
+                try MirrorState.recordStorePath(tracker.db)
+                return installed
             }
         } catch {
             if createdFile {

@@ -1,0 +1,57 @@
+import Foundation
+import StoreBase
+import StoreMirror
+import StoreSQLite
+
+/// A store file that is a copy of another store: both carry the same store id.
+public struct CopiedStoreError: DiagnosedError {
+    public var path: String
+    public var original: String
+    public var storeID: String
+    public var exitCode: ExitCode { .dataError }
+    public var summary: String {
+        "\(path) is a copy of the store \(original): both have store id \(storeID), so they would give different "
+            + "rows the same record names and skip each other's changes"
+    }
+    public var details: [String] { ["  nothing was synced"] }
+    public var hint: String? {
+        "give the copy an identity of its own with 'storectl init --new-identity' (its rows and their record names "
+            + "are kept), or remove one of the two files"
+    }
+}
+
+extension StoreHandle {
+    /// Refuses to sync a store file that is a copy of another one (same store id, the other file still there).
+    /// A store that was moved just records its new place.
+    /// - Throws: `CopiedStoreError` (exit 65).
+    public func checkIdentity() throws {
+        let db = try database()
+        let here = (settings.path as NSString).standardizingPath
+        let recorded = try MirrorState.meta(db, "store_path")
+        if let recorded, recorded != here, FileManager.default.fileExists(atPath: recorded) {
+            let ours = try MirrorState.storeID(db)
+            let other = try? Connection(path: recorded, mode: .readOnly, wal: false)
+            let theirs = try other?.scalar("SELECT value FROM _storectl_meta WHERE key = 'store_id'")?.string
+            if theirs == ours { throw CopiedStoreError(path: here, original: recorded, storeID: ours) }
+        }
+        if recorded != here {
+            try db.transaction { try MirrorState.setMeta(db, "store_path", here) }
+        }
+    }
+
+    /// `storectl init --new-identity`: a new store id for a copied store file. Rows, history, the record map and
+    /// the tokens stay: the copy's rows are the same records as the original's; only rows created from now on get
+    /// record names of their own.
+    /// - Returns: the new store id.
+    /// - Throws: `StoreError`, `SQLiteError`.
+    @discardableResult
+    public func newIdentity() throws -> String {
+        let db = try database()
+        let id = UUID().uuidString.lowercased()
+        try db.transaction {
+            try MirrorState.setMeta(db, "store_id", id)
+            try MirrorState.setMeta(db, "store_path", (settings.path as NSString).standardizingPath)
+        }
+        return id
+    }
+}
