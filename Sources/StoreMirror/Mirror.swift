@@ -96,9 +96,15 @@ public final class Mirror {
         self.options = options
         self.device = try MirrorState.storeID(db)
         try MirrorState.install(db)
-        let tracked = try Self.trackedTables(db)
+        self.entities = try Self.entityMaps(db)
+    }
+
+    /// How each tracked table maps onto records.
+    /// - Throws: `StoreError` (exit 65) when a tracked table has no primary key; `SQLiteError`.
+    public static func entityMaps(_ db: Connection) throws -> [EntityMap] {
+        let tracked = try trackedTables(db)
         let set = Set(tracked)
-        self.entities = try tracked.map { try EntityMap.load(db, table: $0, tracked: set) }
+        return try tracked.map { try EntityMap.load(db, table: $0, tracked: set) }
     }
 
     /// The tracked tables, as the store's meta lists them.
@@ -141,7 +147,7 @@ public final class Mirror {
     /// server token advances in that same transaction.
     /// - Throws: `ZoneResetError`, `ConflictError`, `CloudError`, `SQLiteError`.
     public func importChanges(progress: (Int, Int?) -> Void = { _, _ in }) throws -> ImportReport {
-        let zone = try checkZone()
+        _ = try checkZone()
         var token = try MirrorState.serverToken(db, zone: options.zone).flatMap(ServerChangeToken.init(rawValue:))
         var report = ImportReport()
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })

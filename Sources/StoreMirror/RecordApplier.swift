@@ -223,12 +223,10 @@ final class RecordApplier {
 
     /// Records an applied record: the record map, the parked list, and the rows dedup must look at.
     private func finish(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, pk: String) throws {
-        if entry == nil || entry?.pk != pk {
-            // The name may still point at another key (a deleted row's old rowid): move it.
-            if entry != nil {
-                try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
-                           [record.recordName, entity.name, pk])
-            }
+        if let entry, entry.pk != pk {
+            // The name still points at another key (a deleted row's old rowid): move it.
+            try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
+                       [record.recordName, entity.name, pk])
         }
         let s = try db.cached("""
             INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted) VALUES (?1, ?2, ?3, ?4, ?5, 0)

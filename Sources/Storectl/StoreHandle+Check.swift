@@ -9,9 +9,7 @@ extension StoreHandle {
         let db = try database()
         var tables = try db.tableExists("_storectl_meta") ? try Mirror.trackedTables(db) : []
         if tables.isEmpty {
-            tables = settings.entities.isEmpty
-                ? try db.query("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '\\_storectl\\_%' ESCAPE '\\' ORDER BY name").compactMap { $0[0].string }
-                : settings.entities.map(\.name)
+            tables = settings.entities.isEmpty ? try historyTracker().userTables() : settings.entities.map(\.name)
         }
         return try CloudCheck.run(db, tables: tables, uniqueRules: uniqueRules)
     }

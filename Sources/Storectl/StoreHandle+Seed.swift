@@ -55,9 +55,7 @@ extension StoreHandle {
         if try Seeder.isDone(db, definition) {
             return SeedReport(seed: definition.name, outcome: "already-seeded", inserted: 0, markerOwner: nil)
         }
-        let entities = try Mirror.trackedTables(db).map {
-            try EntityMap.load(db, table: $0, tracked: Set(try Mirror.trackedTables(db)))
-        }
+        let entities = try Mirror.entityMaps(db)
         let rules = try mirrorRules()
         guard try storeMode() == .cloud else {
             let n = try Seeder.insert(db, definition, entities: entities, rules: rules, markerPending: true)
@@ -123,8 +121,7 @@ extension StoreHandle {
         }
         try requireTracking()
         let db = try database()
-        let tracked = try Mirror.trackedTables(db)
-        let entities = try tracked.map { try EntityMap.load(db, table: $0, tracked: Set(tracked)) }
+        let entities = try Mirror.entityMaps(db)
         return try Mirror.dedupe(db: db, entities: entities, rules: rules, entity: entity, dryRun: dryRun)
     }
 }

@@ -14,25 +14,34 @@ extension StoreHandle {
     public func ensureInitialized() throws -> Bool {
         if exists, try database().tableExists("_storectl_meta") { return false }
         let db = try database(create: true)
-        if let schema = settings.schema {
-            let hasUserTables = try db.scalar("""
-                SELECT 1 FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'
-                AND name NOT LIKE '\\_storectl\\_%' ESCAPE '\\' LIMIT 1
-                """) != nil
-            if !hasUserTables {
-                let sql: String
-                do {
-                    sql = try String(contentsOfFile: schema, encoding: .utf8)
-                } catch {
-                    throw StoreError(.noInput, "cannot read the schema file \(schema) of store '\(settings.name)'",
-                                     hint: "check stores.\(settings.name).schema in \(config.path)")
-                }
-                try db.transaction { try db.execute(sql) }
-            }
+        try db.transaction {
+            try runSchema(on: db)
+            _ = try HistoryTracker(db: db, options: trackingOptions).install()
         }
-        _ = try HistoryTracker(db: db, options: trackingOptions).install()
         try MirrorState.install(db)
         try Self.enableWAL(db)
+        return true
+    }
+
+    /// Runs the store's `schema:` SQL file, only while the database has no tables of its own. Returns whether it
+    /// ran. Meant to run inside the transaction that installs tracking.
+    /// - Throws: `StoreError` 66 when the file cannot be read, 65 when its SQL fails.
+    @discardableResult
+    public func runSchema(on db: Connection) throws -> Bool {
+        guard let path = settings.schema,
+              try HistoryTracker(db: db, options: trackingOptions).userTables().isEmpty else { return false }
+        guard let sql = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw StoreError(.noInput, "cannot read the schema file \(path) of store '\(settings.name)'",
+                             hint: "check stores.\(settings.name).schema in the config; nothing was created")
+        }
+        do {
+            try db.execute(sql)
+        } catch let error as SQLiteError {
+            throw StoreError(.dataError, "the schema file \(path) failed: \(error.message)",
+                             details: error.details,
+                             hint: "fix the SQL (it runs inside init's transaction, so it must not BEGIN or COMMIT); "
+                                + "nothing was created")
+        }
         return true
     }
 

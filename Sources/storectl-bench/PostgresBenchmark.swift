@@ -106,7 +106,7 @@ enum PostgresBenchmark {
 
     /// Writes the rows of `store` as records (the columns of the container's records table) in CSV.
     static func writeCSV(store db: Connection, to path: String) throws {
-        FileManager.default.createFile(atPath: path, contents: nil)
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
         guard let handle = FileHandle(forWritingAtPath: path) else {
             throw StoreError(.cantCreate, "cannot write \(path)")
         }

@@ -69,10 +69,7 @@ struct InitCommand: Command {
         do {
             let tracker = try store.historyTracker(create: true)
             report = try tracker.db.transaction(.immediate) {
-                if let schema = settings.schema, try tracker.userTables().isEmpty {
-                    try runSchema(schema, on: tracker.db, storeName: settings.name)
-                    schemaApplied = true
-                }
+                schemaApplied = try store.runSchema(on: tracker.db)
                 let installed = try tracker.install()
                 try MirrorState.recordStorePath(tracker.db)
                 return installed
@@ -111,22 +108,5 @@ struct InitCommand: Command {
         context.console.out("Tracking \(report.tables.count) \(report.tables.count == 1 ? "table" : "tables"): \(names).")
         context.console.out("Store id: \(report.storeID)")
         return .ok
-    }
-
-    /// Runs the schema SQL file inside the init transaction.
-    /// - Throws: `StoreError` 66 when the file cannot be read, 65 when its SQL fails.
-    static func runSchema(_ path: String, on db: Connection, storeName: String) throws {
-        guard let sql = try? String(contentsOfFile: path, encoding: .utf8) else {
-            throw StoreError(.noInput, "cannot read the schema file \(path) of store '\(storeName)'",
-                             hint: "check stores.\(storeName).schema in the config; nothing was created")
-        }
-        do {
-            try db.execute(sql)
-        } catch let error as SQLiteError {
-            throw StoreError(.dataError, "the schema file \(path) failed: \(error.message)",
-                             details: error.details,
-                             hint: "fix the SQL (it runs inside init's transaction, so it must not BEGIN or COMMIT); "
-                                + "nothing was created")
-        }
     }
 }
