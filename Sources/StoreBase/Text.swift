@@ -56,3 +56,43 @@ public struct DurationSpec: Equatable, Sendable, CustomStringConvertible {
 
     public var description: String { text }
 }
+
+/// JSON text pieces for documents written without an encoder (large ones, where `JSONEncoder`'s per-value cost
+/// shows, e.g. `storectl history --json`).
+public enum JSONText {
+    /// `text` as a JSON string literal (RFC 8259 §7): quotes, backslashes and control characters escaped, everything
+    /// else as UTF-8.
+    ///
+    ///     JSONText.quoted("a\"b\n") // "\"a\\\"b\\n\""
+    public static func quoted(_ text: String) -> String {
+        var out = "\""
+        out.reserveCapacity(text.utf8.count + 2)
+        var needsEscape = false
+        for byte in text.utf8 where byte < 0x20 || byte == 0x22 || byte == 0x5C {
+            needsEscape = true
+            break
+        }
+        if !needsEscape {
+            out += text
+        } else {
+            for scalar in text.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case "\n": out += "\\n"
+                case "\r": out += "\\r"
+                case "\t": out += "\\t"
+                case "\u{08}": out += "\\b"
+                case "\u{0C}": out += "\\f"
+                case let c where c.value < 0x20:
+                    let hex = String(c.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                default:
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        out += "\""
+        return out
+    }
+}

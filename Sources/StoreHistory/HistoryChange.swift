@@ -30,10 +30,17 @@ public struct HistoryChange: Sendable, Equatable {
     public var changed: [String]?
     /// For a delete: the old values of the tombstone columns, by column name.
     public var tombstone: [String: Value]?
+    /// `changed` as stored: a JSON array of column names (nil when `changed` is nil).
+    public var changedJSON: String?
+    /// `tombstone` as stored: a JSON object, blobs as `{"$blob": "HEX"}` (nil when `tombstone` is nil).
+    public var tombstoneJSON: String?
 
     public init(seq: Int64, tx: Int64?, author: String, timestamp: Int64, entity: String, pk: String,
-                primaryKey: [Value], op: Operation, changed: [String]?, tombstone: [String: Value]?)
+                primaryKey: [Value], op: Operation, changed: [String]?, tombstone: [String: Value]?,
+                changedJSON: String? = nil, tombstoneJSON: String? = nil)
     {
+        self.changedJSON = changedJSON
+        self.tombstoneJSON = tombstoneJSON
         self.seq = seq
         self.tx = tx
         self.author = author
@@ -133,51 +140,88 @@ extension HistoryTracker {
     }
 
     /// Calls `body` for each matching change after `token` until it returns false.
+    ///
+    /// One statement reads the changes and, through `json_each`, the elements of their key and changed-column
+    /// arrays: a change comes back as `max(1, keys) x max(1, changed)` rows in a row (json_each walks an array in
+    /// order, and the history is the outer loop, read in seq order without a sort). Only tombstones, which deletes
+    /// alone carry, are decoded with a statement of their own.
     private func scan(after token: Int64, author: String?, excludeAuthor: String?, entity: String?,
                       _ body: (HistoryChange) throws -> Bool) throws
     {
-        var sql = "SELECT seq, tx, author, ts, entity, pk, op, changed, tombstone FROM _storectl_history WHERE seq > ?"
+        var sql = """
+            SELECT h.seq, h.tx, h.author, h.ts, h.entity, h.pk, h.op, h.changed, h.tombstone,
+                   k.key, k.type, k.atom, CASE WHEN k.type = 'object' THEN json_extract(k.value, '$."$blob"') END,
+                   c.key, c.atom
+            FROM _storectl_history h LEFT JOIN json_each(h.pk) k LEFT JOIN json_each(h.changed) c
+            WHERE h.seq > ?
+            """
         var arguments: [any SQLBindable] = [token]
         if let author {
-            sql += " AND author = ?"
+            sql += " AND h.author = ?"
             arguments.append(author)
         }
         if let excludeAuthor {
-            sql += " AND author IS NOT ?"
+            sql += " AND h.author IS NOT ?"
             arguments.append(excludeAuthor)
         }
         if let entity {
-            sql += " AND entity = ?"
+            sql += " AND h.entity = ?"
             arguments.append(entity)
         }
-        sql += " ORDER BY seq"
-        // A statement of its own (not the connection's cache), because decoding below uses cached statements.
+        sql += " ORDER BY h.seq"
+        // A statement of its own (not the connection's cache), because tombstones are decoded with cached ones.
         let statement = try db.prepare(sql)
         try statement.bind(arguments)
+        var current: HistoryChange?
+        var firstKeyIndex: Int64?
         while try statement.step() {
-            let pk = statement.string(5) ?? "[]"
-            let opText = statement.string(6) ?? ""
-            guard let op = HistoryChange.Operation(rawValue: opText) else {
-                throw StoreError(.dataError, "history row \(statement.int64(0) ?? 0) in \(db.path) has an unknown op '\(opText)'",
-                                 hint: "history rows are written only by storectl's triggers; check what else writes to _storectl_history")
+            let seq = statement.int64(0) ?? 0
+            if let change = current, change.seq != seq {
+                current = nil
+                if try !body(change) { break }
             }
-            let change = HistoryChange(
-                seq: statement.int64(0) ?? 0, tx: statement.int64(1), author: statement.string(2) ?? "",
-                timestamp: statement.int64(3) ?? 0, entity: statement.string(4) ?? "", pk: pk,
-                primaryKey: try decodeArray(pk), op: op,
-                changed: try statement.string(7).map { try decodeArray($0).compactMap(\.string) },
-                tombstone: try statement.string(8).map { try decodeObject($0) })
-            if try !body(change) { break }
+            if current == nil {
+                let opText = statement.string(6) ?? ""
+                guard let op = HistoryChange.Operation(rawValue: opText) else {
+                    throw StoreError(.dataError, "history row \(seq) in \(db.path) has an unknown op '\(opText)'",
+                                     hint: "history rows are written only by storectl's triggers; check what else "
+                                         + "writes to _storectl_history")
+                }
+                let changedJSON = statement.string(7)
+                let tombstoneJSON = statement.string(8)
+                current = HistoryChange(
+                    seq: seq, tx: statement.int64(1), author: statement.string(2) ?? "",
+                    timestamp: statement.int64(3) ?? 0, entity: statement.string(4) ?? "",
+                    pk: statement.string(5) ?? "[]", primaryKey: [], op: op, changed: changedJSON.map { _ in [] },
+                    tombstone: try tombstoneJSON.map { try decodeObject($0) },
+                    changedJSON: changedJSON, tombstoneJSON: tombstoneJSON)
+                firstKeyIndex = statement.int64(9)
+            }
+            let keyIndex = statement.int64(9)
+            let changedIndex = statement.int64(13)
+            // A new key element starts each run of the changed columns; the changed columns are read in the first.
+            if keyIndex != nil, changedIndex == nil || changedIndex == 0 {
+                current?.primaryKey.append(Self.element(type: statement.string(10), atom: statement.column(11),
+                                                        blobHex: statement.string(12)))
+            }
+            if changedIndex != nil, keyIndex == firstKeyIndex, let name = statement.string(14) {
+                current?.changed?.append(name)
+            }
         }
+        if let change = current { _ = try body(change) }
         try statement.reset()
     }
 
-    /// Decodes a JSON array written by the triggers, with SQLite's own JSON parser.
-    func decodeArray(_ json: String) throws -> [Value] {
-        try db.query("""
-            SELECT type, atom, CASE WHEN type = 'object' THEN json_extract(value, '$."$blob"') END
-            FROM json_each(?) ORDER BY key
-            """, [json]).map(Self.decodeElement)
+    /// A JSON array element as a value: `{"$blob": "HEX"}` is a blob, `true`/`false` are 1/0.
+    private static func element(type: String?, atom: Value, blobHex: String?) -> Value {
+        switch type {
+        case "object":
+            if let hex = blobHex, let bytes = bytes(fromHex: hex) { return .blob(bytes) }
+            return atom
+        case "true": return .integer(1)
+        case "false": return .integer(0)
+        default: return atom
+        }
     }
 
     /// Decodes a JSON object written by the triggers (a tombstone).
@@ -188,20 +232,9 @@ extension HistoryTracker {
             FROM json_each(?)
             """, [json])
         {
-            result[row[0].string ?? ""] = Self.decodeElement(Row(names: [], values: Array(row.values.dropFirst())))
+            result[row[0].string ?? ""] = Self.element(type: row[1].string, atom: row[2], blobHex: row[3].string)
         }
         return result
-    }
-
-    private static func decodeElement(_ row: Row) -> Value {
-        switch row[0].string {
-        case "object":
-            if let hex = row[2].string, let bytes = bytes(fromHex: hex) { return .blob(bytes) }
-            return row[1]
-        case "true": return .integer(1)
-        case "false": return .integer(0)
-        default: return row[1]
-        }
     }
 
     private static func bytes(fromHex hex: String) -> [UInt8]? {

@@ -73,10 +73,10 @@ struct HistoryCommand: Command {
         let next = limited ? (transactions.last?.token ?? after) : max(after, latest)
 
         if context.global.json {
-            context.console.json(HistoryDocument(
+            context.console.out(HistoryDocument(
                 store: store.settings.name, after: after, nextToken: next, latestSeq: latest,
-                tracking: .init(state: report.state.name, details: report.drift), historyGap: report.historyGap,
-                transactions: transactions.map(HistoryDocument.Transaction.init)))
+                trackingState: report.state.name, trackingDetails: report.drift, historyGap: report.historyGap,
+                transactions: transactions).text)
             return .ok
         }
         if transactions.isEmpty {
@@ -112,134 +112,63 @@ struct HistoryCommand: Command {
         }
     }
 
+    /// Unix milliseconds as an ISO 8601 UTC time with milliseconds, e.g. `2024-05-01T10:00:00.123Z`.
     static func isoTime(_ milliseconds: Int64) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
+        // Half a millisecond keeps the binary fraction from truncating .123 to .122.
+        isoStyle.format(Date(timeIntervalSince1970: (Double(milliseconds) + 0.5) / 1000))
     }
+
+    private static let isoStyle = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
 }
 
 /// The `storectl history --json` document. Its shape is documented in docs/history-json.md and is stable.
-struct HistoryDocument: Encodable {
-    struct Tracking: Encodable {
-        var state: String
-        var details: [String]
-    }
-
-    struct Change: Encodable {
-        var seq: Int64
-        var entity: String
-        var op: String
-        var pk: [JSONValue]
-        var changed: [String]?
-        var tombstone: [String: JSONValue]?
-        var timestamp: Int64
-
-        enum CodingKeys: String, CodingKey { case seq, entity, op, pk, changed, tombstone, timestamp }
-
-        func encode(to encoder: any Encoder) throws {
-            var c = encoder.container(keyedBy: CodingKeys.self)
-            try c.encode(seq, forKey: .seq)
-            try c.encode(entity, forKey: .entity)
-            try c.encode(op, forKey: .op)
-            try c.encode(pk, forKey: .pk)
-            try c.encode(changed, forKey: .changed)
-            try c.encode(tombstone, forKey: .tombstone)
-            try c.encode(timestamp, forKey: .timestamp)
-        }
-    }
-
-    struct Transaction: Encodable {
-        var tx: Int64?
-        var author: String
-        var timestamp: Int64
-        var time: String
-        var firstSeq: Int64
-        var lastSeq: Int64
-        var changes: [Change]
-
-        enum CodingKeys: String, CodingKey {
-            case tx, author, timestamp, time, changes
-            case firstSeq = "first_seq"
-            case lastSeq = "last_seq"
-        }
-
-        init(_ t: HistoryTransaction) {
-            tx = t.tx
-            author = t.author
-            timestamp = t.timestamp
-            time = HistoryCommand.isoTime(t.timestamp)
-            firstSeq = t.changes.first?.seq ?? 0
-            lastSeq = t.token
-            changes = t.changes.map {
-                Change(seq: $0.seq, entity: $0.entity, op: $0.op.rawValue, pk: $0.primaryKey.map(JSONValue.init),
-                       changed: $0.changed, tombstone: $0.tombstone?.mapValues(JSONValue.init), timestamp: $0.timestamp)
-            }
-        }
-
-        func encode(to encoder: any Encoder) throws {
-            var c = encoder.container(keyedBy: CodingKeys.self)
-            try c.encode(tx, forKey: .tx)
-            try c.encode(author, forKey: .author)
-            try c.encode(timestamp, forKey: .timestamp)
-            try c.encode(time, forKey: .time)
-            try c.encode(firstSeq, forKey: .firstSeq)
-            try c.encode(lastSeq, forKey: .lastSeq)
-            try c.encode(changes, forKey: .changes)
-        }
-    }
-
+///
+/// It is written as text rather than through `JSONEncoder`: a read of 10,000 changes spent most of its time
+/// encoding them value by value. Keys are written sorted; a change's key, changed columns and tombstone are the
+/// JSON the history triggers stored (SQLite's `json_array`/`json_object`), copied as they are, one change per line.
+struct HistoryDocument {
     var store: String
     var after: Int64
     var nextToken: Int64
     var latestSeq: Int64
-    var tracking: Tracking
+    var trackingState: String
+    var trackingDetails: [String]
     var historyGap: Int64?
-    var transactions: [Transaction]
+    var transactions: [HistoryTransaction]
 
-    enum CodingKeys: String, CodingKey {
-        case store, after, tracking, transactions
-        case nextToken = "next_token"
-        case latestSeq = "latest_seq"
-        case historyGap = "history_gap"
-    }
-
-    func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(store, forKey: .store)
-        try c.encode(after, forKey: .after)
-        try c.encode(nextToken, forKey: .nextToken)
-        try c.encode(latestSeq, forKey: .latestSeq)
-        try c.encode(tracking, forKey: .tracking)
-        try c.encode(historyGap, forKey: .historyGap)
-        try c.encode(transactions, forKey: .transactions)
-    }
-}
-
-/// An SQLite value as JSON: numbers, strings and null as themselves, a blob as `{"$blob": "HEX"}` (the same
-/// encoding the history table uses).
-struct JSONValue: Encodable {
-    var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    func encode(to encoder: any Encoder) throws {
-        switch value {
-        case .null:
-            var c = encoder.singleValueContainer()
-            try c.encodeNil()
-        case .integer(let n):
-            var c = encoder.singleValueContainer()
-            try c.encode(n)
-        case .real(let d):
-            var c = encoder.singleValueContainer()
-            try c.encode(d)
-        case .text(let s):
-            var c = encoder.singleValueContainer()
-            try c.encode(s)
-        case .blob(let bytes):
-            var c = encoder.singleValueContainer()
-            try c.encode(["$blob": bytes.map { String(format: "%02X", $0) }.joined()])
+    var text: String {
+        var out = "{\n"
+        out += "  \"after\" : \(after),\n"
+        out += "  \"history_gap\" : \(historyGap.map(String.init) ?? "null"),\n"
+        out += "  \"latest_seq\" : \(latestSeq),\n"
+        out += "  \"next_token\" : \(nextToken),\n"
+        out += "  \"store\" : \(JSONText.quoted(store)),\n"
+        out += "  \"tracking\" : {\n"
+        out += "    \"details\" : [" + trackingDetails.map(JSONText.quoted).joined(separator: ", ") + "],\n"
+        out += "    \"state\" : \(JSONText.quoted(trackingState))\n"
+        out += "  },\n"
+        out += "  \"transactions\" : ["
+        for (i, t) in transactions.enumerated() {
+            out += i == 0 ? "\n" : ",\n"
+            out += "    {\n"
+            out += "      \"author\" : \(JSONText.quoted(t.author)),\n"
+            out += "      \"changes\" : [\n"
+            for (j, c) in t.changes.enumerated() {
+                out += "        {\"changed\": \(c.changedJSON ?? "null"), \"entity\": \(JSONText.quoted(c.entity)), "
+                out += "\"op\": \"\(c.op.rawValue)\", \"pk\": \(c.pk), \"seq\": \(c.seq), "
+                out += "\"timestamp\": \(c.timestamp), \"tombstone\": \(c.tombstoneJSON ?? "null")}"
+                out += j == t.changes.count - 1 ? "\n" : ",\n"
+            }
+            out += "      ],\n"
+            out += "      \"first_seq\" : \(t.changes.first?.seq ?? 0),\n"
+            out += "      \"last_seq\" : \(t.token),\n"
+            out += "      \"time\" : \"\(HistoryCommand.isoTime(t.timestamp))\",\n"
+            out += "      \"timestamp\" : \(t.timestamp),\n"
+            out += "      \"tx\" : \(t.tx.map(String.init) ?? "null")\n"
+            out += "    }"
         }
+        out += transactions.isEmpty ? "]\n" : "\n  ]\n"
+        out += "}"
+        return out
     }
 }
