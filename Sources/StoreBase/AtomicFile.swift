@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -13,12 +13,12 @@ public enum AtomicFile {
     /// it replaces the old file (tests use it for failpoints).
     /// - Throws: `StoreError` with exit 73 (cannot create) or 74 (I/O) naming the path.
     public static func write(_ bytes: [UInt8], to path: String, beforeRename: () -> Void = {}) throws {
-        let dir = (path as NSString).deletingLastPathComponent
+        let dir = Path.parent(path)
         let folder = dir.isEmpty ? "." : dir
         var mode: mode_t = 0o644
         var st = stat()
         if stat(path, &st) == 0 { mode = st.st_mode & 0o7777 }
-        var template = Array("\(folder)/.\((path as NSString).lastPathComponent).tmp-XXXXXX".utf8CString)
+        var template = Array("\(folder)/.\(Path.lastComponent(path)).tmp-XXXXXX".utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { buffer -> Int32 in
             guard let base = buffer.baseAddress else { return -1 }
             return mkstemp(base)

@@ -96,3 +96,81 @@ public enum JSONText {
         return out
     }
 }
+
+extension StringProtocol {
+    /// The text without leading and trailing spaces and tabs (line breaks kept), like Foundation's
+    /// `trimmingCharacters(in: .whitespaces)`.
+    public func trimmingSpaces() -> String {
+        trimmed { $0.isWhitespace && !$0.isNewline }
+    }
+
+    /// The text without leading and trailing whitespace, line breaks included.
+    public func trimmingWhitespace() -> String {
+        trimmed { $0.isWhitespace }
+    }
+
+    private func trimmed(_ drop: (Character) -> Bool) -> String {
+        guard let first = firstIndex(where: { !drop($0) }), let last = lastIndex(where: { !drop($0) }) else {
+            return ""
+        }
+        return String(self[first...last])
+    }
+}
+
+/// URL percent-encoding.
+public enum PercentEncoding {
+    /// `text` with `%XX` escapes decoded; an escape that is not two hex digits is kept as it is.
+    ///
+    ///     PercentEncoding.decoded("my%20notes.db") // "my notes.db"
+    public static func decoded(_ text: String) -> String {
+        var bytes: [UInt8] = []
+        var utf8 = Array(text.utf8)[...]
+        while let byte = utf8.popFirst() {
+            if byte == UInt8(ascii: "%"), utf8.count >= 2,
+               let value = UInt8(String(decoding: utf8.prefix(2), as: UTF8.self), radix: 16)
+            {
+                bytes.append(value)
+                utf8 = utf8.dropFirst(2)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+extension String {
+    /// The text cut or padded with spaces to exactly `length` characters, like Foundation's
+    /// `padding(toLength:withPad:startingAt:)` with a space.
+    public func padded(to length: Int) -> String {
+        count >= length ? String(prefix(length)) : self + String(repeating: " ", count: length - count)
+    }
+}
+
+extension String {
+    /// The text with every occurrence of `target` replaced, matched byte for byte in UTF-8 (as Foundation's
+    /// `replacingOccurrences(of:with:)` matches literally). Unlike `replacing(_:with:)`, which compares whole
+    /// characters, a quote followed by a combining mark is still found, which SQL and identifier quoting rely on.
+    ///
+    ///     "it's".replacingText("'", with: "''") // "it''s"
+    public func replacingText(_ target: String, with replacement: String) -> String {
+        let t = Array(target.utf8)
+        guard let first = t.first else { return self }
+        let bytes = Array(utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var i = 0
+        var changed = false
+        while i < bytes.count {
+            if bytes[i] == first, i + t.count <= bytes.count, bytes[i..<(i + t.count)].elementsEqual(t) {
+                out.append(contentsOf: replacement.utf8)
+                i += t.count
+                changed = true
+            } else {
+                out.append(bytes[i])
+                i += 1
+            }
+        }
+        return changed ? String(decoding: out, as: UTF8.self) : self
+    }
+}

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 
 /// Phase timings for profiling, printed to stderr at exit when `STORECTL_TRACE=1`.
@@ -25,8 +28,14 @@ public enum Trace {
     public static func report() {
         guard enabled else { return }
         let lines = totals.withLock { t in
-            t.sorted { $0.key < $1.key }.map { String(format: "trace: %-28@ %9.3f s  %8d calls", $0.key as NSString, $0.value.0, $0.value.1) }
+            t.sorted { $0.key < $1.key }.map { key, value in
+                let name = key.count < 28 ? key + String(repeating: " ", count: 28 - key.count) : key
+                let seconds = String(Int((value.0 * 1000).rounded())) + " ms"
+                let calls = String(value.1)
+                return "trace: \(name) " + String(repeating: " ", count: max(0, 12 - seconds.count)) + seconds
+                    + "  " + String(repeating: " ", count: max(0, 8 - calls.count)) + calls + " calls"
+            }
         }
-        FileHandle.standardError.write(Data((lines.joined(separator: "\n") + "\n").utf8))
+        StandardStream.err(lines.joined(separator: "\n") + "\n")
     }
 }

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 
 /// The version storectl reports with --version.
@@ -56,7 +59,7 @@ public final class CommandContext {
     /// The absolute config path.
     public var configPath: String {
         let raw = configDisplayPath
-        return raw.hasPrefix("/") ? raw : (workingDirectory as NSString).appendingPathComponent(raw)
+        return raw.hasPrefix("/") ? raw : Path.join(workingDirectory, raw)
     }
 }
 

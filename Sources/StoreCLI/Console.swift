@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 
 /// Where a command writes: data to stdout, diagnostics to stderr. Tests capture both.
@@ -24,8 +27,8 @@ public final class Console: @unchecked Sendable {
         let tty = isatty(2) == 1
         let noColor = ProcessInfo.processInfo.environment["NO_COLOR"].map { !$0.isEmpty } ?? false
         return Console(
-            out: { s in FileHandle.standardOutput.write(Data(s.utf8)) },
-            err: { s in FileHandle.standardError.write(Data(s.utf8)) },
+            out: { s in StandardStream.out(s) },
+            err: { s in StandardStream.err(s) },
             isTerminal: tty, color: tty && !noColor)
     }
 

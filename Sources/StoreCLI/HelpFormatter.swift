@@ -24,7 +24,7 @@ public enum HelpFormatter {
             lines.append("SUBCOMMANDS:")
             let width = (command.subcommands.map { $0.name.count }.max() ?? 0) + 2
             for sub in command.subcommands {
-                lines.append("  " + sub.name.padding(toLength: width, withPad: " ", startingAt: 0) + sub.abstract)
+                lines.append("  " + sub.name.padded(to: width) + sub.abstract)
             }
         }
         func render(_ specs: [OptionSpec]) {
@@ -36,7 +36,7 @@ public enum HelpFormatter {
             }
             let width = (labels.map(\.count).max() ?? 0) + 2
             for (spec, label) in zip(specs, labels) {
-                lines.append("  " + label.padding(toLength: width, withPad: " ", startingAt: 0) + spec.help)
+                lines.append("  " + label.padded(to: width) + spec.help)
             }
         }
         if !command.options.isEmpty {
@@ -60,4 +60,7 @@ public enum HelpFormatter {
     }
 }
 
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreSQLite
 
@@ -85,7 +88,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                               busyTimeout: Int32 = defaultBusyTimeout) throws
         -> (database: FileCloudDatabase, created: Bool)
     {
-        let folder = (path as NSString).deletingLastPathComponent
+        let folder = Path.parent(path)
         if !folder.isEmpty && !FileManager.default.fileExists(atPath: folder) {
             do {
                 try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
@@ -142,9 +145,9 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     {
         if let report = configurationStatus(account: account, secret: secret) { return report }
         if createIfMissing && !FileManager.default.fileExists(atPath: path) {
-            var folder = (path as NSString).deletingLastPathComponent
+            var folder = Path.parent(path)
             while !folder.isEmpty && folder != "/" && !FileManager.default.fileExists(atPath: folder) {
-                folder = (folder as NSString).deletingLastPathComponent
+                folder = Path.parent(folder)
             }
             if let problem = writeProblem("folder", folder.isEmpty ? "." : folder) {
                 return AccountStatusReport(status: .restricted,
@@ -303,7 +306,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// Why the container cannot be written, or nil when it can. Root ignores permission bits when writing, so a
     /// file or folder without any write bit counts as read-only for everyone.
     static func writeProblem(path: String) -> String? {
-        let folder = (path as NSString).deletingLastPathComponent
+        let folder = Path.parent(path)
         for (what, target) in [("file", path), ("folder", folder.isEmpty ? "." : folder)] {
             if let problem = writeProblem(what, target) { return problem }
         }

@@ -88,7 +88,7 @@ final class PGResult {
         var message = PQresultErrorField(handle, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? ""
         if message.isEmpty {
             message = PQresultErrorMessage(handle).map { String(cString: $0) }?
-                .trimmingCharacters(in: .whitespacesAndNewlines) ?? "unknown error"
+                .trimmingWhitespace() ?? "unknown error"
         }
         if let detail = PQresultErrorField(handle, Int32(UInt8(ascii: "D"))).map({ String(cString: $0) }) {
             message += " (\(detail))"
@@ -278,7 +278,7 @@ final class PGConnection {
             var line = String(rawLine)
             if line.hasPrefix("LOCATION:") { continue }
             for severity in ["FATAL:  ", "ERROR:  ", "PANIC:  "] {
-                guard let range = line.range(of: severity) else { continue }
+                guard let range = line.firstRange(of: severity) else { continue }
                 let rest = line[range.upperBound...]
                 let code = rest.prefix(5)
                 if code.count == 5, code.allSatisfy({ $0.isNumber || ($0.isUppercase && $0.isASCII) }),
@@ -289,7 +289,7 @@ final class PGConnection {
                 }
                 break
             }
-            lines.append(line.trimmingCharacters(in: .whitespaces))
+            lines.append(line.trimmingSpaces())
         }
         return (state, lines.filter { !$0.isEmpty }.joined(separator: "; "))
     }
@@ -310,7 +310,7 @@ enum PGConnInfo {
         var errorMessage: UnsafeMutablePointer<CChar>?
         guard let options = PQconninfoParse(conninfo, &errorMessage) else {
             let message = errorMessage.map { String(cString: $0) }?
-                .trimmingCharacters(in: .whitespacesAndNewlines) ?? "out of memory"
+                .trimmingWhitespace() ?? "out of memory"
             if let errorMessage { PQfreemem(errorMessage) }
             throw PGError(sqlState: nil, message: message, sql: nil, connectionLost: false, duringConnect: true)
         }

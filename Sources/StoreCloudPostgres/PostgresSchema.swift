@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+import StoreBase
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The layout of a container in PostgreSQL: one schema per container, its tables, and the migrations that build
 /// them.
@@ -94,12 +98,12 @@ enum PostgresSchema {
     /// `name` as a quoted SQL identifier: in double quotes, with inner double quotes doubled.
     /// (libpq's `PQescapeIdentifier` does the same but needs a connection; grants are printed without one.)
     static func quoted(_ name: String) -> String {
-        "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        "\"" + name.replacingText("\"", with: "\"\"") + "\""
     }
 
     /// The migration statements with the schema name filled in.
     static func statements(migration index: Int, schema: String) -> [String] {
-        migrations[index].map { $0.replacingOccurrences(of: "{s}", with: quoted(schema)) }
+        migrations[index].map { $0.replacingText("{s}", with: quoted(schema)) }
     }
 
     /// The SQL that grants `role` what it needs to sync with `container`: USAGE on the schema, SELECT on its

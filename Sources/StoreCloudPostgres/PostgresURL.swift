@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+import StoreBase
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Turning a libpq connection URL or `key=value` string into something safe to print.
 enum PostgresURL {
@@ -23,7 +27,7 @@ enum PostgresURL {
     }
 
     private static func redactedURI(_ uri: String) -> String {
-        guard let schemeEnd = uri.range(of: "://") else { return uri }
+        guard let schemeEnd = uri.firstRange(of: "://") else { return uri }
         let scheme = uri[..<schemeEnd.upperBound]
         let rest = uri[schemeEnd.upperBound...]
         let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
@@ -39,7 +43,7 @@ enum PostgresURL {
             let kept = tail[tail.index(after: q)...].split(separator: "&", omittingEmptySubsequences: false)
                 .filter { item in
                     let key = item.split(separator: "=", maxSplits: 1).first.map(String.init) ?? ""
-                    return (key.removingPercentEncoding ?? key) != "password"
+                    return PercentEncoding.decoded(key) != "password"
                 }
             tail = String(path) + (kept.isEmpty ? "" : "?" + kept.joined(separator: "&"))
         }
@@ -48,6 +52,6 @@ enum PostgresURL {
 
     private static func quotedValue(_ value: String) -> String {
         if !value.isEmpty, !value.contains(where: { $0 == " " || $0 == "'" || $0 == "\\" }) { return value }
-        return "'" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'") + "'"
+        return "'" + value.replacingText("\\", with: "\\\\").replacingText("'", with: "\\'") + "'"
     }
 }

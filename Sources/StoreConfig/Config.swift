@@ -69,11 +69,11 @@ public enum KeepRule: Sendable, Equatable, CustomStringConvertible {
 
     /// Parses `newest(col)`, `oldest(col)` or `first`.
     public init?(_ text: String) {
-        let t = text.trimmingCharacters(in: .whitespaces)
+        let t = text.trimmingSpaces()
         if t == "first" { self = .first; return }
         for (prefix, make) in [("newest(", KeepRule.newest), ("oldest(", KeepRule.oldest)] as [(String, (String) -> KeepRule)] {
             if t.hasPrefix(prefix), t.hasSuffix(")") {
-                let col = t.dropFirst(prefix.count).dropLast().trimmingCharacters(in: .whitespaces)
+                let col = t.dropFirst(prefix.count).dropLast().trimmingSpaces()
                 guard !col.isEmpty else { return nil }
                 self = make(col)
                 return
@@ -235,4 +235,7 @@ public struct StoreSettings: Sendable, Equatable {
     }
 }
 
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif

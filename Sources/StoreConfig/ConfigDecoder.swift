@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 
 /// Turns an expanded node tree into a `Config`: typed decoding, defaults, path resolution and validation, with
@@ -77,7 +80,7 @@ struct ConfigDecoder {
     /// A scalar's text, which must not be empty.
     private func nonEmpty(_ node: YAMLNode, _ path: String, _ what: String = "text") throws -> String {
         let value = try text(node, path, what)
-        guard !value.trimmingCharacters(in: .whitespaces).isEmpty else { throw fail(node, path, "must not be empty") }
+        guard !value.trimmingSpaces().isEmpty else { throw fail(node, path, "must not be empty") }
         return value
     }
 

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import StoreBase
 #if canImport(Glibc)
 import Glibc
@@ -364,7 +364,7 @@ enum YAMLQuoting {
     }
 
     static func singleQuoted(_ value: String) -> String {
-        "'" + value.replacingOccurrences(of: "'", with: "''") + "'"
+        "'" + value.replacingText("'", with: "''") + "'"
     }
 
     /// `value` double-quoted, with YAML escapes for `"`, `\` and every non-printable character.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import StoreBase
 #if canImport(Glibc)
 import Glibc

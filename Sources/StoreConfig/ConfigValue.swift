@@ -1,5 +1,8 @@
 internal import CYAML
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 
 /// A config as plain data, for `config show` and `config get`: printed as YAML (by libyaml's emitter) or JSON.

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 
 /// Expands `${VAR}` and `${VAR:-default}` inside scalar values.
@@ -68,7 +71,7 @@ public enum EnvironmentExpansion {
 
     /// Whether `text` holds a `${...}` reference.
     public static func hasReference(_ text: String) -> Bool {
-        text.replacingOccurrences(of: "$${", with: "").contains("${")
+        text.replacingText("$${", with: "").contains("${")
     }
 
     private static func indexOfDefault(_ body: [UInt8]) -> Int? {

@@ -255,7 +255,7 @@ public struct SourceText: Sendable {
 
     /// Replaces the password of `scheme://user:password@host` with `<redacted>`.
     static func redactURLPassword(_ text: String) -> String {
-        guard let scheme = text.range(of: "://") else { return text }
+        guard let scheme = text.firstRange(of: "://") else { return text }
         let rest = text[scheme.upperBound...]
         guard let at = rest.firstIndex(of: "@") else { return text }
         let userInfo = rest[..<at]

@@ -41,7 +41,7 @@ public struct EntityMap: Sendable, Equatable {
                              hint: "add a PRIMARY KEY to '\(table)', or leave it out of `entities:`")
         }
         let sql = try db.scalar("SELECT sql FROM sqlite_master WHERE type='table' AND name=?", [table])?.string ?? ""
-        let withoutRowid = sql.uppercased().replacingOccurrences(of: " ", with: "").contains("WITHOUTROWID")
+        let withoutRowid = sql.uppercased().replacingText(" ", with: "").contains("WITHOUTROWID")
         let surrogate = pk.count == 1 && pk[0].declaredType.uppercased() == "INTEGER" && !withoutRowid
         var refs: [Reference] = []
         var parents: [String] = []
@@ -53,7 +53,7 @@ public struct EntityMap: Sendable, Equatable {
             let parentSQL = try db.scalar("SELECT sql FROM sqlite_master WHERE type='table' AND name=?",
                                           [fk.parentTable])?.string ?? ""
             let parentSurrogate = parentPK.count == 1 && parentPK[0].declaredType.uppercased() == "INTEGER"
-                && !parentSQL.uppercased().replacingOccurrences(of: " ", with: "").contains("WITHOUTROWID")
+                && !parentSQL.uppercased().replacingText(" ", with: "").contains("WITHOUTROWID")
             let target = fk.parentColumns.first ?? nil
             if parentSurrogate && (target == nil || target == parentPK[0].name) {
                 refs.append(Reference(column: fk.columns[0], parent: fk.parentTable))
@@ -157,5 +157,5 @@ public struct EntityMap: Sendable, Equatable {
 
 /// A JSON path to a top-level key, quoted for any key text SQLite's path syntax accepts.
 func jsonPath(_ key: String) -> String {
-    "$.\"" + key.replacingOccurrences(of: "\"", with: "\\\"") + "\""
+    "$.\"" + key.replacingText("\"", with: "\\\"") + "\""
 }

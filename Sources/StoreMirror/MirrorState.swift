@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreSQLite
 
@@ -43,7 +46,7 @@ public enum MirrorState {
     /// syncs (`StoreHandle.checkIdentity`).
     public static func recordStorePath(_ db: Connection) throws {
         try db.run("INSERT OR IGNORE INTO _storectl_meta(key, value) VALUES ('store_path', ?)",
-                   [(db.path as NSString).standardizingPath])
+                   [Path.standardized(db.path)])
     }
 
     /// A meta value, or nil.

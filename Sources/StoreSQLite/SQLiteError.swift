@@ -54,7 +54,7 @@ public struct SQLiteError: DiagnosedError, Equatable {
 
     public var details: [String] {
         guard let sql else { return [] }
-        let oneLine = sql.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+        let oneLine = sql.split(whereSeparator: \.isNewline).map { $0.trimmingSpaces() }
             .joined(separator: " ")
         return ["  while executing: " + (oneLine.count > 300 ? String(oneLine.prefix(300)) + "..." : oneLine)]
     }
@@ -71,4 +71,7 @@ public struct SQLiteError: DiagnosedError, Equatable {
     }
 }
 
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif

@@ -1,3 +1,4 @@
+import StoreBase
 /// A value stored in, or bound to, SQLite: one of its five storage classes.
 public enum Value: Hashable, Sendable, CustomStringConvertible {
     case null
@@ -46,8 +47,8 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
         case .null: return "NULL"
         case .integer(let v): return String(v)
         case .real(let d): return String(d)
-        case .text(let s): return "'" + s.replacingOccurrences(of: "'", with: "''") + "'"
-        case .blob(let b): return "X'" + b.map { String(format: "%02X", $0) }.joined() + "'"
+        case .text(let s): return "'" + s.replacingText("'", with: "''") + "'"
+        case .blob(let b): return "X'" + Hex.string(b, uppercase: true) + "'"
         }
     }
 
@@ -94,11 +95,11 @@ extension Optional: SQLBindable where Wrapped: SQLBindable {
 ///     quoteIdentifier(#"my "table""#) // "\"my \"\"table\"\"\""
 public func quoteIdentifier(_ name: String) -> String {
     if !name.utf8.contains(UInt8(ascii: "\"")) { return "\"" + name + "\"" }
-    return "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    return "\"" + name.replacingText("\"", with: "\"\"") + "\""
 }
 
 /// Quotes a string as an SQL text literal.
 public func quoteLiteral(_ text: String) -> String {
     if !text.utf8.contains(UInt8(ascii: "'")) { return "'" + text + "'" }
-    return "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
+    return "'" + text.replacingText("'", with: "''") + "'"
 }

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreCloud
 import StoreCloudPostgres
@@ -26,7 +29,7 @@ public enum CloudConnector {
             // file:///abs and file://localhost/abs are accepted too.
             if path.hasPrefix("//localhost/") { path = String(path.dropFirst("//localhost".count)) }
             if path.hasPrefix("///") { path = String(path.dropFirst(2)) }
-            path = path.removingPercentEncoding ?? path
+            path = PercentEncoding.decoded(path)
             guard path.hasPrefix("/") else {
                 throw StoreError(.config, "cloud.url '\(url)' does not name an absolute path",
                                  hint: "write file:PATH; a relative PATH is resolved against the config's folder")
@@ -118,7 +121,7 @@ public enum CloudConnector {
 
     /// The URL for messages: a password in it is replaced by `***`.
     public static func redacted(_ url: String) -> String {
-        guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].firstIndex(of: "@") else {
+        guard let scheme = url.firstRange(of: "://"), let at = url[scheme.upperBound...].firstIndex(of: "@") else {
             return url
         }
         let userInfo = url[scheme.upperBound..<at]

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreMirror
 import StoreSQLite
@@ -26,7 +29,7 @@ extension StoreHandle {
     /// - Throws: `CopiedStoreError` (exit 65).
     public func checkIdentity() throws {
         let db = try database()
-        let here = (settings.path as NSString).standardizingPath
+        let here = Path.standardized(settings.path)
         let recorded = try MirrorState.meta(db, "store_path")
         if let recorded, recorded != here, FileManager.default.fileExists(atPath: recorded) {
             let ours = try MirrorState.storeID(db)
@@ -50,7 +53,7 @@ extension StoreHandle {
         let id = UUID().uuidString.lowercased()
         try db.transaction {
             try MirrorState.setMeta(db, "store_id", id)
-            try MirrorState.setMeta(db, "store_path", (settings.path as NSString).standardizingPath)
+            try MirrorState.setMeta(db, "store_path", Path.standardized(settings.path))
         }
         return id
     }

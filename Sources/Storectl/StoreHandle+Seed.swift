@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreCloud
 import StoreConfig
@@ -70,7 +73,7 @@ extension StoreHandle {
                 _ = try mirror.sync(progress: progress)
                 break
             } catch let error as CloudError where error.kind == .temporary && Date() < deadline {
-                Thread.sleep(forTimeInterval: 0.2)
+                usleep(200_000)
             }
         }
         // 2. Claim the marker atomically.

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreCloud
 import StoreConfig
@@ -94,7 +97,7 @@ extension StoreHandle {
                     tokens.server = try MirrorState.serverToken(db, zone: cloud.zone)
                 }
                 if let ms = try MirrorState.meta(db, "last_sync_at").flatMap(Double.init) {
-                    lastSync = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: ms / 1000))
+                    lastSync = Date.ISO8601FormatStyle().format(Date(timeIntervalSince1970: ms / 1000))
                 }
                 bound = try MirrorState.meta(db, "bound_account")
                 if let bound, let configured = settings.cloud?.account, bound != configured {

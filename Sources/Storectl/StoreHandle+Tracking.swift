@@ -62,4 +62,7 @@ extension StoreHandle {
     }
 }
 
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif

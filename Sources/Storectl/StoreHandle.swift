@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreConfig
 import StoreSQLite
@@ -36,7 +39,7 @@ public final class StoreHandle {
                 throw StoreError(.noInput, "store '\(settings.name)': \(path) does not exist",
                                  hint: "run 'storectl init --store \(settings.name)' to create it")
             }
-            let dir = (path as NSString).deletingLastPathComponent
+            let dir = Path.parent(path)
             do {
                 try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
             } catch {

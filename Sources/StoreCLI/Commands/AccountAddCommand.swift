@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreCloud
 import StoreConfig
@@ -62,8 +65,7 @@ struct AccountAddCommand: Command {
         if context.stdinIsTerminal {
             secret = context.ask("Secret for account '\(id)': ", hidden: true) ?? ""
         } else {
-            let data = FileHandle.standardInput.readDataToEndOfFile()
-            secret = String(decoding: data, as: UTF8.self)
+            secret = String(decoding: StandardStream.readAllInput(), as: UTF8.self)
             while secret.hasSuffix("\n") || secret.hasSuffix("\r") { secret.removeLast() }
         }
         guard !secret.isEmpty else {

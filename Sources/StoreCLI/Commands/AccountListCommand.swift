@@ -36,7 +36,7 @@ struct AccountListCommand: Command {
             return .ok
         }
         let width = max(2, accounts.map { $0.id.count }.max() ?? 0) + 2
-        func pad(_ s: String, _ n: Int) -> String { s.padding(toLength: max(n, s.count), withPad: " ", startingAt: 0) }
+        func pad(_ s: String, _ n: Int) -> String { s.padded(to: max(n, s.count)) }
         context.console.out(pad("ID", width) + pad("ROLE", 8) + pad("STATE", 10) + "CREATED")
         for a in accounts {
             context.console.out(pad(a.id, width) + pad(a.role, 8) + pad(a.disabled ? "disabled" : "enabled", 10)

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreCloud
 import StoreConfig
@@ -42,7 +45,5 @@ extension CommandContext {
 
 /// A time as ISO 8601 (UTC), for output.
 func isoTime(_ seconds: Double) -> String {
-    let formatter = ISO8601DateFormatter()
-    formatter.formatOptions = [.withInternetDateTime]
-    return formatter.string(from: Date(timeIntervalSince1970: seconds))
+    Date.ISO8601FormatStyle().format(Date(timeIntervalSince1970: seconds))
 }

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreCloud
 import Storectl
@@ -48,7 +51,7 @@ struct CloudPurgeCommand: Command {
             let answer = context.ask("This deletes \(zone.liveRecords) records and every marker of zone "
                                          + "'\(cloud.zone)' in container '\(cloud.container)' (\(db.displayURL)).\n"
                                          + "Type the zone name to confirm: ")
-            guard answer?.trimmingCharacters(in: .whitespaces) == cloud.zone else {
+            guard answer?.trimmingSpaces() == cloud.zone else {
                 throw UsageError("purge not confirmed; nothing was deleted")
             }
         }

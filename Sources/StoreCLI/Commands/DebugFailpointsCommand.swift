@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 
 /// `storectl debug failpoints`: every failpoint, with what has and has not happened when it fires.
@@ -43,7 +46,7 @@ struct DebugFailpointsCommand: Command {
         }
         let width = entries.map(\.name.count).max() ?? 0
         for e in entries {
-            context.console.out(e.name.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + e.description)
+            context.console.out(e.name.padded(to: width) + "  " + e.description)
         }
         return .ok
     }

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreHistory
 import StoreSQLite
@@ -107,7 +110,7 @@ struct HistoryCommand: Command {
     static func displayValue(_ value: Value) -> String {
         switch value {
         case .text(let s): return quoteLiteral(s)
-        case .blob(let b): return "x'" + b.map { String(format: "%02x", $0) }.joined() + "'"
+        case .blob(let b): return "x'" + Hex.string(b) + "'"
         default: return value.description
         }
     }

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreHistory
 import Storectl
@@ -118,11 +121,11 @@ struct HistoryConsumerListCommand: Command {
             return .ok
         }
         let width = max(4, consumers.map(\.name.count).max() ?? 0) + 2
-        context.console.out("NAME".padding(toLength: width, withPad: " ", startingAt: 0)
-                            + "TOKEN".padding(toLength: 12, withPad: " ", startingAt: 0) + "BEHIND")
+        context.console.out("NAME".padded(to: width)
+                            + "TOKEN".padded(to: 12) + "BEHIND")
         for c in consumers {
-            context.console.out(c.name.padding(toLength: width, withPad: " ", startingAt: 0)
-                                + String(c.token).padding(toLength: 12, withPad: " ", startingAt: 0) + String(c.behind))
+            context.console.out(c.name.padded(to: width)
+                                + String(c.token).padded(to: 12) + String(c.behind))
         }
         context.console.out("(newest seq: \(latest))")
         return .ok

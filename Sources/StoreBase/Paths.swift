@@ -1,0 +1,109 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Path strings, taken apart and joined the way `NSString`'s path methods do, without loading Foundation's
+/// Objective-C bridge (storectl links only FoundationEssentials, which keeps every command's start short).
+public enum Path {
+    /// The folder part: `a/b/c.db` → `a/b`, `/c.db` → `/`, `c.db` → `` (empty).
+    public static func parent(_ path: String) -> String {
+        var trimmed = Substring(path)
+        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        guard let slash = trimmed.lastIndex(of: "/") else { return "" }
+        if slash == trimmed.startIndex { return "/" }
+        var head = trimmed[..<slash]
+        while head.count > 1 && head.hasSuffix("/") { head = head.dropLast() }
+        return String(head)
+    }
+
+    /// The last component: `a/b/c.db` → `c.db`.
+    public static func lastComponent(_ path: String) -> String {
+        var trimmed = Substring(path)
+        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        guard let slash = trimmed.lastIndex(of: "/"), trimmed.count > 1 else { return String(trimmed) }
+        return String(trimmed[trimmed.index(after: slash)...])
+    }
+
+    /// `component` under `folder`, with one slash between them.
+    public static func join(_ folder: String, _ component: String) -> String {
+        if folder.isEmpty { return component }
+        if component.isEmpty { return folder }
+        return folder.hasSuffix("/") ? folder + component : folder + "/" + component
+    }
+
+    /// `path` with `~` expanded, repeated slashes, `.` and `..` removed (for an absolute path) and no trailing
+    /// slash: a lexical normal form, as `NSString.standardizingPath` gives on Linux. Symbolic links are kept.
+    public static func standardized(_ path: String) -> String {
+        var p = path
+        if p == "~" || p.hasPrefix("~/"), let home = getenv("HOME") {
+            p = String(cString: home) + p.dropFirst()
+        }
+        let absolute = p.hasPrefix("/")
+        var parts: [Substring] = []
+        for part in p.split(separator: "/", omittingEmptySubsequences: true) {
+            if part == "." { continue }
+            if part == "..", absolute {
+                if !parts.isEmpty { parts.removeLast() }
+                continue
+            }
+            parts.append(part)
+        }
+        let joined = parts.joined(separator: "/")
+        if absolute { return "/" + joined }
+        return joined.isEmpty ? (p.isEmpty ? "" : ".") : joined
+    }
+}
+
+/// Bytes as hexadecimal text.
+public enum Hex {
+    /// `[0x00, 0xff]` → `00ff` (or `00FF` with `uppercase`).
+    public static func string(_ bytes: some Sequence<UInt8>, uppercase: Bool = false) -> String {
+        let digits = Array((uppercase ? "0123456789ABCDEF" : "0123456789abcdef").utf8)
+        var out: [UInt8] = []
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0x0f)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// Writing to the standard streams without buffering in between (diagnostics must not wait for an exit).
+public enum StandardStream {
+    /// Writes `text` to standard output.
+    public static func out(_ text: String) { write(1, text) }
+    /// Writes `text` to standard error.
+    public static func err(_ text: String) { write(2, text) }
+
+    private static func write(_ fd: Int32, _ text: String) {
+        var bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { raw -> Int in
+                guard let base = raw.baseAddress else { return 0 }
+                return Glibc.write(fd, base + offset, raw.count - offset)
+            }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return }
+            offset += n
+        }
+    }
+
+    /// Everything on standard input until end of file.
+    public static func readAllInput() -> [UInt8] {
+        var result: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { raw -> Int in
+                guard let base = raw.baseAddress else { return 0 }
+                return read(0, base, raw.count)
+            }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            result.append(contentsOf: buffer[0..<n])
+        }
+        return result
+    }
+}

@@ -1,0 +1,46 @@
+import StoreBase
+import XCTest
+
+/// The text helpers that stand in for Foundation's `NSString` path and string methods.
+final class TextHelpersTests: XCTestCase {
+    func testPathPartsMatchNSStringPathMethods() {
+        XCTAssertEqual(Path.parent("a/b/c.db"), "a/b")
+        XCTAssertEqual(Path.parent("/c.db"), "/")
+        XCTAssertEqual(Path.parent("c.db"), "")
+        XCTAssertEqual(Path.parent("/a/b/"), "/a")
+        XCTAssertEqual(Path.parent("/a//b"), "/a")
+        XCTAssertEqual(Path.lastComponent("a/b/c.db"), "c.db")
+        XCTAssertEqual(Path.lastComponent("/a/b/"), "b")
+        XCTAssertEqual(Path.lastComponent("/"), "/")
+        XCTAssertEqual(Path.join("/a", "b.db"), "/a/b.db")
+        XCTAssertEqual(Path.join("/a/", "b.db"), "/a/b.db")
+        XCTAssertEqual(Path.standardized("/a/./b/../c//d/"), "/a/c/d")
+        XCTAssertEqual(Path.standardized("/../x"), "/x")
+        XCTAssertEqual(Path.standardized("a/./b"), "a/b")
+    }
+
+    func testReplacingTextMatchesBytesNotCharacters() {
+        XCTAssertEqual("it's".replacingText("'", with: "''"), "it''s")
+        // A quote followed by a combining accent is one Character, but its quote must still be doubled.
+        XCTAssertEqual("a'\u{301}b".replacingText("'", with: "''"), "a''\u{301}b")
+        XCTAssertEqual("a\r\nb".replacingText("\n", with: "|"), "a\r|b")
+        XCTAssertEqual("xx".replacingText("", with: "y"), "xx")
+        XCTAssertEqual("{s}.t, {s}.u".replacingText("{s}", with: "\"q\""), "\"q\".t, \"q\".u")
+    }
+
+    func testTrimmingPaddingHexPercentAndJSONQuoting() {
+        XCTAssertEqual("  a b\t".trimmingSpaces(), "a b")
+        XCTAssertEqual("\n a \n".trimmingSpaces(), "\n a \n")
+        XCTAssertEqual("\n a \n".trimmingWhitespace(), "a")
+        XCTAssertEqual("   ".trimmingWhitespace(), "")
+        XCTAssertEqual("ab".padded(to: 4), "ab  ")
+        XCTAssertEqual("abcdef".padded(to: 3), "abc")
+        XCTAssertEqual(Hex.string([0x00, 0xAB, 0xff]), "00abff")
+        XCTAssertEqual(Hex.string([0x0f], uppercase: true), "0F")
+        XCTAssertEqual(PercentEncoding.decoded("my%20notes%2Edb"), "my notes.db")
+        XCTAssertEqual(PercentEncoding.decoded("100%"), "100%")
+        XCTAssertEqual(PercentEncoding.decoded("%zz"), "%zz")
+        XCTAssertEqual(JSONText.quoted("plain"), "\"plain\"")
+        XCTAssertEqual(JSONText.quoted("a\"b\\c\n\t\u{01}é"), "\"a\\\"b\\\\c\\n\\t\\u0001é\"")
+    }
+}
