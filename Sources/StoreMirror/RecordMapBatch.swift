@@ -99,17 +99,25 @@ struct RecordMapBatch {
     /// character is left as it is, for `add` to refuse).
     static func appendString(_ text: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"):
-                out.append(UInt8(ascii: "\\"))
-                out.append(byte)
-            case 1..<0x20:
-                out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
-                                        hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
-            default:
-                out.append(byte)
+        var text = text
+        text.withUTF8 { bytes in
+            // Runs of plain bytes are copied whole; only the bytes that need it are escaped.
+            var run = 0
+            for i in 0..<bytes.count {
+                let byte = bytes[i]
+                guard byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || (byte < 0x20 && byte != 0)
+                else { continue }
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run..<i]))
+                if byte < 0x20 {
+                    out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"),
+                                            UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+                } else {
+                    out.append(UInt8(ascii: "\\"))
+                    out.append(byte)
+                }
+                run = i + 1
             }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run..<bytes.count]))
         }
         out.append(UInt8(ascii: "\""))
     }
