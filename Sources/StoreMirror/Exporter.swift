@@ -279,18 +279,7 @@ struct Exporter {
             try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
                 let applier = try RecordApplier(db: db, entities: Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) }),
                                                 policy: options.mergePolicy)
-                // Plain saves go to the record map in one statement; anything else first writes what is gathered,
-                // so that every record-map change still happens in the batch's order.
-                var map = RecordMapBatch()
                 for (item, outcome) in zip(work, outcomes) {
-                    if case .saved(let tag, _) = outcome, !item.save.deleted, !item.isMerge,
-                       map.add(entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag,
-                               base: item.save.fields, deleted: false)
-                    {
-                        report.saved += 1
-                        continue
-                    }
-                    try map.flush(db)
                     switch outcome {
                     case .saved(let tag, _):
                         try record(item, tag: tag, applier: applier)
@@ -339,7 +328,6 @@ struct Exporter {
                         }
                     }
                 }
-                try map.flush(db)
             }
             Failpoint.hit("export.after-batch-commit")
             if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }

@@ -158,7 +158,6 @@ public final class Mirror {
             try db.execute("PRAGMA defer_foreign_keys = ON")
             let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy,
                                             dedupEntities: Set(options.uniqueRules.keys))
-            applier.batchesMap = true
             var first = true
             var done = 0
             while true {
@@ -182,7 +181,6 @@ public final class Mirror {
                     case .conflict: break
                     }
                 }
-                try applier.flushMap()
                 done += batch.records.count
                 progress(done, total)
                 token = batch.token
@@ -190,7 +188,6 @@ public final class Mirror {
             }
             if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
             report.waitingForParent = try applier.retryPending()
-            try applier.flushMap()
             if !options.uniqueRules.isEmpty {
                 // Dedup in the same transaction, so that no reader ever sees the duplicate. Its deletes and
                 // re-points carry their own author, so that the next export sends them.

@@ -42,21 +42,6 @@ final class RecordApplier {
     /// Entities with a `unique:` rule: their applied rows are listed in `temp._storectl_touched` for dedup.
     let dedupEntities: Set<String>
 
-    /// Whether new rows' record-map entries are gathered and written per batch (`flushMap`) rather than one by one.
-    /// Only the new-row fast path gathers; every other path writes what is gathered first, so reads of the record
-    /// map always see every earlier record.
-    var batchesMap = false
-    private var mapBatch = RecordMapBatch()
-    private var batchedNames: Set<String> = []
-
-    /// Writes the gathered record-map entries.
-    /// - Throws: `SQLiteError`.
-    func flushMap() throws {
-        guard !mapBatch.isEmpty else { return }
-        try mapBatch.flush(db)
-        batchedNames.removeAll(keepingCapacity: true)
-    }
-
     init(db: Connection, entities: [String: EntityMap], policy: MergePolicy, dedupEntities: Set<String> = []) throws {
         self.db = db
         self.dedupEntities = dedupEntities
@@ -135,20 +120,16 @@ final class RecordApplier {
     /// Applies one record from the cloud.
     func apply(_ record: CloudRecord, respectLocalChanges: Bool = true) throws -> Outcome {
         guard let entity = entities[record.recordType] else { return .unknownType }
-        if batchedNames.contains(record.recordName) { try flushMap() }
         let entry = try mapEntry(name: record.recordName)
         if let entry, entry.tag == record.changeTag { return .skipped }
         if record.deleted {
-            try flushMap()
             return try applyDeletion(record, entity: entity, entry: entry, respectLocalChanges: respectLocalChanges)
         }
         if entity.isSurrogate, entity.references.isEmpty, entry == nil || entry?.deleted == true, entity.pathSafe,
            !Self.mentionsBlob(record.fields)
         {
-            if entry != nil { try flushMap() }
             return try insertNew(record, entity: entity, entry: entry)
         }
-        try flushMap()
         let fields = try codec.decode(record.fields)
         // Resolve references to local keys; a missing parent parks the record until the parent arrives.
         var resolved: [String: Value] = [:]
@@ -236,16 +217,7 @@ final class RecordApplier {
         })
         try s.bind([record.fields])
         try s.step()
-        let pk = "[\(db.lastInsertRowID)]"
-        if batchesMap, entry == nil, !hasParked, !dedupEntities.contains(entity.name),
-           mapBatch.add(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag,
-                        base: record.fields, deleted: false)
-        {
-            batchedNames.insert(record.recordName)
-            return .applied
-        }
-        try flushMap()
-        try finish(record, entity: entity, entry: entry, pk: pk)
+        try finish(record, entity: entity, entry: entry, pk: "[\(db.lastInsertRowID)]")
         return .applied
     }
 
