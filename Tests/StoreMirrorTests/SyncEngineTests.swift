@@ -9,9 +9,9 @@ import XCTest
 final class SyncEngineTests: XCTestCase {
     let notesSQL = "SELECT uuid, title, body FROM notes"
 
-    /// The record map is written per batch as JSON text: values that need escaping must come back exactly, both
-    /// on export (the base must equal the fields, so an unchanged row is not sent again) and on import.
-    func testAwkwardTextRoundTripsThroughTheBatchedRecordMap() throws {
+    /// Values that need escaping in JSON come back exactly, both on export (the record map's base must equal the
+    /// fields, so an unchanged row is not sent again) and on import.
+    func testAwkwardTextRoundTripsThroughTheRecordMap() throws {
         let f = try MirrorFixture()
         let a = try f.store("a")
         let b = try f.store("b")
