@@ -682,14 +682,24 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                 let tagSuffix = "-" + epoch.prefix(8)
                 var outcomes: [SaveOutcome] = []
                 outcomes.reserveCapacity(saves.count)
+                // The batch's constant values are bound once; each record binds only its own (a finished step
+                // resets the statement and keeps its bindings).
+                for statement in [insert, update] {
+                    try statement.bind(.text(zone), at: 1)
+                    try statement.bind(.text(device), at: 8)
+                    try statement.bind(.real(now), at: 9)
+                }
                 for save in saves {
                     let tag = String(seq + 1, radix: 36) + tagSuffix
-                    let values: [Value] = [.text(zone), .text(save.recordName), .text(save.recordType),
-                                           .text(save.deleted ? "{}" : save.fields), .text(tag), .integer(seq + 1),
-                                           .integer(save.deleted ? 1 : 0), .text(device), .real(now)]
                     let statement = save.expectedTag == nil ? insert : update
                     do {
-                        try statement.bind(save.expectedTag.map { values + [.text($0)] } ?? values)
+                        try statement.bind(.text(save.recordName), at: 2)
+                        try statement.bind(.text(save.recordType), at: 3)
+                        try statement.bind(.text(save.deleted ? "{}" : save.fields), at: 4)
+                        try statement.bind(.text(tag), at: 5)
+                        try statement.bind(.integer(seq + 1), at: 6)
+                        try statement.bind(.integer(save.deleted ? 1 : 0), at: 7)
+                        if let expected = save.expectedTag { try statement.bind(.text(expected), at: 10) }
                         while try statement.step() {}
                     } catch let error as SQLiteError where error.isConstraint {
                         throw CloudError(.invalid, "record '\(save.recordName)': its fields are not a JSON object; "

@@ -29,12 +29,14 @@ enum ExportImportBenchmark {
         try Runner.main("export", argv, help: exportHelp) { lab, options, report in
             report.figures = [exportFigure(try lab.pair(rows: options.rows))]
         }
+        Trace.report()
     }
 
     static func importMain(_ argv: [String]) throws {
         try Runner.main("import", argv, help: importHelp) { lab, options, report in
             report.figures = [importFigure(try lab.pair(rows: options.rows))]
         }
+        Trace.report()
     }
 
     static func exportFigure(_ p: Lab.Pair) -> Figure {

@@ -148,6 +148,8 @@ final class Lab {
         try remove(name)
         let store = try makeStore(name, url: url, account: account, container: container)
         try FileManager.default.copyItem(atPath: storePath(from), toPath: storePath(name))
+        // A copied store file is refused before it syncs while the original exists: give it an identity of its own.
+        try store.newIdentity()
         return store
     }
 

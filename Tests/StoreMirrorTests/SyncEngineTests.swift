@@ -9,6 +9,34 @@ import XCTest
 final class SyncEngineTests: XCTestCase {
     let notesSQL = "SELECT uuid, title, body FROM notes"
 
+    /// Values that need escaping in JSON come back exactly, both on export (the record map's base must equal the
+    /// fields, so an unchanged row is not sent again) and on import.
+    func testAwkwardTextRoundTripsThroughTheRecordMap() throws {
+        let f = try MirrorFixture()
+        let a = try f.store("a")
+        let b = try f.store("b")
+        let awkward = "q\"uote \\ back\u{1}ctl\ttab\nnl é 日本 \u{1F600} \\u0041"
+        for i in 0..<30 {
+            try f.write(a, "INSERT INTO notes(uuid, title, body) VALUES (?, ?, ?)", ["u\(i)", awkward + "\(i)", awkward])
+        }
+        XCTAssertEqual(try f.sync(a).exported.saved, 30)
+        let bases = try a.query("SELECT count(*) FROM _storectl_records WHERE base IS NOT NULL AND change_tag IS NOT NULL")
+        XCTAssertEqual(bases.first?[0].int64, 30)
+        // Nothing changed: a second export sends nothing (each base equals the row's fields exactly).
+        XCTAssertEqual(try f.mirror(a).exportChanges(baseline: true).saved, 0)
+        XCTAssertEqual(try f.sync(b).imported.applied, 30)
+        XCTAssertEqual(try f.rows(b, notesSQL + " ORDER BY uuid"), try f.rows(a, notesSQL + " ORDER BY uuid"))
+        XCTAssertEqual(try b.scalar("SELECT count(*) FROM notes WHERE title = ?", [awkward + "7"])?.int64, 1)
+        // B's record map holds each record's fields exactly as the container does.
+        let cloud = try f.cloud()
+        for row in try b.query("SELECT record_name, base FROM _storectl_records") {
+            let record = try cloud.fetchRecord(zone: "default", recordName: row[0].string ?? "")
+            XCTAssertEqual(record?.fields, row[1].string)
+        }
+        // B exports nothing back: its bases match what it holds.
+        XCTAssertEqual(try f.sync(b).exported.saved, 0)
+    }
+
     func testRowsTravelBetweenStoresAndDeletesFlowBothWays() throws {
         let f = try MirrorFixture()
         let a = try f.store("a")
