@@ -24,6 +24,20 @@ public enum Trace {
         }
     }
 
+    /// Adds `seconds` to `phase`.
+    public static func add(seconds: Double, to phase: String) {
+        guard enabled else { return }
+        totals.withLock { t in
+            let current = t[phase] ?? (0, 0)
+            t[phase] = (current.0 + seconds, current.1 + 1)
+        }
+    }
+
+    /// Forgets the totals so far (a benchmark traces only the part it measures).
+    public static func reset() {
+        totals.withLock { $0.removeAll() }
+    }
+
     /// Prints the totals.
     public static func report() {
         guard enabled else { return }

@@ -1,5 +1,8 @@
 internal import CSQLite
 import StoreBase
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// One open SQLite database connection.
 ///
@@ -66,6 +69,19 @@ public final class Connection {
         self.path = path
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, busyTimeout)
+        if Trace.enabled && Self.traceSQL {
+            // "SQLITE_TRACE_PROFILE ... The P argument is a pointer to the prepared statement and the X argument
+            // points to a 64-bit integer which is approximately the number of nanoseconds that the prepared
+            // statement took to run."
+            sqlite3_trace_v2(db, UInt32(SQLITE_TRACE_PROFILE), { _, _, statement, elapsed in
+                guard let statement, let elapsed, let sql = sqlite3_sql(OpaquePointer(statement)) else { return 0 }
+                let nanoseconds = elapsed.assumingMemoryBound(to: Int64.self).pointee
+                let text = String(cString: sql).split(whereSeparator: { $0 == " " || $0 == "\n" })
+                    .joined(separator: " ")
+                Trace.add(seconds: Double(nanoseconds) / 1e9, to: "sql " + String(text.prefix(110)))
+                return 0
+            }, nil)
+        }
         do {
             // Reading the schema here turns "file is not a database" into an error at open time.
             try execute("SELECT count(*) FROM sqlite_master")
@@ -83,6 +99,9 @@ public final class Connection {
             throw error
         }
     }
+
+    /// `STORECTL_TRACE_SQL=1` (with `STORECTL_TRACE=1`): the trace also totals the time of each SQL statement.
+    private static let traceSQL = getenv("STORECTL_TRACE_SQL").map { String(cString: $0) } == "1"
 
     deinit {
         statementCache.removeAll()
