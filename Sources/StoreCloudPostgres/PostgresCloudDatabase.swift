@@ -145,8 +145,11 @@ public final class PostgresCloudDatabase: CloudDatabase {
         let c = try PGConnection(parameters: parameters, timeout: timeout)
         // Saves rely on READ COMMITTED (a fresh snapshot per statement, after the zone lock is taken), whatever the
         // server's default; a zone lock held too long (a stuck client) surfaces as a temporary failure.
+        // JIT compiling takes the server 100 ms and more, and pays off only for long queries over many rows, which
+        // storectl never runs: a page of the change feed is cheap, but a table never analysed can make its
+        // estimated cost look high enough to start the compiler.
         try c.execute("SELECT set_config('default_transaction_isolation', 'read committed', false), "
-            + "set_config('lock_timeout', '30s', false)")
+            + "set_config('lock_timeout', '30s', false), set_config('jit', 'off', false)")
         return c
     }
 
@@ -434,7 +437,14 @@ public final class PostgresCloudDatabase: CloudDatabase {
         // One statement, so one snapshot: the zone's last_seq and the records after the token are seen together.
         // Every transaction that assigned a seq ≤ last_seq is visible in that snapshot (see the type's comment).
         let r = try run("cannot fetch changes of zone \(zone) of \(container)") { c in
-            try c.execute("""
+            // The page must come from walking the (zone, seq) index in order and stopping after `limit + 1` rows.
+            // A table that grew since it was last analysed (or never was) looks tiny to the planner, which then
+            // prefers a bitmap scan of every row of the zone after the token, then a sort: O(zone) per page. So,
+            // for this transaction only, bitmap scans are off; an ordered index scan is then cheaper than anything
+            // that must sort (a plain index scan of the same rows plus a sort, or a scan of the whole table).
+            try c.pipeline([
+                PGQuery("SELECT set_config('enable_bitmapscan', 'off', true)"),
+                PGQuery("""
                 SELECT z.epoch, z.last_seq, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted,
                        r.modified_by, r.modified_at
                 FROM \(s).zones z
@@ -444,7 +454,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 ) r ON true
                 WHERE z.name = $1
                 ORDER BY r.seq
-                """, [zone, String(after), String(limit + 1), excludingDevice])
+                """, [zone, String(after), String(limit + 1), excludingDevice]),
+            ])[1]
         }
         guard r.rowCount > 0, let epoch = r.string(0, 0) else { throw zoneNotFound(zone) }
         if let token, token.epoch != epoch {
