@@ -68,6 +68,12 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
             WHERE conrelid = to_regclass($1)
             """, ["\(s).records"])
         XCTAssertEqual(constraints.string(0, 0), "records_fields_object:c,records_pkey:p")
+        let collations = try PostgresTestServer.superuser(url, """
+            SELECT string_agg(a.attname || ':' || c.collname, ',' ORDER BY a.attname) FROM pg_attribute a
+            JOIN pg_collation c ON c.oid = a.attcollation
+            WHERE a.attrelid = to_regclass($1) AND a.attname IN ('zone', 'record_name')
+            """, ["\(s).records"])
+        XCTAssertEqual(collations.string(0, 0), "record_name:C,zone:C")
         // The old record keeps its tag, and a save that names it updates it.
         let old = try XCTUnwrap(db.fetchRecord(zone: "z", recordName: "old"))
         XCTAssertEqual(old.changeTag, "0b6f1c9e-uuid-tag")
