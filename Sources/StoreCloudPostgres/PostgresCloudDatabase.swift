@@ -525,9 +525,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
                              "cannot save to zone \(zone): record \(save.recordName) appears twice in one batch",
                              hint: "save each record at most once per batch")
         }
-        let names = PGConnInfo.textArray(saves.map { $0.recordName })
-        let types = PGConnInfo.textArray(saves.map { $0.recordType })
-        let fields = PGConnInfo.textArray(saves.map { $0.deleted ? "{}" : $0.fields })
+        let names = PGConnInfo.textArrayLiteral(saves.map { $0.recordName })
+        let types = PGConnInfo.textArrayLiteral(saves.map { $0.recordType })
+        let fields = PGConnInfo.textArrayLiteral(saves.map { $0.deleted ? "{}" : $0.fields })
         let deleted = PGConnInfo.boolArray(saves.map { $0.deleted })
         let what = "cannot save \(saves.count) records to zone \(zone) of \(container)"
         if saves.allSatisfy({ $0.expectedTag == nil }) {
@@ -540,7 +540,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
             }
             if let inserted { return inserted }
         }
-        let expected = PGConnInfo.textArray(saves.map { $0.expectedTag })
+        let expected = PGConnInfo.textArrayLiteral(saves.map { $0.expectedTag })
         return try run(what) { c in
             try saveConditionally(c, zone: zone, saves, names, types, fields, deleted, expected, device)
         }

@@ -92,6 +92,7 @@ enum PostgresBenchmark {
         }
         let insert = median(inserts)
         Output.note("  raw inserts \(secs(insert))")
+        Trace.report()  // STORECTL_TRACE=1: where the engine's export and import spent their time
         return [
             Figure(id: "export.postgres", what: "PostgreSQL export vs COPY into a plain table",
                    value: copy / export, unit: .percent, target: .atLeast(0.5),

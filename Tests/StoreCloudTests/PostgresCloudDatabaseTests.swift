@@ -458,6 +458,19 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
         XCTAssertTrue(try disabled.initializeContainer().created)
     }
 
+    func testArrayLiteralsAreTheSameAsTheSimpleEncodersAndReadBackExactly() throws {
+        let values: [String?] = ["", "plain", "\"", "\\", "\\\"", "a\"b\\c\"", nil, "é ☃ 😀", "{\"k\":[1,\"x,y\"]}",
+                                 "NULL", " spaced ", "\u{0}"]
+        XCTAssertEqual(PGConnInfo.textArrayLiteral(values), PGConnInfo.textArray(values))
+        XCTAssertEqual(PGConnInfo.textArrayLiteral([]), "{}")
+        XCTAssertEqual(PGConnInfo.textArrayLiteral([nil]), "{NULL}")
+        guard let url = PostgresTestServer.url() else { return }
+        let sent = Array(values.dropLast())  // PostgreSQL text cannot hold NUL
+        let r = try PostgresTestServer.superuser(url, "SELECT v FROM unnest($1::text[]) WITH ORDINALITY AS t(v, o) "
+            + "ORDER BY o", [PGConnInfo.textArrayLiteral(sent)])
+        XCTAssertEqual((0..<r.rowCount).map { r.string($0, 0) }, sent)
+    }
+
     func testGrantSQL() {
         let schema = PostgresCloudDatabase.schemaName(container: "iCloud.com.example.notes")
         XCTAssertEqual(PostgresCloudDatabase.grantSQL(container: "iCloud.com.example.notes", role: "app\"user"), """
