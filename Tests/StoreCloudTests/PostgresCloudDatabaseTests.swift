@@ -459,8 +459,8 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
     }
 
     func testArrayLiteralsAreTheSameAsTheSimpleEncodersAndReadBackExactly() throws {
-        let values: [String?] = ["", "plain", "\"", "\\", "\\\"", "a\"b\\c\"", nil, "é ☃ 😀", "{\"k\":[1,\"x,y\"]}",
-                                 "NULL", " spaced ", "\u{0}"]
+        let values: [String?] = ["", "plain", "\"", "\\", "\\\"", "a\"b\\c\"", nil, "é ☃ 😀",
+                                 "{\"k\":[1,\"x,y\"]}", "NULL", " spaced ", "\u{0}"]
         XCTAssertEqual(PGConnInfo.textArrayLiteral(values), PGConnInfo.textArray(values))
         XCTAssertEqual(PGConnInfo.textArrayLiteral([]), "{}")
         XCTAssertEqual(PGConnInfo.textArrayLiteral([nil]), "{NULL}")
