@@ -527,7 +527,15 @@ public final class PostgresCloudDatabase: CloudDatabase {
         }
         let names = PGConnInfo.textArrayLiteral(saves.map { $0.recordName })
         let types = PGConnInfo.textArrayLiteral(saves.map { $0.recordType })
-        let fields = PGConnInfo.textArrayLiteral(saves.map { $0.deleted ? "{}" : $0.fields })
+        // The fields go as one text, split on the server. A value the split would not give back (empty, or with a
+        // control character) is no JSON object anyway.
+        guard let fields = PGConnInfo.separatedText(saves.map { $0.deleted ? "{}" : $0.fields }) else {
+            let bad = saves.first { !$0.deleted && ($0.fields.isEmpty || $0.fields.utf8.contains(0x1e)) }
+            throw CloudError(.invalid, "cannot save \(saves.count) records to zone \(zone): the fields of record "
+                + "\(bad?.recordName ?? "?") are not a JSON object (empty, or a control character outside a "
+                + "string); nothing of the batch was saved",
+                hint: "fields must be JSON object text, e.g. {\"title\":\"hi\"}")
+        }
         let deleted = PGConnInfo.boolArray(saves.map { $0.deleted })
         let what = "cannot save \(saves.count) records to zone \(zone) of \(container)"
         if saves.allSatisfy({ $0.expectedTag == nil }) {
@@ -592,7 +600,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 SELECT $1, i.record_name, i.record_type, i.fields, \(Self.tagSQL(seq: seq, epoch: "z.epoch")),
                        \(seq), i.deleted, $6, extract(epoch FROM statement_timestamp())::float8
                 FROM \(s).zones z,
-                     unnest($2::text[], $3::text[], $4::text[], $5::boolean[])
+                     unnest($2::text[], $3::text[], string_to_array($4, chr(30)), $5::boolean[])
                          WITH ORDINALITY AS i(record_name, record_type, fields, deleted, ord)
                 WHERE z.name = $1
                 """, [zone, names, types, fields, deleted, device]),
@@ -623,7 +631,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                        r.change_tag IS NOT DISTINCT FROM i.expected_tag AS ok,
                        r.record_type AS s_type, r.fields AS s_fields, r.change_tag AS s_tag, r.seq AS s_seq,
                        r.deleted AS s_deleted, r.modified_by AS s_by, r.modified_at AS s_at
-                FROM unnest($2::text[], $3::text[], $4::text[], $5::boolean[], $6::text[])
+                FROM unnest($2::text[], $3::text[], string_to_array($4, chr(30)), $5::boolean[], $6::text[])
                          WITH ORDINALITY AS i(record_name, record_type, fields, deleted, expected_tag, ord)
                 LEFT JOIN LATERAL (
                     SELECT ctid AS rid, record_type, fields, change_tag, seq, deleted, modified_by, modified_at

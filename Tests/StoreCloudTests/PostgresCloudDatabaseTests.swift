@@ -332,6 +332,10 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
         for (bad, message) in [
             (RecordSave(recordName: "x", recordType: "T", fields: "[1]", expectedTag: nil), "not a JSON object"),
             (RecordSave(recordName: "x", recordType: "T", fields: "{nope", expectedTag: nil), "not a JSON object"),
+            (RecordSave(recordName: "x", recordType: "T", fields: "", expectedTag: nil), "not a JSON object"),
+            (RecordSave(recordName: "x", recordType: "T", fields: "{\"a\":\"\u{1e}\"}", expectedTag: nil),
+             "not a JSON object"),
+            (RecordSave(recordName: "x", recordType: "T", fields: "{}\u{1e}{}", expectedTag: "t"), "not a JSON object"),
             (RecordSave(recordName: "", recordType: "T", fields: "{}", expectedTag: nil), "empty name or type"),
             (RecordSave(recordName: "ok", recordType: "T", fields: "{}", expectedTag: nil), "appears twice"),
         ] {
@@ -464,11 +468,18 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
         XCTAssertEqual(PGConnInfo.textArrayLiteral(values), PGConnInfo.textArray(values))
         XCTAssertEqual(PGConnInfo.textArrayLiteral([]), "{}")
         XCTAssertEqual(PGConnInfo.textArrayLiteral([nil]), "{NULL}")
+        XCTAssertNil(PGConnInfo.separatedText(["{}", ""]))
+        XCTAssertNil(PGConnInfo.separatedText(["{}", "{\"a\":\"\u{1e}\"}"]))
+        XCTAssertEqual(PGConnInfo.separatedText(["{}"]), "{}")
         guard let url = PostgresTestServer.url() else { return }
         let sent = Array(values.dropLast())  // PostgreSQL text cannot hold NUL
         let r = try PostgresTestServer.superuser(url, "SELECT v FROM unnest($1::text[]) WITH ORDINALITY AS t(v, o) "
             + "ORDER BY o", [PGConnInfo.textArrayLiteral(sent)])
         XCTAssertEqual((0..<r.rowCount).map { r.string($0, 0) }, sent)
+        let texts = ["{\"q\":\"\\\" \\\\ ,{}\"}", "{}", "{\"é\":\"☃\"}", " {\"a\" : [1, 2] } "]
+        let split = try PostgresTestServer.superuser(url, "SELECT v FROM unnest(string_to_array($1, chr(30))) "
+            + "WITH ORDINALITY AS t(v, o) ORDER BY o", [PGConnInfo.separatedText(texts)])
+        XCTAssertEqual((0..<split.rowCount).map { split.string($0, 0) }, texts)
     }
 
     func testGrantSQL() {
