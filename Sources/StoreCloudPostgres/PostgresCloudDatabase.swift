@@ -504,14 +504,17 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// 1. `SELECT last_seq, epoch ... FOR UPDATE` on the zone's row: waits for any other save to the zone to
     ///    commit. Every write to a zone's records holds this lock, so what the next statement reads of them stays
     ///    true until the commit.
-    /// 2. The batch, as arrays (`unnest`). When no record of the batch expects a tag (a first export), a plain
-    ///    `INSERT` (`fastInsert`): no lookups; a record that exists after all makes it fail with a unique violation,
-    ///    and the batch is sent again the general way. Otherwise one statement (`conditionalSave`) looks each record
-    ///    up by its key, inserts the new ones, updates the matching ones in place, raises `last_seq`, and returns
-    ///    the conflicts only.
+    /// 2. The batch, as arrays (`unnest`; the fields as one text split with `string_to_array`). When no record of
+    ///    the batch expects a tag (a first export), a plain `INSERT` (`saveNew`): no lookups; a record that exists
+    ///    after all makes it fail with a unique violation, and the batch is sent again the general way. Otherwise
+    ///    one statement (`saveConditionally`) looks each record up by its key, inserts the new ones, updates the
+    ///    matching ones in place, raises `last_seq`, and returns the conflicts only.
     ///
     /// The k-th record written gets seq `last_seq + k` and the tag `changeTag(seq:epoch:)`, so the client knows
     /// both from the lock's row, and only conflicts travel back.
+    ///
+    /// - Throws: `CloudError`: `.invalid` for a malformed batch (nothing of it is saved), `.zoneNotFound`,
+    ///   `.temporary` when the connection was lost or a lock timed out.
     public func save(zone: String, _ saves: [RecordSave], device: String) throws -> [SaveOutcome] {
         if saves.isEmpty { return [] }
         if let bad = saves.first(where: { $0.recordName.isEmpty || $0.recordType.isEmpty }) {
