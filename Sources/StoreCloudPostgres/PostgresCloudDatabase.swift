@@ -148,8 +148,11 @@ public final class PostgresCloudDatabase: CloudDatabase {
         let c = try PGConnection(parameters: parameters, timeout: timeout)
         // Saves rely on READ COMMITTED (a fresh snapshot per statement, after the zone lock is taken), whatever the
         // server's default; a zone lock held too long (a stuck client) surfaces as a temporary failure.
+        // JIT compiling takes the server 100 ms and more, and pays off only for long queries over many rows, which
+        // storectl never runs: a page of the change feed is cheap, but a table never analysed can make its
+        // estimated cost look high enough to start the compiler.
         try c.execute("SELECT set_config('default_transaction_isolation', 'read committed', false), "
-            + "set_config('lock_timeout', '30s', false)")
+            + "set_config('lock_timeout', '30s', false), set_config('jit', 'off', false)")
         return c
     }
 
@@ -437,7 +440,14 @@ public final class PostgresCloudDatabase: CloudDatabase {
         // One statement, so one snapshot: the zone's last_seq and the records after the token are seen together.
         // Every transaction that assigned a seq ≤ last_seq is visible in that snapshot (see the type's comment).
         let r = try run("cannot fetch changes of zone \(zone) of \(container)") { c in
-            try c.execute("""
+            // The page must come from walking the (zone, seq) index in order and stopping after `limit + 1` rows.
+            // A table that grew since it was last analysed (or never was) looks tiny to the planner, which then
+            // prefers a bitmap scan of every row of the zone after the token, then a sort: O(zone) per page. So,
+            // for this transaction only, bitmap scans are off; an ordered index scan is then cheaper than anything
+            // that must sort (a plain index scan of the same rows plus a sort, or a scan of the whole table).
+            try c.pipeline([
+                PGQuery("SELECT set_config('enable_bitmapscan', 'off', true)"),
+                PGQuery("""
                 SELECT z.epoch, z.last_seq, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted,
                        r.modified_by, r.modified_at
                 FROM \(s).zones z
@@ -447,7 +457,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 ) r ON true
                 WHERE z.name = $1
                 ORDER BY r.seq
-                """, [zone, String(after), String(limit + 1), excludingDevice])
+                """, [zone, String(after), String(limit + 1), excludingDevice]),
+            ])[1]
         }
         guard r.rowCount > 0, let epoch = r.string(0, 0) else { throw zoneNotFound(zone) }
         if let token, token.epoch != epoch {
@@ -476,15 +487,37 @@ public final class PostgresCloudDatabase: CloudDatabase {
         }
     }
 
-    /// Saves the batch in one network round trip and one transaction (see the type's comment for the ordering):
+    /// The change tag of the record saved with `seq` in a zone of `epoch`: the seq in hex, `-`, and the epoch's
+    /// first 8 characters (`1f-3c9a0b12`). A zone never reuses a seq, and a purge (or a container made again)
+    /// gives it a new epoch, so a tag is never handed out twice. `tagSQL` computes the same on the server.
+    static func changeTag(seq: Int64, epoch: String) -> String {
+        String(seq, radix: 16) + "-" + epoch.prefix(8)
+    }
+
+    /// The SQL of `changeTag(seq:epoch:)` for the SQL expressions `seq` (bigint) and `epoch` (text).
+    private static func tagSQL(seq: String, epoch: String) -> String {
+        "to_hex(\(seq)) || '-' || left(\(epoch), 8)"
+    }
+
+    /// Saves the batch in one network round trip and one transaction (see the type's comment for the ordering).
     ///
-    /// 1. `SELECT ... FOR UPDATE` on the zone's row: waits for any other save to the zone to commit.
-    /// 2. One statement, with the batch as arrays (`unnest`): compares each expected tag with the stored one,
-    ///    upserts the records that match with seqs `last_seq + 1...`, raises `last_seq`, and returns for each
-    ///    record either its new tag and seq or, for a conflict, the stored record.
+    /// The statements go to the server together through libpq's pipeline mode, so the zone lock is held for the
+    /// server's work only, never for a network round trip:
     ///
-    /// Both go through libpq's pipeline mode, so the zone lock is held for the server's work only, never for a
-    /// network round trip.
+    /// 1. `SELECT last_seq, epoch ... FOR UPDATE` on the zone's row: waits for any other save to the zone to
+    ///    commit. Every write to a zone's records holds this lock, so what the next statement reads of them stays
+    ///    true until the commit.
+    /// 2. The batch, as arrays (`unnest`; the fields as one text split with `string_to_array`). When no record of
+    ///    the batch expects a tag (a first export), a plain `INSERT` (`saveNew`): no lookups; a record that exists
+    ///    after all makes it fail with a unique violation, and the batch is sent again the general way. Otherwise
+    ///    one statement (`saveConditionally`) looks each record up by its key, inserts the new ones, updates the
+    ///    matching ones in place, raises `last_seq`, and returns the conflicts only.
+    ///
+    /// The k-th record written gets seq `last_seq + k` and the tag `changeTag(seq:epoch:)`, so the client knows
+    /// both from the lock's row, and only conflicts travel back.
+    ///
+    /// - Throws: `CloudError`: `.invalid` for a malformed batch (nothing of it is saved), `.zoneNotFound`,
+    ///   `.temporary` when the connection was lost or a lock timed out.
     public func save(zone: String, _ saves: [RecordSave], device: String) throws -> [SaveOutcome] {
         if saves.isEmpty { return [] }
         if let bad = saves.first(where: { $0.recordName.isEmpty || $0.recordType.isEmpty }) {
@@ -492,93 +525,175 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 + "type '\(bad.recordType)')")
         }
         var seen = Set<String>()
+        seen.reserveCapacity(saves.count)
         for save in saves where !seen.insert(save.recordName).inserted {
             throw CloudError(.invalid,
                              "cannot save to zone \(zone): record \(save.recordName) appears twice in one batch",
                              hint: "save each record at most once per batch")
         }
+        let names = PGConnInfo.textArrayLiteral(saves.map { $0.recordName })
+        let types = PGConnInfo.textArrayLiteral(saves.map { $0.recordType })
+        // The fields go as one text, split on the server. A value the split would not give back (empty, or with a
+        // control character) is no JSON object anyway.
+        guard let fields = PGConnInfo.separatedText(saves.map { $0.deleted ? "{}" : $0.fields }) else {
+            let bad = saves.first { !$0.deleted && ($0.fields.isEmpty || $0.fields.utf8.contains(0x1e)) }
+            throw CloudError(.invalid, "cannot save \(saves.count) records to zone \(zone): the fields of record "
+                + "\(bad?.recordName ?? "?") are not a JSON object (empty, or a control character outside a "
+                + "string); nothing of the batch was saved",
+                hint: "fields must be JSON object text, e.g. {\"title\":\"hi\"}")
+        }
+        let deleted = PGConnInfo.boolArray(saves.map { $0.deleted })
+        let what = "cannot save \(saves.count) records to zone \(zone) of \(container)"
+        if saves.allSatisfy({ $0.expectedTag == nil }) {
+            let inserted = try run(what) { c -> [SaveOutcome]? in
+                do {
+                    return try saveNew(c, zone: zone, count: saves.count, names, types, fields, deleted, device)
+                } catch let error as PGError where error.sqlState == "23505" {
+                    return nil  // a record exists after all; rolled back, nothing was saved
+                }
+            }
+            if let inserted { return inserted }
+        }
+        let expected = PGConnInfo.textArrayLiteral(saves.map { $0.expectedTag })
+        return try run(what) { c in
+            try saveConditionally(c, zone: zone, saves, names, types, fields, deleted, expected, device)
+        }
+    }
+
+    /// The pipeline of a save: the zone lock, `statements`, the test delays; returns the lock's row and the
+    /// results of `statements`.
+    /// - Throws: `CloudError(.invalid)` when a record's fields are not a JSON object, `.zoneNotFound`; `PGError`.
+    private func pipelinedSave(_ c: PGConnection, zone: String, count: Int, _ statements: [PGQuery]) throws
+        -> (lastSeq: Int64, epoch: String, results: [PGResult])
+    {
         var queries: [PGQuery] = []
         if let delays = saveDelays, delays.beforeLock > 0 {
             queries.append(PGQuery("SELECT pg_sleep($1::float8)", [String(delays.beforeLock)]))
         }
-        queries.append(PGQuery("SELECT last_seq FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone]))
+        queries.append(PGQuery("SELECT last_seq, epoch FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone]))
         let lockIndex = queries.count - 1
-        queries.append(PGQuery("""
-            WITH input AS (
-                SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::boolean[], $6::text[])
-                    WITH ORDINALITY AS t(record_name, record_type, fields, deleted, expected_tag, ord)
-            ),
-            decided AS (
-                SELECT i.*, (r.change_tag IS NOT DISTINCT FROM i.expected_tag) AS ok
-                FROM input i
-                LEFT JOIN \(s).records r ON r.zone = $1 AND r.record_name = i.record_name
-            ),
-            numbered AS (
-                SELECT d.record_name, d.record_type, d.fields, d.deleted,
-                       z.last_seq + row_number() OVER (ORDER BY d.ord) AS seq
-                FROM decided d JOIN \(s).zones z ON z.name = $1
-                WHERE d.ok
-            ),
-            written AS (
-                INSERT INTO \(s).records AS r
-                    (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
-                SELECT $1, record_name, record_type, CASE WHEN deleted THEN '{}' ELSE fields END,
-                       gen_random_uuid()::text, seq, deleted, $7,
-                       extract(epoch FROM statement_timestamp())::float8
-                FROM numbered
-                ON CONFLICT (zone, record_name) DO UPDATE SET
-                    record_type = excluded.record_type, fields = excluded.fields, change_tag = excluded.change_tag,
-                    seq = excluded.seq, deleted = excluded.deleted, modified_by = excluded.modified_by,
-                    modified_at = excluded.modified_at
-                RETURNING r.record_name, r.change_tag, r.seq
-            ),
-            bumped AS (
-                UPDATE \(s).zones SET last_seq = last_seq + (SELECT count(*) FROM numbered)
-                WHERE name = $1 AND EXISTS (SELECT 1 FROM numbered)
-                RETURNING last_seq
-            )
-            SELECT d.ok, w.change_tag, w.seq,
-                   s.record_name, s.record_type, s.fields, s.change_tag, s.seq, s.deleted, s.modified_by,
-                   s.modified_at,
-                   (SELECT count(*) FROM bumped)
-            FROM decided d
-            LEFT JOIN written w ON w.record_name = d.record_name
-            LEFT JOIN \(s).records s ON NOT d.ok AND s.zone = $1 AND s.record_name = d.record_name
-            ORDER BY d.ord
-            """, [
-                zone,
-                PGConnInfo.textArray(saves.map { $0.recordName }),
-                PGConnInfo.textArray(saves.map { $0.recordType }),
-                PGConnInfo.textArray(saves.map { $0.fields }),
-                PGConnInfo.boolArray(saves.map { $0.deleted }),
-                PGConnInfo.textArray(saves.map { $0.expectedTag }),
-                device,
-            ]))
-        let upsertIndex = queries.count - 1
+        queries += statements
         if let delays = saveDelays, delays.beforeCommit > 0 {
             queries.append(PGQuery("SELECT pg_sleep($1::float8)", [String(delays.beforeCommit)]))
         }
-        let results = try run("cannot save \(saves.count) records to zone \(zone) of \(container)") { c in
-            do {
-                return try c.pipeline(queries)
-            } catch let error as PGError where error.sqlState == "22P02" || error.sqlState == "23514" {
-                throw CloudError(.invalid, "cannot save \(saves.count) records to zone \(zone): the fields of a "
-                    + "record are not a JSON object (\(error.message)); nothing of the batch was saved",
-                    hint: "fields must be JSON object text, e.g. {\"title\":\"hi\"}")
-            }
+        let results: [PGResult]
+        do {
+            results = try c.pipeline(queries)
+        } catch let error as PGError where error.sqlState == "22P02" || error.sqlState == "23514" {
+            throw CloudError(.invalid, "cannot save \(count) records to zone \(zone): the fields of a "
+                + "record are not a JSON object (\(error.message)); nothing of the batch was saved",
+                hint: "fields must be JSON object text, e.g. {\"title\":\"hi\"}")
         }
-        guard results[lockIndex].rowCount == 1 else { throw zoneNotFound(zone) }
-        let r = results[upsertIndex]
-        guard r.rowCount == saves.count else {
-            throw CloudError(.other, "saving to zone \(zone) returned \(r.rowCount) outcomes for \(saves.count) records")
+        let lock = results[lockIndex]
+        guard lock.rowCount == 1, let lastSeq = lock.int64(0, 0), let epoch = lock.string(0, 1) else {
+            throw zoneNotFound(zone)
+        }
+        return (lastSeq, epoch, Array(results[(lockIndex + 1)..<(lockIndex + 1 + statements.count)]))
+    }
+
+    /// Saves records that nobody expects to exist: one plain `INSERT` with seqs `last_seq + 1...`, then
+    /// `last_seq` raised. Without the zone's lock this would race; with it, a unique violation (SQLSTATE 23505)
+    /// means a record of the batch exists, and the caller sends the batch the general way.
+    /// - Throws: `PGError` (23505 among others), `CloudError`.
+    private func saveNew(_ c: PGConnection, zone: String, count: Int, _ names: String, _ types: String,
+                         _ fields: String, _ deleted: String, _ device: String) throws -> [SaveOutcome]
+    {
+        let seq = "z.last_seq + i.ord"
+        let (lastSeq, epoch, _) = try pipelinedSave(c, zone: zone, count: count, [
+            PGQuery("""
+                INSERT INTO \(s).records
+                    (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
+                SELECT $1, i.record_name, i.record_type, i.fields, \(Self.tagSQL(seq: seq, epoch: "z.epoch")),
+                       \(seq), i.deleted, $6, extract(epoch FROM statement_timestamp())::float8
+                FROM \(s).zones z,
+                     unnest($2::text[], $3::text[], string_to_array($4, chr(30)), $5::boolean[])
+                         WITH ORDINALITY AS i(record_name, record_type, fields, deleted, ord)
+                WHERE z.name = $1
+                """, [zone, names, types, fields, deleted, device]),
+            PGQuery("UPDATE \(s).zones SET last_seq = last_seq + $2 WHERE name = $1", [zone, String(count)]),
+        ])
+        return (1...Int64(count)).map { k in
+            .saved(changeTag: Self.changeTag(seq: lastSeq + k, epoch: epoch), seq: lastSeq + k)
+        }
+    }
+
+    /// Saves records each on the condition of its expected tag, in one statement:
+    ///
+    /// - `decided` looks each record up by its key (a `LATERAL ... LIMIT 1` subquery, so always through the
+    ///   primary key, whatever the planner thinks of the table's size) and compares the tags;
+    /// - `written` numbers the records that match, in batch order, after `last_seq`;
+    /// - the new ones are inserted, the existing ones updated in place (by the `ctid` just read: nobody else
+    ///   writes the zone's records while its lock is held), and `last_seq` raised by their number;
+    /// - the result is the conflicts: each one's batch position and the server's record (NULLs when it has none).
+    /// - Throws: `PGError`, `CloudError`.
+    private func saveConditionally(_ c: PGConnection, zone: String, _ saves: [RecordSave], _ names: String,
+                                   _ types: String, _ fields: String, _ deleted: String, _ expected: String,
+                                   _ device: String) throws -> [SaveOutcome]
+    {
+        let now = "extract(epoch FROM statement_timestamp())::float8"
+        let (lastSeq, epoch, results) = try pipelinedSave(c, zone: zone, count: saves.count, [PGQuery("""
+            WITH decided AS MATERIALIZED (
+                SELECT i.ord, i.record_name, i.record_type, i.fields, i.deleted, r.rid,
+                       r.change_tag IS NOT DISTINCT FROM i.expected_tag AS ok,
+                       r.record_type AS s_type, r.fields AS s_fields, r.change_tag AS s_tag, r.seq AS s_seq,
+                       r.deleted AS s_deleted, r.modified_by AS s_by, r.modified_at AS s_at
+                FROM unnest($2::text[], $3::text[], string_to_array($4, chr(30)), $5::boolean[], $6::text[])
+                         WITH ORDINALITY AS i(record_name, record_type, fields, deleted, expected_tag, ord)
+                LEFT JOIN LATERAL (
+                    SELECT ctid AS rid, record_type, fields, change_tag, seq, deleted, modified_by, modified_at
+                    FROM \(s).records WHERE zone = $1 AND record_name = i.record_name
+                    LIMIT 1
+                ) r ON true
+            ),
+            written AS MATERIALIZED (
+                SELECT d.record_name, d.record_type, d.fields, d.deleted, d.rid, z.epoch,
+                       z.last_seq + row_number() OVER (ORDER BY d.ord) AS seq
+                FROM decided d CROSS JOIN (SELECT last_seq, epoch FROM \(s).zones WHERE name = $1) z
+                WHERE d.ok
+            ),
+            inserted AS (
+                INSERT INTO \(s).records
+                    (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
+                SELECT $1, record_name, record_type, fields, \(Self.tagSQL(seq: "seq", epoch: "epoch")), seq,
+                       deleted, $7, \(now)
+                FROM written WHERE rid IS NULL
+            ),
+            updated AS (
+                UPDATE \(s).records r SET
+                    record_type = w.record_type, fields = w.fields,
+                    change_tag = \(Self.tagSQL(seq: "w.seq", epoch: "w.epoch")), seq = w.seq,
+                    deleted = w.deleted, modified_by = $7, modified_at = \(now)
+                FROM written w
+                WHERE w.rid IS NOT NULL AND r.ctid = w.rid AND r.zone = $1 AND r.record_name = w.record_name
+            ),
+            bumped AS (
+                UPDATE \(s).zones SET last_seq = last_seq + (SELECT count(*) FROM written)
+                WHERE name = $1 AND EXISTS (SELECT 1 FROM written)
+            )
+            SELECT ord, s_type, s_fields, s_tag, s_seq, s_deleted, s_by, s_at FROM decided WHERE NOT ok ORDER BY ord
+            """, [zone, names, types, fields, deleted, expected, device])])
+        let r = results[0]
+        var conflicts: [Int: CloudRecord?] = [:]
+        for row in 0..<r.rowCount {
+            guard let ord = r.int64(row, 0), ord >= 1, ord <= saves.count else {
+                throw CloudError(.other, "saving to zone \(zone) returned a conflict for a record not in the batch")
+            }
+            let name = saves[Int(ord) - 1].recordName
+            let server: CloudRecord? = r.string(row, 3) == nil ? nil : CloudRecord(
+                zone: zone, recordName: name, recordType: r.string(row, 1) ?? "", fields: r.string(row, 2) ?? "{}",
+                changeTag: r.string(row, 3) ?? "", seq: r.int64(row, 4) ?? 0, deleted: r.bool(row, 5) ?? false,
+                modifiedBy: r.string(row, 6) ?? "", modifiedAt: r.double(row, 7) ?? 0)
+            conflicts.updateValue(server, forKey: Int(ord) - 1)
         }
         var outcomes: [SaveOutcome] = []
         outcomes.reserveCapacity(saves.count)
-        for row in 0..<r.rowCount {
-            if r.bool(row, 0) == true, let tag = r.string(row, 1), let seq = r.int64(row, 2) {
-                outcomes.append(.saved(changeTag: tag, seq: seq))
+        var seq = lastSeq
+        for index in saves.indices {
+            if let conflict = conflicts[index] {
+                outcomes.append(.conflict(server: conflict))
             } else {
-                outcomes.append(.conflict(server: record(from: r, row: row, at: 3, zone: zone)))
+                seq += 1
+                outcomes.append(.saved(changeTag: Self.changeTag(seq: seq, epoch: epoch), seq: seq))
             }
         }
         return outcomes

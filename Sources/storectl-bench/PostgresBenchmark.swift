@@ -48,6 +48,8 @@ enum PostgresBenchmark {
         }
         let template = try lab.template(rows: rows)
         let a = try lab.copyStore(template, to: "pg-a-\(rows)", url: url, account: "postgres", container: container)
+        // A copied store file is refused until it has an identity of its own (`storectl init --new-identity`).
+        try a.newIdentity()
         _ = try CloudConnector.initialize(settings: try a.cloudSettings())
         defer { try? sql("DROP SCHEMA IF EXISTS \(schema) CASCADE") }
 
@@ -90,6 +92,7 @@ enum PostgresBenchmark {
         }
         let insert = median(inserts)
         Output.note("  raw inserts \(secs(insert))")
+        Trace.report()  // STORECTL_TRACE=1: where the engine's export and import spent their time
         return [
             Figure(id: "export.postgres", what: "PostgreSQL export vs COPY into a plain table",
                    value: copy / export, unit: .percent, target: .atLeast(0.5),

@@ -23,11 +23,12 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
         XCTAssertEqual(first, PostgresContainerSetup(schema: db.schemaName, created: true, previousVersion: 0,
                                                      version: PostgresCloudDatabase.schemaVersion))
         let second = try db.initializeContainer()
-        XCTAssertEqual(second, PostgresContainerSetup(schema: db.schemaName, created: false, previousVersion: 1,
-                                                      version: 1))
+        let version = PostgresCloudDatabase.schemaVersion
+        XCTAssertEqual(second, PostgresContainerSetup(schema: db.schemaName, created: false,
+                                                      previousVersion: version, version: version))
         let meta = try PostgresTestServer.superuser(url, "SELECT key, value FROM \"\(db.schemaName)\".meta ORDER BY key")
         XCTAssertEqual((0..<meta.rowCount).map { "\(meta.string($0, 0) ?? "")=\(meta.string($0, 1) ?? "")" },
-                       ["container=\(container)", "schema_version=1"])
+                       ["container=\(container)", "schema_version=\(version)"])
         let tables = try PostgresTestServer.superuser(url, """
             SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE schemaname = $1
             """, [db.schemaName])
@@ -37,6 +38,96 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
             """, [db.schemaName])
         XCTAssertEqual(index.string(0, 0).map { $0.contains("UNIQUE INDEX") && $0.contains("(zone, seq)") }, true)
         XCTAssertNil(try db.zoneInfo("default"))
+    }
+
+    func testAVersion1ContainerIsMigratedWithItsRecords() throws {
+        guard let url = PostgresTestServer.url() else { return }
+        let db = try PostgresCloudDatabase(url: url, container: PostgresTestServer.uniqueContainer("migrate"))
+        dropAfterTest(db)
+        let s = "\"\(db.schemaName)\""
+        // A container as the first release made it: migration 1 only.
+        _ = try PostgresTestServer.superuser(url, "CREATE SCHEMA \(s)")
+        _ = try PostgresTestServer.superuser(url, "CREATE TABLE \(s).meta (key text PRIMARY KEY, value text NOT NULL)")
+        _ = try PostgresTestServer.superuser(url, "INSERT INTO \(s).meta VALUES ('container', $1), "
+            + "('schema_version', '1')", [db.container])
+        for statement in PostgresSchema.statements(migration: 0, schema: db.schemaName) {
+            _ = try PostgresTestServer.superuser(url, statement)
+        }
+        _ = try PostgresTestServer.superuser(url, "INSERT INTO \(s).zones VALUES ('z', 'e', 1, 0)")
+        _ = try PostgresTestServer.superuser(url, "INSERT INTO \(s).records VALUES ('z', 'old', 'T', '{\"n\":1}', "
+            + "'0b6f1c9e-uuid-tag', 1, false, 'dev-0', 0)")
+        XCTAssertThrowsError(try db.zoneInfo("z")) { error in
+            XCTAssertEqual((error as? CloudError)?.kind, .containerMissing)
+            XCTAssertEqual((error as? CloudError)?.hint, "run 'storectl cloud init' to migrate it")
+        }
+        XCTAssertEqual(try db.initializeContainer(),
+                       PostgresContainerSetup(schema: db.schemaName, created: false, previousVersion: 1,
+                                              version: PostgresCloudDatabase.schemaVersion))
+        let constraints = try PostgresTestServer.superuser(url, """
+            SELECT string_agg(conname || ':' || contype::text, ',' ORDER BY conname) FROM pg_constraint
+            WHERE conrelid = to_regclass($1)
+            """, ["\(s).records"])
+        XCTAssertEqual(constraints.string(0, 0), "records_fields_object:c,records_pkey:p")
+        let collations = try PostgresTestServer.superuser(url, """
+            SELECT string_agg(a.attname || ':' || c.collname, ',' ORDER BY a.attname) FROM pg_attribute a
+            JOIN pg_collation c ON c.oid = a.attcollation
+            WHERE a.attrelid = to_regclass($1) AND a.attname IN ('zone', 'record_name')
+            """, ["\(s).records"])
+        XCTAssertEqual(collations.string(0, 0), "record_name:C,zone:C")
+        // The old record keeps its tag, and a save that names it updates it.
+        let old = try XCTUnwrap(db.fetchRecord(zone: "z", recordName: "old"))
+        XCTAssertEqual(old.changeTag, "0b6f1c9e-uuid-tag")
+        let outcomes = try db.save(zone: "z", [
+            RecordSave(recordName: "old", recordType: "T", fields: fields(2), expectedTag: old.changeTag),
+            RecordSave(recordName: "new", recordType: "T", fields: fields(3), expectedTag: nil),
+        ], device: "dev-1")
+        guard case .saved(let tag, 2) = outcomes[0], case .saved(_, 3) = outcomes[1] else {
+            return XCTFail("\(outcomes)")
+        }
+        XCTAssertEqual(try db.fetchRecord(zone: "z", recordName: "old")?.changeTag, tag)
+        XCTAssertEqual(try db.fetchRecord(zone: "z", recordName: "old")?.fields, fields(2))
+        // Fields are still checked after the migration.
+        XCTAssertThrowsError(try db.save(zone: "z", [
+            RecordSave(recordName: "old", recordType: "T", fields: "[1]", expectedTag: tag),
+        ], device: "dev-1")) { XCTAssertEqual(($0 as? CloudError)?.kind, .invalid) }
+    }
+
+    func testACreateBatchThatMeetsAnExistingRecordSavesTheOthersWithoutGaps() throws {
+        guard let db = try makeContainer("create") else { return }
+        try db.ensureZone("z")
+        let first = try db.save(zone: "z", [
+            RecordSave(recordName: "b", recordType: "T", fields: fields(1), expectedTag: nil),
+        ], device: "dev-1")
+        guard case .saved(let bTag, 1) = first[0] else { return XCTFail("\(first)") }
+        // Every record of the batch expects to be new; "b" is not.
+        let saves = ["a", "b", "c", "d"].map {
+            RecordSave(recordName: $0, recordType: "T", fields: fields(9), expectedTag: nil)
+        }
+        let outcomes = try db.save(zone: "z", saves, device: "dev-2")
+        let b = try XCTUnwrap(db.fetchRecord(zone: "z", recordName: "b"))
+        XCTAssertEqual(b.changeTag, bTag)
+        XCTAssertEqual(b.modifiedBy, "dev-1")
+        XCTAssertEqual(outcomes[1], .conflict(server: b))
+        var seqs: [Int64] = []
+        for (index, outcome) in outcomes.enumerated() where index != 1 {
+            guard case .saved(let tag, let seq) = outcome else { return XCTFail("\(outcomes)") }
+            let stored = try XCTUnwrap(db.fetchRecord(zone: "z", recordName: saves[index].recordName))
+            XCTAssertEqual(stored.changeTag, tag)
+            XCTAssertEqual(stored.seq, seq)
+            XCTAssertEqual(stored.modifiedBy, "dev-2")
+            seqs.append(seq)
+        }
+        XCTAssertEqual(seqs, [2, 3, 4], "the failed first attempt used no seq")
+        XCTAssertEqual(try db.zoneInfo("z")?.lastSeq, 4)
+        let feed = try db.fetchChanges(zone: "z", since: nil, limit: 10)
+        XCTAssertEqual(feed.records.map(\.recordName), ["b", "a", "c", "d"])
+        // Tags are never handed out twice: not across records, not for the same record saved again.
+        let again = try db.save(zone: "z", [
+            RecordSave(recordName: "b", recordType: "T", fields: fields(5), expectedTag: bTag),
+        ], device: "dev-1")
+        guard case .saved(let newTag, 5) = again[0] else { return XCTFail("\(again)") }
+        let tags = feed.records.map(\.changeTag) + [newTag]
+        XCTAssertEqual(Set(tags).count, tags.count, "\(tags)")
     }
 
     func testASchemaOfSomethingElseIsRefused() throws {
@@ -241,6 +332,10 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
         for (bad, message) in [
             (RecordSave(recordName: "x", recordType: "T", fields: "[1]", expectedTag: nil), "not a JSON object"),
             (RecordSave(recordName: "x", recordType: "T", fields: "{nope", expectedTag: nil), "not a JSON object"),
+            (RecordSave(recordName: "x", recordType: "T", fields: "", expectedTag: nil), "not a JSON object"),
+            (RecordSave(recordName: "x", recordType: "T", fields: "{\"a\":\"\u{1e}\"}", expectedTag: nil),
+             "not a JSON object"),
+            (RecordSave(recordName: "x", recordType: "T", fields: "{}\u{1e}{}", expectedTag: "t"), "not a JSON object"),
             (RecordSave(recordName: "", recordType: "T", fields: "{}", expectedTag: nil), "empty name or type"),
             (RecordSave(recordName: "ok", recordType: "T", fields: "{}", expectedTag: nil), "appears twice"),
         ] {
@@ -365,6 +460,26 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
                                                  container: PostgresTestServer.uniqueContainer("ssl"))
         dropAfterTest(disabled)
         XCTAssertTrue(try disabled.initializeContainer().created)
+    }
+
+    func testArrayLiteralsAreTheSameAsTheSimpleEncodersAndReadBackExactly() throws {
+        let values: [String?] = ["", "plain", "\"", "\\", "\\\"", "a\"b\\c\"", nil, "é ☃ 😀",
+                                 "{\"k\":[1,\"x,y\"]}", "NULL", " spaced ", "\u{0}"]
+        XCTAssertEqual(PGConnInfo.textArrayLiteral(values), PGConnInfo.textArray(values))
+        XCTAssertEqual(PGConnInfo.textArrayLiteral([]), "{}")
+        XCTAssertEqual(PGConnInfo.textArrayLiteral([nil]), "{NULL}")
+        XCTAssertNil(PGConnInfo.separatedText(["{}", ""]))
+        XCTAssertNil(PGConnInfo.separatedText(["{}", "{\"a\":\"\u{1e}\"}"]))
+        XCTAssertEqual(PGConnInfo.separatedText(["{}"]), "{}")
+        guard let url = PostgresTestServer.url() else { return }
+        let sent = Array(values.dropLast())  // PostgreSQL text cannot hold NUL
+        let r = try PostgresTestServer.superuser(url, "SELECT v FROM unnest($1::text[]) WITH ORDINALITY AS t(v, o) "
+            + "ORDER BY o", [PGConnInfo.textArrayLiteral(sent)])
+        XCTAssertEqual((0..<r.rowCount).map { r.string($0, 0) }, sent)
+        let texts = ["{\"q\":\"\\\" \\\\ ,{}\"}", "{}", "{\"é\":\"☃\"}", " {\"a\" : [1, 2] } "]
+        let split = try PostgresTestServer.superuser(url, "SELECT v FROM unnest(string_to_array($1, chr(30))) "
+            + "WITH ORDINALITY AS t(v, o) ORDER BY o", [PGConnInfo.separatedText(texts)])
+        XCTAssertEqual((0..<split.rowCount).map { split.string($0, 0) }, texts)
     }
 
     func testGrantSQL() {

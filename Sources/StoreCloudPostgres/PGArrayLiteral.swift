@@ -1,0 +1,59 @@
+extension PGConnInfo {
+    /// The same text-format array literal as `textArray(_:)` (`{"a","b",NULL}`), built faster: the bytes between
+    /// two characters that need a backslash (`"` and `\`) are copied as one run instead of one by one. A batch of
+    /// records is three such literals of a few hundred kilobytes each, built while the zone waits for it.
+    static func textArrayLiteral(_ values: [String?]) -> String {
+        let quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
+        var out: [UInt8] = []
+        // The escapes come on top; for JSON texts about one byte in ten is a quote.
+        out.reserveCapacity(values.reduce(2) { $0 + ($1?.utf8.count ?? 4) * 9 / 8 + 3 })
+        out.append(UInt8(ascii: "{"))
+        for index in values.indices {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            guard var value = values[index] else {
+                out.append(contentsOf: "NULL".utf8)
+                continue
+            }
+            out.append(quote)
+            // `withUTF8` gives the string's own contiguous bytes (after making them native, if they were not).
+            value.withUTF8 { bytes in
+                var start = 0
+                for position in 0..<bytes.count where bytes[position] == quote || bytes[position] == backslash {
+                    out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<position]))
+                    out.append(backslash)
+                    start = position
+                }
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start...]))
+            }
+            out.append(quote)
+        }
+        out.append(UInt8(ascii: "}"))
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+extension PGConnInfo {
+    /// The record separator (U+001E) that `separatedText(_:)` puts between values. JSON text never holds it: a
+    /// control character is not JSON whitespace, and inside a string it must be escaped (`\u001e`).
+    static let recordSeparator = UInt8(0x1e)
+
+    /// `values` joined by `recordSeparator`, for `string_to_array($n, chr(30))` on the server: cheaper to build
+    /// and to split than an array literal, which escapes every quote of a JSON text and reads it back one
+    /// character at a time. Nil when a value is empty or holds the separator itself: the split would then not
+    /// give back `values` (`string_to_array('', ...)` is an empty array).
+    static func separatedText(_ values: [String]) -> String? {
+        var out: [UInt8] = []
+        out.reserveCapacity(values.reduce(0) { $0 + $1.utf8.count + 1 })
+        for index in values.indices {
+            if index > 0 { out.append(recordSeparator) }
+            var value = values[index]
+            let fits = value.withUTF8 { bytes -> Bool in
+                guard !bytes.isEmpty, !bytes.contains(recordSeparator) else { return false }
+                out.append(contentsOf: bytes)
+                return true
+            }
+            if !fits { return nil }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
