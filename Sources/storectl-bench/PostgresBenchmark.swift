@@ -48,8 +48,6 @@ enum PostgresBenchmark {
         }
         let template = try lab.template(rows: rows)
         let a = try lab.copyStore(template, to: "pg-a-\(rows)", url: url, account: "postgres", container: container)
-        // A copied store file is refused until it has an identity of its own (`storectl init --new-identity`).
-        try a.newIdentity()
         _ = try CloudConnector.initialize(settings: try a.cloudSettings())
         defer { try? sql("DROP SCHEMA IF EXISTS \(schema) CASCADE") }
 
