@@ -148,6 +148,8 @@ final class Lab {
         try remove(name)
         let store = try makeStore(name, url: url, account: account, container: container)
         try FileManager.default.copyItem(atPath: storePath(from), toPath: storePath(name))
+        // A copy is a store of its own: without its own id, sync refuses it as a copy of the template.
+        try store.newIdentity()
         return store
     }
 
