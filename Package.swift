@@ -16,8 +16,8 @@ let package = Package(
                        providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CYAML", path: "Sources/CYAML", pkgConfig: "yaml-0.1",
                        providers: [.apt(["libyaml-dev"])]),
-        .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ", pkgConfig: "libpq",
-                       providers: [.apt(["libpq-dev"])]),
+        // Header only, no pkgConfig (its flags would link libpq): the library is loaded on first use.
+        .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ", providers: [.apt(["libpq-dev"])]),
 
         // Layers, top to bottom. Each depends only on the layers above it.
         .target(name: "StoreBase"),

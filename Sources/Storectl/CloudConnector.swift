@@ -110,6 +110,11 @@ public enum CloudConnector {
                                                  password: settings.secret?.value).accountStatus()
             } catch let error as CloudError {
                 return FileCloudDatabase.statusReport(for: error, account: account)
+            } catch let error as any DiagnosedError {
+                // libpq could not be loaded: say which library and how to install it.
+                return AccountStatusReport(status: .couldNotDetermine,
+                                           reason: error.summary + (error.hint.map { "; " + $0 } ?? ""),
+                                           account: account)
             } catch {
                 return AccountStatusReport(status: .couldNotDetermine, reason: "\(error)", account: account)
             }
