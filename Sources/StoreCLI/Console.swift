@@ -22,11 +22,28 @@ public final class Console: @unchecked Sendable {
     /// The process's own stdout and stderr.
     public static func standard() -> Console {
         let tty = isatty(2) == 1
-        let noColor = ProcessInfo.processInfo.environment["NO_COLOR"].map { !$0.isEmpty } ?? false
-        return Console(
-            out: { s in FileHandle.standardOutput.write(Data(s.utf8)) },
-            err: { s in FileHandle.standardError.write(Data(s.utf8)) },
-            isTerminal: tty, color: tty && !noColor)
+        let noColor = getenv("NO_COLOR").map { $0.pointee != 0 } ?? false
+        // Straight to the file descriptors: FileHandle adds nothing here but start-up work in every process.
+        return Console(out: { s in writeAll(1, s) }, err: { s in writeAll(2, s) }, isTerminal: tty,
+                       color: tty && !noColor)
+    }
+
+    /// Writes all of `text` to `fd`, retrying short writes and interrupted calls. A closed pipe ends the output.
+    private static func writeAll(_ fd: Int32, _ text: String) {
+        var text = text
+        text.withUTF8 { buffer in
+            var offset = 0
+            while offset < buffer.count, let base = buffer.baseAddress {
+                let n = write(fd, base + offset, buffer.count - offset)
+                if n > 0 {
+                    offset += n
+                } else if n < 0 && errno == EINTR {
+                    continue
+                } else {
+                    return
+                }
+            }
+        }
     }
 
     /// Writes a line of data to stdout.

@@ -121,6 +121,32 @@ public enum CloudConnector {
         }
     }
 
+    /// The account status, as `accountStatus(settings:)` gives it, and the container it opened to find it out, so
+    /// that a caller about to use the container does not open it (and check the account's secret) again. The
+    /// container is nil when it could not be opened, or when it does not exist yet (`create_if_missing`).
+    public static func accountStatusAndContainer(settings: CloudSettings)
+        -> (report: AccountStatusReport, container: (any CloudDatabase)?)
+    {
+        guard let backend = try? self.backend(of: settings.url) else { return (accountStatus(settings: settings), nil) }
+        switch backend {
+        case .file(let path):
+            guard FileManager.default.fileExists(atPath: path),
+                  let cloud = try? FileCloudDatabase.open(path: path, container: settings.container,
+                                                          account: settings.account, secret: settings.secret?.value)
+            else {
+                // Missing or not openable: the status explains why, exactly as without the container.
+                return (accountStatus(settings: settings), nil)
+            }
+            return (cloud.accountStatus(), cloud)
+        case .postgres(let url):
+            guard let cloud = try? PostgresCloudDatabase(url: url, container: settings.container,
+                                                         account: settings.account,
+                                                         password: settings.secret?.value)
+            else { return (accountStatus(settings: settings), nil) }
+            return (cloud.accountStatus(), cloud)
+        }
+    }
+
     /// The URL for messages: a password in it is replaced by `***`.
     public static func redacted(_ url: String) -> String {
         guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].firstIndex(of: "@") else {
