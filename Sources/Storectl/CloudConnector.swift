@@ -26,7 +26,7 @@ public enum CloudConnector {
             // file:///abs and file://localhost/abs are accepted too.
             if path.hasPrefix("//localhost/") { path = String(path.dropFirst("//localhost".count)) }
             if path.hasPrefix("///") { path = String(path.dropFirst(2)) }
-            path = path.removingPercentEncoding ?? path
+            path = percentDecoded(path) ?? path
             guard path.hasPrefix("/") else {
                 throw StoreError(.config, "cloud.url '\(url)' does not name an absolute path",
                                  hint: "write file:PATH; a relative PATH is resolved against the config's folder")
@@ -145,6 +145,37 @@ public enum CloudConnector {
             else { return (accountStatus(settings: settings), nil) }
             return (cloud.accountStatus(), cloud)
         }
+    }
+
+    /// `text` with its `%XX` escapes decoded, or nil when an escape is malformed or the result is not UTF-8 (as
+    /// `removingPercentEncoding`, without Foundation's string bridging on the start path of every cloud command).
+    static func percentDecoded(_ text: String) -> String? {
+        guard text.utf8.contains(UInt8(ascii: "%")) else { return text }
+        func hexValue(_ c: UInt8) -> UInt8? {
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+            default: return nil
+            }
+        }
+        let bytes = Array(text.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var i = 0
+        while i < bytes.count {
+            if bytes[i] == UInt8(ascii: "%") {
+                guard i + 2 < bytes.count, let hi = hexValue(bytes[i + 1]), let lo = hexValue(bytes[i + 2]) else {
+                    return nil
+                }
+                out.append(hi << 4 | lo)
+                i += 3
+            } else {
+                out.append(bytes[i])
+                i += 1
+            }
+        }
+        return String(validating: out, as: UTF8.self)
     }
 
     /// The URL for messages: a password in it is replaced by `***`.
