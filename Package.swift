@@ -16,8 +16,8 @@ let package = Package(
                        providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CYAML", path: "Sources/CYAML", pkgConfig: "yaml-0.1",
                        providers: [.apt(["libyaml-dev"])]),
-        .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ", pkgConfig: "libpq",
-                       providers: [.apt(["libpq-dev"])]),
+        // Header only, no pkgConfig (its flags would link libpq): the library is loaded on first use.
+        .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ", providers: [.apt(["libpq-dev"])]),
 
         // Layers, top to bottom. Each depends only on the layers above it.
         .target(name: "StoreBase"),
@@ -33,7 +33,14 @@ let package = Package(
         .target(name: "StoreCLI", dependencies: [
             "Storectl", "StoreConfig", "StoreCloud", "StoreHistory", "StoreMirror", "StoreSQLite", "StoreBase",
         ]),
-        .executableTarget(name: "storectl", dependencies: ["StoreCLI", "StoreBase"]),
+        // Release builds link the Swift runtime and Foundation statically: the dynamic loader then maps and binds
+        // a few system libraries rather than a dozen Swift ones, which halves the start time of every command
+        // (`storectl --version` 10.5 -> 4.7 ms). Same as `swift build --static-swift-stdlib`, for this binary only.
+        .executableTarget(name: "storectl", dependencies: ["StoreCLI", "StoreBase"],
+                          swiftSettings: [.unsafeFlags(["-static-stdlib"], .when(platforms: [.linux],
+                                                                                 configuration: .release))],
+                          linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(platforms: [.linux],
+                                                                                   configuration: .release))]),
         .executableTarget(name: "storectl-bench", dependencies: [
             "Storectl", "StoreHistory", "StoreMirror", "StoreCloud", "StoreConfig", "StoreSQLite", "StoreBase",
         ]),

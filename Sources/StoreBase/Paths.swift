@@ -77,17 +77,21 @@ public enum StandardStream {
     /// Writes `text` to standard error.
     public static func err(_ text: String) { write(2, text) }
 
+    /// Writes all of `text` to `fd`, retrying short writes and interrupted calls. A closed pipe ends the output.
     private static func write(_ fd: Int32, _ text: String) {
-        var bytes = Array(text.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { raw -> Int in
-                guard let base = raw.baseAddress else { return 0 }
-                return Glibc.write(fd, base + offset, raw.count - offset)
+        var text = text
+        text.withUTF8 { buffer in
+            var offset = 0
+            while offset < buffer.count, let base = buffer.baseAddress {
+                let n = Glibc.write(fd, base + offset, buffer.count - offset)
+                if n > 0 {
+                    offset += n
+                } else if n < 0 && errno == EINTR {
+                    continue
+                } else {
+                    return
+                }
             }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return }
-            offset += n
         }
     }
 

@@ -70,8 +70,32 @@ public enum CommandLineTool {
 
     /// Runs storectl with `argv` (without the program name) on the process's own console and environment.
     public static func main(_ argv: [String]) -> ExitCode {
-        run(argv, console: Console.standard(), environment: ProcessInfo.processInfo.environment,
-            workingDirectory: FileManager.default.currentDirectoryPath)
+        run(argv, console: Console.standard(), environment: processEnvironment(),
+            workingDirectory: currentDirectory())
+    }
+
+    /// The process environment, read from `environ` directly: what `ProcessInfo.processInfo.environment` gives,
+    /// without starting ProcessInfo in every process (a third of the work of `storectl --version`).
+    static func processEnvironment() -> [String: String] {
+        var result: [String: String] = [:]
+        var entry = environ
+        while let pointer = entry.pointee {
+            let text = String(cString: pointer)
+            if let equals = text.utf8.firstIndex(of: UInt8(ascii: "=")) {
+                let name = String(text[..<equals])
+                // The first definition wins, as getenv(3) finds it.
+                if result[name] == nil { result[name] = String(text[text.index(after: equals)...]) }
+            }
+            entry += 1
+        }
+        return result
+    }
+
+    /// The current directory (getcwd(3)), or "." when it cannot be read.
+    static func currentDirectory() -> String {
+        guard let pointer = getcwd(nil, 0) else { return "." }
+        defer { free(pointer) }
+        return String(cString: pointer)
     }
 
     /// Runs storectl with `argv`, writing to `console`. This is the whole tool; `main.swift` only calls it.

@@ -25,11 +25,10 @@ public final class Console: @unchecked Sendable {
     /// The process's own stdout and stderr.
     public static func standard() -> Console {
         let tty = isatty(2) == 1
-        let noColor = ProcessInfo.processInfo.environment["NO_COLOR"].map { !$0.isEmpty } ?? false
-        return Console(
-            out: { s in StandardStream.out(s) },
-            err: { s in StandardStream.err(s) },
-            isTerminal: tty, color: tty && !noColor)
+        let noColor = getenv("NO_COLOR").map { $0.pointee != 0 } ?? false
+        // Straight to the file descriptors: FileHandle adds nothing here but start-up work in every process.
+        return Console(out: { s in StandardStream.out(s) }, err: { s in StandardStream.err(s) }, isTerminal: tty,
+                       color: tty && !noColor)
     }
 
     /// Writes a line of data to stdout.

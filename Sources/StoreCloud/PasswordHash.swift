@@ -1,5 +1,10 @@
 import Synchronization
 import StoreBase
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// SHA-256 (FIPS 180-4), written out because no crypto library is linked.
 ///
@@ -261,13 +266,23 @@ public enum PasswordHash {
 
     /// Whether `secret` matches the stored form `stored`. The comparison takes the same time wherever the bytes
     /// differ. A stored form that cannot be read never matches.
+    ///
+    /// A match is remembered: in this process's memory, and in the user's `VerifiedSecretCache`, so that the next
+    /// process that checks the same secret against the same stored form skips PBKDF2. A mismatch is never
+    /// remembered: every wrong guess pays the full PBKDF2 cost.
     public static func verify(secret: String, stored: String) -> Bool {
         // One check per secret and stored hash per process: a command that opens the container more than once
-        // pays for PBKDF2 once. The memo lives only in this process's memory.
+        // pays for PBKDF2 once.
         let key = stored + "\u{0}" + secret
         if let known = verified.withLock({ $0[key] }) { return known }
+        let cache = VerifiedSecretCache.forCurrentUser()
+        if let cache, cache.contains(secret: secret, stored: stored) {
+            verified.withLock { $0[key] = true }
+            return true
+        }
         let result = computeVerify(secret: secret, stored: stored)
         verified.withLock { $0[key] = result }
+        if result { cache?.insert(secret: secret, stored: stored) }
         return result
     }
 
@@ -326,3 +341,120 @@ public enum PasswordHash {
         return out
     }
 }
+
+/// The secrets PBKDF2 verified recently for this user, as keyed hashes, so that each short command (`status`,
+/// `mode`, `sync`, called by scripts in loops) does not pay for PBKDF2 again: 20,000 iterations are about 13 ms,
+/// a quarter of a `storectl mode local` process.
+///
+/// The file (`$XDG_CACHE_HOME/storectl/verified-secrets`, else `~/.cache/storectl/verified-secrets`, mode 0600 in
+/// a 0700 folder) holds a random 32-byte key and, per verified pair, `HMAC-SHA256(key, stored form + NUL +
+/// secret)`; never a secret. An entry matches only the exact secret and the exact stored form (salt included), so
+/// a changed secret, a rotated or re-registered account misses and pays PBKDF2 again; whether the account is
+/// disabled is still read from the container every time. Only matches are written, never mismatches. The file is
+/// ignored when it is not a regular file owned by the user with no group or other permissions.
+///
+/// Someone who can read the file could test guesses at HMAC speed rather than PBKDF2 speed; such a person can
+/// read the user's other files too (config.yaml, the scripts that set the secret's variable), the same trust
+/// as `~/.pgpass`. `STORECTL_CREDENTIAL_CACHE=off` turns the cache off (every process runs PBKDF2).
+public struct VerifiedSecretCache: Sendable {
+    /// The file.
+    public let path: String
+    /// Entries kept: the newest ones.
+    static let capacity = 64
+    private static let header = "storectl-verified-secrets 1"
+
+    public init(path: String) { self.path = path }
+
+    /// The current user's cache, or nil when it is turned off or there is no home folder.
+    public static func forCurrentUser() -> VerifiedSecretCache? {
+        func env(_ name: String) -> String? {
+            getenv(name).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 }
+        }
+        if let setting = env("STORECTL_CREDENTIAL_CACHE")?.lowercased(), ["off", "0", "no", "false"].contains(setting) {
+            return nil
+        }
+        let base: String
+        if let xdg = env("XDG_CACHE_HOME"), xdg.hasPrefix("/") {
+            base = xdg
+        } else if let home = env("HOME"), home.hasPrefix("/") {
+            base = home + "/.cache"
+        } else {
+            return nil
+        }
+        return VerifiedSecretCache(path: base + "/storectl/verified-secrets")
+    }
+
+    /// Whether `secret` was verified against `stored` before.
+    public func contains(secret: String, stored: String) -> Bool {
+        guard let (key, entries) = load() else { return false }
+        let entry = Self.entry(key: key, secret: secret, stored: stored)
+        var found = false
+        // Every entry is compared in full, so the time does not tell which one matched.
+        for candidate in entries where PasswordHash.constantTimeEqual(candidate, entry) { found = true }
+        return found
+    }
+
+    /// Remembers that `secret` matches `stored`. Failures are ignored: the cache only saves time.
+    public func insert(secret: String, stored: String) {
+        let key: [UInt8]
+        var entries: [[UInt8]]
+        if let (k, e) = load() {
+            key = k
+            entries = e
+        } else {
+            var rng = SystemRandomNumberGenerator()
+            key = (0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            entries = []
+        }
+        let entry = Self.entry(key: key, secret: secret, stored: stored)
+        entries.removeAll { $0 == entry }
+        entries.append(entry)
+        if entries.count > Self.capacity { entries.removeFirst(entries.count - Self.capacity) }
+        let text = ([Self.header, PasswordHash.hex(key)] + entries.map(PasswordHash.hex)).joined(separator: "\n") + "\n"
+        store(text)
+    }
+
+    private static func entry(key: [UInt8], secret: String, stored: String) -> [UInt8] {
+        HMACSHA256(key: key).mac(Array((stored + "\u{0}" + secret).utf8))
+    }
+
+    /// The key and entries, or nil when the file is missing, unreadable, malformed or not private to the user.
+    private func load() -> (key: [UInt8], entries: [[UInt8]])? {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_uid == geteuid(),
+              info.st_mode & 0o077 == 0, info.st_size > 0, info.st_size < 64 * 1024
+        else { return nil }
+        var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
+        let count = bytes.withUnsafeMutableBytes { systemRead(fd, $0.baseAddress, $0.count) }
+        guard count == bytes.count else { return nil }
+        let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n")
+        guard lines.count >= 2, lines[0] == Self.header, let key = PasswordHash.bytes(hex: lines[1]), key.count == 32
+        else { return nil }
+        let entries = lines.dropFirst(2).compactMap { PasswordHash.bytes(hex: $0) }.filter { $0.count == 32 }
+        return (key, entries)
+    }
+
+    /// Replaces the file with `text`: a private temp file renamed over it, so readers see the old or the new one.
+    private func store(_ text: String) {
+        guard let slash = path.lastIndex(of: "/") else { return }
+        let folder = String(path[..<slash])
+        var prefix = ""
+        for part in folder.split(separator: "/") {
+            prefix += "/" + part
+            if mkdir(prefix, 0o700) != 0 && errno != EEXIST { return }
+        }
+        let temp = path + ".\(getpid()).tmp"
+        let fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        let bytes = Array(text.utf8)
+        let written = bytes.withUnsafeBytes { systemWrite(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        if written != bytes.count || rename(temp, path) != 0 { unlink(temp) }
+    }
+}
+
+private func systemRead(_ fd: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int { read(fd, buffer, count) }
+private func systemWrite(_ fd: Int32, _ buffer: UnsafeRawPointer?, _ count: Int) -> Int { write(fd, buffer, count) }

@@ -42,27 +42,29 @@ struct PGQuery {
 /// The result of one statement. Owns its `PGresult`, cleared on deinit.
 final class PGResult {
     private let handle: OpaquePointer
+    private let pq: LibPQ
 
-    /// Takes ownership of `handle`.
-    init(_ handle: OpaquePointer) {
+    /// Takes ownership of `handle`, which `pq` made.
+    init(_ handle: OpaquePointer, _ pq: LibPQ) {
         self.handle = handle
+        self.pq = pq
     }
 
     deinit {
-        PQclear(handle)
+        pq.PQclear(handle)
     }
 
     /// The number of rows.
-    var rowCount: Int { Int(PQntuples(handle)) }
+    var rowCount: Int { Int(pq.PQntuples(handle)) }
 
     /// The number of columns.
-    var columnCount: Int { Int(PQnfields(handle)) }
+    var columnCount: Int { Int(pq.PQnfields(handle)) }
 
     /// The text of the value at `row`, `column`, or nil when it is SQL NULL.
     func string(_ row: Int, _ column: Int) -> String? {
         // "PQgetvalue returns an empty string, not a null pointer, for a null field": so ask PQgetisnull first.
-        guard row < rowCount, column < columnCount, PQgetisnull(handle, Int32(row), Int32(column)) == 0,
-              let value = PQgetvalue(handle, Int32(row), Int32(column))
+        guard row < rowCount, column < columnCount, pq.PQgetisnull(handle, Int32(row), Int32(column)) == 0,
+              let value = pq.PQgetvalue(handle, Int32(row), Int32(column))
         else { return nil }
         return String(cString: value)
     }
@@ -79,18 +81,18 @@ final class PGResult {
     }
 
     /// The status of the result (`PQresultStatus`).
-    fileprivate var status: ExecStatusType { PQresultStatus(handle) }
+    fileprivate var status: ExecStatusType { pq.PQresultStatus(handle) }
 
     /// The server's error, if this result is one.
     fileprivate func error(sql: String, connectionLost: Bool) -> PGError {
         // PG_DIAG_SQLSTATE is the character 'C'; PG_DIAG_MESSAGE_PRIMARY is 'M'.
-        let state = PQresultErrorField(handle, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
-        var message = PQresultErrorField(handle, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? ""
+        let state = pq.PQresultErrorField(handle, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+        var message = pq.PQresultErrorField(handle, Int32(UInt8(ascii: "M"))).map { String(cString: $0) } ?? ""
         if message.isEmpty {
-            message = PQresultErrorMessage(handle).map { String(cString: $0) }?
+            message = pq.PQresultErrorMessage(handle).map { String(cString: $0) }?
                 .trimmingWhitespace() ?? "unknown error"
         }
-        if let detail = PQresultErrorField(handle, Int32(UInt8(ascii: "D"))).map({ String(cString: $0) }) {
+        if let detail = pq.PQresultErrorField(handle, Int32(UInt8(ascii: "D"))).map({ String(cString: $0) }) {
             message += " (\(detail))"
         }
         return PGError(sqlState: state, message: message, sql: sql, connectionLost: connectionLost,
@@ -103,13 +105,16 @@ final class PGResult {
 /// Not Sendable: one owner at a time.
 final class PGConnection {
     private let handle: OpaquePointer
+    private let pq: LibPQ
 
     /// Connects. `parameters` are libpq keywords and values, processed in order so that later ones override
     /// earlier ones; a `dbname` holding a URL or connection string is expanded in place (`expand_dbname`).
     ///
     /// - Parameter timeout: seconds to wait for the server, unless the parameters carry `connect_timeout`.
-    /// - Throws: `PGError` with `duringConnect` set, and the server's SQLSTATE when the server refused.
+    /// - Throws: `LibPQUnavailableError` when libpq cannot be loaded; `PGError` with `duringConnect` set, and the
+    ///   server's SQLSTATE when the server refused.
     init(parameters: [(keyword: String, value: String)], timeout: Double = 10) throws {
+        let pq = try LibPQ.shared()
         // PQconnectStartParams + PQconnectPoll rather than PQconnectdbParams: the asynchronous start lets us set
         // the error verbosity before the server answers, so that a refusal ("FATAL: role ... does not exist")
         // carries its SQLSTATE, which PQconnectdbParams would drop from the message.
@@ -121,7 +126,7 @@ final class PGConnection {
         }
         let made: OpaquePointer? = keywords.map { UnsafePointer($0) }.withUnsafeBufferPointer { k in
             values.map { UnsafePointer($0) }.withUnsafeBufferPointer { v in
-                PQconnectStartParams(k.baseAddress, v.baseAddress, 1)
+                pq.PQconnectStartParams(k.baseAddress, v.baseAddress, 1)
             }
         }
         guard let made else {
@@ -129,9 +134,10 @@ final class PGConnection {
                           duringConnect: true)
         }
         handle = made
+        self.pq = pq
         // From here on `self` owns the handle, so deinit finishes it whatever happens.
-        PQsetErrorVerbosity(handle, PQERRORS_VERBOSE)
-        if PQstatus(handle) == CONNECTION_BAD { throw connectError() }
+        _ = pq.PQsetErrorVerbosity(handle, PQERRORS_VERBOSE)
+        if pq.PQstatus(handle) == CONNECTION_BAD { throw connectError() }
         var wait = timeout
         if let t = parameters.last(where: { $0.keyword == "connect_timeout" }).flatMap({ Double($0.value) }), t > 0 {
             wait = t
@@ -148,24 +154,24 @@ final class PGConnection {
                               sql: nil, connectionLost: true, duringConnect: true)
             }
             // The socket can change between calls (a new host or address is tried), so ask each time.
-            var fd = pollfd(fd: PQsocket(handle), events: Int16(state == PGRES_POLLING_READING ? POLLIN : POLLOUT),
+            var fd = pollfd(fd: pq.PQsocket(handle), events: Int16(state == PGRES_POLLING_READING ? POLLIN : POLLOUT),
                             revents: 0)
             _ = poll(&fd, 1, Int32(min(remaining, 1) * 1000))
-            state = PQconnectPoll(handle)
+            state = pq.PQconnectPoll(handle)
         }
         // Messages after connecting carry the SQLSTATE in their own field: the default verbosity is enough.
-        PQsetErrorVerbosity(handle, PQERRORS_DEFAULT)
+        _ = pq.PQsetErrorVerbosity(handle, PQERRORS_DEFAULT)
     }
 
     deinit {
-        PQfinish(handle)
+        pq.PQfinish(handle)
     }
 
     /// Whether the connection is still usable (`PQstatus != CONNECTION_BAD`).
-    var isHealthy: Bool { PQstatus(handle) != CONNECTION_BAD }
+    var isHealthy: Bool { pq.PQstatus(handle) != CONNECTION_BAD }
 
     /// The role the session authenticated as.
-    var user: String? { PQuser(handle).map { String(cString: $0) } }
+    var user: String? { pq.PQuser(handle).map { String(cString: $0) } }
 
     /// Runs one parameterised statement (`PQexecParams`, text format).
     /// - Throws: `PGError`.
@@ -174,10 +180,10 @@ final class PGConnection {
         let values = parameters.map { $0.flatMap { strdup($0) } }
         defer { for p in values { free(p) } }
         let raw: OpaquePointer? = values.map { UnsafePointer($0) }.withUnsafeBufferPointer { v in
-            PQexecParams(handle, sql, Int32(parameters.count), nil, v.baseAddress, nil, nil, 0)
+            pq.PQexecParams(handle, sql, Int32(parameters.count), nil, v.baseAddress, nil, nil, 0)
         }
         guard let raw else { throw lostError(sql: sql) }
-        let result = PGResult(raw)
+        let result = PGResult(raw, pq)
         switch result.status {
         case PGRES_TUPLES_OK, PGRES_COMMAND_OK: return result
         default: throw result.error(sql: sql, connectionLost: !isHealthy)
@@ -194,13 +200,13 @@ final class PGConnection {
     /// - Returns: one result per statement, in order.
     /// - Throws: `PGError` for the first statement that failed; nothing of the pipeline was committed then.
     func pipeline(_ queries: [PGQuery]) throws -> [PGResult] {
-        guard PQenterPipelineMode(handle) == 1 else { throw lostError(sql: queries.first?.sql) }
+        guard pq.PQenterPipelineMode(handle) == 1 else { throw lostError(sql: queries.first?.sql) }
         var sendFailure: PGError?
         for query in queries {
             let values = query.parameters.map { $0.flatMap { strdup($0) } }
             defer { for p in values { free(p) } }
             let sent = values.map { UnsafePointer($0) }.withUnsafeBufferPointer { v in
-                PQsendQueryParams(handle, query.sql, Int32(values.count), nil, v.baseAddress, nil, nil, 0)
+                pq.PQsendQueryParams(handle, query.sql, Int32(values.count), nil, v.baseAddress, nil, nil, 0)
             }
             if sent != 1 {
                 sendFailure = lostError(sql: query.sql)
@@ -211,15 +217,15 @@ final class PGConnection {
             // A connection that cannot take a statement is not worth saving; the caller drops it.
             throw sendFailure
         }
-        guard PQpipelineSync(handle) == 1 else { throw lostError(sql: queries.last?.sql) }
+        guard pq.PQpipelineSync(handle) == 1 else { throw lostError(sql: queries.last?.sql) }
         // "To process the result of one query in a pipeline, the application calls PQgetResult repeatedly and
         // handles each result until PQgetResult returns null." The sync point ends with PGRES_PIPELINE_SYNC.
         var results: [PGResult] = []
         var firstError: PGError?
         for query in queries {
-            guard let raw = PQgetResult(handle) else { throw lostError(sql: query.sql) }
-            let result = PGResult(raw)
-            while let extra = PQgetResult(handle) { PQclear(extra) }
+            guard let raw = pq.PQgetResult(handle) else { throw lostError(sql: query.sql) }
+            let result = PGResult(raw, pq)
+            while let extra = pq.PQgetResult(handle) { pq.PQclear(extra) }
             switch result.status {
             case PGRES_TUPLES_OK, PGRES_COMMAND_OK:
                 results.append(result)
@@ -229,10 +235,10 @@ final class PGConnection {
                 if firstError == nil { firstError = result.error(sql: query.sql, connectionLost: !isHealthy) }
             }
         }
-        guard let sync = PQgetResult(handle) else { throw lostError(sql: nil) }
-        let syncStatus = PQresultStatus(sync)
-        PQclear(sync)
-        guard syncStatus == PGRES_PIPELINE_SYNC, PQexitPipelineMode(handle) == 1 else {
+        guard let sync = pq.PQgetResult(handle) else { throw lostError(sql: nil) }
+        let syncStatus = pq.PQresultStatus(sync)
+        pq.PQclear(sync)
+        guard syncStatus == PGRES_PIPELINE_SYNC, pq.PQexitPipelineMode(handle) == 1 else {
             throw firstError ?? lostError(sql: nil)
         }
         if let firstError { throw firstError }
@@ -255,7 +261,7 @@ final class PGConnection {
 
     /// The error for a call that got no result at all: the connection is gone or broken.
     private func lostError(sql: String?) -> PGError {
-        let text = PQerrorMessage(handle).map { String(cString: $0) } ?? ""
+        let text = pq.PQerrorMessage(handle).map { String(cString: $0) } ?? ""
         let (state, message) = PGConnection.splitVerbose(text)
         return PGError(sqlState: state, message: message.isEmpty ? "the connection to the server was lost" : message,
                        sql: sql, connectionLost: true, duringConnect: false)
@@ -263,7 +269,7 @@ final class PGConnection {
 
     /// The error for a failed connection attempt, with the server's SQLSTATE when it refused.
     private func connectError() -> PGError {
-        let text = PQerrorMessage(handle).map { String(cString: $0) } ?? ""
+        let text = pq.PQerrorMessage(handle).map { String(cString: $0) } ?? ""
         let (state, message) = PGConnection.splitVerbose(text)
         return PGError(sqlState: state, message: message.isEmpty ? "could not connect" : message, sql: nil,
                        connectionLost: true, duringConnect: true)
@@ -305,16 +311,18 @@ private func monotonicSeconds() -> Double {
 /// Connection string handling that needs libpq but no connection.
 enum PGConnInfo {
     /// The options a URL or `key=value` connection string sets explicitly.
-    /// - Throws: `PGError` with libpq's message when the string is malformed.
+    /// - Throws: `LibPQUnavailableError` when libpq cannot be loaded; `PGError` with libpq's message when the
+    ///   string is malformed.
     static func parse(_ conninfo: String) throws -> [String: String] {
+        let pq = try LibPQ.shared()
         var errorMessage: UnsafeMutablePointer<CChar>?
-        guard let options = PQconninfoParse(conninfo, &errorMessage) else {
+        guard let options = pq.PQconninfoParse(conninfo, &errorMessage) else {
             let message = errorMessage.map { String(cString: $0) }?
                 .trimmingWhitespace() ?? "out of memory"
-            if let errorMessage { PQfreemem(errorMessage) }
+            if let errorMessage { pq.PQfreemem(errorMessage) }
             throw PGError(sqlState: nil, message: message, sql: nil, connectionLost: false, duringConnect: true)
         }
-        defer { PQconninfoFree(options) }
+        defer { pq.PQconninfoFree(options) }
         // "PQconninfoParse returns ... an array of PQconninfoOption structures ... ending with an entry having a
         // null keyword pointer. ... only options explicitly specified in the string have values set."
         var result: [String: String] = [:]

@@ -43,7 +43,7 @@ enum PostgresURL {
             let kept = tail[tail.index(after: q)...].split(separator: "&", omittingEmptySubsequences: false)
                 .filter { item in
                     let key = item.split(separator: "=", maxSplits: 1).first.map(String.init) ?? ""
-                    return PercentEncoding.decoded(key) != "password"
+                    return (PercentEncoding.decoded(key) ?? key) != "password"
                 }
             tail = String(path) + (kept.isEmpty ? "" : "?" + kept.joined(separator: "&"))
         }

@@ -29,7 +29,7 @@ public enum CloudConnector {
             // file:///abs and file://localhost/abs are accepted too.
             if path.hasPrefix("//localhost/") { path = String(path.dropFirst("//localhost".count)) }
             if path.hasPrefix("///") { path = String(path.dropFirst(2)) }
-            path = PercentEncoding.decoded(path)
+            path = PercentEncoding.decoded(path) ?? path
             guard path.hasPrefix("/") else {
                 throw StoreError(.config, "cloud.url '\(url)' does not name an absolute path",
                                  hint: "write file:PATH; a relative PATH is resolved against the config's folder")
@@ -113,9 +113,40 @@ public enum CloudConnector {
                                                  password: settings.secret?.value).accountStatus()
             } catch let error as CloudError {
                 return FileCloudDatabase.statusReport(for: error, account: account)
+            } catch let error as any DiagnosedError {
+                // libpq could not be loaded: say which library and how to install it.
+                return AccountStatusReport(status: .couldNotDetermine,
+                                           reason: error.summary + (error.hint.map { "; " + $0 } ?? ""),
+                                           account: account)
             } catch {
                 return AccountStatusReport(status: .couldNotDetermine, reason: "\(error)", account: account)
             }
+        }
+    }
+
+    /// The account status, as `accountStatus(settings:)` gives it, and the container it opened to find it out, so
+    /// that a caller about to use the container does not open it (and check the account's secret) again. The
+    /// container is nil when it could not be opened, or when it does not exist yet (`create_if_missing`).
+    public static func accountStatusAndContainer(settings: CloudSettings)
+        -> (report: AccountStatusReport, container: (any CloudDatabase)?)
+    {
+        guard let backend = try? self.backend(of: settings.url) else { return (accountStatus(settings: settings), nil) }
+        switch backend {
+        case .file(let path):
+            guard FileManager.default.fileExists(atPath: path),
+                  let cloud = try? FileCloudDatabase.open(path: path, container: settings.container,
+                                                          account: settings.account, secret: settings.secret?.value)
+            else {
+                // Missing or not openable: the status explains why, exactly as without the container.
+                return (accountStatus(settings: settings), nil)
+            }
+            return (cloud.accountStatus(), cloud)
+        case .postgres(let url):
+            guard let cloud = try? PostgresCloudDatabase(url: url, container: settings.container,
+                                                         account: settings.account,
+                                                         password: settings.secret?.value)
+            else { return (accountStatus(settings: settings), nil) }
+            return (cloud.accountStatus(), cloud)
         }
     }
 

@@ -99,12 +99,14 @@ extension StoreHandle {
         {
             _ = try CloudConnector.initialize(settings: cloud)
         }
-        let report = CloudConnector.accountStatus(settings: cloud)
+        checkedCloud = nil
+        // The container the check opens is kept for the openMirror() that follows, rather than opened again.
+        let (report, opened) = CloudConnector.accountStatusAndContainer(settings: cloud)
         if report.status != .available { throw AccountUnavailableError(report: report) }
         if !dryRun {
             // The container itself must exist before anything changes (a PostgreSQL container is made by
             // `storectl cloud init`).
-            _ = try CloudConnector.open(settings: cloud)
+            checkedCloud = try opened ?? CloudConnector.open(settings: cloud)
         }
         return report
     }
@@ -112,11 +114,17 @@ extension StoreHandle {
     /// Opens the sync engine for this store: checks the binding and registers the device.
     /// - Throws: `StoreError` (78) for an account mismatch without `rebind`; `CloudError`.
     public func openMirror(_ options: SyncOptions = SyncOptions()) throws -> Mirror {
+        try openMirror(options, trackingVerified: false)
+    }
+
+    /// `openMirror`, skipping the trigger check when the caller has just made it (`enableCloud`'s step 3).
+    func openMirror(_ options: SyncOptions, trackingVerified: Bool) throws -> Mirror {
         let cloud = try cloudSettings()
         let db = try database()
-        try requireTracking()
+        if !trackingVerified { try requireTracking() }
         try checkIdentity()
-        let backend = try CloudConnector.open(settings: cloud)
+        let backend = try checkedCloud ?? CloudConnector.open(settings: cloud)
+        checkedCloud = nil
         let mirror = try Mirror(db: db, cloud: backend, options: try mirrorOptions(options))
         try bind(db: db, cloud: cloud, rebind: options.rebind)
         if options.reupload {
@@ -193,8 +201,8 @@ extension StoreHandle {
         let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: uniqueRules)
         guard check.ok else { throw CloudCheckError(report: check) }
         step("cloud check", "\(check.entities.count) table(s) can be mirrored")
-        // 5. Bind.
-        let mirror = try openMirror(options)
+        // 5. Bind. The triggers were verified in step 3, in this process, moments ago.
+        let mirror = try openMirror(options, trackingVerified: true)
         step("bind", "bound to account '\(cloud.account ?? "")' in \(cloud.container), zone '\(cloud.zone)'")
         // 6 and 7. First export, then import.
         var report: SyncReport?

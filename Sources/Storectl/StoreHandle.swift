@@ -3,8 +3,14 @@ import FoundationEssentials
 import Glibc
 #endif
 import StoreBase
+import StoreCloud
 import StoreConfig
 import StoreSQLite
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// One configured store, opened: the entry point of the storectl library.
 ///
@@ -16,6 +22,8 @@ public final class StoreHandle {
     /// This store's settings.
     public let settings: StoreSettings
     private var connection: Connection?
+    /// The container `requireAvailableAccount()` opened and checked, for the `openMirror()` that follows it.
+    var checkedCloud: (any CloudDatabase)?
 
     /// Picks the store `storeName` (or the only one) from `config`. The file is opened on first use.
     /// - Throws: `StoreError` (exit 64) when the store name is unknown.
@@ -79,8 +87,12 @@ public final class StoreHandle {
     /// Refuses a file cut short: its header counts more pages than the file holds (and no WAL holds them).
     /// SQLite would only notice when it reads a missing page, possibly after writing to the file.
     private func checkNotTruncated(_ db: Connection, path: String) throws {
-        let attributes = { (p: String) in (try? FileManager.default.attributesOfItem(atPath: p))?[.size] as? Int64 }
-        guard attributes(path + "-wal") ?? 0 == 0, let size = attributes(path),
+        // stat(2) rather than FileManager's attribute dictionary: this runs at the start of every command.
+        func fileSize(_ p: String) -> Int64? {
+            var info = stat()
+            return stat(p, &info) == 0 ? Int64(info.st_size) : nil
+        }
+        guard fileSize(path + "-wal") ?? 0 == 0, let size = fileSize(path),
               let pages = try db.scalar("PRAGMA page_count")?.int64,
               let pageSize = try db.scalar("PRAGMA page_size")?.int64, pages * pageSize > size
         else { return }
@@ -90,5 +102,8 @@ public final class StoreHandle {
     }
 
     /// Closes the connection; the next `database()` opens it again.
-    public func close() { connection = nil }
+    public func close() {
+        connection = nil
+        checkedCloud = nil
+    }
 }

@@ -86,9 +86,11 @@ enum ProcessBenchmarks {
                 smallTimes.append(t.seconds)
             }
         }
-        // Where a status process spends its time: the same binary doing less and less.
+        // Where a status process spends its time: the same binary doing more and more. `--version` is the cost of
+        // starting the process at all (loading the Swift runtime and Foundation), which no command can go below.
         let config = lab.configPath(store)
         let steps: [(key: String, args: [String])] = [
+            ("version", ["--version"]),
             ("help", ["--help"]),
             ("config_validate", ["--config", config, "config", "validate"]),
             ("account_status", ["--config", config, "account", "status"]),

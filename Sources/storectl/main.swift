@@ -10,5 +10,6 @@ signal(SIGXFSZ, SIG_IGN)
 #endif
 
 let code = CommandLineTool.main(Array(CommandLine.arguments.dropFirst()))
-Trace.report()
+// Only when asked for: reading the setting through Trace would start ProcessInfo in every process.
+if getenv("STORECTL_TRACE") != nil { Trace.report() }
 exit(code.rawValue)

@@ -38,8 +38,9 @@ final class TextHelpersTests: XCTestCase {
         XCTAssertEqual(Hex.string([0x00, 0xAB, 0xff]), "00abff")
         XCTAssertEqual(Hex.string([0x0f], uppercase: true), "0F")
         XCTAssertEqual(PercentEncoding.decoded("my%20notes%2Edb"), "my notes.db")
-        XCTAssertEqual(PercentEncoding.decoded("100%"), "100%")
-        XCTAssertEqual(PercentEncoding.decoded("%zz"), "%zz")
+        XCTAssertNil(PercentEncoding.decoded("100%"))
+        XCTAssertNil(PercentEncoding.decoded("%zz"))
+        XCTAssertNil(PercentEncoding.decoded("%ff"))
         XCTAssertEqual(JSONText.quoted("plain"), "\"plain\"")
         XCTAssertEqual(JSONText.quoted("a\"b\\c\n\t\u{01}é"), "\"a\\\"b\\\\c\\n\\t\\u0001é\"")
     }
