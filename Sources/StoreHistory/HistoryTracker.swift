@@ -344,10 +344,10 @@ public struct HistoryTracker {
     // MARK: - Internals
 
     func storedTrackedNames() throws -> [String] {
-        guard let text = try meta(StoreFormat.MetaKey.tracked),
-              let names = try? JSONDecoder().decode([String].self, from: Data(text.utf8))
+        guard let text = try meta(StoreFormat.MetaKey.tracked), let rows = try? db.query(
+            "SELECT value FROM json_each(?1) WHERE json_type(?1) = 'array' ORDER BY key", [text])
         else { return [] }
-        return names
+        return rows.compactMap { $0[0].string }
     }
 
     private func checkFormatVersion() throws {

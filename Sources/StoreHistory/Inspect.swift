@@ -14,8 +14,14 @@ extension HistoryTracker {
     public func inspect() throws -> TrackingReport {
         guard try isInitialized() else { return TrackingReport(state: .notInitialized) }
         let gap = try meta(StoreFormat.MetaKey.historyGap).flatMap { Int64($0) }
-        let stored = try meta(StoreFormat.MetaKey.schema).flatMap {
-            try? JSONDecoder().decode(SchemaDescription.self, from: Data($0.utf8))
+        // The stored description is decoded only when something needs explaining (most calls find no drift).
+        let storedText = try meta(StoreFormat.MetaKey.schema)
+        var decoded: SchemaDescription?? = nil
+        func stored() -> SchemaDescription? {
+            if let decoded { return decoded }
+            let value = storedText.flatMap { try? JSONDecoder().decode(SchemaDescription.self, from: Data($0.utf8)) }
+            decoded = .some(value)
+            return value
         }
         let storedHash = try meta(StoreFormat.MetaKey.schemaHash)
         let storedTracked = Set(try storedTrackedNames())
@@ -27,7 +33,7 @@ extension HistoryTracker {
         var drift: [String] = []
         var explained: Set<String> = []
         if current.hash != storedHash {
-            if let stored {
+            if let stored = stored() {
                 let (lines, tablesExplained) = explainDrift(from: stored, to: current)
                 drift += lines
                 explained = tablesExplained
@@ -47,14 +53,14 @@ extension HistoryTracker {
         for table in tables where !table.primaryKey.isEmpty {
             let wasTracked = storedTracked.contains(table.name)
             let names = StoreFormat.triggerNames(for: table.name)
-            let hadUpdateTrigger = stored?.tables[table.name]?.columns.contains { $0.pk == 0 } ?? true
+            func hadUpdateTrigger() -> Bool { stored()?.tables[table.name]?.columns.contains { $0.pk == 0 } ?? true }
             for trigger in try triggerSQL(for: table).triggers {
                 expected.insert(trigger.name)
                 if let sql = installed[trigger.name] {
                     if sql != trigger.sql && !explained.contains(table.name) {
                         drift.append("trigger \(quoteIdentifier(trigger.name)) differs from the one storectl generates")
                     }
-                } else if wasTracked && (trigger.name != names.update || hadUpdateTrigger) {
+                } else if wasTracked && (trigger.name != names.update || hadUpdateTrigger()) {
                     if !missing.contains(table.name) { missing.append(table.name) }
                 } else if !explained.contains(table.name) {
                     drift.append("trigger \(quoteIdentifier(trigger.name)) is not installed")
