@@ -43,11 +43,14 @@ public enum Trace {
         guard enabled else { return }
         let lines = totals.withLock { t in
             t.sorted { $0.key < $1.key }.map { key, value in
+                // `trace: NAME  SECONDS s  CALLS calls`, seconds with three decimals (storectl-bench reads these).
+                let millis = Int((value.0 * 1000).rounded())
+                let fraction = String(millis % 1000)
+                let seconds = "\(millis / 1000)." + String(repeating: "0", count: 3 - fraction.count) + fraction
                 let name = key.count < 28 ? key + String(repeating: " ", count: 28 - key.count) : key
-                let seconds = String(Int((value.0 * 1000).rounded())) + " ms"
                 let calls = String(value.1)
-                return "trace: \(name) " + String(repeating: " ", count: max(0, 12 - seconds.count)) + seconds
-                    + "  " + String(repeating: " ", count: max(0, 8 - calls.count)) + calls + " calls"
+                return "trace: \(name) " + String(repeating: " ", count: max(0, 9 - seconds.count)) + seconds
+                    + " s  " + String(repeating: " ", count: max(0, 8 - calls.count)) + calls + " calls"
             }
         }
         StandardStream.err(lines.joined(separator: "\n") + "\n")

@@ -99,7 +99,7 @@ extension StoreHandle {
                 if let ms = try MirrorState.meta(db, "last_sync_at").flatMap(Double.init) {
                     // The ISO 8601 format style gives what ISO8601DateFormatter gave (`2024-05-01T12:00:00Z`)
                     // without starting the ICU-backed formatter machinery.
-                    lastSync = Date(timeIntervalSince1970: ms / 1000).formatted(.iso8601)
+                    lastSync = ISOTime.string(unixMilliseconds: Int64(ms), fractional: false)
                 }
                 bound = try MirrorState.meta(db, "bound_account")
                 if let bound, let configured = settings.cloud?.account, bound != configured {

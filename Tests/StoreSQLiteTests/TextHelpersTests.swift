@@ -45,3 +45,14 @@ final class TextHelpersTests: XCTestCase {
         XCTAssertEqual(JSONText.quoted("a\"b\\c\n\t\u{01}é"), "\"a\\\"b\\\\c\\n\\t\\u0001é\"")
     }
 }
+
+/// ISO 8601 times from the C library.
+final class ISOTimeTests: XCTestCase {
+    func testWholeAndFractionalSecondsInUTC() {
+        XCTAssertEqual(ISOTime.string(unixMilliseconds: 1_714_557_600_123, fractional: true), "2024-05-01T10:00:00.123Z")
+        XCTAssertEqual(ISOTime.string(unixMilliseconds: 1_714_557_600_123, fractional: false), "2024-05-01T10:00:00Z")
+        XCTAssertEqual(ISOTime.string(unixMilliseconds: 0, fractional: true), "1970-01-01T00:00:00.000Z")
+        XCTAssertEqual(ISOTime.string(unixMilliseconds: -1_500, fractional: true), "1969-12-31T23:59:58.500Z")
+        XCTAssertEqual(ISOTime.string(unixMilliseconds: 951_782_400_007, fractional: true), "2000-02-29T00:00:00.007Z")
+    }
+}

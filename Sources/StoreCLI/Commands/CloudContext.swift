@@ -45,5 +45,5 @@ extension CommandContext {
 
 /// A time as ISO 8601 (UTC), for output.
 func isoTime(_ seconds: Double) -> String {
-    Date.ISO8601FormatStyle().format(Date(timeIntervalSince1970: seconds))
+    ISOTime.string(unixMilliseconds: Int64((seconds * 1000).rounded(.down)), fractional: false)
 }

@@ -117,11 +117,8 @@ struct HistoryCommand: Command {
 
     /// Unix milliseconds as an ISO 8601 UTC time with milliseconds, e.g. `2024-05-01T10:00:00.123Z`.
     static func isoTime(_ milliseconds: Int64) -> String {
-        // Half a millisecond keeps the binary fraction from truncating .123 to .122.
-        isoStyle.format(Date(timeIntervalSince1970: (Double(milliseconds) + 0.5) / 1000))
+        ISOTime.string(unixMilliseconds: milliseconds, fractional: true)
     }
-
-    private static let isoStyle = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
 }
 
 /// The `storectl history --json` document. Its shape is documented in docs/history-json.md and is stable.
