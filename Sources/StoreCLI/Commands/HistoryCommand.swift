@@ -64,10 +64,11 @@ struct HistoryCommand: Command {
             break
         }
         // One read transaction: the changes and the newest seq come from the same snapshot.
+        // The JSON form copies the stored JSON as it is: nothing needs decoding.
         let (transactions, latest) = try tracker.db.transaction(.deferred) {
             (try tracker.transactions(after: after, author: args.value("author"),
                                       excludeAuthor: args.value("exclude-author"), entity: args.value("entity"),
-                                      limit: limit),
+                                      limit: limit, decode: !context.global.json),
              try tracker.latestSeq())
         }
         let count = transactions.reduce(0) { $0 + $1.changes.count }
@@ -76,10 +77,10 @@ struct HistoryCommand: Command {
         let next = limited ? (transactions.last?.token ?? after) : max(after, latest)
 
         if context.global.json {
-            context.console.out(HistoryDocument(
+            HistoryDocument(
                 store: store.settings.name, after: after, nextToken: next, latestSeq: latest,
                 trackingState: report.state.name, trackingDetails: report.drift, historyGap: report.historyGap,
-                transactions: transactions).text)
+                transactions: transactions).write { context.console.out($0) }
             return .ok
         }
         if transactions.isEmpty {
@@ -136,7 +137,9 @@ struct HistoryDocument {
     var historyGap: Int64?
     var transactions: [HistoryTransaction]
 
-    var text: String {
+    /// Writes the document in pieces of about 64 KiB, each ending with a line break, so that a large history is
+    /// never held as one string.
+    func write(_ emit: (String) -> Void) {
         var out = "{\n"
         out += "  \"after\" : \(after),\n"
         out += "  \"history_gap\" : \(historyGap.map(String.init) ?? "null"),\n"
@@ -158,6 +161,10 @@ struct HistoryDocument {
                 out += "\"op\": \"\(c.op.rawValue)\", \"pk\": \(c.pk), \"seq\": \(c.seq), "
                 out += "\"timestamp\": \(c.timestamp), \"tombstone\": \(c.tombstoneJSON ?? "null")}"
                 out += j == t.changes.count - 1 ? "\n" : ",\n"
+                if out.utf8.count >= 65_536 {
+                    emit(out)
+                    out = ""
+                }
             }
             out += "      ],\n"
             out += "      \"first_seq\" : \(t.changes.first?.seq ?? 0),\n"
@@ -168,7 +175,7 @@ struct HistoryDocument {
             out += "    }"
         }
         out += transactions.isEmpty ? "]\n" : "\n  ]\n"
-        out += "}"
-        return out
+        out += "}\n"
+        emit(out)
     }
 }
