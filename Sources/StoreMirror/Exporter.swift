@@ -1,3 +1,4 @@
+import Dispatch
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -51,6 +52,8 @@ struct Exporter {
     let options: MirrorOptions
     let entities: [EntityMap]
     let device: String
+    /// Where background saves run, one at a time and in order (the cloud is one connection).
+    private let saveQueue = DispatchQueue(label: "storectl.export.save")
 
     private struct Pending {
         var entity: EntityMap
@@ -120,16 +123,28 @@ struct Exporter {
         var done = 0
         for e in ordered {
             var lastKey: [Value]? = nil
+            // Two batches are in progress at once: while the cloud saves one (on a thread of its own, through the
+            // container's own connection), this thread reads the next page and records the previous batch's
+            // outcomes in the store. The saves stay in order, one at a time; only the local work overlaps them.
+            var inFlight: SaveFlight? = nil
+            defer { inFlight?.wait() }
             while true {
                 let tPage = Trace.start()
                 let (batch, nextKey) = try page(e, baseline: baseline, after: lastKey)
                 Trace.add("export.page", tPage)
                 if batch.isEmpty && nextKey == nil { break }
-                try send(batch, report: &report)
+                let flight = batch.isEmpty ? nil : startSave(batch)
+                let previous = inFlight
+                inFlight = flight  // waited for by the defer if what follows throws
+                if let previous { try finish(previous, next: flight, report: &report) }
                 done += batch.count
                 progress(done, total)
                 guard let nextKey else { break }
                 lastKey = nextKey
+            }
+            if let previous = inFlight {
+                inFlight = nil
+                try finish(previous, next: nil, report: &report)
             }
             if baseline {
                 // Rows the record map knows but the table no longer has: their deletions travel too.
@@ -258,11 +273,78 @@ struct Exporter {
         return (batch, rows < limit ? nil : lastKey)
     }
 
-    /// Saves a batch, resolves its conflicts, and records the outcome in one local transaction.
-    private func send(_ batch: [Pending], report: inout ExportReport) throws {
+    /// A batch being saved by the cloud on a thread of its own.
+    private final class SaveFlight: @unchecked Sendable {
+        let batch: [Pending]
+        private let done = DispatchSemaphore(value: 0)
+        private var result: Result<[SaveOutcome], any Error> = .success([])
+        private var waited = false
+
+        init(batch: [Pending]) { self.batch = batch }
+
+        /// Runs `save` on `queue`, a serial queue: saves run one at a time, in the order they were started.
+        func start(on queue: DispatchQueue, _ save: @escaping @Sendable () throws -> [SaveOutcome]) {
+            queue.async {
+                self.result = Result { try save() }
+                self.done.signal()
+            }
+        }
+
+        /// Waits for the save to end (once; later calls return at once).
+        func wait() {
+            if waited { return }
+            done.wait()
+            waited = true
+        }
+
+        /// The outcomes, after waiting for them.
+        func outcomes() throws -> [SaveOutcome] {
+            wait()
+            return try result.get()
+        }
+    }
+
+    /// The cloud, handed to the save thread: the exporter uses it from one thread at a time.
+    private struct CloudBox: @unchecked Sendable {
+        let cloud: any CloudDatabase
+    }
+
+    /// Starts saving `batch` in the background.
+    private func startSave(_ batch: [Pending]) -> SaveFlight {
+        Failpoint.hit("export.before-save")
+        let flight = SaveFlight(batch: batch)
+        let box = CloudBox(cloud: cloud)
+        let zone = options.zone, device = device, saves = batch.map(\.save)
+        flight.start(on: saveQueue) {
+            let tSave = Trace.start()
+            defer { Trace.add("export.cloud-save", tSave) }
+            return try box.cloud.save(zone: zone, saves, device: device)
+        }
+        return flight
+    }
+
+    /// Records the outcomes of `flight` and resolves its conflicts; a retry waits for `next` first, so that only
+    /// one save talks to the cloud at a time.
+    private func finish(_ flight: SaveFlight, next: SaveFlight?, report: inout ExportReport) throws {
+        let outcomes: [SaveOutcome]
+        do {
+            outcomes = try flight.outcomes()
+        } catch {
+            next?.wait()
+            throw error
+        }
+        Failpoint.hit("export.after-save")
+        let retry = try record(flight.batch, outcomes: outcomes, report: &report)
+        if !retry.isEmpty {
+            next?.wait()
+            try send(retry, report: &report, round: 2)
+        }
+    }
+
+    /// Saves a batch, resolves its conflicts, and records the outcome in one local transaction per round.
+    private func send(_ batch: [Pending], report: inout ExportReport, round firstRound: Int = 1) throws {
         var work = batch
-        var round = 0
-        let codec = FieldCodec(db: db)
+        var round = firstRound - 1
         while !work.isEmpty {
             round += 1
             if round > 5 {
@@ -273,69 +355,76 @@ struct Exporter {
             let tSave = Trace.start()
             let outcomes = try cloud.save(zone: options.zone, work.map(\.save), device: device)
             Trace.add("export.cloud-save", tSave)
-            let tLocal = Trace.start()
-            defer { Trace.add("export.local-commit", tLocal) }
             Failpoint.hit("export.after-save")
-            var retry: [Pending] = []
-            var conflicts: [ConflictReport] = []
-            // Local rows changed here (merges, the server's side of a conflict) are the cloud's changes.
-            try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
-                let applier = try RecordApplier(db: db, entities: Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) }),
-                                                policy: options.mergePolicy)
-                for (item, outcome) in zip(work, outcomes) {
-                    switch outcome {
-                    case .saved(let tag, _):
-                        try record(item, tag: tag, applier: applier)
+            work = try record(work, outcomes: outcomes, report: &report)
+        }
+    }
+
+    /// Records the outcomes of one save in one local transaction, resolving conflicts by the merge policy.
+    /// Returns what must be saved again (merges, and saves whose server record vanished).
+    private func record(_ work: [Pending], outcomes: [SaveOutcome], report: inout ExportReport) throws -> [Pending] {
+        let codec = FieldCodec(db: db)
+        let tLocal = Trace.start()
+        defer { Trace.add("export.local-commit", tLocal) }
+        var retry: [Pending] = []
+        var conflicts: [ConflictReport] = []
+        // Local rows changed here (merges, the server's side of a conflict) are the cloud's changes.
+        try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
+            let applier = try RecordApplier(db: db, entities: Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) }),
+                                            policy: options.mergePolicy)
+            for (item, outcome) in zip(work, outcomes) {
+                switch outcome {
+                case .saved(let tag, _):
+                    try record(item, tag: tag, applier: applier)
+                    if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
+                case .conflict(let server):
+                    if let server, server.modifiedBy == device, server.deleted == item.save.deleted,
+                       item.save.deleted || server.fields == item.save.fields
+                    {
+                        // Our own earlier write, saved before a crash: nothing to resolve.
+                        try record(item, tag: server.changeTag, applier: applier)
                         if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
-                    case .conflict(let server):
-                        if let server, server.modifiedBy == device, server.deleted == item.save.deleted,
-                           item.save.deleted || server.fields == item.save.fields
-                        {
-                            // Our own earlier write, saved before a crash: nothing to resolve.
-                            try record(item, tag: server.changeTag, applier: applier)
-                            if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
-                            continue
-                        }
-                        if let server, server.deleted, item.save.deleted {
-                            // Deleted on both sides: nothing to resolve.
-                            try record(item, tag: server.changeTag, applier: applier)
-                            continue
-                        }
-                        guard let server else {
-                            var again = item
-                            again.save.expectedTag = nil
-                            retry.append(again)
-                            continue
-                        }
-                        let local = try applier.localChanges(item.entity, pk: item.pk)
-                        let localColumns = local?.columns ?? item.entity.fieldColumns
-                        let resolution = try options.mergePolicy.resolve(
-                            localFields: item.save.deleted ? nil : item.save.fields, localChanged: localColumns,
-                            server: server.deleted ? nil : server.fields, base: item.base,
-                            columns: item.entity.fieldColumns, codec: codec)
-                        report.conflictsResolved += 1
-                        switch resolution {
-                        case .fail:
-                            report.conflictsResolved -= 1
-                            conflicts.append(ConflictReport(entity: item.entity.name, recordName: item.save.recordName,
-                                                            localColumns: localColumns, serverDeleted: server.deleted))
-                        case .takeServer:
-                            _ = try applier.apply(server, respectLocalChanges: false)
-                        case .saveMerged(let fields, let deleted):
-                            var again = item
-                            again.save = RecordSave(recordName: item.save.recordName, recordType: item.entity.name,
-                                                    fields: fields, deleted: deleted, expectedTag: server.changeTag)
-                            again.base = server.deleted ? nil : server.fields
-                            again.isMerge = true
-                            retry.append(again)
-                        }
+                        continue
+                    }
+                    if let server, server.deleted, item.save.deleted {
+                        // Deleted on both sides: nothing to resolve.
+                        try record(item, tag: server.changeTag, applier: applier)
+                        continue
+                    }
+                    guard let server else {
+                        var again = item
+                        again.save.expectedTag = nil
+                        retry.append(again)
+                        continue
+                    }
+                    let local = try applier.localChanges(item.entity, pk: item.pk)
+                    let localColumns = local?.columns ?? item.entity.fieldColumns
+                    let resolution = try options.mergePolicy.resolve(
+                        localFields: item.save.deleted ? nil : item.save.fields, localChanged: localColumns,
+                        server: server.deleted ? nil : server.fields, base: item.base,
+                        columns: item.entity.fieldColumns, codec: codec)
+                    report.conflictsResolved += 1
+                    switch resolution {
+                    case .fail:
+                        report.conflictsResolved -= 1
+                        conflicts.append(ConflictReport(entity: item.entity.name, recordName: item.save.recordName,
+                                                        localColumns: localColumns, serverDeleted: server.deleted))
+                    case .takeServer:
+                        _ = try applier.apply(server, respectLocalChanges: false)
+                    case .saveMerged(let fields, let deleted):
+                        var again = item
+                        again.save = RecordSave(recordName: item.save.recordName, recordType: item.entity.name,
+                                                fields: fields, deleted: deleted, expectedTag: server.changeTag)
+                        again.base = server.deleted ? nil : server.fields
+                        again.isMerge = true
+                        retry.append(again)
                     }
                 }
             }
-            Failpoint.hit("export.after-batch-commit")
-            if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
-            work = retry
         }
+        Failpoint.hit("export.after-batch-commit")
+        if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
+        return retry
     }
 
     /// Records a successful save in the record map; a merged save also makes the local row match.

@@ -55,6 +55,7 @@ public final class Connection {
         case .readOnly: flags = SQLITE_OPEN_READONLY
         }
         flags |= SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI
+        _ = Self.configured
         var db: OpaquePointer?
         let rc = sqlite3_open_v2(path, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
@@ -99,6 +100,11 @@ public final class Connection {
             throw error
         }
     }
+
+    /// Process-wide SQLite settings, made once before the first connection (sqlite3_config must come before
+    /// sqlite3_initialize, which the first open calls): allocation statistics off, so that the export's two
+    /// threads (the store and the container, each on its own connection) do not queue on one allocator mutex.
+    private static let configured: Bool = storectl_sqlite_disable_memstatus() == SQLITE_OK
 
     /// `STORECTL_TRACE_SQL=1` (with `STORECTL_TRACE=1`): the trace also totals the time of each SQL statement.
     private static let traceSQL = getenv("STORECTL_TRACE_SQL").map { String(cString: $0) } == "1"
