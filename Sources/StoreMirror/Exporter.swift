@@ -240,10 +240,11 @@ struct Exporter {
         var rows = 0
         var lastKey: [Value] = []
         var orphans: [String] = []
+        let keyCount = baseline ? e.primaryKey.count : 1
         try statement.forEach(args) { row in
             rows += 1
-            let keyCount = baseline ? e.primaryKey.count : 1
-            lastKey = (0..<keyCount).map { row.column(7 + $0) }
+            // Only the last row's key is kept: it is where the next page starts.
+            if rows == limit { lastKey = (0..<keyCount).map { row.column(7 + $0) } }
             let pk = row.string(0) ?? "[]"
             guard let name = row.string(1) else { return }
             let tag = row.string(2)
@@ -372,23 +373,24 @@ struct Exporter {
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             let applier = try RecordApplier(db: db, entities: Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) }),
                                             policy: options.mergePolicy)
+            let upsert = try db.cached(Self.mapUpsertSQL)
             for (item, outcome) in zip(work, outcomes) {
                 switch outcome {
                 case .saved(let tag, _):
-                    try record(item, tag: tag, applier: applier)
+                    try record(item, tag: tag, applier: applier, upsert: upsert)
                     if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
                 case .conflict(let server):
                     if let server, server.modifiedBy == device, server.deleted == item.save.deleted,
                        item.save.deleted || server.fields == item.save.fields
                     {
                         // Our own earlier write, saved before a crash: nothing to resolve.
-                        try record(item, tag: server.changeTag, applier: applier)
+                        try record(item, tag: server.changeTag, applier: applier, upsert: upsert)
                         if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
                         continue
                     }
                     if let server, server.deleted, item.save.deleted {
                         // Deleted on both sides: nothing to resolve.
-                        try record(item, tag: server.changeTag, applier: applier)
+                        try record(item, tag: server.changeTag, applier: applier, upsert: upsert)
                         continue
                     }
                     guard let server else {
@@ -428,9 +430,9 @@ struct Exporter {
     }
 
     /// Records a successful save in the record map; a merged save also makes the local row match.
-    private func record(_ item: Pending, tag: String, applier: RecordApplier) throws {
+    private func record(_ item: Pending, tag: String, applier: RecordApplier, upsert: Statement) throws {
         if item.save.deleted {
-            try markSaved(item, tag: tag, base: nil)
+            try markSaved(item, tag: tag, base: nil, upsert: upsert)
             if try applier.rowExists(item.entity, pk: item.pk) {
                 // A merge decided on deletion while the row still exists locally.
                 try db.run("DELETE FROM main.\(item.entity.quotedName) WHERE \(item.entity.pkMatches("main.\(item.entity.quotedName)", json: "?1"))",
@@ -443,22 +445,31 @@ struct Exporter {
                                      modifiedBy: device, modifiedAt: 0)
             _ = try applier.apply(merged, respectLocalChanges: false)
         } else {
-            try markSaved(item, tag: tag, base: item.save.fields)
+            try markSaved(item, tag: tag, base: item.save.fields, upsert: upsert)
         }
     }
 
-    /// Records the saved tag and base in the record map.
-    private func markSaved(_ item: Pending, tag: String, base: String?) throws {
-        let s = try db.cached("""
-            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-            ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name,
-                change_tag = excluded.change_tag, base = excluded.base, deleted = excluded.deleted
-            """)
+    /// The record-map upsert of a saved record.
+    private static let mapUpsertSQL = """
+        INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
+        VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+        ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name,
+            change_tag = excluded.change_tag, base = excluded.base, deleted = excluded.deleted
+        """
+
+    /// Records the saved tag and base in the record map, with `upsert` (`mapUpsertSQL`, prepared once per batch;
+    /// each value bound in place, a hot path of a million rows).
+    private func markSaved(_ item: Pending, tag: String, base: String?, upsert s: Statement) throws {
         do {
-            try s.bind([item.entity.name, item.pk, item.save.recordName, tag, base, item.save.deleted])
+            try s.bind(.text(item.entity.name), at: 1)
+            try s.bind(.text(item.pk), at: 2)
+            try s.bind(.text(item.save.recordName), at: 3)
+            try s.bind(.text(tag), at: 4)
+            try s.bind(base.map { .text($0) } ?? .null, at: 5)
+            try s.bind(.integer(item.save.deleted ? 1 : 0), at: 6)
             try s.step()
         } catch let error as SQLiteError where error.isConstraint {
+            try? s.reset()
             // The name was attached to another key (an old mapping): move it.
             try RecordApplier.setMap(db, entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag,
                                      base: base, deleted: item.save.deleted)
