@@ -125,21 +125,13 @@ public enum PercentEncoding {
     ///     PercentEncoding.decoded("my%20notes.db") // "my notes.db"
     public static func decoded(_ text: String) -> String? {
         guard text.utf8.contains(UInt8(ascii: "%")) else { return text }
-        func hexValue(_ c: UInt8) -> UInt8? {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-            default: return nil
-            }
-        }
         let bytes = Array(text.utf8)
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
         var i = 0
         while i < bytes.count {
             if bytes[i] == UInt8(ascii: "%") {
-                guard i + 2 < bytes.count, let hi = hexValue(bytes[i + 1]), let lo = hexValue(bytes[i + 2]) else {
+                guard i + 2 < bytes.count, let hi = Hex.digit(bytes[i + 1]), let lo = Hex.digit(bytes[i + 2]) else {
                     return nil
                 }
                 out.append(hi << 4 | lo)

@@ -331,7 +331,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
 
     private static func newEpoch() -> String {
         var rng = SystemRandomNumberGenerator()
-        return PasswordHash.hex((0..<8).map { _ in UInt8.random(in: 0...255, using: &rng) })
+        return Hex.string((0..<8).map { _ in UInt8.random(in: 0...255, using: &rng) })
     }
 
     /// Runs `body`, turning SQLite errors into `CloudError`s that name the container.

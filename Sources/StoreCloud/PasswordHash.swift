@@ -261,7 +261,7 @@ public enum PasswordHash {
         var rng = SystemRandomNumberGenerator()
         let salt = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
         let hash = pbkdf2(password: Array(secret.utf8), salt: salt, iterations: iterations)
-        return "pbkdf2-sha256$\(iterations)$\(hex(salt))$\(hex(hash))"
+        return "pbkdf2-sha256$\(iterations)$\(Hex.string(salt))$\(Hex.string(hash))"
     }
 
     /// Whether `secret` matches the stored form `stored`. The comparison takes the same time wherever the bytes
@@ -291,7 +291,7 @@ public enum PasswordHash {
     private static func computeVerify(secret: String, stored: String) -> Bool {
         let parts = stored.split(separator: "$", omittingEmptySubsequences: false)
         guard parts.count == 4, parts[0] == "pbkdf2-sha256", let iterations = Int(parts[1]), iterations > 0,
-              iterations <= 10_000_000, let salt = bytes(hex: parts[2]), let expected = bytes(hex: parts[3]),
+              iterations <= 10_000_000, let salt = Hex.bytes(parts[2]), let expected = Hex.bytes(parts[3]),
               !expected.isEmpty
         else { return false }
         let actual = pbkdf2(password: Array(secret.utf8), salt: salt, iterations: iterations, length: expected.count)
@@ -304,41 +304,6 @@ public enum PasswordHash {
         var difference: UInt8 = 0
         for i in 0..<a.count { difference |= a[i] ^ b[i] }
         return difference == 0
-    }
-
-    /// Lower-case hex.
-    public static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef")
-        var s = ""
-        s.reserveCapacity(bytes.count * 2)
-        for b in bytes {
-            s.append(digits[Int(b >> 4)])
-            s.append(digits[Int(b & 0x0f)])
-        }
-        return s
-    }
-
-    /// Parses hex (either case); nil when it is not hex.
-    public static func bytes<S: StringProtocol>(hex text: S) -> [UInt8]? {
-        let chars = Array(text.utf8)
-        guard chars.count % 2 == 0 else { return nil }
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-            default: return nil
-            }
-        }
-        var out: [UInt8] = []
-        out.reserveCapacity(chars.count / 2)
-        var i = 0
-        while i < chars.count {
-            guard let hi = nibble(chars[i]), let lo = nibble(chars[i + 1]) else { return nil }
-            out.append(hi << 4 | lo)
-            i += 2
-        }
-        return out
     }
 }
 
@@ -410,7 +375,7 @@ public struct VerifiedSecretCache: Sendable {
         entries.removeAll { $0 == entry }
         entries.append(entry)
         if entries.count > Self.capacity { entries.removeFirst(entries.count - Self.capacity) }
-        let text = ([Self.header, PasswordHash.hex(key)] + entries.map(PasswordHash.hex)).joined(separator: "\n") + "\n"
+        let text = ([Self.header, Hex.string(key)] + entries.map { Hex.string($0) }).joined(separator: "\n") + "\n"
         store(text)
     }
 
@@ -431,9 +396,9 @@ public struct VerifiedSecretCache: Sendable {
         let count = bytes.withUnsafeMutableBytes { systemRead(fd, $0.baseAddress, $0.count) }
         guard count == bytes.count else { return nil }
         let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n")
-        guard lines.count >= 2, lines[0] == Self.header, let key = PasswordHash.bytes(hex: lines[1]), key.count == 32
+        guard lines.count >= 2, lines[0] == Self.header, let key = Hex.bytes(lines[1]), key.count == 32
         else { return nil }
-        let entries = lines.dropFirst(2).compactMap { PasswordHash.bytes(hex: $0) }.filter { $0.count == 32 }
+        let entries = lines.dropFirst(2).compactMap { Hex.bytes($0) }.filter { $0.count == 32 }
         return (key, entries)
     }
 

@@ -227,7 +227,7 @@ extension HistoryTracker {
     private static func element(type: String?, atom: Value, blobHex: String?) -> Value {
         switch type {
         case "object":
-            if let hex = blobHex, let bytes = bytes(fromHex: hex) { return .blob(bytes) }
+            if let hex = blobHex, let bytes = Hex.bytes(hex) { return .blob(bytes) }
             return atom
         case "true": return .integer(1)
         case "false": return .integer(0)
@@ -246,28 +246,5 @@ extension HistoryTracker {
             result[row[0].string ?? ""] = Self.element(type: row[1].string, atom: row[2], blobHex: row[3].string)
         }
         return result
-    }
-
-    private static func bytes(fromHex hex: String) -> [UInt8]? {
-        let digits = Array(hex.utf8)
-        guard digits.count % 2 == 0 else { return nil }
-        var result: [UInt8] = []
-        result.reserveCapacity(digits.count / 2)
-        var i = 0
-        while i < digits.count {
-            guard let hi = nibble(digits[i]), let lo = nibble(digits[i + 1]) else { return nil }
-            result.append(hi << 4 | lo)
-            i += 2
-        }
-        return result
-    }
-
-    private static func nibble(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-        default: return nil
-        }
     }
 }

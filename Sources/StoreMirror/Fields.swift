@@ -30,7 +30,7 @@ struct FieldCodec {
                 if type == "object" {
                     if row.string(4) != nil {
                         result[key] = .ref(row.string(3))
-                    } else if let hex = row.string(5), let bytes = Self.bytes(fromHex: hex) {
+                    } else if let hex = row.string(5), let bytes = Hex.bytes(hex) {
                         result[key] = .value(.blob(bytes))
                     } else {
                         result[key] = .value(.text(row.string(1) ?? ""))
@@ -79,27 +79,5 @@ struct FieldCodec {
             try statement.reset()
         }
         return result
-    }
-
-    static func bytes(fromHex hex: String) -> [UInt8]? {
-        let chars = Array(hex.utf8)
-        guard chars.count % 2 == 0 else { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(chars.count / 2)
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case 48...57: return c - 48
-            case 65...70: return c - 55
-            case 97...102: return c - 87
-            default: return nil
-            }
-        }
-        var i = 0
-        while i < chars.count {
-            guard let hi = nibble(chars[i]), let lo = nibble(chars[i + 1]) else { return nil }
-            out.append(hi << 4 | lo)
-            i += 2
-        }
-        return out
     }
 }

@@ -1,11 +1,12 @@
 import Foundation
+import StoreBase
 import StoreCloud
 import XCTest
 
 /// SHA-256 (NIST FIPS 180-4 examples), HMAC-SHA256 (RFC 4231) and PBKDF2-HMAC-SHA256 (RFC 7914 section 11 and the
 /// widely used "password"/"salt" vectors), and the stored form of a secret.
 final class PasswordHashTests: XCTestCase {
-    private func hex(_ bytes: [UInt8]) -> String { PasswordHash.hex(bytes) }
+    private func hex(_ bytes: [UInt8]) -> String { Hex.string(bytes) }
 
     func testSHA256KnownAnswers() {
         XCTAssertEqual(hex(SHA256.hash([])), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")

@@ -56,3 +56,16 @@ final class ISOTimeTests: XCTestCase {
         XCTAssertEqual(ISOTime.string(unixMilliseconds: 951_782_400_007, fractional: true), "2000-02-29T00:00:00.007Z")
     }
 }
+
+/// Hex text and back, in either case.
+final class HexTests: XCTestCase {
+    func testHexRoundTripsAndRefusesWhatIsNotHex() {
+        XCTAssertEqual(Hex.bytes("00fF7a"), [0x00, 0xff, 0x7a])
+        XCTAssertEqual(Hex.bytes(""), [])
+        XCTAssertNil(Hex.bytes("abc"))
+        XCTAssertNil(Hex.bytes("zz"))
+        let all = (0...255).map { UInt8($0) }
+        XCTAssertEqual(Hex.bytes(Hex.string(all)), all)
+        XCTAssertEqual(Hex.bytes(Hex.string(all, uppercase: true)), all)
+    }
+}
