@@ -17,11 +17,7 @@ public enum Trace {
     /// Adds the time since `start` to `phase`.
     public static func add(_ phase: String, _ start: Double) {
         guard enabled else { return }
-        let elapsed = Date().timeIntervalSince1970 - start
-        totals.withLock { t in
-            let current = t[phase] ?? (0, 0)
-            t[phase] = (current.0 + elapsed, current.1 + 1)
-        }
+        add(seconds: Date().timeIntervalSince1970 - start, to: phase)
     }
 
     /// Adds `seconds` to `phase`.
