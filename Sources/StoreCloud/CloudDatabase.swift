@@ -97,6 +97,53 @@ public enum SaveOutcome: Sendable, Equatable {
     case conflict(server: CloudRecord?)
 }
 
+/// Where a device's export stood when it saved a batch. The container keeps the latest marks of each device per
+/// zone, in the same commit as the batch's records, so that:
+/// - after a crash between a save and the store's own record of it, the store finds the records it saved but did
+///   not record, and knows which of its local changes are newer than each of them (`historySeq`);
+/// - a store file replaced by an older copy of itself (a restored backup) sees that the container holds a later
+///   export of its own (`serial`) and takes those records back instead of skipping them as its own echoes.
+public struct ExportMark: Sendable, Equatable, Codable {
+    /// Goes up by one with every export the store starts; the store commits it before it saves anything.
+    public var serial: Int64
+    /// The store's newest history seq when the batch's rows were read: a local change after it is newer than the
+    /// batch.
+    public var historySeq: Int64
+    /// The store's clock when the batch's rows were read, in milliseconds since 1970.
+    public var time: Int64
+
+    public init(serial: Int64, historySeq: Int64, time: Int64) {
+        self.serial = serial
+        self.historySeq = historySeq
+        self.time = time
+    }
+}
+
+/// What a container knows of one device's saves in a zone.
+public struct DeviceExportState: Sendable, Equatable {
+    /// The mark of the device's latest batch.
+    public var mark: ExportMark
+    /// The seq of the last record that batch saved.
+    public var lastSeq: Int64
+
+    public init(mark: ExportMark, lastSeq: Int64) {
+        self.mark = mark
+        self.lastSeq = lastSeq
+    }
+}
+
+/// One of a device's own records, with the history position of the batch that saved it (nil when the container
+/// no longer knows it).
+public struct DeviceRecord: Sendable, Equatable {
+    public var record: CloudRecord
+    public var historySeq: Int64?
+
+    public init(record: CloudRecord, historySeq: Int64?) {
+        self.record = record
+        self.historySeq = historySeq
+    }
+}
+
 /// Where a reader of a zone's changes has got to. Opaque to callers: store and pass back `rawValue`.
 ///
 /// A token belongs to one generation of a zone: after a purge the zone gets a new epoch and older tokens are
@@ -259,9 +306,21 @@ public protocol CloudDatabase: AnyObject {
     func fetchRecord(zone: String, recordName: String) throws -> CloudRecord?
 
     /// Saves a batch of records, each conditional on its expected tag, atomically as one commit. Returns one
-    /// outcome per save, in order.
+    /// outcome per save, in order. With `mark`, when the batch saved at least one record, the container records
+    /// the mark with the seq of the batch's last saved record, in the same commit, and forgets the device's marks
+    /// of older serials in the zone.
     /// - Throws: `CloudError` when the batch could not be attempted at all (nothing was saved then).
-    func save(zone: String, _ saves: [RecordSave], device: String) throws -> [SaveOutcome]
+    func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?) throws -> [SaveOutcome]
+
+    /// The device's latest export mark in the zone, or nil when it never saved there with one.
+    /// - Throws: `CloudError`.
+    func exportState(zone: String, device: String) throws -> DeviceExportState?
+
+    /// The records whose latest save came from `device`, with seq after `seq`, in seq order, at most `limit`; each
+    /// with the history seq of the mark of the batch that saved it. `moreComing` when more are waiting.
+    /// - Throws: `CloudError.zoneNotFound`.
+    func fetchDeviceRecords(zone: String, device: String, after seq: Int64, limit: Int) throws
+        -> (records: [DeviceRecord], moreComing: Bool)
 
     /// Creates the marker if it is absent. Returns whether this call created it, and the marker as stored.
     /// - Throws: `CloudError`.
@@ -290,6 +349,12 @@ extension CloudDatabase {
     /// - Throws: `CloudError`.
     public func zoneInfo(_ zone: String) throws -> ZoneInfo? {
         try zoneInfo(zone, countLive: true)
+    }
+
+    /// Saves a batch without an export mark.
+    /// - Throws: see `save(zone:_:device:mark:)`.
+    public func save(zone: String, _ saves: [RecordSave], device: String) throws -> [SaveOutcome] {
+        try save(zone: zone, saves, device: device, mark: nil)
     }
 
     /// Every change after `token`, at most `limit` records.

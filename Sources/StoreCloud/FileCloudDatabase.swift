@@ -19,7 +19,13 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// The value of `format` in the container meta: what tells a container from any other SQLite file.
     public static let formatMarker = "storectl-cloud-container"
     /// The container format version this build reads and writes.
-    public static let formatVersion = 1
+    ///
+    /// - 1: the first format.
+    /// - 2: seqs are unique per zone (a UNIQUE index: two records with one seq would make a reader skip one), and
+    ///   the `export_marks` table records where each device's export stood (`ExportMark`). A format-1 container
+    ///   is upgraded in place the first time a storectl that can write it opens it, after a copy of it is saved
+    ///   beside it (`<file>.format1.bak`).
+    public static let formatVersion = 2
     /// How long, in milliseconds, a call waits for another process's lock before giving up (75, retry).
     public static let defaultBusyTimeout: Int32 = 5000
 
@@ -73,6 +79,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         let meta = try readMeta(db, path: path)
         guard let meta else { throw missing(path: path, container: container) }
         try check(meta, path: path, container: container)
+        if problem == nil { try upgrade(db, path: path, meta: meta) }
         return FileCloudDatabase(path: path, container: container, account: account, secret: secret,
                                  busyTimeout: busyTimeout, db: db, writeProblem: problem)
     }
@@ -109,6 +116,10 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                                       busyTimeout: busyTimeout, db: db, writeProblem: problem), false)
         }
         let db = try connect(path: path, readOnly: false, busyTimeout: busyTimeout, create: true)
+        if let meta = try readMeta(db, path: path) {
+            try check(meta, path: path, container: container)
+            try upgrade(db, path: path, meta: meta)
+        }
         let created: Bool = try translated(path: path, "creating the container") {
             try db.transaction(.immediate) {
                 if let meta = try readMeta(db, path: path) {
@@ -229,7 +240,17 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             modified_at REAL NOT NULL,
             PRIMARY KEY (zone, record_name)
         ) WITHOUT ROWID;
-        CREATE INDEX records_by_seq ON records(zone, seq);
+        CREATE UNIQUE INDEX records_by_seq ON records(zone, seq);
+        CREATE TABLE export_marks(
+            zone TEXT NOT NULL,
+            device TEXT NOT NULL,
+            last_seq INTEGER NOT NULL,
+            first_seq INTEGER NOT NULL,
+            serial INTEGER NOT NULL,
+            history_seq INTEGER NOT NULL,
+            saved_at INTEGER NOT NULL,
+            PRIMARY KEY (zone, device, last_seq)
+        ) WITHOUT ROWID;
         CREATE TABLE markers(
             zone TEXT NOT NULL,
             name TEXT NOT NULL,
@@ -300,6 +321,62 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             throw CloudError(.notAContainer,
                              "\(path) holds container '\(meta["container"] ?? "?")', not '\(container)'",
                              hint: "check cloud.container and cloud.url in the config")
+        }
+    }
+
+    /// Upgrades a container of an older format in place: a copy of the file first (`VACUUM INTO`, consistent while
+    /// others write; kept if one is there already), then one transaction. Format 1 -> 2: records that share a seq
+    /// in a zone get new seqs after the zone's last one (all but the lowest record name), so that the seq index can
+    /// be UNIQUE and a reader following the feed sees each of them; the `export_marks` table is created.
+    private static func upgrade(_ db: Connection, path: String, meta: [String: String]) throws {
+        guard let version = meta["version"].flatMap({ Int($0) }), version < formatVersion else { return }
+        let backup = path + ".format\(version).bak"
+        try translated(path: path, "upgrading the container from format \(version)") {
+            if !FileManager.default.fileExists(atPath: backup) {
+                do {
+                    try db.run("VACUUM INTO ?", [backup])
+                } catch let error as SQLiteError where !error.isBusy {
+                    throw CloudError(.permission, "cannot save a copy of the container \(path) at \(backup) before "
+                                         + "upgrading it from format \(version) (\(error.message))",
+                                     hint: "free some space or fix the permissions of the folder; the container "
+                                         + "was not changed")
+                }
+            }
+            try db.transaction(.immediate) {
+                guard let current = try db.scalar("SELECT value FROM container_meta WHERE key = 'version'")?.string
+                        .flatMap({ Int($0) }), current < formatVersion else { return }
+                if current < 2 {
+                    let duplicates = try db.query("""
+                        SELECT zone, record_name FROM records r
+                        WHERE EXISTS (SELECT 1 FROM records o WHERE o.zone = r.zone AND o.seq = r.seq
+                                      AND o.record_name < r.record_name)
+                        ORDER BY zone, seq, record_name
+                        """)
+                    for row in duplicates {
+                        try db.run("UPDATE zones SET last_seq = max(last_seq, (SELECT max(seq) FROM records "
+                                       + "WHERE zone = ?1)) + 1 WHERE name = ?1", [row[0]])
+                        try db.run("UPDATE records SET seq = (SELECT last_seq FROM zones WHERE name = ?1) "
+                                       + "WHERE zone = ?1 AND record_name = ?2", [row[0], row[1]])
+                    }
+                    try db.execute("""
+                        DROP INDEX IF EXISTS records_by_seq;
+                        CREATE UNIQUE INDEX records_by_seq ON records(zone, seq);
+                        CREATE TABLE IF NOT EXISTS export_marks(
+                            zone TEXT NOT NULL,
+                            device TEXT NOT NULL,
+                            last_seq INTEGER NOT NULL,
+                            first_seq INTEGER NOT NULL,
+                            serial INTEGER NOT NULL,
+                            history_seq INTEGER NOT NULL,
+                            saved_at INTEGER NOT NULL,
+                            PRIMARY KEY (zone, device, last_seq)
+                        ) WITHOUT ROWID;
+                        """)
+                }
+                try db.run("UPDATE container_meta SET value = ? WHERE key = 'version'", [String(formatVersion)])
+                try db.run("INSERT OR REPLACE INTO container_meta(key, value) VALUES ('upgraded_from', ?)",
+                           [String(current)])
+            }
         }
     }
 
@@ -587,6 +664,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                 }
                 try db.run("DELETE FROM records WHERE zone = ?", [zone])
                 try db.run("DELETE FROM markers WHERE zone = ?", [zone])
+                try db.run("DELETE FROM export_marks WHERE zone = ?", [zone])
                 // The seq keeps counting up: only the epoch says "start over".
                 try db.run("UPDATE zones SET epoch = ? WHERE name = ?", [Self.newEpoch(), zone])
             }
@@ -633,7 +711,22 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                 var records: [CloudRecord] = []
                 try statement.forEach([zone, after, limit + 1, excludingDevice]) { records.append(Self.record($0)) }
                 let moreComing = records.count > limit
-                if moreComing { records.removeLast() }
+                if moreComing {
+                    let next = records.removeLast()
+                    if let last = records.last, last.seq == next.seq {
+                        // A page never ends inside a run of records with one seq (a damaged or hand-written
+                        // container): the token would then move past the rest of the run.
+                        let rest = try db.cached("""
+                            SELECT \(Self.recordColumns) FROM records WHERE zone = ?1 AND seq = ?2
+                              AND modified_by IS NOT ?3 ORDER BY record_name
+                            """)
+                        let seen = Set(records.filter { $0.seq == last.seq }.map(\.recordName))
+                        try rest.forEach([zone, last.seq, excludingDevice]) { row in
+                            let record = Self.record(row)
+                            if !seen.contains(record.recordName) { records.append(record) }
+                        }
+                    }
+                }
                 let seq = moreComing ? (records.last?.seq ?? after) : max(after, lastSeq)
                 return ChangeBatch(records: records, token: ServerChangeToken(epoch: epoch, seq: seq),
                                    moreComing: moreComing)
@@ -652,7 +745,9 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         }
     }
 
-    public func save(zone: String, _ saves: [RecordSave], device: String) throws -> [SaveOutcome] {
+    public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?) throws
+        -> [SaveOutcome]
+    {
         try requireWritable()
         if saves.isEmpty { return [] }
         if let bad = saves.first(where: { $0.recordName.isEmpty || $0.recordType.isEmpty }) {
@@ -720,7 +815,57 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                     outcomes.append(.conflict(server: current))
                 }
                 try db.run("UPDATE zones SET last_seq = ? WHERE name = ?", [seq, zone])
+                if let mark, seq > (zoneRow[1].int64 ?? 0) {
+                    try db.run("DELETE FROM export_marks WHERE zone = ? AND device = ? AND serial < ?",
+                               [zone, device, mark.serial])
+                    try db.run("""
+                        INSERT OR REPLACE INTO export_marks(zone, device, last_seq, first_seq, serial, history_seq,
+                                                            saved_at)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        """, [zone, device, seq, (zoneRow[1].int64 ?? 0) + 1, mark.serial, mark.historySeq, mark.time])
+                }
                 return outcomes
+            }
+        }
+    }
+
+    public func exportState(zone: String, device: String) throws -> DeviceExportState? {
+        try requireAccount()
+        return try translated("reading the export marks of device '\(device)'") {
+            let rows = try db.query("""
+                SELECT last_seq, serial, history_seq, saved_at FROM export_marks WHERE zone = ? AND device = ?
+                ORDER BY last_seq DESC LIMIT 1
+                """, [zone, device])
+            guard let row = rows.first else { return nil }
+            return DeviceExportState(mark: ExportMark(serial: row[1].int64 ?? 0, historySeq: row[2].int64 ?? 0,
+                                                      time: row[3].int64 ?? 0),
+                                     lastSeq: row[0].int64 ?? 0)
+        }
+    }
+
+    public func fetchDeviceRecords(zone: String, device: String, after seq: Int64, limit: Int) throws
+        -> (records: [DeviceRecord], moreComing: Bool)
+    {
+        guard limit > 0 else { throw CloudError(.invalid, "the page size must be at least 1, got \(limit)") }
+        try requireAccount()
+        return try translated("fetching the records of device '\(device)'") {
+            try db.transaction(.deferred) {
+                guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else {
+                    throw zoneNotFound(zone)
+                }
+                let statement = try db.cached("""
+                    SELECT \(Self.recordColumns),
+                           (SELECT m.history_seq FROM export_marks m WHERE m.zone = r.zone AND m.device = ?2
+                              AND m.last_seq >= r.seq AND m.first_seq <= r.seq ORDER BY m.last_seq LIMIT 1)
+                    FROM records r WHERE r.zone = ?1 AND r.seq > ?3 AND r.modified_by = ?2 ORDER BY r.seq LIMIT ?4
+                    """)
+                var records: [DeviceRecord] = []
+                try statement.forEach([zone, device, seq, limit + 1]) { row in
+                    records.append(DeviceRecord(record: Self.record(row), historySeq: row.int64(9)))
+                }
+                let more = records.count > limit
+                if more { records.removeLast() }
+                return (records, more)
             }
         }
     }

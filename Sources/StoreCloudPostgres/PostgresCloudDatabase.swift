@@ -182,6 +182,18 @@ public final class PostgresCloudDatabase: CloudDatabase {
         for row in 0..<meta.rowCount {
             if let key = meta.string(row, 0) { values[key] = meta.string(row, 1) }
         }
+        if let version = values["schema_version"].flatMap({ Int($0) }), version < PostgresSchema.currentVersion,
+           values["container"] == nil || values["container"] == container
+        {
+            // An older container is migrated in place by the first storectl that may (the migrations are one
+            // transaction: all or nothing); a role that may not gets the error that names `cloud init`.
+            do {
+                _ = try initializeContainer()
+                return try database()
+            } catch let error as CloudError where error.kind == .permission {
+                try checkMeta(values)
+            }
+        }
         try checkMeta(values)
         connection = c
         return c
@@ -402,7 +414,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 PGQuery("SELECT 1 FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone]),
                 PGQuery("""
                     WITH r AS (DELETE FROM \(s).records WHERE zone = $1),
-                         m AS (DELETE FROM \(s).markers WHERE zone = $1)
+                         m AS (DELETE FROM \(s).markers WHERE zone = $1),
+                         e AS (DELETE FROM \(s).export_marks WHERE zone = $1)
                     UPDATE \(s).zones SET epoch = gen_random_uuid()::text WHERE name = $1
                     """, [zone]),
             ])
@@ -518,7 +531,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
     ///
     /// - Throws: `CloudError`: `.invalid` for a malformed batch (nothing of it is saved), `.zoneNotFound`,
     ///   `.temporary` when the connection was lost or a lock timed out.
-    public func save(zone: String, _ saves: [RecordSave], device: String) throws -> [SaveOutcome] {
+    public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?) throws
+        -> [SaveOutcome]
+    {
         if saves.isEmpty { return [] }
         if let bad = saves.first(where: { $0.recordName.isEmpty || $0.recordType.isEmpty }) {
             throw CloudError(.invalid, "a record to save has an empty name or type (name '\(bad.recordName)', "
@@ -547,7 +562,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         if saves.allSatisfy({ $0.expectedTag == nil }) {
             let inserted = try run(what) { c -> [SaveOutcome]? in
                 do {
-                    return try saveNew(c, zone: zone, count: saves.count, names, types, fields, deleted, device)
+                    return try saveNew(c, zone: zone, count: saves.count, names, types, fields, deleted, device,
+                                       mark)
                 } catch let error as PGError where error.sqlState == "23505" {
                     return nil  // a record exists after all; rolled back, nothing was saved
                 }
@@ -556,8 +572,66 @@ public final class PostgresCloudDatabase: CloudDatabase {
         }
         let expected = PGConnInfo.textArrayLiteral(saves.map { $0.expectedTag })
         return try run(what) { c in
-            try saveConditionally(c, zone: zone, saves, names, types, fields, deleted, expected, device)
+            try saveConditionally(c, zone: zone, saves, names, types, fields, deleted, expected, device, mark)
         }
+    }
+
+    /// The statement that records `mark` for `device` with the zone's last seq as it stands when it runs (after
+    /// the batch's records), and forgets the device's marks of older serials in the zone. `$1` is the zone.
+    private func markQuery(zone: String, device: String, mark: ExportMark, count: Int) -> PGQuery {
+        PGQuery("""
+            WITH old AS (DELETE FROM \(s).export_marks WHERE zone = $1 AND device = $2 AND serial < $3)
+            INSERT INTO \(s).export_marks (zone, device, last_seq, first_seq, serial, history_seq, saved_at)
+            SELECT $1, $2, last_seq, last_seq - $6 + 1, $3, $4, $5 FROM \(s).zones WHERE name = $1
+            ON CONFLICT (zone, device, last_seq) DO UPDATE SET first_seq = excluded.first_seq,
+                serial = excluded.serial, history_seq = excluded.history_seq, saved_at = excluded.saved_at
+            """, [zone, device, String(mark.serial), String(mark.historySeq), String(mark.time), String(count)])
+    }
+
+    public func exportState(zone: String, device: String) throws -> DeviceExportState? {
+        try run("cannot read the export marks of device \(device) in zone \(zone) of \(container)") { c in
+            let r = try c.execute("""
+                SELECT last_seq, serial, history_seq, saved_at FROM \(s).export_marks
+                WHERE zone = $1 AND device = $2 ORDER BY last_seq DESC LIMIT 1
+                """, [zone, device])
+            guard r.rowCount == 1 else { return nil }
+            return DeviceExportState(mark: ExportMark(serial: r.int64(0, 1) ?? 0, historySeq: r.int64(0, 2) ?? 0,
+                                                      time: r.int64(0, 3) ?? 0),
+                                     lastSeq: r.int64(0, 0) ?? 0)
+        }
+    }
+
+    public func fetchDeviceRecords(zone: String, device: String, after seq: Int64, limit: Int) throws
+        -> (records: [DeviceRecord], moreComing: Bool)
+    {
+        guard limit > 0 else {
+            throw CloudError(.invalid, "cannot fetch records of zone \(zone): the limit must be positive, not \(limit)")
+        }
+        let r = try run("cannot fetch the records of device \(device) in zone \(zone) of \(container)") { c in
+            try c.execute("""
+                SELECT z.name, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted, r.modified_by,
+                       r.modified_at,
+                       (SELECT m.history_seq FROM \(s).export_marks m WHERE m.zone = z.name AND m.device = $2
+                          AND m.last_seq >= r.seq AND m.first_seq <= r.seq ORDER BY m.last_seq LIMIT 1)
+                FROM \(s).zones z
+                LEFT JOIN LATERAL (
+                    SELECT \(Self.recordColumns) FROM \(s).records
+                    WHERE zone = z.name AND seq > $3 AND modified_by = $2 ORDER BY seq LIMIT $4
+                ) r ON true
+                WHERE z.name = $1
+                ORDER BY r.seq
+                """, [zone, device, String(seq), String(limit + 1)])
+        }
+        guard r.rowCount > 0 else { throw zoneNotFound(zone) }
+        var records: [DeviceRecord] = []
+        for row in 0..<r.rowCount {
+            if let record = record(from: r, row: row, at: 1, zone: zone) {
+                records.append(DeviceRecord(record: record, historySeq: r.int64(row, 9)))
+            }
+        }
+        let more = records.count > limit
+        if more { records.removeLast(records.count - limit) }
+        return (records, more)
     }
 
     /// The pipeline of a save: the zone lock, `statements`, the test delays; returns the lock's row and the
@@ -596,7 +670,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// means a record of the batch exists, and the caller sends the batch the general way.
     /// - Throws: `PGError` (23505 among others), `CloudError`.
     private func saveNew(_ c: PGConnection, zone: String, count: Int, _ names: String, _ types: String,
-                         _ fields: String, _ deleted: String, _ device: String) throws -> [SaveOutcome]
+                         _ fields: String, _ deleted: String, _ device: String, _ mark: ExportMark?) throws
+        -> [SaveOutcome]
     {
         let seq = "z.last_seq + i.ord"
         let (lastSeq, epoch, _) = try pipelinedSave(c, zone: zone, count: count, [
@@ -611,7 +686,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 WHERE z.name = $1
                 """, [zone, names, types, fields, deleted, device]),
             PGQuery("UPDATE \(s).zones SET last_seq = last_seq + $2 WHERE name = $1", [zone, String(count)]),
-        ])
+        ] + (mark.map { [markQuery(zone: zone, device: device, mark: $0, count: count)] } ?? []))
         return (1...Int64(count)).map { k in
             .saved(changeTag: Self.changeTag(seq: lastSeq + k, epoch: epoch), seq: lastSeq + k)
         }
@@ -628,7 +703,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// - Throws: `PGError`, `CloudError`.
     private func saveConditionally(_ c: PGConnection, zone: String, _ saves: [RecordSave], _ names: String,
                                    _ types: String, _ fields: String, _ deleted: String, _ expected: String,
-                                   _ device: String) throws -> [SaveOutcome]
+                                   _ device: String, _ mark: ExportMark?) throws -> [SaveOutcome]
     {
         let now = "extract(epoch FROM statement_timestamp())::float8"
         let (lastSeq, epoch, results) = try pipelinedSave(c, zone: zone, count: saves.count, [PGQuery("""
@@ -669,9 +744,23 @@ public final class PostgresCloudDatabase: CloudDatabase {
             bumped AS (
                 UPDATE \(s).zones SET last_seq = last_seq + (SELECT count(*) FROM written)
                 WHERE name = $1 AND EXISTS (SELECT 1 FROM written)
+            ),
+            marked AS (
+                INSERT INTO \(s).export_marks (zone, device, last_seq, first_seq, serial, history_seq, saved_at)
+                SELECT $1, $7, z.last_seq + (SELECT count(*) FROM written), z.last_seq + 1, $8::bigint, $9::bigint,
+                       $10::bigint
+                FROM (SELECT last_seq FROM \(s).zones WHERE name = $1) z
+                WHERE $8::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM written)
+                ON CONFLICT (zone, device, last_seq) DO UPDATE SET serial = excluded.serial,
+                    first_seq = excluded.first_seq, history_seq = excluded.history_seq, saved_at = excluded.saved_at
+            ),
+            unmarked AS (
+                DELETE FROM \(s).export_marks WHERE zone = $1 AND device = $7 AND serial < $8::bigint
+                  AND EXISTS (SELECT 1 FROM written)
             )
             SELECT ord, s_type, s_fields, s_tag, s_seq, s_deleted, s_by, s_at FROM decided WHERE NOT ok ORDER BY ord
-            """, [zone, names, types, fields, deleted, expected, device])])
+            """, [zone, names, types, fields, deleted, expected, device, mark.map { String($0.serial) },
+                  mark.map { String($0.historySeq) }, mark.map { String($0.time) }])])
         let r = results[0]
         var conflicts: [Int: CloudRecord?] = [:]
         for row in 0..<r.rowCount {

@@ -20,6 +20,7 @@ enum PostgresSchema {
         ("records", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
         ("markers", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
         ("devices", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
+        ("export_marks", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
     ]
 
     /// The migrations, oldest first: migration `i` takes the schema from version `i` to `i + 1`.
@@ -87,6 +88,37 @@ enum PostgresSchema {
             """
             ALTER TABLE {s}.records ADD CONSTRAINT records_fields_object
                 CHECK (json_typeof(fields::json) = 'object') NOT VALID
+            """,
+        ],
+        // 3: where each device's export stood (`ExportMark`), written in the same transaction as each batch, so that
+        // a store finds the saves it did not record before a crash and a restored copy of a store is recognised.
+        // Roles that could save records before may write the marks too.
+        [
+            """
+            CREATE TABLE {s}.export_marks (
+                zone text COLLATE "C" NOT NULL,
+                device text COLLATE "C" NOT NULL,
+                last_seq bigint NOT NULL,
+                first_seq bigint NOT NULL,
+                serial bigint NOT NULL,
+                history_seq bigint NOT NULL,
+                saved_at bigint NOT NULL,
+                PRIMARY KEY (zone, device, last_seq)
+            )
+            """,
+            """
+            DO $grant$
+            DECLARE grantee text;
+            BEGIN
+                FOR grantee IN
+                    SELECT DISTINCT g.grantee FROM information_schema.role_table_grants g
+                    WHERE g.table_schema = replace('{s}', '"', '') AND g.table_name = 'records'
+                      AND g.privilege_type = 'INSERT' AND g.grantee <> current_user
+                LOOP
+                    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s.export_marks TO %I', '{s}', grantee);
+                END LOOP;
+            END
+            $grant$
             """,
         ],
     ]

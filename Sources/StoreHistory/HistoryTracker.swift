@@ -350,9 +350,17 @@ public struct HistoryTracker {
         return rows.compactMap { $0[0].string }
     }
 
-    private func checkFormatVersion() throws {
+    func checkFormatVersion() throws {
         let version = try meta(StoreFormat.MetaKey.formatVersion)
         guard version == StoreFormat.version else {
+            if let number = Int(version ?? ""), number >= StoreFormat.oldestUpgradable,
+               number < StoreFormat.currentVersion
+            {
+                throw StoreError(.dataError, "\(db.path) has store format version \(number), "
+                                    + "older than this storectl's \(StoreFormat.version)",
+                                 hint: "any storectl command that writes to the store upgrades it (a copy is saved "
+                                    + "first), e.g. 'storectl sync'")
+            }
             throw StoreError(.dataError, "\(db.path) has store format version \(version ?? "?"), "
                                 + "this storectl knows version \(StoreFormat.version)",
                              hint: "upgrade storectl; the store was not changed")
@@ -389,7 +397,7 @@ public struct HistoryTracker {
     }
 
     /// Drops every storectl trigger and creates the triggers of `tables`.
-    private func installTriggers(_ tables: [TableSchema]) throws {
+    func installTriggers(_ tables: [TableSchema]) throws {
         let existing = try db.query("""
             SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE '\\_storectl\\_%' ESCAPE '\\'
             """).compactMap { $0[0].string }
@@ -403,15 +411,22 @@ public struct HistoryTracker {
         }
     }
 
-    func triggerSQL(for table: TableSchema) throws -> TriggerSQL {
+    func triggerSQL(for table: TableSchema, format: Int = StoreFormat.currentVersion) throws -> TriggerSQL {
         var jsonNames: [String: String] = [:]
         for column in table.nonKeyColumns {
             jsonNames[column] = try db.scalar("SELECT json_quote(?)", [column])?.string
         }
-        return TriggerSQL(table: table, jsonNames: jsonNames)
+        var sql = TriggerSQL(table: table, jsonNames: jsonNames)
+        sql.format = format
+        return sql
     }
 
-    private func writeSchemaMeta(_ tables: [TableSchema]) throws -> String {
+    /// The store's format version as a number (0 when it has none or it is not a number).
+    public func formatVersion() throws -> Int {
+        Int(try meta(StoreFormat.MetaKey.formatVersion) ?? "") ?? 0
+    }
+
+    func writeSchemaMeta(_ tables: [TableSchema]) throws -> String {
         let description = SchemaDescription(
             tables: Dictionary(uniqueKeysWithValues: tables.map { ($0.name, $0.description) }),
             userTables: try userTables())
@@ -423,5 +438,60 @@ public struct HistoryTracker {
         try setMeta(StoreFormat.MetaKey.tracked, tracked)
         try setMeta(StoreFormat.MetaKey.schema, schema)
         return description.hash
+    }
+}
+
+/// What `HistoryTracker.upgradeFormat` did.
+public struct FormatUpgradeReport: Sendable, Codable, Equatable {
+    /// The format the store had.
+    public var from: Int
+    /// The format it has now.
+    public var to: Int
+    /// Where the copy of the store taken before the upgrade is.
+    public var backup: String
+    /// The tables whose triggers were regenerated (tables with schema drift keep theirs until `storectl migrate`).
+    public var regenerated: [String]
+}
+
+extension HistoryTracker {
+    /// Upgrades a store of an older format to this storectl's format, in place: first a copy of the whole store is
+    /// saved at `backupPath` (`VACUUM INTO`, a consistent copy even while others write), then ONE transaction
+    /// regenerates the triggers of the tracked tables, runs `more` (the sync engine's own upgrade steps) and writes
+    /// the new format version. Returns nil when the store is already current (or not initialised).
+    ///
+    /// - Throws: `StoreError` (exit 65) for a format newer than this storectl, exit 73 when the copy cannot be
+    ///   written; `SQLiteError`. Nothing changes in the store when it throws.
+    public func upgradeFormat(backupPath: String, _ more: (_ from: Int) throws -> Void = { _ in })
+        throws -> FormatUpgradeReport?
+    {
+        guard try isInitialized() else { return nil }
+        let version = try formatVersion()
+        if version == StoreFormat.currentVersion { return nil }
+        guard version >= StoreFormat.oldestUpgradable, version < StoreFormat.currentVersion else {
+            try checkFormatVersion()
+            return nil
+        }
+        do {
+            try db.run("VACUUM INTO ?", [backupPath])
+        } catch let error as SQLiteError {
+            throw StoreError(.cantCreate, "cannot save a copy of \(db.path) at \(backupPath) before upgrading its "
+                                + "format (\(error.message))",
+                             hint: "free some space or fix the permissions of the folder; the store was not changed")
+        }
+        return try db.transaction(.immediate) {
+            guard try formatVersion() == version else { return nil }  // another process upgraded it meanwhile
+            var regenerated: [String] = []
+            if try inspect().state == .ok {
+                let tables = try trackedTables()
+                try installTriggers(tables)
+                _ = try writeSchemaMeta(tables)
+                regenerated = tables.map(\.name).sorted(by: utf8Less)
+            }
+            try more(version)
+            try setMeta(StoreFormat.MetaKey.formatVersion, StoreFormat.version)
+            try setMeta("format_upgraded_from", String(version))
+            return FormatUpgradeReport(from: version, to: StoreFormat.currentVersion, backup: backupPath,
+                                       regenerated: regenerated)
+        }
     }
 }

@@ -50,11 +50,13 @@ extension HistoryTracker {
             }, uniquingKeysWith: { a, _ in a })
         var expected: Set<String> = []
         var missing: [String] = []
+        // An older store keeps the triggers of its format until it is upgraded: compare with those.
+        let format = min(try formatVersion(), StoreFormat.currentVersion)
         for table in tables where !table.primaryKey.isEmpty {
             let wasTracked = storedTracked.contains(table.name)
             let names = StoreFormat.triggerNames(for: table.name)
             func hadUpdateTrigger() -> Bool { stored()?.tables[table.name]?.columns.contains { $0.pk == 0 } ?? true }
-            for trigger in try triggerSQL(for: table).triggers {
+            for trigger in try triggerSQL(for: table, format: format).triggers {
                 expected.insert(trigger.name)
                 if let sql = installed[trigger.name] {
                     if sql != trigger.sql && !explained.contains(table.name) {

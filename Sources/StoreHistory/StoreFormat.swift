@@ -1,12 +1,22 @@
 import StoreSQLite
 
-/// The names and SQL of the store format, version 1.
+/// The names and SQL of the store format, version 2.
 ///
 /// Other programs (the sync engine, scripts, any SQLite client) rely on these names exactly: columns and keys may
 /// be added in later versions, never changed.
+///
+/// Versions:
+/// - 1: the first format.
+/// - 2: the triggers write reals in keys and tombstones with every significant digit (`ValueJSON.key`), and the
+///   sync engine's tables gain what replay and schema evolution need. A format-1 store is upgraded in place on its
+///   first write by this storectl, after a copy of it is saved beside it (`HistoryTracker.upgradeFormat`).
 public enum StoreFormat {
+    /// The format version this storectl writes, as a number.
+    public static let currentVersion = 2
     /// The format version written to meta `format_version`.
-    public static let version = "1"
+    public static let version = String(currentVersion)
+    /// The oldest format this storectl upgrades.
+    public static let oldestUpgradable = 1
 
     /// The author recorded for writers that did not name themselves in `_storectl_context`.
     public static let externalAuthor = "external"

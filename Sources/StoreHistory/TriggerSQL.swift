@@ -16,6 +16,9 @@ struct TriggerSQL {
     let table: TableSchema
     /// Each column name as a JSON string (`"title"`), computed by SQLite's `json_quote`.
     let jsonNames: [String: String]
+    /// The store format the triggers belong to: format 1 wrote reals in keys with 15 digits, format 2 with all of
+    /// them (`ValueJSON.key`). A store keeps the triggers of its format until it is upgraded.
+    var format = StoreFormat.currentVersion
 
     /// The statements, in the order they are created.
     var triggers: [Trigger] {
@@ -32,14 +35,14 @@ struct TriggerSQL {
     private var entity: String { quoteLiteral(table.name) }
     private var on: String { quoteIdentifier(table.name) }
 
-    /// `CASE WHEN typeof(x)='blob' THEN json_object('$blob', hex(x)) ELSE x END`: a blob cannot go into JSON as it
-    /// is, and a user's write must never fail because of its history row.
+    /// The value of `ref` as JSON (`ValueJSON.key`): a user's write must never fail because of its history row.
     private func jsonSafe(_ ref: String) -> String {
-        // A rowid alias always holds an integer: no blob test needed (it is a measurable part of the insert cost).
+        // A rowid alias always holds an integer: nothing to convert (it is a measurable part of the insert cost).
         if table.keyIsRowID && table.primaryKey.count == 1 && ref.hasSuffix("." + quoteIdentifier(table.primaryKey[0])) {
             return ref
         }
-        return "CASE WHEN typeof(\(ref))='blob' THEN json_object('$blob', hex(\(ref))) ELSE \(ref) END"
+        if format < 2 { return "CASE WHEN typeof(\(ref))='blob' THEN json_object('$blob', hex(\(ref))) ELSE \(ref) END" }
+        return ValueJSON.key(ref)
     }
 
     private func pkArray(_ row: String) -> String {

@@ -1,4 +1,5 @@
 import StoreBase
+import StoreHistory
 import StoreSQLite
 
 /// How one tracked table maps onto cloud records, and the SQL that moves its rows both ways.
@@ -92,10 +93,8 @@ public struct EntityMap: Sendable, Equatable {
 
     // MARK: SQL fragments
 
-    /// A value wrapped so that blobs can go into JSON: `{"$blob": "HEX"}`.
-    static func jsonValue(_ expr: String) -> String {
-        "CASE WHEN typeof(\(expr))='blob' THEN json_object('$blob', hex(\(expr))) ELSE \(expr) END"
-    }
+    /// A key value as JSON, exactly as the history triggers write it (`ValueJSON.key`).
+    static func jsonValue(_ expr: String) -> String { ValueJSON.key(expr) }
 
     /// The canonical primary-key JSON of the row aliased `alias`, exactly as the history triggers write it.
     func pkJSON(_ alias: String) -> String {
@@ -129,7 +128,7 @@ public struct EntityMap: Sendable, Equatable {
             if let ref = reference(for: column) {
                 value = "CASE WHEN \(col) IS NULL THEN NULL ELSE json_object('$ref', \(refName(ref, alias))) END"
             } else {
-                value = Self.jsonValue(col)
+                value = ValueJSON.field(col)
             }
             return "\(quoteLiteral(column)), \(value)"
         }

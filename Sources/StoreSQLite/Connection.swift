@@ -70,6 +70,7 @@ public final class Connection {
         self.path = path
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, busyTimeout)
+        Self.registerFunctions(db)
         if Trace.enabled && Self.traceSQL {
             // "SQLITE_TRACE_PROFILE ... The P argument is a pointer to the prepared statement and the X argument
             // points to a 64-bit integer which is approximately the number of nanoseconds that the prepared
@@ -99,6 +100,29 @@ public final class Connection {
             sqlite3_close_v2(db)
             throw error
         }
+    }
+
+    /// The SQL functions storectl's own statements use, on every connection it opens. Triggers never call them:
+    /// a trigger runs in every process that writes to the store, and those know only SQLite's built-in functions.
+    ///
+    /// - `storectl_utf8(x)`: 1 when `x` is text made of valid UTF-8 (or not text at all), 0 otherwise. SQLite keeps
+    ///   whatever bytes a writer stored as text; the export wraps the invalid ones so that they travel unchanged.
+    private static func registerFunctions(_ db: OpaquePointer) {
+        // "The sixth, seventh and eighth parameters passed to the three "sqlite3_create_function*" functions, xFunc,
+        // xStep and xFinal, are pointers to C-language functions that implement the SQL function or aggregate."
+        sqlite3_create_function_v2(db, "storectl_utf8", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil, { context, argc, argv in
+            guard argc == 1, let argv, let value = argv[0], sqlite3_value_type(value) == SQLITE_TEXT else {
+                sqlite3_result_int(context, 1)
+                return
+            }
+            let count = Int(sqlite3_value_bytes(value))
+            guard let bytes = sqlite3_value_text(value) else {
+                sqlite3_result_int(context, 1)
+                return
+            }
+            let valid = String(validating: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self) != nil
+            sqlite3_result_int(context, valid ? 1 : 0)
+        }, nil, nil, nil)
     }
 
     /// Process-wide SQLite settings, made once before the first connection (sqlite3_config must come before

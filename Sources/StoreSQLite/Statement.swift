@@ -78,14 +78,30 @@ public final class Statement {
         case .integer(let v): rc = sqlite3_bind_int64(handle, i, v)
         case .real(let d): rc = sqlite3_bind_double(handle, i, d)
         case .text(let s):
-            // SQLITE_TRANSIENT: the Swift string's bytes do not outlive this call, so SQLite copies them.
-            rc = sqlite3_bind_text(handle, i, s, -1, storectl_sqlite_transient())
+            // SQLITE_TRANSIENT: the Swift string's bytes do not outlive this call, so SQLite copies them. The length
+            // is given in bytes, so that a NUL inside the text is kept ("a\u{0}b" stays three characters).
+            var text = s
+            rc = text.withUTF8 { bytes in bindText(bytes, at: i) }
+        case .textBytes(let b):
+            rc = b.withUnsafeBufferPointer { bytes in bindText(bytes, at: i) }
         case .blob(let b):
             rc = b.withUnsafeBytes { raw in
                 sqlite3_bind_blob(handle, i, raw.baseAddress, Int32(raw.count), storectl_sqlite_transient())
             }
         }
         if rc != SQLITE_OK { throw lastError() }
+    }
+
+    /// Binds `bytes` as text, exactly as they are (SQLite does not check that text is valid UTF-8).
+    private func bindText(_ bytes: UnsafeBufferPointer<UInt8>, at i: Int32) -> Int32 {
+        // "If the third parameter to sqlite3_bind_text() ... is a NULL pointer then the fourth parameter is ignored
+        // and the end result is the same as sqlite3_bind_null()": an empty text needs a real pointer.
+        guard let base = bytes.baseAddress, bytes.count > 0 else {
+            return sqlite3_bind_text(handle, i, "", 0, storectl_sqlite_transient())
+        }
+        return base.withMemoryRebound(to: CChar.self, capacity: bytes.count) { chars in
+            sqlite3_bind_text(handle, i, chars, Int32(bytes.count), storectl_sqlite_transient())
+        }
     }
 
     /// Binds one value by parameter name (`:name`, `@name` or `$name`).
@@ -124,7 +140,7 @@ public final class Statement {
         case SQLITE_TEXT:
             guard let p = sqlite3_column_text(handle, i) else { return .text("") }
             let n = Int(sqlite3_column_bytes(handle, i))
-            return .text(String(decoding: UnsafeBufferPointer(start: p, count: n), as: UTF8.self))
+            return Value.text(bytes: UnsafeBufferPointer(start: p, count: n))
         case SQLITE_BLOB:
             let n = Int(sqlite3_column_bytes(handle, i))
             guard n > 0, let p = sqlite3_column_blob(handle, i) else { return .blob([]) }

@@ -5,7 +5,16 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
     case integer(Int64)
     case real(Double)
     case text(String)
+    /// Text whose bytes are not valid UTF-8, kept exactly (a Swift `String` would replace them with U+FFFD).
+    /// SQLite stores any bytes as text; reading such a column gives this case, and binding it writes the bytes back.
+    case textBytes([UInt8])
     case blob([UInt8])
+
+    /// `.text` when `bytes` are valid UTF-8, else `.textBytes` with the bytes as they are.
+    public static func text<C: Collection>(bytes: C) -> Value where C.Element == UInt8 {
+        if let text = String(validating: bytes, as: UTF8.self) { return .text(text) }
+        return .textBytes(Array(bytes))
+    }
 
     public var isNull: Bool { if case .null = self { return true } else { return false } }
 
@@ -36,7 +45,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
         case .null: return "null"
         case .integer: return "integer"
         case .real: return "real"
-        case .text: return "text"
+        case .text, .textBytes: return "text"
         case .blob: return "blob"
         }
     }
@@ -48,6 +57,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
         case .integer(let v): return String(v)
         case .real(let d): return String(d)
         case .text(let s): return "'" + s.replacingText("'", with: "''") + "'"
+        case .textBytes(let b): return "CAST(X'" + Hex.string(b, uppercase: true) + "' AS TEXT)"
         case .blob(let b): return "X'" + Hex.string(b, uppercase: true) + "'"
         }
     }
@@ -58,6 +68,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
         case .integer(let v): return String(v)
         case .real(let d): return String(d)
         case .text(let s): return s
+        case .textBytes(let b): return String(decoding: b, as: UTF8.self)
         case .blob(let b): return "<\(b.count) bytes>"
         }
     }

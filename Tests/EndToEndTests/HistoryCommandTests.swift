@@ -63,7 +63,7 @@ final class HistoryCommandTests: XCTestCase {
         XCTAssertEqual(doc["schema_applied"] as? Bool, false)
         XCTAssertEqual(doc["tracked"] as? [String], ["notes", "tags"])
         XCTAssertEqual(doc["store_id"] as? String, lines.last.map { String($0.dropFirst("Store id: ".count)) })
-        XCTAssertEqual(try sqlite3("SELECT value FROM _storectl_meta WHERE key = 'format_version';", dir).stdout, "1\n")
+        XCTAssertEqual(try sqlite3("SELECT value FROM _storectl_meta WHERE key = 'format_version';", dir).stdout, "2\n")
     }
 
     func testInitAdoptsAnExistingDatabaseWithoutRecordingItsRows() throws {

@@ -588,6 +588,59 @@ class CloudConformanceTests: XCTestCase {
         XCTAssertTrue(try db.createMarker(zone: zone, name: "seed", device: "d", payload: "").created)
     }
 
+    // MARK: Export marks
+
+    func testExportMarksRecordWhereEachDeviceStands() throws {
+        let container = try makeContainer()
+        let db = try container.connect()
+        try db.ensureZone(zone)
+        XCTAssertNil(try db.exportState(zone: zone, device: "d1"))
+        let m1 = ExportMark(serial: 1, historySeq: 10, time: 1_000)
+        _ = try db.save(zone: zone, [save("a", expecting: nil), save("b", expecting: nil)], device: "d1", mark: m1)
+        _ = try db.save(zone: zone, [save("x", expecting: nil)], device: "d2")  // no mark
+        XCTAssertEqual(try db.exportState(zone: zone, device: "d1"), DeviceExportState(mark: m1, lastSeq: 2))
+        XCTAssertNil(try db.exportState(zone: zone, device: "d2"), "a save without a mark records none")
+
+        // A second batch of the same export: the latest mark is the state; a batch that saves nothing leaves it.
+        let m2 = ExportMark(serial: 1, historySeq: 12, time: 1_500)
+        let tagA = try XCTUnwrap(savedTag(try db.fetchRecord(zone: zone, recordName: "a").map {
+            SaveOutcome.saved(changeTag: $0.changeTag, seq: $0.seq) }))
+        _ = try db.save(zone: zone, [save("a", #"{"v":2}"#, expecting: tagA), save("c", expecting: nil)],
+                        device: "d1", mark: m2)
+        XCTAssertEqual(try db.exportState(zone: zone, device: "d1"), DeviceExportState(mark: m2, lastSeq: 5))
+        let conflictOnly = try db.save(zone: zone, [save("a", expecting: "stale-tag")], device: "d1",
+                                       mark: ExportMark(serial: 1, historySeq: 99, time: 9_999))
+        guard case .conflict = conflictOnly.first else { return XCTFail("expected a conflict") }
+        XCTAssertEqual(try db.exportState(zone: zone, device: "d1"), DeviceExportState(mark: m2, lastSeq: 5))
+
+        // Each of the device's records comes with the history seq of the batch that saved it; records saved
+        // later by another device are not the device's any more.
+        var (own, more) = try db.fetchDeviceRecords(zone: zone, device: "d1", after: 0, limit: 10)
+        XCTAssertFalse(more)
+        XCTAssertEqual(own.map(\.record.recordName), ["b", "a", "c"])
+        XCTAssertEqual(own.map(\.historySeq), [10, 12, 12])
+        let tagB = try XCTUnwrap(own.first?.record.changeTag)
+        _ = try db.save(zone: zone, [save("b", #"{"by":"d2"}"#, expecting: tagB)], device: "d2")
+        (own, more) = try db.fetchDeviceRecords(zone: zone, device: "d1", after: 0, limit: 1)
+        XCTAssertTrue(more)
+        XCTAssertEqual(own.map(\.record.recordName), ["a"])
+        (own, _) = try db.fetchDeviceRecords(zone: zone, device: "d1", after: own[0].record.seq, limit: 10)
+        XCTAssertEqual(own.map(\.record.recordName), ["c"])
+
+        // A new export (a higher serial) forgets the marks of the older ones.
+        let m3 = ExportMark(serial: 2, historySeq: 20, time: 2_000)
+        _ = try db.save(zone: zone, [save("d", expecting: nil)], device: "d1", mark: m3)
+        XCTAssertEqual(try db.exportState(zone: zone, device: "d1")?.mark, m3)
+        (own, _) = try db.fetchDeviceRecords(zone: zone, device: "d1", after: 0, limit: 10)
+        XCTAssertEqual(own.map(\.record.recordName), ["a", "c", "d"])
+        XCTAssertEqual(own.map(\.historySeq), [nil, nil, 20], "marks of older serials are gone")
+
+        // A purge forgets them all.
+        try db.purgeZone(zone)
+        XCTAssertNil(try db.exportState(zone: zone, device: "d1"))
+        assertCloudError(.zoneNotFound) { _ = try db.fetchDeviceRecords(zone: "nowhere", device: "d1", after: 0, limit: 1) }
+    }
+
     // MARK: Devices
 
     func testDevicesRegistryRemembersWhenEachWasLastSeen() throws {

@@ -64,7 +64,8 @@ final class PostgresAccountTests: PostgresTestCase {
         XCTAssertEqual(report.status, .restricted)
         XCTAssertEqual(report.reason, "role \(role) lacks privileges in schema \(s) at \(db.displayURL): "
             + "UPDATE on zones, DELETE on zones, UPDATE on records, DELETE on records, UPDATE on markers, "
-            + "DELETE on markers, UPDATE on devices, DELETE on devices; a database owner can grant them with the SQL "
+            + "DELETE on markers, UPDATE on devices, DELETE on devices, UPDATE on export_marks, DELETE on export_marks; "
+            + "a database owner can grant them with the SQL "
             + "from 'storectl cloud init --print-grants'")
 
         // The printed grants are exactly what is needed.
