@@ -18,6 +18,14 @@ extension CommandContext {
     /// Loads the config and picks the store named by --store (or the only one).
     /// - Throws: `DiagnosedError`.
     public func openStore() throws -> StoreHandle {
-        try StoreHandle(config: try loadConfig(), storeName: global.storeName)
+        try handle(try loadConfig(), global.storeName)
+    }
+
+    /// A handle on store `name` of `config` whose notes (a format upgrade) go to stderr.
+    public func handle(_ config: Config, _ name: String?) throws -> StoreHandle {
+        let store = try StoreHandle(config: config, storeName: name)
+        let console = console
+        store.log = { console.note($0) }
+        return store
     }
 }

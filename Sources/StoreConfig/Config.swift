@@ -139,8 +139,12 @@ public struct CloudSettings: Sendable, Equatable {
     public var secret: Secret?
     /// How conflicts are resolved.
     public var mergePolicy: MergePolicySetting = .propertyLocalWins
-    /// An export that would delete more than this fraction of the zone stops (mass-delete breaker).
+    /// An export that would delete more than this fraction of the zone stops (mass-delete breaker)...
     public var maxDeleteFraction: Double = 0.5
+    /// ... when it would also delete more than this many records (a handful of deletes never trips it).
+    public var maxDeleteCount: Int = 100
+    /// The largest record, in bytes of its fields as JSON, that an export sends or an import applies.
+    public var maxRecordSize: Int = 1_048_576
 
     public init(container: String, url: String, createIfMissing: Bool = false, zone: String = "default",
                 account: String? = nil, secret: Secret? = nil, mergePolicy: MergePolicySetting = .propertyLocalWins,

@@ -70,6 +70,22 @@ struct ConfigDecoder {
     }
 
     /// A scalar's text. Null, mappings and lists are refused.
+    /// A size in bytes: a whole number, or one followed by KB, MB (powers of 1000), KiB or MiB (powers of 1024).
+    /// Nil when it is none of those or does not fit.
+    static func byteSize(_ text: String) -> Int? {
+        let units: [(String, Int)] = [("KiB", 1024), ("MiB", 1024 * 1024), ("KB", 1000), ("MB", 1_000_000), ("B", 1)]
+        var digits = text.trimmingSpaces()
+        var factor = 1
+        for (suffix, value) in units where digits.hasSuffix(suffix) {
+            digits = String(digits.dropLast(suffix.count)).trimmingSpaces()
+            factor = value
+            break
+        }
+        guard !digits.isEmpty, digits.allSatisfy(\.isASCII), let number = Int(digits), number >= 0 else { return nil }
+        let (product, overflow) = number.multipliedReportingOverflow(by: factor)
+        return overflow ? nil : product
+    }
+
     private func text(_ node: YAMLNode, _ path: String, _ what: String = "text") throws -> String {
         guard !node.isNull, let value = node.scalar else {
             throw fail(node, path, "expected \(what), got \(node.described)")
@@ -289,6 +305,25 @@ struct ConfigDecoder {
                            hint: "0.5 stops an export that would delete more than half of the zone")
             }
             cloud.maxDeleteFraction = fraction
+        }
+        if let pair = keys["max_delete_count"] {
+            let countPath = KeyPath.child(path, "max_delete_count")
+            let value = try text(pair.value, countPath, "a whole number of records")
+            guard let count = Int(value), count >= 0, count <= 1_000_000_000 else {
+                throw fail(pair.value, countPath, "expected a whole number of records from 0 to 1000000000, got '\(value)'",
+                           hint: "100 lets an export delete up to 100 records whatever the fraction")
+            }
+            cloud.maxDeleteCount = count
+        }
+        if let pair = keys["max_record_size"] {
+            let sizePath = KeyPath.child(path, "max_record_size")
+            let value = try text(pair.value, sizePath, "a size in bytes")
+            guard let size = Self.byteSize(value), size >= 1024, size <= 1 << 30 else {
+                throw fail(pair.value, sizePath, "expected a size from 1KiB to 1GiB (bytes, or with KB, MB, KiB or MiB), "
+                               + "got '\(value)'",
+                           hint: "1MB is CloudKit's own limit; e.g. max_record_size: 4MB")
+            }
+            cloud.maxRecordSize = size
         }
         return cloud
     }

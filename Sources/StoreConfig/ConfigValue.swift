@@ -126,6 +126,8 @@ extension ConfigValue {
             if cloud.secret != nil { c.append(Entry("secret", .string(redacted))) }
             c.append(Entry("merge_policy", .string(cloud.mergePolicy.rawValue)))
             c.append(Entry("max_delete_fraction", .double(cloud.maxDeleteFraction)))
+            c.append(Entry("max_delete_count", .int(cloud.maxDeleteCount)))
+            c.append(Entry("max_record_size", .int(cloud.maxRecordSize)))
             entries.append(Entry("cloud", .map(c)))
         }
         if !store.entities.isEmpty {

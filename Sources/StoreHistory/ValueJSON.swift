@@ -28,7 +28,7 @@ public enum ValueJSON {
     }
 
     /// A real as a JSON number that reads back as the same double.
-    static func real(_ expr: String) -> String {
+    public static func real(_ expr: String) -> String {
         "json(CASE WHEN \(expr) = 9e999 THEN '9e999' WHEN \(expr) = -9e999 THEN '-9e999' "
             + "WHEN CAST(printf('%!.17g', \(expr)) AS REAL) = \(expr) THEN printf('%!.17g', \(expr)) "
             + "ELSE printf('%!.18g', \(expr)) END)"

@@ -28,6 +28,14 @@ public struct EntityMap: Sendable, Equatable {
     public var parents: [String]
     /// The start of the record names this device gives its surrogate-keyed rows: 16 hex digits of the store id.
     public var namePrefix: String = ""
+    /// The table's foreign keys to tracked tables, with the referenced columns spelled out.
+    public var foreignKeys: [ForeignKeyInfo] = []
+    /// The column sets of the table's UNIQUE constraints and unique indexes other than the primary key (plain
+    /// columns, not partial): the cloud has no unique constraints, so a record that would break one is merged with
+    /// the local row that holds the value, like a `unique:` key.
+    public var uniqueKeys: [[String]] = []
+    /// The columns declared NOT NULL.
+    public var notNullColumns: Set<String> = []
 
     /// The columns that travel in a record's fields.
     public var fieldColumns: [String] { isSurrogate ? columns.filter { $0 != primaryKey[0] } : columns }
@@ -41,29 +49,56 @@ public struct EntityMap: Sendable, Equatable {
             throw StoreError(.dataError, "table '\(table)' has no explicit primary key, so it cannot be mirrored",
                              hint: "add a PRIMARY KEY to '\(table)', or leave it out of `entities:`")
         }
-        let sql = try db.scalar("SELECT sql FROM sqlite_master WHERE type='table' AND name=?", [table])?.string ?? ""
-        let withoutRowid = sql.uppercased().replacingText(" ", with: "").contains("WITHOUTROWID")
-        let surrogate = pk.count == 1 && pk[0].declaredType.uppercased() == "INTEGER" && !withoutRowid
+        let surrogate = try isRowIDAlias(db, table: table)
         var refs: [Reference] = []
         var parents: [String] = []
-        for fk in try db.foreignKeys(of: table) where tracked.contains(fk.parentTable) {
+        var keys: [ForeignKeyInfo] = []
+        for var fk in try db.foreignKeys(of: table) where tracked.contains(fk.parentTable) {
             if !parents.contains(fk.parentTable) && fk.parentTable != table { parents.append(fk.parentTable) }
+            let parentPK = try db.columns(of: fk.parentTable).filter { $0.primaryKeyIndex > 0 }
+                .sorted { $0.primaryKeyIndex < $1.primaryKeyIndex }
+            // "If the parent key columns are not specified, the primary key columns of the parent table are used."
+            if fk.parentColumns.allSatisfy({ $0 == nil }), parentPK.count == fk.columns.count {
+                fk.parentColumns = parentPK.map(\.name)
+            }
+            keys.append(fk)
             guard fk.columns.count == 1 else { continue }
-            let parentInfo = try db.columns(of: fk.parentTable)
-            let parentPK = parentInfo.filter { $0.primaryKeyIndex > 0 }
-            let parentSQL = try db.scalar("SELECT sql FROM sqlite_master WHERE type='table' AND name=?",
-                                          [fk.parentTable])?.string ?? ""
-            let parentSurrogate = parentPK.count == 1 && parentPK[0].declaredType.uppercased() == "INTEGER"
-                && !parentSQL.uppercased().replacingText(" ", with: "").contains("WITHOUTROWID")
             let target = fk.parentColumns.first ?? nil
-            if parentSurrogate && (target == nil || target == parentPK[0].name) {
+            if try isRowIDAlias(db, table: fk.parentTable), target == nil || target == parentPK.first?.name {
                 refs.append(Reference(column: fk.columns[0], parent: fk.parentTable))
             }
         }
+        var unique: [[String]] = []
+        for index in try db.query("""
+            SELECT name FROM pragma_index_list(?) WHERE "unique" = 1 AND origin <> 'pk' AND partial = 0
+            """, [table]) {
+            guard let name = index[0].string else { continue }
+            let parts = try db.query("SELECT cid, name FROM pragma_index_info(?) ORDER BY seqno", [name])
+            // An index on an expression has a part with cid -2: its values are not columns that travel.
+            guard !parts.isEmpty, parts.allSatisfy({ ($0[0].int64 ?? -1) >= 0 }) else { continue }
+            let columns = parts.compactMap { $0[1].string }
+            if columns.sorted() != pk.map(\.name).sorted() && !unique.contains(columns) { unique.append(columns) }
+        }
         let storeID = try db.scalar("SELECT value FROM _storectl_meta WHERE key = 'store_id'")?.string ?? ""
-        return EntityMap(name: table, columns: info.map(\.name), declaredTypes: info.map(\.declaredType),
-                         primaryKey: pk.map(\.name), isSurrogate: surrogate, references: refs, parents: parents,
-                         namePrefix: String(storeID.filter(\.isHexDigit).prefix(16)))
+        var map = EntityMap(name: table, columns: info.map(\.name), declaredTypes: info.map(\.declaredType),
+                            primaryKey: pk.map(\.name), isSurrogate: surrogate, references: refs, parents: parents,
+                            namePrefix: String(storeID.filter(\.isHexDigit).prefix(16)))
+        map.foreignKeys = keys
+        map.uniqueKeys = unique
+        map.notNullColumns = Set(info.filter(\.notNull).map(\.name))
+        return map
+    }
+
+    /// Whether `table`'s primary key is an alias of the rowid: a single column declared exactly `INTEGER`, in a
+    /// table with rowids, that needs no index of its own (`INTEGER PRIMARY KEY DESC` is not an alias: SQLite gives
+    /// it an index, and its values are the user's own).
+    public static func isRowIDAlias(_ db: Connection, table: String) throws -> Bool {
+        let pk = try db.columns(of: table).filter { $0.primaryKeyIndex > 0 }
+        guard pk.count == 1, pk[0].declaredType.uppercased() == "INTEGER" else { return false }
+        let rowless = try db.scalar("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", [table])?
+            .int64 == 1
+        if rowless { return false }
+        return try db.scalar("SELECT count(*) FROM pragma_index_list(?) WHERE origin = 'pk'", [table])?.int64 == 0
     }
 
     /// Orders entities so that parents come before the tables that reference them.
@@ -118,6 +153,29 @@ public struct EntityMap: Sendable, Equatable {
         let col = "\(alias).\(quoteIdentifier(ref.column))"
         return "coalesce((SELECT rr.record_name FROM _storectl_records rr WHERE rr.entity = \(quoteLiteral(ref.parent))"
             + " AND rr.pk = json_array(\(col))), \(surrogateName(col, entity: ref.parent)))"
+    }
+
+    /// The field columns as a JSON array (what the last export sent, kept in meta `columns:<table>`).
+    func fieldColumnsJSON(_ db: Connection) throws -> String {
+        guard !fieldColumns.isEmpty else { return "[]" }
+        return try db.scalar("SELECT json_array(\(fieldColumns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")))",
+                             fieldColumns)?.string ?? "[]"
+    }
+
+    /// Every column of the row aliased `alias`, as a JSON object (keys as the triggers write them).
+    func rowJSON(_ alias: String) -> String {
+        "json_object(" + columns.map { "\(quoteLiteral($0)), \(Self.jsonValue("\(alias).\(quoteIdentifier($0))"))" }
+            .joined(separator: ", ") + ")"
+    }
+
+    /// The record fields JSON of the row aliased `alias`, with the fields of the last synced record that the table
+    /// lacks (`extra` is the SQL of the record map's `extra` column) added after the table's own.
+    func fieldsJSON(_ alias: String, extra: String) -> String {
+        let own = fieldsJSON(alias)
+        return "CASE WHEN \(extra) IS NULL THEN \(own) ELSE (SELECT json_group_object(key, "
+            + FieldCodec.jsonOf("type", "value") + ") FROM (SELECT key, value, type FROM json_each(\(own)) "
+            + "UNION ALL SELECT key, value, type FROM json_each(\(extra)) WHERE key NOT IN "
+            + "(SELECT key FROM json_each(\(own))))) END"
     }
 
     /// The record fields JSON of the row aliased `alias`.

@@ -20,15 +20,31 @@ public struct ExportReport: Sendable, Codable, Equatable {
     public var baseline = false
     /// The export token after the export.
     public var token: Int64 = 0
+    /// Rows not sent because their record would be larger than `max_record_size` (they are sent once they fit).
+    public var tooLarge: [RowRef] = []
 
     public init() {}
 }
 
-/// Raised when an export would delete more of the zone than `max_delete_fraction` allows.
+/// A local row, named for a report: its table and its primary key (a JSON array).
+public struct RowRef: Sendable, Codable, Equatable {
+    public var entity: String
+    public var key: String
+    public var bytes: Int?
+
+    public init(entity: String, key: String, bytes: Int? = nil) {
+        self.entity = entity
+        self.key = key
+        self.bytes = bytes
+    }
+}
+
+/// Raised when an export would delete more of the zone than `max_delete_fraction` and `max_delete_count` allow.
 public struct MassDeleteError: DiagnosedError {
     public var deletes: Int
     public var liveRecords: Int64
     public var fraction: Double
+    public var floor: Int
     public var emptyStore: Bool
     public var exitCode: ExitCode { .dataError }
     public var summary: String {
@@ -37,7 +53,7 @@ public struct MassDeleteError: DiagnosedError {
         }
         let pct = liveRecords > 0 ? Int((Double(deletes) / Double(liveRecords) * 100).rounded()) : 100
         return "refusing to delete \(deletes) of the zone's \(liveRecords) record(s) (\(pct)%), more than "
-            + "max_delete_fraction \(fraction)"
+            + "max_delete_fraction \(fraction) and more than max_delete_count \(floor)"
     }
     public var details: [String] { ["  nothing was sent to the cloud; local rows and history are unchanged"] }
     public var hint: String? {
@@ -45,7 +61,28 @@ public struct MassDeleteError: DiagnosedError {
     }
 }
 
+/// Raised after an export that sent everything else, when some rows were too large to send.
+public struct RecordTooLargeError: DiagnosedError {
+    public var rows: [RowRef]
+    public var limit: Int
+    public var exitCode: ExitCode { .dataError }
+    public var summary: String {
+        "\(rows.count) row(s) are larger than max_record_size (\(limit) bytes) and were not sent to the cloud"
+    }
+    public var details: [String] {
+        rows.prefix(20).map { "  \($0.entity) \($0.key): \($0.bytes.map { "\($0) bytes" } ?? "too large")" }
+            + ["  every other change was sent; these rows are sent by the first sync after they fit"]
+    }
+    public var hint: String? {
+        "make the rows smaller, or raise cloud.max_record_size in the config (CloudKit's own limit is 1 MB)"
+    }
+}
+
 /// Pushes local changes to the cloud.
+///
+/// The phases, in order: start a new export serial (committed before anything is saved), collect the changed
+/// rows from history, give fresh record names to rows at reused keys, check the mass-delete breaker, export every
+/// table parent first in conditional batches, send the outbox's tombstones, and advance the export token.
 struct Exporter {
     let db: Connection
     let cloud: any CloudDatabase
@@ -55,36 +92,95 @@ struct Exporter {
     /// Where background saves run, one at a time and in order (the cloud is one connection).
     private let saveQueue = DispatchQueue(label: "storectl.export.save")
 
+    init(db: Connection, cloud: any CloudDatabase, options: MirrorOptions, entities: [EntityMap], device: String) {
+        self.db = db
+        self.cloud = cloud
+        self.options = options
+        self.entities = entities
+        self.device = device
+    }
+
     private struct Pending {
         var entity: EntityMap
         var pk: String
         var save: RecordSave
         var base: String?
-        /// Whether `save.fields` is a merge that the local row does not hold yet.
-        var isMerge = false
+        /// The store's newest history seq when the row was read: later local changes are newer than the save.
+        var historySeq: Int64
+        /// When the save is a merge: the columns whose values came from the server's record (the local row takes
+        /// them once the save is done).
+        var takeServer: Set<String>?
+        /// The fields of the record that the local table lacks, sent along with the row.
+        var extra: String?
     }
 
     func run(baseline: Bool, progress: (Int, Int?) -> Void) throws -> ExportReport {
         var report = ExportReport()
         report.baseline = baseline
+        let serial = try MirrorState.nextExportSerial(db)
         let after = baseline ? 0 : try MirrorState.exportToken(db)
         let upto = try MirrorState.lastHistorySeq(db)
         let ordered = EntityMap.parentFirst(entities)
 
-        // Coalesce the history after the token: one row per changed key, in SQL.
+        try collectChanges(baseline: baseline, after: after, upto: upto)
+        try renameReusedKeys(ordered, baseline: baseline)
+        try checkMassDelete(ordered, baseline: baseline)
+
+        let total = baseline
+            ? try ordered.reduce(0) { $0 + Int(try db.scalar("SELECT count(*) FROM main.\($1.quotedName)")?.int64 ?? 0) }
+            : Int(try db.scalar("SELECT count(*) FROM temp._storectl_changes")?.int64 ?? 0)
+        var done = 0
+        for e in ordered {
+            try exportEntity(e, baseline: baseline, serial: serial, report: &report) { count in
+                done += count
+                progress(done, total)
+            }
+        }
+        try sendOutbox(serial: serial, report: &report)
+
+        Failpoint.hit("export.before-commit")
+        try db.transaction {
+            try MirrorState.setExportToken(db, upto)
+            if baseline {
+                try MirrorState.setMeta(db, "baseline_container", cloud.container + "/" + options.zone)
+                try MirrorState.setMeta(db, "history_gap", nil)
+            }
+            for e in ordered {
+                try MirrorState.setMeta(db, "columns:" + e.name, try e.fieldColumnsJSON(db))
+            }
+            try MirrorState.setMeta(db, "last_export_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
+        }
+        Failpoint.hit("export.after-commit")
+        report.token = upto
+        return report
+    }
+
+    // MARK: Phases
+
+    /// Fills `temp._storectl_changes` with one row per changed key after the export token (in SQL), plus the rows
+    /// that an earlier export could not send (too large then).
+    private func collectChanges(baseline: Bool, after: Int64, upto: Int64) throws {
         try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_changes(entity TEXT NOT NULL, pk TEXT NOT NULL, "
                        + "PRIMARY KEY (entity, pk)) WITHOUT ROWID")
+        try db.execute("""
+            CREATE TABLE IF NOT EXISTS _storectl_unsent(entity TEXT NOT NULL, pk TEXT NOT NULL, bytes INTEGER,
+                PRIMARY KEY (entity, pk)) WITHOUT ROWID
+            """)
         try db.execute("DELETE FROM temp._storectl_changes")
         if !baseline {
             try db.run("""
                 INSERT INTO temp._storectl_changes(entity, pk)
                 SELECT DISTINCT entity, pk FROM main._storectl_history WHERE seq > ?1 AND seq <= ?2 AND author <> ?3
                 """, [after, upto, MirrorState.importAuthor])
+            try db.execute("INSERT OR IGNORE INTO temp._storectl_changes(entity, pk) SELECT entity, pk FROM _storectl_unsent")
         }
+    }
 
-        // SQLite reuses the rowid of a deleted last row. A row at the key of a deleted record is a new row and must
-        // not bring the deleted record back (other devices map that name to another row): it gets a new name,
-        // stored before anything is saved, so that a replay after a crash uses the same one.
+    /// SQLite reuses the rowid of a deleted last row, and a store restored from an older copy of itself reuses
+    /// rowids its later self gave to other rows. A row at such a key is a new row and must not take over the
+    /// record that name stands for (other devices map that name to another row): it gets a new name, stored before
+    /// anything is saved, so that a replay after a crash uses the same one.
+    private func renameReusedKeys(_ ordered: [EntityMap], baseline: Bool) throws {
         try db.transaction {
             for e in ordered where e.isSurrogate {
                 // Incrementally, only the changed keys are looked at (the changes drive the loop).
@@ -95,91 +191,45 @@ struct Exporter {
                     """
                 try db.execute("""
                     UPDATE _storectl_records AS r SET record_name = \(e.surrogateName("json_extract(r.pk, '$[0]')"))
-                        || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, deleted = 0
+                        || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, extra = NULL, deleted = 0
                     WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(scope)
                       AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
                     """)
+                // A row the map does not know, whose derived name another row of the map holds.
+                let source = baseline
+                    ? "main.\(e.quotedName) t"
+                    : "temp._storectl_changes c CROSS JOIN main.\(e.quotedName) t"
+                let changed = baseline ? "" : "c.entity = \(quoteLiteral(e.name)) AND \(e.pkMatches("t", json: "c.pk")) AND"
+                try db.execute("""
+                    INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
+                    SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")),
+                           \(e.derivedName("t")) || '.' || lower(hex(randomblob(6))), NULL, NULL, 0
+                    FROM \(source)
+                    WHERE \(changed) NOT EXISTS (SELECT 1 FROM _storectl_records m WHERE m.entity = \(quoteLiteral(e.name))
+                                               AND m.pk = \(e.pkJSON("t")))
+                      AND EXISTS (SELECT 1 FROM _storectl_records o WHERE o.record_name = \(e.derivedName("t")))
+                    """)
             }
         }
+    }
 
-        // The mass-delete breaker.
+    /// The mass-delete breaker: an export that deletes more than `max_delete_fraction` of the zone's live records
+    /// and more than `max_delete_count` records, or that would push an empty store over a zone that holds more
+    /// than `max_delete_count` records, stops before it sends anything.
+    private func checkMassDelete(_ ordered: [EntityMap], baseline: Bool) throws {
         var deletes = 0
         for e in ordered {
             deletes += Int(try db.scalar(deletionCountSQL(e, baseline: baseline))?.int64 ?? 0)
         }
-        if deletes > 0 && !options.allowMassDelete, let zone = try cloud.zoneInfo(options.zone), zone.liveRecords > 0 {
-            let liveLocal = try ordered.reduce(Int64(0)) { sum, e in
-                sum + (try db.scalar("SELECT count(*) FROM main.\(e.quotedName)")?.int64 ?? 0)
-            }
-            if Double(deletes) > options.maxDeleteFraction * Double(zone.liveRecords) || liveLocal == 0 {
-                throw MassDeleteError(deletes: deletes, liveRecords: zone.liveRecords,
-                                      fraction: options.maxDeleteFraction, emptyStore: liveLocal == 0)
-            }
+        guard deletes > options.maxDeleteCount, !options.allowMassDelete,
+              let zone = try cloud.zoneInfo(options.zone), zone.liveRecords > 0 else { return }
+        let liveLocal = try ordered.reduce(Int64(0)) { sum, e in
+            sum + (try db.scalar("SELECT count(*) FROM main.\(e.quotedName)")?.int64 ?? 0)
         }
-
-        let total = baseline
-            ? try ordered.reduce(0) { $0 + Int(try db.scalar("SELECT count(*) FROM main.\($1.quotedName)")?.int64 ?? 0) }
-            : Int(try db.scalar("SELECT count(*) FROM temp._storectl_changes")?.int64 ?? 0)
-        var done = 0
-        for e in ordered {
-            var lastKey: [Value]? = nil
-            // Two batches are in progress at once: while the cloud saves one (on a thread of its own, through the
-            // container's own connection), this thread reads the next page and records the previous batch's
-            // outcomes in the store. The saves stay in order, one at a time; only the local work overlaps them.
-            var inFlight: SaveFlight? = nil
-            defer { inFlight?.wait() }
-            while true {
-                let tPage = Trace.start()
-                let (batch, nextKey) = try page(e, baseline: baseline, after: lastKey)
-                Trace.add("export.page", tPage)
-                if batch.isEmpty && nextKey == nil { break }
-                let flight = batch.isEmpty ? nil : startSave(batch)
-                let previous = inFlight
-                inFlight = flight  // waited for by the defer if what follows throws
-                if let previous { try finish(previous, next: flight, report: &report) }
-                done += batch.count
-                progress(done, total)
-                guard let nextKey else { break }
-                lastKey = nextKey
-            }
-            if let previous = inFlight {
-                inFlight = nil
-                try finish(previous, next: nil, report: &report)
-            }
-            if baseline {
-                // Rows the record map knows but the table no longer has: their deletions travel too.
-                let rows = try db.query("""
-                    SELECT r.pk, r.record_name, r.change_tag FROM _storectl_records r
-                    WHERE r.entity = ?1 AND r.deleted = 0
-                      AND NOT EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
-                    """, [e.name])
-                var batch: [Pending] = []
-                for row in rows {
-                    batch.append(Pending(entity: e, pk: row[0].string ?? "[]",
-                                         save: RecordSave(recordName: row[1].string ?? "", recordType: e.name,
-                                                          fields: "{}", deleted: true, expectedTag: row[2].string),
-                                         base: nil))
-                    if batch.count >= options.batchSize {
-                        try send(batch, report: &report)
-                        batch = []
-                    }
-                }
-                try send(batch, report: &report)
-            }
+        if Double(deletes) > options.maxDeleteFraction * Double(zone.liveRecords) || liveLocal == 0 {
+            throw MassDeleteError(deletes: deletes, liveRecords: zone.liveRecords, fraction: options.maxDeleteFraction,
+                                  floor: options.maxDeleteCount, emptyStore: liveLocal == 0)
         }
-
-        Failpoint.hit("export.before-commit")
-        try db.transaction {
-            try MirrorState.setExportToken(db, upto)
-            if baseline {
-                try MirrorState.setMeta(db, "baseline_container", cloud.container + "/" + options.zone)
-                try MirrorState.setMeta(db, "history_gap", nil)
-            }
-            try MirrorState.setMeta(db, "last_export_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
-        }
-        Failpoint.hit("export.after-commit")
-        report.token = upto
-        return report
     }
 
     private func deletionCountSQL(_ e: EntityMap, baseline: Bool) -> String {
@@ -199,9 +249,63 @@ struct Exporter {
             """
     }
 
+    /// Exports one table: page after page, each saved while the next is read.
+    private func exportEntity(_ e: EntityMap, baseline: Bool, serial: Int64, report: inout ExportReport,
+                              progress: (Int) -> Void) throws
+    {
+        var lastKey: [Value]? = nil
+        // Two batches are in progress at once: while the cloud saves one (on a thread of its own, through the
+        // container's own connection), this thread reads the next page and records the previous batch's
+        // outcomes in the store. The saves stay in order, one at a time; only the local work overlaps them.
+        var inFlight: SaveFlight? = nil
+        defer { inFlight?.wait() }
+        while true {
+            let tPage = Trace.start()
+            let (batch, nextKey) = try page(e, baseline: baseline, after: lastKey, report: &report)
+            Trace.add("export.page", tPage)
+            if batch.isEmpty && nextKey == nil { break }
+            let flight = batch.isEmpty ? nil : startSave(batch, serial: serial)
+            let previous = inFlight
+            inFlight = flight  // waited for by the defer if what follows throws
+            if let previous { try finish(previous, next: flight, serial: serial, report: &report) }
+            progress(batch.count)
+            guard let nextKey else { break }
+            lastKey = nextKey
+        }
+        if let previous = inFlight {
+            inFlight = nil
+            try finish(previous, next: nil, serial: serial, report: &report)
+        }
+        if baseline {
+            // Rows the record map knows but the table no longer has: their deletions travel too.
+            let historySeq = try MirrorState.lastHistorySeq(db)
+            let rows = try db.query("""
+                SELECT r.pk, r.record_name, r.change_tag FROM _storectl_records r
+                WHERE r.entity = ?1 AND r.deleted = 0
+                  AND NOT EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
+                """, [e.name])
+            var batch: [Pending] = []
+            for row in rows {
+                batch.append(Pending(entity: e, pk: row[0].string ?? "[]",
+                                     save: RecordSave(recordName: row[1].string ?? "", recordType: e.name,
+                                                      fields: "{}", deleted: true, expectedTag: row[2].string),
+                                     base: nil, historySeq: historySeq))
+                if batch.count >= options.batchSize {
+                    try send(batch, serial: serial, report: &report)
+                    batch = []
+                }
+            }
+            try send(batch, serial: serial, report: &report)
+        }
+    }
+
     /// One page of rows to export, and the key to continue after (nil at the end).
-    private func page(_ e: EntityMap, baseline: Bool, after: [Value]?) throws -> ([Pending], [Value]?) {
+    private func page(_ e: EntityMap, baseline: Bool, after: [Value]?, report: inout ExportReport) throws
+        -> ([Pending], [Value]?)
+    {
         let limit = options.batchSize
+        // Read before the rows, so that it is never later than what they hold.
+        let historySeq = try MirrorState.lastHistorySeq(db)
         let statement: Statement
         var args: [any SQLBindable] = [e.name]
         if baseline {
@@ -214,7 +318,7 @@ struct Exporter {
             }
             statement = try db.cached("""
                 SELECT \(e.pkJSON("t")), coalesce(r.record_name, \(e.derivedName("t"))), r.change_tag, r.base, r.deleted, 1,
-                       \(e.fieldsJSON("t")),
+                       \(e.fieldsJSON("t", extra: "r.extra")), r.extra,
                        \(keys.joined(separator: ", "))
                 FROM main.\(e.quotedName) t
                 LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = \(e.pkJSON("t"))
@@ -229,7 +333,8 @@ struct Exporter {
             }
             statement = try db.cached("""
                 SELECT c.pk, coalesce(r.record_name, CASE WHEN t.\(pk0) IS NOT NULL THEN \(e.derivedName("t")) END),
-                       r.change_tag, r.base, r.deleted, t.\(pk0) IS NOT NULL, \(e.fieldsJSON("t")), c.pk
+                       r.change_tag, r.base, r.deleted, t.\(pk0) IS NOT NULL, \(e.fieldsJSON("t", extra: "r.extra")),
+                       r.extra, c.pk
                 FROM temp._storectl_changes c
                 LEFT JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
                 LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = c.pk
@@ -240,11 +345,14 @@ struct Exporter {
         var rows = 0
         var lastKey: [Value] = []
         var orphans: [String] = []
+        var tooLarge: [RowRef] = []
+        var sent: [String] = []
         let keyCount = baseline ? e.primaryKey.count : 1
+        let maxSize = options.maxRecordSize
         try statement.forEach(args) { row in
             rows += 1
             // Only the last row's key is kept: it is where the next page starts.
-            if rows == limit { lastKey = (0..<keyCount).map { row.column(7 + $0) } }
+            if rows == limit { lastKey = (0..<keyCount).map { row.column(8 + $0) } }
             let pk = row.string(0) ?? "[]"
             guard let name = row.string(1) else { return }
             let tag = row.string(2)
@@ -252,27 +360,92 @@ struct Exporter {
             let mappedDeleted = row.int64(4) == 1
             let present = row.int64(5) == 1
             let fields = row.string(6) ?? "{}"
+            let extra = row.string(7)
             if present {
                 if !mappedDeleted && tag != nil && base == fields { return }  // nothing really changed
+                if fields.utf8.count > maxSize {
+                    tooLarge.append(RowRef(entity: e.name, key: pk, bytes: fields.utf8.count))
+                    return
+                }
+                sent.append(pk)
                 batch.append(Pending(entity: e, pk: pk,
                                      save: RecordSave(recordName: name, recordType: e.name, fields: fields,
                                                       deleted: false, expectedTag: tag),
-                                     base: base))
+                                     base: base, historySeq: historySeq, extra: extra))
             } else if !mappedDeleted && tag != nil {
+                sent.append(pk)
                 batch.append(Pending(entity: e, pk: pk,
                                      save: RecordSave(recordName: name, recordType: e.name, fields: "{}",
                                                       deleted: true, expectedTag: tag),
-                                     base: base))
+                                     base: base, historySeq: historySeq))
             } else if !mappedDeleted {
                 // Named, then deleted before anything reached the cloud.
                 orphans.append(pk)
+                sent.append(pk)
             }
         }
         for pk in orphans {
             try db.run("DELETE FROM _storectl_records WHERE entity = ? AND pk = ? AND change_tag IS NULL", [e.name, pk])
         }
+        if !tooLarge.isEmpty || !sent.isEmpty {
+            let unsent = try db.cached("INSERT OR REPLACE INTO _storectl_unsent(entity, pk, bytes) VALUES (?, ?, ?)")
+            for row in tooLarge {
+                try unsent.bind([row.entity, row.key, row.bytes])
+                try unsent.step()
+            }
+            if try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_unsent WHERE entity = ?)", [e.name])?.int64 == 1 {
+                for pk in sent { try db.run("DELETE FROM _storectl_unsent WHERE entity = ? AND pk = ?", [e.name, pk]) }
+            }
+            report.tooLarge += tooLarge
+        }
         return (batch, rows < limit ? nil : lastKey)
     }
+
+    /// Sends the tombstones of records that no local row stands for (`_storectl_outbox`): losers of a UNIQUE
+    /// constraint, orphaned children of a deleted parent, own records a crash left behind.
+    private func sendOutbox(serial: Int64, report: inout ExportReport) throws {
+        let rows = try db.query("SELECT record_name, record_type, change_tag FROM _storectl_outbox ORDER BY record_name")
+        guard !rows.isEmpty else { return }
+        var saves: [RecordSave] = []
+        for row in rows {
+            saves.append(RecordSave(recordName: row[0].string ?? "", recordType: row[1].string ?? "", fields: "{}",
+                                    deleted: true, expectedTag: row[2].string))
+        }
+        let historySeq = try MirrorState.lastHistorySeq(db)
+        var round = 0
+        while !saves.isEmpty && round < 5 {
+            round += 1
+            let outcomes = try cloud.save(zone: options.zone, saves, device: device,
+                                          mark: mark(serial: serial, historySeq: historySeq))
+            var again: [RecordSave] = []
+            try db.transaction {
+                for (save, outcome) in zip(saves, outcomes) {
+                    switch outcome {
+                    case .saved(_, let seq):
+                        report.deleted += 1
+                        try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, seq)
+                        try db.run("DELETE FROM _storectl_outbox WHERE record_name = ?", [save.recordName])
+                    case .conflict(let server):
+                        guard let server, !server.deleted else {
+                            // Gone or deleted already: nothing left to do.
+                            try db.run("DELETE FROM _storectl_outbox WHERE record_name = ?", [save.recordName])
+                            continue
+                        }
+                        var retry = save
+                        retry.expectedTag = server.changeTag
+                        again.append(retry)
+                    }
+                }
+            }
+            saves = again
+        }
+    }
+
+    private func mark(serial: Int64, historySeq: Int64) -> ExportMark {
+        ExportMark(serial: serial, historySeq: historySeq, time: Int64(Date().timeIntervalSince1970 * 1000))
+    }
+
+    // MARK: Saving
 
     /// A batch being saved by the cloud on a thread of its own.
     private final class SaveFlight: @unchecked Sendable {
@@ -311,22 +484,23 @@ struct Exporter {
     }
 
     /// Starts saving `batch` in the background.
-    private func startSave(_ batch: [Pending]) -> SaveFlight {
+    private func startSave(_ batch: [Pending], serial: Int64) -> SaveFlight {
         Failpoint.hit("export.before-save")
         let flight = SaveFlight(batch: batch)
         let box = CloudBox(cloud: cloud)
         let zone = options.zone, device = device, saves = batch.map(\.save)
+        let mark = mark(serial: serial, historySeq: batch.map(\.historySeq).min() ?? 0)
         flight.start(on: saveQueue) {
             let tSave = Trace.start()
             defer { Trace.add("export.cloud-save", tSave) }
-            return try box.cloud.save(zone: zone, saves, device: device)
+            return try box.cloud.save(zone: zone, saves, device: device, mark: mark)
         }
         return flight
     }
 
     /// Records the outcomes of `flight` and resolves its conflicts; a retry waits for `next` first, so that only
     /// one save talks to the cloud at a time.
-    private func finish(_ flight: SaveFlight, next: SaveFlight?, report: inout ExportReport) throws {
+    private func finish(_ flight: SaveFlight, next: SaveFlight?, serial: Int64, report: inout ExportReport) throws {
         let outcomes: [SaveOutcome]
         do {
             outcomes = try flight.outcomes()
@@ -338,12 +512,12 @@ struct Exporter {
         let retry = try record(flight.batch, outcomes: outcomes, report: &report)
         if !retry.isEmpty {
             next?.wait()
-            try send(retry, report: &report, round: 2)
+            try send(retry, serial: serial, report: &report, round: 2)
         }
     }
 
     /// Saves a batch, resolves its conflicts, and records the outcome in one local transaction per round.
-    private func send(_ batch: [Pending], report: inout ExportReport, round firstRound: Int = 1) throws {
+    private func send(_ batch: [Pending], serial: Int64, report: inout ExportReport, round firstRound: Int = 1) throws {
         var work = batch
         var round = firstRound - 1
         while !work.isEmpty {
@@ -354,7 +528,8 @@ struct Exporter {
             }
             Failpoint.hit("export.before-save")
             let tSave = Trace.start()
-            let outcomes = try cloud.save(zone: options.zone, work.map(\.save), device: device)
+            let outcomes = try cloud.save(zone: options.zone, work.map(\.save), device: device,
+                                          mark: mark(serial: serial, historySeq: work.map(\.historySeq).min() ?? 0))
             Trace.add("export.cloud-save", tSave)
             Failpoint.hit("export.after-save")
             work = try record(work, outcomes: outcomes, report: &report)
@@ -369,59 +544,51 @@ struct Exporter {
         defer { Trace.add("export.local-commit", tLocal) }
         var retry: [Pending] = []
         var conflicts: [ConflictReport] = []
+        var ownSeq: Int64 = 0
         // Local rows changed here (merges, the server's side of a conflict) are the cloud's changes.
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
-            let applier = try RecordApplier(db: db, entities: Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) }),
-                                            policy: options.mergePolicy)
-            let upsert = try db.cached(Self.mapUpsertSQL)
-            for (item, outcome) in zip(work, outcomes) {
-                switch outcome {
-                case .saved(let tag, _):
-                    try record(item, tag: tag, applier: applier, upsert: upsert)
-                    if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
-                case .conflict(let server):
-                    if let server, server.modifiedBy == device, server.deleted == item.save.deleted,
-                       item.save.deleted || server.fields == item.save.fields
-                    {
-                        // Our own earlier write, saved before a crash: nothing to resolve.
-                        try record(item, tag: server.changeTag, applier: applier, upsert: upsert)
+            try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
+                let applier = try RecordApplier(db: db, entities: Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) }),
+                                                policy: options.mergePolicy)
+                let upsert = try db.cached(Self.mapUpsertSQL)
+                for (item, outcome) in zip(work, outcomes) {
+                    switch outcome {
+                    case .saved(let tag, let seq):
+                        ownSeq = max(ownSeq, seq)
+                        try record(item, tag: tag, applier: applier, codec: codec, upsert: upsert)
                         if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
-                        continue
-                    }
-                    if let server, server.deleted, item.save.deleted {
-                        // Deleted on both sides: nothing to resolve.
-                        try record(item, tag: server.changeTag, applier: applier, upsert: upsert)
-                        continue
-                    }
-                    guard let server else {
-                        var again = item
-                        again.save.expectedTag = nil
-                        retry.append(again)
-                        continue
-                    }
-                    let local = try applier.localChanges(item.entity, pk: item.pk)
-                    let localColumns = local?.columns ?? item.entity.fieldColumns
-                    let resolution = try options.mergePolicy.resolve(
-                        localFields: item.save.deleted ? nil : item.save.fields, localChanged: localColumns,
-                        server: server.deleted ? nil : server.fields, base: item.base,
-                        columns: item.entity.fieldColumns, codec: codec)
-                    report.conflictsResolved += 1
-                    switch resolution {
-                    case .fail:
-                        report.conflictsResolved -= 1
-                        conflicts.append(ConflictReport(entity: item.entity.name, recordName: item.save.recordName,
-                                                        localColumns: localColumns, serverDeleted: server.deleted))
-                    case .takeServer:
-                        _ = try applier.apply(server, respectLocalChanges: false)
-                    case .saveMerged(let fields, let deleted):
-                        var again = item
-                        again.save = RecordSave(recordName: item.save.recordName, recordType: item.entity.name,
-                                                fields: fields, deleted: deleted, expectedTag: server.changeTag)
-                        again.base = server.deleted ? nil : server.fields
-                        again.isMerge = true
-                        retry.append(again)
+                    case .conflict(let server):
+                        if let server, server.modifiedBy == device, server.deleted == item.save.deleted,
+                           item.save.deleted || server.fields == item.save.fields
+                        {
+                            // Our own earlier write, saved before a crash: nothing to resolve.
+                            ownSeq = max(ownSeq, server.seq)
+                            try record(item, tag: server.changeTag, applier: applier, codec: codec, upsert: upsert)
+                            if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
+                            continue
+                        }
+                        guard let server else {
+                            var again = item
+                            again.save.expectedTag = nil
+                            retry.append(again)
+                            continue
+                        }
+                        if server.deleted, item.save.deleted {
+                            // Deleted on both sides: nothing to resolve.
+                            try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true,
+                                          upsert: upsert)
+                            continue
+                        }
+                        switch try resolve(item, server: server, applier: applier, codec: codec, upsert: upsert) {
+                        case .failed(let conflict): conflicts.append(conflict)
+                        case .resolved: report.conflictsResolved += 1
+                        case .saveAgain(let again):
+                            report.conflictsResolved += 1
+                            retry.append(again)
+                        }
                     }
                 }
+                if ownSeq > 0 { try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, ownSeq) }
             }
         }
         Failpoint.hit("export.after-batch-commit")
@@ -429,50 +596,148 @@ struct Exporter {
         return retry
     }
 
+    private enum Resolution {
+        case failed(ConflictReport)
+        case resolved
+        case saveAgain(Pending)
+    }
+
+    /// A save that met a newer server record: the merge policy decides (`MergePolicy.decide`, the same decision an
+    /// import makes), column by column.
+    private func resolve(_ item: Pending, server: CloudRecord, applier: RecordApplier, codec: FieldCodec,
+                         upsert: Statement) throws -> Resolution
+    {
+        let e = item.entity
+        let local = try applier.localChanges(e, pk: item.pk)
+            ?? MergeSide(deleted: item.save.deleted, changed: item.save.deleted ? [] : Set(e.fieldColumns))
+        let serverSide = MergeSide(deleted: server.deleted, changed: server.deleted ? [] :
+            Set(try codec.differing(item.base, server.fields, columns: e.fieldColumns)))
+        switch options.mergePolicy.decide(local: local, server: serverSide, columns: e.fieldColumns) {
+        case .fail:
+            return .failed(ConflictReport(entity: e.name, recordName: item.save.recordName,
+                                          localColumns: local.changed.sorted(), serverDeleted: server.deleted))
+        case .deleted:
+            if server.deleted {
+                // The server's tombstone stands: the local row goes too.
+                if try applier.rowExists(e, pk: item.pk) { try applier.deleteRow(e, pk: item.pk) }
+                try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true, upsert: upsert)
+                return .resolved
+            }
+            var again = item
+            again.save = RecordSave(recordName: item.save.recordName, recordType: e.name, fields: "{}", deleted: true,
+                                    expectedTag: server.changeTag)
+            again.base = server.fields
+            again.takeServer = []
+            return .saveAgain(again)
+        case .live(let take):
+            if server.deleted {
+                // The local row wins over the tombstone: save it again.
+                var again = item
+                again.save.expectedTag = server.changeTag
+                again.save.deleted = false
+                again.takeServer = []
+                if item.save.deleted { return .resolved }  // (cannot happen: a local delete decides .deleted)
+                return .saveAgain(again)
+            }
+            // Start from the server's record (its fields this store lacks included), put the local values of the
+            // columns the local side wins.
+            let localWins = Set(e.fieldColumns).subtracting(take)
+            let merged = item.save.deleted
+                ? server.fields
+                : try codec.overlay(server.fields, with: item.save.fields, columns: e.fieldColumns.filter(localWins.contains))
+            let same = try item.save.deleted || codec.differing(merged, server.fields, columns: e.fieldColumns).isEmpty
+            if same {
+                // The outcome is the server's record: bring the local row to it; nothing to save.
+                try applyServer(server, to: item, take: Set(e.fieldColumns), applier: applier, codec: codec,
+                                upsert: upsert)
+                return .resolved
+            }
+            var again = item
+            again.save = RecordSave(recordName: item.save.recordName, recordType: e.name, fields: merged,
+                                    deleted: false, expectedTag: server.changeTag)
+            again.base = server.fields
+            again.takeServer = take
+            return .saveAgain(again)
+        }
+    }
+
+    /// Brings the local row of `item` to `record`'s values for the columns `take`, and maps the row to it.
+    private func applyServer(_ record: CloudRecord, to item: Pending, take: Set<String>, applier: RecordApplier,
+                             codec: FieldCodec, upsert: Statement) throws
+    {
+        let e = item.entity
+        let decoded = try codec.decodeRecord(record.fields, columns: e.fieldColumns)
+        var values: [String: Value] = [:]
+        for (column, value) in decoded.values where take.contains(column) {
+            switch value {
+            case .value(let v): values[column] = v
+            case .ref(let name):
+                guard let name else { values[column] = .null; continue }
+                if let ref = e.reference(for: column), let key = try applier.parentKey(parent: ref.parent, recordName: name) {
+                    values[column] = key
+                }
+            }
+        }
+        if try applier.rowExists(e, pk: item.pk) {
+            try applier.update(e, pk: item.pk, values: values)
+        } else {
+            if e.isSurrogate, let rowid = RecordApplier.rowID(item.pk) { values[e.primaryKey[0]] = .integer(rowid) }
+            _ = try applier.insert(e, values: values)
+        }
+        try markSaved(item, tag: record.changeTag, base: record.fields, extra: decoded.extra, deleted: false,
+                      upsert: upsert)
+    }
+
     /// Records a successful save in the record map; a merged save also makes the local row match.
-    private func record(_ item: Pending, tag: String, applier: RecordApplier, upsert: Statement) throws {
+    private func record(_ item: Pending, tag: String, applier: RecordApplier, codec: FieldCodec, upsert: Statement)
+        throws
+    {
         if item.save.deleted {
-            try markSaved(item, tag: tag, base: nil, upsert: upsert)
+            try markSaved(item, tag: tag, base: nil, extra: nil, deleted: true, upsert: upsert)
             if try applier.rowExists(item.entity, pk: item.pk) {
                 // A merge decided on deletion while the row still exists locally.
-                try db.run("DELETE FROM main.\(item.entity.quotedName) WHERE \(item.entity.pkMatches("main.\(item.entity.quotedName)", json: "?1"))",
-                           [item.pk])
+                try applier.deleteRow(item.entity, pk: item.pk)
             }
-        } else if item.isMerge {
-            // The saved fields are a merge: bring the local row to them.
-            let merged = CloudRecord(zone: options.zone, recordName: item.save.recordName, recordType: item.entity.name,
-                                     fields: item.save.fields, changeTag: tag, seq: 0, deleted: false,
-                                     modifiedBy: device, modifiedAt: 0)
-            _ = try applier.apply(merged, respectLocalChanges: false)
+        } else if let take = item.takeServer, !take.isEmpty {
+            // The saved fields are a merge: the local row takes the server's side of it.
+            let saved = CloudRecord(zone: options.zone, recordName: item.save.recordName, recordType: item.entity.name,
+                                    fields: item.save.fields, changeTag: tag, seq: 0, deleted: false,
+                                    modifiedBy: device, modifiedAt: 0)
+            try applyServer(saved, to: item, take: take, applier: applier, codec: codec, upsert: upsert)
         } else {
-            try markSaved(item, tag: tag, base: item.save.fields, upsert: upsert)
+            let extra = item.takeServer == nil ? item.extra
+                : try codec.decodeRecord(item.save.fields, columns: item.entity.fieldColumns).extra
+            try markSaved(item, tag: tag, base: item.save.fields, extra: extra, deleted: false, upsert: upsert)
         }
     }
 
     /// The record-map upsert of a saved record.
     private static let mapUpsertSQL = """
-        INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
-        VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+        INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
+        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
         ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name,
-            change_tag = excluded.change_tag, base = excluded.base, deleted = excluded.deleted
+            change_tag = excluded.change_tag, base = excluded.base, deleted = excluded.deleted, extra = excluded.extra
         """
 
     /// Records the saved tag and base in the record map, with `upsert` (`mapUpsertSQL`, prepared once per batch;
     /// each value bound in place, a hot path of a million rows).
-    private func markSaved(_ item: Pending, tag: String, base: String?, upsert s: Statement) throws {
+    private func markSaved(_ item: Pending, tag: String, base: String?, extra: String?, deleted: Bool,
+                           upsert s: Statement) throws
+    {
         do {
             try s.bind(.text(item.entity.name), at: 1)
             try s.bind(.text(item.pk), at: 2)
             try s.bind(.text(item.save.recordName), at: 3)
             try s.bind(.text(tag), at: 4)
             try s.bind(base.map { .text($0) } ?? .null, at: 5)
-            try s.bind(.integer(item.save.deleted ? 1 : 0), at: 6)
+            try s.bind(.integer(deleted ? 1 : 0), at: 6)
+            try s.bind(extra.map { .text($0) } ?? .null, at: 7)
             try s.step()
         } catch let error as SQLiteError where error.isConstraint {
             try? s.reset()
             // The name was attached to another key (an old mapping): move it.
             try RecordApplier.setMap(db, entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag,
-                                     base: base, deleted: item.save.deleted)
+                                     base: base, extra: extra, deleted: deleted)
         }
     }
 }

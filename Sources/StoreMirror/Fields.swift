@@ -1,4 +1,5 @@
 import StoreBase
+import StoreHistory
 import StoreSQLite
 
 /// One field of a record, decoded.
@@ -8,46 +9,118 @@ enum FieldValue: Equatable {
     case ref(String?)
 }
 
+/// A record's fields, decoded for one table.
+struct DecodedFields {
+    /// The fields that are columns of the local table.
+    var values: [String: FieldValue]
+    /// The fields the local table does not have (yet), as a JSON object text; nil when there are none. They are
+    /// kept in the record map and sent along with the row, so that a device with an older schema never drops a
+    /// newer device's values, and `storectl migrate` can fill a column added later.
+    var extra: String?
+}
+
 /// Decoding and combining record fields. All JSON work runs in SQLite's JSON functions.
 struct FieldCodec {
     let db: Connection
 
+    /// Decodes a fields object into column -> value, split into the table's columns and the rest.
+    /// - Throws: `RecordProblem` when the fields are not a JSON object.
+    func decodeRecord(_ fields: String, columns: [String]) throws -> DecodedFields {
+        let known = Set(columns)
+        var values: [String: FieldValue] = [:]
+        var unknown = false
+        for (key, value) in try decode(fields) {
+            if known.contains(key) { values[key] = value } else { unknown = true }
+        }
+        var extra: String?
+        if unknown {
+            let names = try db.scalar("SELECT json_array(\(columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")))",
+                                      columns)?.string ?? "[]"
+            extra = try db.scalar("""
+                SELECT json_group_object(key, \(Self.jsonOf("type", "value")))
+                FROM json_each(?1) WHERE key NOT IN (SELECT value FROM json_each(?2))
+                """, [fields, names])?.string
+        }
+        return DecodedFields(values: values, extra: extra)
+    }
+
+    /// A `json_each` row's value as JSON again: objects and arrays as they are, booleans as booleans, reals with
+    /// every digit (`ValueJSON`; SQLite would write 15). It must be evaluated in the same SELECT as the
+    /// `json_group_object` it feeds: a JSON value passed up through a subquery arrives as plain text.
+    static func jsonOf(_ type: String, _ value: String) -> String {
+        "CASE \(type) WHEN 'object' THEN json(\(value)) WHEN 'array' THEN json(\(value)) "
+            + "WHEN 'true' THEN json('true') WHEN 'false' THEN json('false') WHEN 'real' THEN \(ValueJSON.real(value)) "
+            + "ELSE \(value) END"
+    }
+
     /// Decodes a fields object into column -> value.
-    /// - Throws: `StoreError` (exit 65) when the fields are not a JSON object.
+    /// - Throws: `RecordProblem` when the fields are not a JSON object.
     func decode(_ fields: String) throws -> [String: FieldValue] {
+        let check = try db.cached("SELECT json_valid(?1) AND json_type(?1) = 'object'")
+        try check.bind([fields])
+        let isObject = try check.step() && check.int64(0) == 1
+        try check.reset()
+        guard isObject else {
+            let start = String(fields.prefix(40))
+            throw RecordProblem(reason: "its fields are not a JSON object (they start with '\(start)')",
+                                hint: "the device that saved it wrote a malformed record; save the row again "
+                                    + "from a storectl store, or delete the record in the cloud")
+        }
         let statement = try db.cached("""
             SELECT key, value, type,
                    CASE WHEN type = 'object' THEN json_extract(value, '$."$ref"') END,
                    CASE WHEN type = 'object' THEN json_type(value, '$."$ref"') END,
-                   CASE WHEN type = 'object' THEN json_extract(value, '$."$blob"') END
+                   CASE WHEN type = 'object' THEN json_extract(value, '$."$blob"') END,
+                   CASE WHEN type = 'object' THEN json_extract(value, '$."$text"') END
             FROM json_each(?1)
             """)
         var result: [String: FieldValue] = [:]
-        do {
-            try statement.forEach([fields]) { row in
-                guard let key = row.string(0) else { return }
-                let type = row.string(2) ?? "null"
-                if type == "object" {
-                    if row.string(4) != nil {
-                        result[key] = .ref(row.string(3))
-                    } else if let hex = row.string(5), let bytes = Hex.bytes(hex) {
-                        result[key] = .value(.blob(bytes))
-                    } else {
-                        result[key] = .value(.text(row.string(1) ?? ""))
+        try statement.forEach([fields]) { row in
+            guard let key = row.string(0) else { return }
+            let type = row.string(2) ?? "null"
+            if type == "object" {
+                if let refType = row.string(4) {
+                    guard refType == "text" || refType == "null" else {
+                        throw RecordProblem(reason: "field '\(key)' holds a reference that is not a record name",
+                                            hint: "a reference is {\"$ref\": \"RECORD NAME\"}")
                     }
-                } else if type == "true" {
-                    result[key] = .value(.integer(1))
-                } else if type == "false" {
-                    result[key] = .value(.integer(0))
+                    result[key] = .ref(row.string(3))
+                } else if let hex = row.string(5), let bytes = Hex.bytes(hex) {
+                    result[key] = .value(.blob(bytes))
+                } else if let hex = row.string(6), let bytes = Hex.bytes(hex) {
+                    result[key] = .value(Value.text(bytes: bytes))
                 } else {
-                    result[key] = .value(row.column(1))
+                    result[key] = .value(.text(row.string(1) ?? ""))
                 }
+            } else if type == "true" {
+                result[key] = .value(.integer(1))
+            } else if type == "false" {
+                result[key] = .value(.integer(0))
+            } else {
+                result[key] = .value(row.column(1))
             }
-        } catch let error as SQLiteError {
-            throw StoreError(.dataError, "a cloud record has malformed fields: \(error.message)",
-                             hint: "the record was not applied; check the container with 'storectl cloud schema'")
         }
         return result
+    }
+
+    /// Encodes decoded fields back into a fields object (the inverse of `decode`, for the values storectl writes).
+    func encode(_ values: [String: FieldValue]) throws -> String {
+        var parts: [String] = []
+        var args: [Value] = []
+        for key in values.keys.sorted() {
+            guard let value = values[key] else { continue }
+            args.append(.text(key))
+            let k = "?\(args.count)"
+            switch value {
+            case .ref(let name):
+                args.append(name.map { .text($0) } ?? .null)
+                parts.append("\(k), json_object('$ref', ?\(args.count))")
+            case .value(let v):
+                args.append(v)
+                parts.append("\(k), \(ValueJSON.field("?\(args.count)"))")
+            }
+        }
+        return try db.scalar("SELECT json_object(\(parts.joined(separator: ", ")))", args)?.string ?? "{}"
     }
 
     /// `base` with the values of `columns` taken from `overlay`. Keys are matched with `json_each`, so any
@@ -57,20 +130,25 @@ struct FieldCodec {
         let placeholders = columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
         let columnsJSON = try db.scalar("SELECT json_array(\(placeholders))", columns)?.string ?? "[]"
         return try db.scalar("""
-            SELECT json_group_object(b.key,
-                CASE WHEN o.key IS NOT NULL THEN (CASE WHEN o.type IN ('object', 'array') THEN json(o.value) ELSE o.value END)
-                     ELSE (CASE WHEN b.type IN ('object', 'array') THEN json(b.value) ELSE b.value END) END)
-            FROM json_each(?1) b
-            LEFT JOIN json_each(?2) o ON o.key = b.key AND o.key IN (SELECT value FROM json_each(?3))
+            SELECT json_group_object(k, \(Self.jsonOf("t", "v"))) FROM (
+                SELECT b.key AS k, CASE WHEN o.key IS NOT NULL THEN o.type ELSE b.type END AS t,
+                       CASE WHEN o.key IS NOT NULL THEN o.value ELSE b.value END AS v
+                FROM json_each(?1) b
+                LEFT JOIN json_each(?2) o ON o.key = b.key AND o.key IN (SELECT value FROM json_each(?3))
+                UNION ALL
+                SELECT o.key, o.type, o.value FROM json_each(?2) o
+                WHERE o.key IN (SELECT value FROM json_each(?3))
+                  AND NOT EXISTS (SELECT 1 FROM json_each(?1) b WHERE b.key = o.key))
             """, [base, overlay, columnsJSON])?.string ?? base
     }
 
-    /// The columns whose values differ between two fields objects (all of `columns` when `a` is nil).
+    /// The columns whose values differ between two fields objects (all of `columns` when `a` is nil). A field
+    /// missing on one side counts as NULL.
     func differing(_ a: String?, _ b: String, columns: [String]) throws -> [String] {
         guard let a else { return columns }
         let statement = try db.cached("""
-            SELECT (SELECT json_quote(value) FROM json_each(?1) WHERE key = ?3)
-                IS NOT (SELECT json_quote(value) FROM json_each(?2) WHERE key = ?3)
+            SELECT coalesce((SELECT json_quote(value) FROM json_each(?1) WHERE key = ?3), 'null')
+                IS NOT coalesce((SELECT json_quote(value) FROM json_each(?2) WHERE key = ?3), 'null')
             """)
         var result: [String] = []
         for column in columns {

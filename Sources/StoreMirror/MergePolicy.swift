@@ -4,7 +4,8 @@ import StoreBase
 ///
 /// The property policies work per column: the local side's changed columns come from history (every column of
 /// an inserted row), and the server's changed columns are those that differ from the base (the fields as last
-/// synced).
+/// synced). One function, `decide`, says what every policy means; the export (a save that met a newer server
+/// record) and the import (a server record that met a local change) both call it, so the two directions agree.
 public enum MergePolicy: String, Sendable, CaseIterable, Codable {
     /// Stop, report the conflict, and change nothing for that record (exit 65).
     case error
@@ -19,14 +20,54 @@ public enum MergePolicy: String, Sendable, CaseIterable, Codable {
     case propertyLocalWins = "property-local-wins"
 }
 
-/// What to do with one conflicting record.
-enum Resolution {
-    /// Save these fields (or the deletion) to the cloud over the server's tag, and make the local row match.
-    case saveMerged(fields: String, deleted: Bool)
-    /// Make the local row match the server's record; save nothing.
-    case takeServer
-    /// Leave both sides alone and report the conflict.
+/// One side of a conflict, as the merge decision sees it.
+struct MergeSide: Equatable {
+    /// Whether this side deleted the record (or holds a tombstone).
+    var deleted: Bool
+    /// The columns this side changed since the last sync (every column for an insert; empty for a delete).
+    var changed: Set<String>
+}
+
+/// What a conflict resolves to, column by column.
+enum MergeDecision: Equatable {
+    /// Change nothing and report the conflict (policy `error`).
     case fail
+    /// The record ends deleted on both sides.
+    case deleted
+    /// The record ends live: these columns take the server's value, every other column keeps the local one. When
+    /// the local row is gone, every column takes the server's value.
+    case live(takeServer: Set<String>)
+}
+
+extension MergePolicy {
+    /// What a conflict between `local` and `server` over a record of `columns` resolves to.
+    ///
+    /// | policy | local deleted | server deleted | both live |
+    /// |---|---|---|---|
+    /// | error | fail | fail | fail |
+    /// | server-wins | server's record | deleted | every column from the server |
+    /// | local-wins | deleted | local row | every column from the local row |
+    /// | property-local-wins | deleted | local row | the server's value where the local side did not change it |
+    /// | property-server-wins | server's record | deleted | the server's value where it changed it, or where the local side did not |
+    func decide(local: MergeSide, server: MergeSide, columns: [String]) -> MergeDecision {
+        let all = Set(columns)
+        switch self {
+        case .error:
+            return .fail
+        case .serverWins:
+            return server.deleted ? .deleted : .live(takeServer: all)
+        case .localWins:
+            return local.deleted ? .deleted : .live(takeServer: [])
+        case .propertyLocalWins:
+            if local.deleted { return .deleted }
+            if server.deleted { return .live(takeServer: []) }
+            return .live(takeServer: all.subtracting(local.changed))
+        case .propertyServerWins:
+            if server.deleted { return .deleted }
+            if local.deleted { return .live(takeServer: all) }
+            return .live(takeServer: all.subtracting(local.changed.subtracting(server.changed)))
+        }
+    }
 }
 
 /// A conflict that was not resolved (policy `error`).
@@ -50,37 +91,5 @@ public struct ConflictError: DiagnosedError {
     }
     public var hint: String? {
         "choose a merge_policy (server-wins, local-wins, property-server-wins, property-local-wins) and run 'storectl sync' again"
-    }
-}
-
-extension MergePolicy {
-    /// Resolves one conflict.
-    ///
-    /// - Parameters:
-    ///   - localFields: the local row's fields, or nil when the row was deleted locally.
-    ///   - localChanged: the columns changed locally since the last export.
-    ///   - server: the server's fields, or nil when the server holds a tombstone.
-    ///   - base: the fields as last synced, if known.
-    func resolve(localFields: String?, localChanged: [String], server: String?, base: String?, columns: [String],
-                 codec: FieldCodec) throws -> Resolution
-    {
-        switch self {
-        case .error:
-            return .fail
-        case .serverWins:
-            return .takeServer
-        case .localWins:
-            if let localFields { return .saveMerged(fields: localFields, deleted: false) }
-            return .saveMerged(fields: "{}", deleted: true)
-        case .propertyLocalWins:
-            guard let localFields else { return .saveMerged(fields: "{}", deleted: true) }
-            guard let server else { return .saveMerged(fields: localFields, deleted: false) }
-            return .saveMerged(fields: try codec.overlay(server, with: localFields, columns: localChanged), deleted: false)
-        case .propertyServerWins:
-            guard let server else { return .takeServer }
-            guard let localFields else { return .takeServer }
-            let serverChanged = try codec.differing(base, server, columns: columns)
-            return .saveMerged(fields: try codec.overlay(localFields, with: server, columns: serverChanged), deleted: false)
-        }
     }
 }

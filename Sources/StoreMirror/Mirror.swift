@@ -15,8 +15,12 @@ public struct MirrorOptions: Sendable {
     public var batchSize = 1000
     /// Records per fetched page.
     public var pageSize = 1000
-    /// An export that deletes more than this fraction of the zone's live records stops (mass-delete breaker).
+    /// An export that deletes more than this fraction of the zone's live records stops (mass-delete breaker)...
     public var maxDeleteFraction = 0.5
+    /// ... when it also deletes more than this many records: deleting a handful of rows never trips it.
+    public var maxDeleteCount = 100
+    /// The largest record, in bytes of its fields' JSON, that an export sends or an import applies.
+    public var maxRecordSize = 1_048_576
     /// Lets an export through the mass-delete breaker.
     public var allowMassDelete = false
     /// Natural keys per table (`entities.<table>.unique`), deduplicated inside every import.
@@ -26,26 +30,6 @@ public struct MirrorOptions: Sendable {
         self.zone = zone
         self.mergePolicy = mergePolicy
     }
-}
-
-/// What an import did.
-public struct ImportReport: Sendable, Codable, Equatable {
-    /// Records applied to local rows (inserted or updated).
-    public var applied = 0
-    /// Local rows deleted because of tombstones.
-    public var deleted = 0
-    /// Records skipped: the device's own echoes and repeats.
-    public var skipped = 0
-    /// Records waiting for a parent that has not arrived yet.
-    public var waitingForParent = 0
-    /// Records of tables this store does not track.
-    public var unknownType = 0
-    /// The server change token after the import.
-    public var token: String?
-    /// Duplicates of `unique:` keys resolved inside the import.
-    public var dedup = DedupReport()
-
-    public init() {}
 }
 
 /// What one sync round did.
@@ -136,75 +120,75 @@ public final class Mirror {
         return try cloud.ensureZone(options.zone)
     }
 
+    /// What `prepare` found and did before the last export or import.
+    public private(set) var lastPreparation = Preparation()
+
+    /// What the steps before a sync did.
+    public struct Preparation: Sendable, Codable, Equatable {
+        public var reconcile: ReconcileReport?
+        /// Values filled into columns added here from what other devices sent for them before.
+        public var backfilled = 0
+        /// Rows found changed without history (written while the triggers were stale).
+        public var rescanned = 0
+        /// Records of tables tracked since they were skipped, fetched again.
+        public var caughtUp = 0
+    }
+
+    /// Makes the store agree with the cloud before anything is exported or imported: reconciles the record map
+    /// with this store's own records in the cloud (`Reconciler`: a crash, a restored copy), fills columns added
+    /// since other devices sent values for them, finds rows changed without history, and fetches the records of
+    /// tables tracked since their records were skipped.
+    /// - Throws: `CloudError`, `SQLiteError`.
+    public func prepare() throws {
+        _ = try checkZone()
+        var done = Preparation()
+        done.reconcile = try Reconciler(db: db, cloud: cloud, options: options, entities: entities, device: device).run()
+        let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
+        try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
+            try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
+                let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy)
+                done.backfilled = try SchemaEvolution.backfill(db, entities: entities, applier: applier)
+            }
+            done.rescanned = try SchemaEvolution.rescan(db, entities: entities)
+        }
+        let skipped = try db.query("""
+            SELECT substr(key, length('unknown_type:') + 1) FROM _storectl_meta
+            WHERE key LIKE 'unknown\\_type:%' ESCAPE '\\'
+            """).compactMap { $0[0].string }.filter { byName[$0] != nil }
+        if !skipped.isEmpty {
+            var importer = Importer(db: db, cloud: cloud, options: options, entities: entities, device: device)
+            importer.onlyTypes = Set(skipped)
+            let report = try importer.run(progress: { _, _ in })
+            done.caughtUp = report.applied + report.deleted
+            try db.transaction {
+                for type in skipped { try MirrorState.setMeta(db, "unknown_type:" + type, nil) }
+            }
+        }
+        lastPreparation = done
+    }
+
     /// Pushes local changes (or a baseline of every row) to the cloud.
-    /// - Throws: `MassDeleteError`, `ConflictError`, `CloudError`, `SQLiteError`.
+    /// - Throws: `MassDeleteError`, `ConflictError`, `CloudError`, `SQLiteError`; `RecordTooLargeError` after
+    ///   everything else was sent.
     public func exportChanges(baseline: Bool? = nil, progress: (Int, Int?) -> Void = { _, _ in }) throws
         -> ExportReport
     {
-        _ = try checkZone()
+        try prepare()
         let exporter = Exporter(db: db, cloud: cloud, options: options, entities: entities, device: device)
-        return try exporter.run(baseline: try baseline ?? needsBaseline(), progress: progress)
+        let report = try exporter.run(baseline: try baseline ?? needsBaseline(), progress: progress)
+        if !report.tooLarge.isEmpty {
+            throw RecordTooLargeError(rows: report.tooLarge, limit: options.maxRecordSize)
+        }
+        return report
     }
 
     /// Fetches the cloud's changes and applies them in ONE local transaction with author `cloud-import`; the
-    /// server token advances in that same transaction.
+    /// server token advances in that same transaction (`Importer`).
     /// - Throws: `ZoneResetError`, `ConflictError`, `CloudError`, `SQLiteError`.
     public func importChanges(progress: (Int, Int?) -> Void = { _, _ in }) throws -> ImportReport {
-        _ = try checkZone()
-        var token = try MirrorState.serverToken(db, zone: options.zone).flatMap(ServerChangeToken.init(rawValue:))
-        var report = ImportReport()
-        let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
-        // The device's own records are skipped by the server, so the count of what arrives is not known ahead.
-        let total: Int? = nil
-        try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
-            // A child may arrive in the same import as its parent, in any order: check at commit.
-            try db.execute("PRAGMA defer_foreign_keys = ON")
-            let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy,
-                                            dedupEntities: Set(options.uniqueRules.keys))
-            var first = true
-            var done = 0
-            while true {
-                let tFetch = Trace.start()
-                let batch = try cloud.fetchChanges(zone: options.zone, since: token, limit: options.pageSize,
-                                                   excludingDevice: device)
-                Trace.add("import.fetch", tFetch)
-                let tApply = Trace.start()
-                defer { Trace.add("import.apply", tApply) }
-                if first {
-                    Failpoint.hit("import.before-apply")
-                    first = false
-                }
-                for record in batch.records {
-                    switch try applier.apply(record) {
-                    case .applied: report.applied += 1
-                    case .deleted: report.deleted += 1
-                    case .skipped: report.skipped += 1
-                    case .pending: break
-                    case .unknownType: report.unknownType += 1
-                    case .conflict: break
-                    }
-                }
-                done += batch.records.count
-                progress(done, total)
-                token = batch.token
-                if !batch.moreComing { break }
-            }
-            if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
-            report.waitingForParent = try applier.retryPending()
-            if !options.uniqueRules.isEmpty {
-                // Dedup in the same transaction, so that no reader ever sees the duplicate. Its deletes and
-                // re-points carry their own author, so that the next export sends them.
-                report.dedup = try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
-                    try Deduplicator(db: db, entities: entities, rules: options.uniqueRules).run(touchedOnly: true)
-                }
-            }
-            try MirrorState.setServerToken(db, zone: options.zone, token?.rawValue)
-            try MirrorState.setMeta(db, "last_import_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
-            Failpoint.hit("import.before-commit")
-        }
-        Failpoint.hit("import.after-commit")
-        report.token = token?.rawValue
-        return report
+        try prepare()
+        return try Importer(db: db, cloud: cloud, options: options, entities: entities, device: device)
+            .run(progress: progress)
     }
 
     /// Finds and resolves duplicates that already exist (`storectl dedupe`), in one transaction.
@@ -242,9 +226,10 @@ public final class Mirror {
     public func sync(progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws -> SyncReport {
         var exported = try exportChanges { progress("export", $0, $1) }
         let imported = try importChanges { progress("import", $0, $1) }
-        if imported.dedup.deleted > 0 || imported.dedup.repointed > 0 {
-            // Dedup's deletes and re-points are local changes: export them in this same round, so that the other
-            // devices see them after one round, not two (a device never dedups its own rows on import).
+        if try MirrorState.pendingExportCount(db) > 0 || MirrorState.unsettledCounts(db).outbox > 0 {
+            // What the import changed locally (dedup's deletes and re-points, the children of deleted parents,
+            // losers of a UNIQUE constraint) is exported in this same round, so that the other devices see it
+            // after one round, not two.
             let more = try exportChanges { progress("export", $0, $1) }
             exported.saved += more.saved
             exported.deleted += more.deleted

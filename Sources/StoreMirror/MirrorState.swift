@@ -14,6 +14,12 @@ public enum MirrorState {
     public static let exportConsumer = "cloud-export"
     /// The author of every change that came from the cloud.
     public static let importAuthor = "cloud-import"
+    /// The author of local changes that follow from applying cloud records: rows the schema's `ON DELETE` actions
+    /// changed, and children of a deleted parent (a delete wins). They are exported like any local change.
+    public static let cascadeAuthor = "import-cascade"
+    /// The author of history rows storectl writes for rows that changed without history (values written while the
+    /// triggers were stale, found by comparing each row with its last synced record).
+    public static let rescanAuthor = "rescan"
 
     /// Creates the mirror's tables if they are missing.
     /// - Throws: `SQLiteError`.
@@ -36,6 +42,38 @@ public enum MirrorState {
                 change_tag TEXT NOT NULL,
                 seq INTEGER NOT NULL
             ) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS _storectl_quarantine(
+                record_name TEXT PRIMARY KEY,
+                record_type TEXT NOT NULL,
+                fields TEXT NOT NULL,
+                change_tag TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                deleted INTEGER NOT NULL DEFAULT 0,
+                reason TEXT NOT NULL,
+                hint TEXT,
+                first_seen INTEGER NOT NULL,
+                last_tried INTEGER NOT NULL,
+                attempts INTEGER NOT NULL DEFAULT 1
+            ) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS _storectl_outbox(
+                record_name TEXT PRIMARY KEY,
+                record_type TEXT NOT NULL,
+                change_tag TEXT,
+                reason TEXT NOT NULL,
+                created_at INTEGER NOT NULL
+            ) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS _storectl_aliases(
+                record_name TEXT PRIMARY KEY,
+                entity TEXT NOT NULL,
+                target TEXT NOT NULL
+            ) WITHOUT ROWID;
+            """)
+        if try !db.columns(of: "_storectl_records").contains(where: { $0.name == "extra" }) {
+            // Store format 2: the fields of the last synced record that the local table does not have (yet).
+            try db.execute("ALTER TABLE _storectl_records ADD COLUMN extra TEXT")
+        }
+        try db.execute("""
+            CREATE INDEX IF NOT EXISTS _storectl_records_extra ON _storectl_records(entity) WHERE extra IS NOT NULL
             """)
         try recordStorePath(db)
         // The export consumer (which holds history against pruning) appears with the first export: before it,
@@ -105,6 +143,51 @@ public enum MirrorState {
         try db.scalar("SELECT coalesce(max(seq), 0) FROM _storectl_history")?.int64 ?? 0
     }
 
+    /// The meta key of a value kept per container and zone.
+    static func zoneKey(_ name: String, container: String, zone: String) -> String {
+        name + ":" + container + "/" + zone
+    }
+
+    /// The seq of the newest of this store's own saves in the zone that its record map reflects.
+    static func ownSeq(_ db: Connection, container: String, zone: String) throws -> Int64 {
+        Int64(try meta(db, zoneKey("own_seq", container: container, zone: zone)) ?? "") ?? 0
+    }
+
+    static func setOwnSeq(_ db: Connection, container: String, zone: String, _ seq: Int64) throws {
+        try db.run("""
+            INSERT INTO _storectl_meta(key, value) VALUES (?1, ?2)
+            ON CONFLICT(key) DO UPDATE SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))
+            """, [zoneKey("own_seq", container: container, zone: zone), String(seq)])
+    }
+
+    /// The serial of the latest export this store started (`ExportMark.serial`).
+    static func exportSerial(_ db: Connection) throws -> Int64 {
+        Int64(try meta(db, "export_serial") ?? "") ?? 0
+    }
+
+    /// Starts a new export: the serial goes up by one and is committed before anything is saved.
+    static func nextExportSerial(_ db: Connection) throws -> Int64 {
+        try db.transaction(.immediate) {
+            let next = try exportSerial(db) + 1
+            try setMeta(db, "export_serial", String(next))
+            return next
+        }
+    }
+
+    /// How many records wait for a parent, are set aside, or wait to be deleted in the cloud.
+    public static func unsettledCounts(_ db: Connection) throws -> (pending: Int64, quarantined: Int64, outbox: Int64) {
+        guard try db.tableExists("_storectl_quarantine") else {
+            let pending = try db.tableExists("_storectl_pending")
+                ? try db.scalar("SELECT count(*) FROM _storectl_pending")?.int64 ?? 0 : 0
+            return (pending, 0, 0)
+        }
+        let row = try db.query("""
+            SELECT (SELECT count(*) FROM _storectl_pending), (SELECT count(*) FROM _storectl_quarantine),
+                   (SELECT count(*) FROM _storectl_outbox)
+            """).first
+        return (row?[0].int64 ?? 0, row?[1].int64 ?? 0, row?[2].int64 ?? 0)
+    }
+
     /// Forgets every change tag, base and token, so that the next export is a baseline (for a new account, or
     /// a zone that was purged). Local rows and history are untouched.
     ///
@@ -113,8 +196,11 @@ public enum MirrorState {
     public static func resetSyncState(_ db: Connection, zone: String) throws {
         try db.execute("""
             DELETE FROM _storectl_records WHERE deleted = 1;
-            UPDATE _storectl_records SET change_tag = NULL, base = NULL;
+            UPDATE _storectl_records SET change_tag = NULL, base = NULL, extra = NULL;
             DELETE FROM _storectl_pending;
+            DELETE FROM _storectl_outbox;
+            DELETE FROM _storectl_quarantine;
+            DELETE FROM _storectl_meta WHERE key LIKE 'own\\_seq:%' ESCAPE '\\';
             """)
         try setServerToken(db, zone: zone, nil)
         try setMeta(db, "baseline_container", nil)

@@ -1,8 +1,22 @@
 import StoreBase
 import StoreCloud
+import StoreHistory
 import StoreSQLite
 
-/// Applies cloud records to the local store. Runs inside a transaction whose author is `cloud-import`.
+/// Why one cloud record cannot be applied as it is: it is set aside (`_storectl_quarantine`) with this reason, and
+/// every other record still flows.
+struct RecordProblem: Error, Equatable {
+    var reason: String
+    var hint: String
+}
+
+/// Applies cloud records to the local store, one at a time. Runs inside a transaction whose author is
+/// `cloud-import`; the `Importer` drives it page by page, the `Exporter` uses it to bring a local row to the
+/// outcome of a conflict.
+///
+/// Every record is checked before it touches a row: its fields are a JSON object, a natural key is present, and
+/// its type is the one its name was first seen with. A record that fails (here, or in SQLite: a constraint, a
+/// type) is a `RecordProblem` for the caller to set aside.
 final class RecordApplier {
     enum Outcome: Equatable {
         case applied
@@ -22,11 +36,25 @@ final class RecordApplier {
     let policy: MergePolicy
     let exportToken: Int64
     let codec: FieldCodec
-    /// Whether any local change after the export token exists; when false, no merge is ever needed.
-    let hasPendingLocal: Bool
     var conflicts: [ConflictReport] = []
     /// Generated SQL per entity and purpose, built once per import rather than once per record.
     private var sqlTexts: [String: String] = [:]
+    /// Whether any record waits for a parent (when none does, applying a record need not look there).
+    var hasParked: Bool
+    /// Whether any local change after the export token exists; when false, no merge is ever needed.
+    let hasPendingLocal: Bool
+    /// Entities with a `unique:` rule: their applied rows are listed in `temp._storectl_touched` for dedup.
+    let dedupEntities: Set<String>
+    /// `unique:` rules, which also pick the winner when a SQL UNIQUE constraint on the same columns is hit.
+    let uniqueRules: [String: UniqueRule]
+    /// Entities that are parents of a foreign key with an action (`CASCADE`, `SET NULL`, `SET DEFAULT`): deleting
+    /// one of their rows changes other rows, and those changes are local changes to export.
+    private let cascadingParents: Set<String>
+    /// Entities that other tracked tables reference: their deleted rows are remembered for the orphan check.
+    private let referencedEntities: Set<String>
+    /// The restore time, when this store was found to be an older copy of itself (see `Reconciler`): a row
+    /// inserted after it is a new row, never the row an own record of the same rowid describes.
+    var restoredAt: Int64?
 
     private func sql(_ key: String, _ entity: EntityMap, _ make: () -> String) -> String {
         let k = key + "\u{0}" + entity.name
@@ -36,20 +64,23 @@ final class RecordApplier {
         return text
     }
 
-    /// Whether any record waits for a parent (when none does, applying a record need not look there).
-    var hasParked: Bool
-
-    /// Entities with a `unique:` rule: their applied rows are listed in `temp._storectl_touched` for dedup.
-    let dedupEntities: Set<String>
-
-    init(db: Connection, entities: [String: EntityMap], policy: MergePolicy, dedupEntities: Set<String> = []) throws {
+    init(db: Connection, entities: [String: EntityMap], policy: MergePolicy, dedupEntities: Set<String> = [],
+         uniqueRules: [String: UniqueRule] = [:]) throws
+    {
         self.db = db
         self.dedupEntities = dedupEntities
+        self.uniqueRules = uniqueRules
         self.hasParked = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_pending)")?.int64 == 1
         if !dedupEntities.isEmpty {
             try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_touched(entity TEXT NOT NULL, pk TEXT NOT NULL, "
                            + "PRIMARY KEY (entity, pk)) WITHOUT ROWID; DELETE FROM temp._storectl_touched;")
         }
+        try db.execute("""
+            CREATE TEMP TABLE IF NOT EXISTS _storectl_applied(entity TEXT NOT NULL, pk TEXT NOT NULL,
+                PRIMARY KEY (entity, pk)) WITHOUT ROWID;
+            CREATE TEMP TABLE IF NOT EXISTS _storectl_deleted_parents(entity TEXT NOT NULL, pk TEXT NOT NULL,
+                row TEXT NOT NULL, PRIMARY KEY (entity, pk)) WITHOUT ROWID;
+            """)
         self.entities = entities
         self.policy = policy
         self.codec = FieldCodec(db: db)
@@ -58,9 +89,30 @@ final class RecordApplier {
         self.hasPendingLocal = try db.scalar(
             "SELECT 1 FROM _storectl_history WHERE seq > ? AND author <> ? LIMIT 1",
             [token, MirrorState.importAuthor]) != nil
+        var cascading: Set<String> = []
+        var referenced: Set<String> = []
+        for e in entities.values {
+            for fk in e.foreignKeys {
+                referenced.insert(fk.parentTable)
+                if ["CASCADE", "SET NULL", "SET DEFAULT"].contains(fk.onDelete.uppercased()) {
+                    cascading.insert(fk.parentTable)
+                }
+            }
+        }
+        self.cascadingParents = cascading
+        self.referencedEntities = referenced
+        self.restoredAt = Int64(try MirrorState.meta(db, "restored_at") ?? "")
     }
 
+    /// Forgets the rows noted by the last import (`_storectl_applied`, `_storectl_deleted_parents`).
+    func resetNotes() throws {
+        try db.execute("DELETE FROM temp._storectl_applied; DELETE FROM temp._storectl_deleted_parents;")
+    }
+
+    // MARK: The record map
+
     struct MapEntry {
+        var entity: String
         var pk: String
         var tag: String?
         var base: String?
@@ -68,10 +120,11 @@ final class RecordApplier {
     }
 
     func mapEntry(name: String) throws -> MapEntry? {
-        let s = try db.cached("SELECT pk, change_tag, base, deleted FROM _storectl_records WHERE record_name = ?")
+        let s = try db.cached("SELECT entity, pk, change_tag, base, deleted FROM _storectl_records WHERE record_name = ?")
         try s.bind([name])
         guard try s.step() else { return nil }
-        let entry = MapEntry(pk: s.string(0) ?? "[]", tag: s.string(1), base: s.string(2), deleted: s.int64(3) == 1)
+        let entry = MapEntry(entity: s.string(0) ?? "", pk: s.string(1) ?? "[]", tag: s.string(2), base: s.string(3),
+                             deleted: s.int64(4) == 1)
         try s.reset()
         return entry
     }
@@ -86,28 +139,29 @@ final class RecordApplier {
         return found
     }
 
-    /// The columns changed locally since the last export, for one row (every column for an insert).
-    /// Returns nil when the row has no local change.
-    func localChanges(_ entity: EntityMap, pk: String) throws -> (columns: [String], deleted: Bool)? {
-        guard hasPendingLocal else { return nil }
+    /// The local side of a possible conflict for one row: what changed since the last export (every column for an
+    /// insert), whether it ends deleted. Nil when the row has no local change.
+    func localChanges(_ entity: EntityMap, pk: String, after: Int64? = nil) throws -> MergeSide? {
+        guard hasPendingLocal || after != nil else { return nil }
         let s = try db.cached("""
             SELECT op, changed FROM _storectl_history
             WHERE seq > ?1 AND entity = ?2 AND pk = ?3 AND author <> ?4 ORDER BY seq
             """)
-        var columns: [String] = []
+        var columns: Set<String> = []
         var any = false
         var lastOp = ""
-        try s.forEach([exportToken, entity.name, pk, MirrorState.importAuthor]) { row in
+        try s.forEach([after ?? exportToken, entity.name, pk, MirrorState.importAuthor]) { row in
             any = true
             lastOp = row.string(0) ?? ""
             if lastOp == "I" {
-                columns = entity.fieldColumns
+                columns = Set(entity.fieldColumns)
             } else if lastOp == "U", let changed = row.string(1) {
-                for c in try codecColumns(changed) where !columns.contains(c) { columns.append(c) }
+                for c in try codecColumns(changed) { columns.insert(c) }
             }
         }
         guard any else { return nil }
-        return (columns.filter { entity.fieldColumns.contains($0) }, lastOp == "D")
+        let deleted = lastOp == "D"
+        return MergeSide(deleted: deleted, changed: deleted ? [] : columns.intersection(entity.fieldColumns))
     }
 
     private func codecColumns(_ json: String) throws -> [String] {
@@ -117,23 +171,35 @@ final class RecordApplier {
         return out
     }
 
-    /// Applies one record from the cloud.
+    // MARK: Applying
+
+    /// Applies one record from the cloud. With `respectLocalChanges` false, the record wins over local changes
+    /// (the export uses that to bring a row to a merge it saved).
+    /// - Throws: `RecordProblem` for a record that cannot be applied as it is; `SQLiteError`.
     func apply(_ record: CloudRecord, respectLocalChanges: Bool = true) throws -> Outcome {
         guard let entity = entities[record.recordType] else { return .unknownType }
         let entry = try mapEntry(name: record.recordName)
+        if let entry, entry.entity != record.recordType {
+            throw RecordProblem(reason: "record '\(record.recordName)' was a '\(entry.entity)' record and is now "
+                                    + "a '\(record.recordType)' record; a record keeps its type for good",
+                                hint: "the device that saved it wrote another table's row under this name; "
+                                    + "delete the record in the cloud, or fix that device's store")
+        }
         if let entry, entry.tag == record.changeTag { return .skipped }
         if record.deleted {
             return try applyDeletion(record, entity: entity, entry: entry, respectLocalChanges: respectLocalChanges)
         }
-        if entity.isSurrogate, entity.references.isEmpty, entry == nil || entry?.deleted == true, entity.pathSafe,
-           !Self.mentionsBlob(record.fields)
+        if entity.isSurrogate, entity.references.isEmpty, entity.uniqueKeys.isEmpty,
+           entry == nil || entry?.deleted == true, entity.pathSafe, !Self.mentionsSpecialObject(record.fields),
+           try ownRowID(entity, name: record.recordName) == nil,
+           try insertNew(record, entity: entity, entry: entry)
         {
-            return try insertNew(record, entity: entity, entry: entry)
+            return .applied
         }
-        let fields = try codec.decode(record.fields)
+        let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
         // Resolve references to local keys; a missing parent parks the record until the parent arrives.
         var resolved: [String: Value] = [:]
-        for (column, value) in fields {
+        for (column, value) in decoded.values {
             switch value {
             case .value(let v): resolved[column] = v
             case .ref(let name):
@@ -141,6 +207,12 @@ final class RecordApplier {
                 guard let ref = entity.reference(for: column),
                       let parentKey = try parentKey(parent: ref.parent, recordName: name)
                 else {
+                    if entity.reference(for: column) == nil {
+                        throw RecordProblem(reason: "field '\(column)' holds a reference, but column '\(column)' of "
+                                                + "'\(entity.name)' is not a foreign key to a surrogate-keyed table",
+                                            hint: "the device that saved it has another schema for '\(entity.name)'; "
+                                                + "make the schemas agree, then run 'storectl sync' again")
+                    }
                     try park(record)
                     return .pending
                 }
@@ -148,98 +220,136 @@ final class RecordApplier {
             }
         }
         // Which local row is it?
-        // A deleted surrogate-keyed row's rowid may belong to a new, unrelated row by now.
-        var pk: String? = entry?.deleted == true && entity.isSurrogate ? nil : entry?.pk
+        var pk: String?
+        if let entry, !(entry.deleted && entity.isSurrogate) {
+            // A deleted surrogate-keyed row's rowid may belong to a new, unrelated row by now.
+            pk = entry.pk
+        } else if entity.isSurrogate {
+            pk = try ownRowID(entity, name: record.recordName).map { "[\($0)]" }
+        }
         if pk == nil && !entity.isSurrogate {
+            for column in entity.primaryKey where (resolved[column] ?? .null).isNull {
+                throw RecordProblem(reason: "the record has no value for key column '\(column)' of '\(entity.name)'",
+                                    hint: "a record of '\(entity.name)' must carry its whole primary key ("
+                                        + entity.primaryKey.joined(separator: ", ") + ")")
+            }
             pk = try canonicalKey(entity, values: entity.primaryKey.map { resolved[$0] ?? .null })
         }
         let exists = try pk.map { try rowExists(entity, pk: $0) } ?? false
-        var columns = entity.fieldColumns
-        if exists, respectLocalChanges, let pk, let local = try localChanges(entity, pk: pk) {
-            switch policy {
-            case .error:
+        // The columns to take from the record; nil: the record is not applied to the row (local delete wins).
+        var take: Set<String>? = Set(decoded.values.keys)
+        if respectLocalChanges, let pk, let local = try localChanges(entity, pk: pk), exists || local.deleted {
+            let server = MergeSide(deleted: false,
+                                   changed: Set(try codec.differing(entry?.base, record.fields,
+                                                                    columns: entity.fieldColumns)))
+            switch policy.decide(local: local, server: server, columns: entity.fieldColumns) {
+            case .fail:
                 conflicts.append(ConflictReport(entity: entity.name, recordName: record.recordName,
-                                                localColumns: local.columns, serverDeleted: false))
+                                                localColumns: local.changed.sorted(), serverDeleted: false))
                 return .conflict
-            case .serverWins:
-                break
-            case .localWins:
-                columns = []
-            case .propertyLocalWins:
-                columns = columns.filter { !local.columns.contains($0) }
-            case .propertyServerWins:
-                let serverChanged = try codec.differing(entry?.base, record.fields, columns: entity.fieldColumns)
-                columns = columns.filter { !local.columns.contains($0) || serverChanged.contains($0) }
+            case .deleted:
+                take = nil
+            case .live(let columns):
+                take = exists ? columns.intersection(decoded.values.keys) : Set(decoded.values.keys)
             }
         }
+        guard let take else {
+            // The local delete wins: keep the row deleted; the export sends the tombstone over this record.
+            try setMap(entity: entity.name, pk: pk ?? "[]", name: record.recordName, tag: record.changeTag,
+                       base: record.fields, extra: decoded.extra, deleted: false)
+            return .skipped
+        }
+        var values = resolved.filter { take.contains($0.key) }
         var finalPK: String
         if exists, let pk {
-            if !columns.isEmpty { try update(entity, pk: pk, columns: columns, values: resolved) }
+            if let merged = try resolveUnique(entity, record: record, values: resolved, target: pk) {
+                return merged
+            }
+            if !values.isEmpty { try update(entity, pk: pk, values: values) }
             finalPK = pk
         } else {
-            finalPK = try insert(entity, values: resolved)
+            if let merged = try resolveUnique(entity, record: record, values: resolved, target: nil) {
+                return merged
+            }
+            if entity.isSurrogate, let pk, let rowid = Self.rowID(pk) {
+                values[entity.primaryKey[0]] = .integer(rowid)  // an own record's row comes back at its rowid
+            }
+            finalPK = try insert(entity, values: values)
         }
-        try finish(record, entity: entity, entry: entry, pk: finalPK)
+        try finish(record, entity: entity, entry: entry, pk: finalPK, extra: decoded.extra)
         return .applied
     }
 
-    /// Whether the fields text contains `"$blob"` (a byte scan: no Foundation on this hot path).
-    static func mentionsBlob(_ text: String) -> Bool {
-        let needle = Array("\"$blob\"".utf8)
+    /// Whether the fields text contains an object whose first key starts with `$` (`{"$blob"`, `{"$text"`,
+    /// `{"$ref"`): a byte scan, no Foundation on this hot path. A string value holding those bytes has its quotes
+    /// escaped, so it never matches.
+    static func mentionsSpecialObject(_ text: String) -> Bool {
+        let needle: [UInt8] = [UInt8(ascii: "{"), UInt8(ascii: "\""), UInt8(ascii: "$")]
         let utf8 = text.utf8
         return utf8.withContiguousStorageIfAvailable { bytes -> Bool in
             guard bytes.count >= needle.count else { return false }
             var i = 0
             while i <= bytes.count - needle.count {
-                if bytes[i] == needle[0] && bytes[i + 1] == needle[1] {
-                    var match = true
-                    for j in 2..<needle.count where bytes[i + j] != needle[j] {
-                        match = false
-                        break
-                    }
-                    if match { return true }
-                }
+                if bytes[i] == needle[0] && bytes[i + 1] == needle[1] && bytes[i + 2] == needle[2] { return true }
                 i += 1
             }
             return false
-        } ?? text.contains("\"$blob\"")
+        } ?? text.contains("{\"$")
     }
 
-    /// The common case of a large import: a new row of a surrogate-keyed table with no references. SQLite's JSON
-    /// functions decode the fields inside the INSERT itself.
-    private func insertNew(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?) throws -> Outcome {
+    /// The common case of a large import: a new row of a surrogate-keyed table with no references, whose record
+    /// holds exactly the table's columns. SQLite's JSON functions decode the fields inside the INSERT itself.
+    /// Returns false when the record is not that case (fields not an object, a column missing, a field the table
+    /// lacks): the general path then handles it.
+    private func insertNew(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?) throws -> Bool {
         let s = try db.cached(sql("insertNew", entity) {
             let columns = entity.fieldColumns
+            let paths = columns.map { quoteLiteral(jsonPath($0)) }
             return """
                 INSERT INTO \(entity.quotedName)(\(columns.map(quoteIdentifier).joined(separator: ", ")))
-                VALUES (\(columns.map { "json_extract(?1, \(quoteLiteral(jsonPath($0))))" }.joined(separator: ", ")))
+                SELECT \(paths.map { "json_extract(?1, \($0))" }.joined(separator: ", "))
+                WHERE json_valid(?1) AND json_type(?1) = 'object'
+                  \(paths.map { "AND json_type(?1, \($0)) IS NOT NULL" }.joined(separator: " "))
+                  AND (SELECT count(*) FROM json_each(?1)) = \(columns.count)
                 """
         })
         try s.bind([record.fields])
         try s.step()
-        try finish(record, entity: entity, entry: entry, pk: "[\(db.lastInsertRowID)]")
-        return .applied
+        guard db.changes == 1 else { return false }
+        try finish(record, entity: entity, entry: entry, pk: "[\(db.lastInsertRowID)]", extra: nil)
+        return true
     }
 
-    /// Records an applied record: the record map, the parked list, and the rows dedup must look at.
-    private func finish(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, pk: String) throws {
+    /// Records an applied record: the record map, the parked list, and the rows dedup and the orphan check look
+    /// at.
+    private func finish(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, pk: String, extra: String?) throws {
         if let entry, entry.pk != pk {
             // The name still points at another key (a deleted row's old rowid): move it.
             try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
                        [record.recordName, entity.name, pk])
         }
         let s = try db.cached("""
-            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted) VALUES (?1, ?2, ?3, ?4, ?5, 0)
+            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
+            VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)
             ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name, change_tag = excluded.change_tag,
-                base = excluded.base, deleted = 0
+                base = excluded.base, deleted = 0, extra = excluded.extra
             """)
-        try s.bind([entity.name, pk, record.recordName, record.changeTag, record.fields])
-        try s.step()
+        do {
+            try s.bind([entity.name, pk, record.recordName, record.changeTag, record.fields, extra])
+            try s.step()
+        } catch let error as SQLiteError where error.isConstraint {
+            // The name belongs to another key of the map (a row that was renamed): move it here.
+            try setMap(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag,
+                       base: record.fields, extra: extra, deleted: false)
+        }
         if hasParked {
             try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
         }
         if dedupEntities.contains(entity.name) {
             try db.run("INSERT OR IGNORE INTO temp._storectl_touched(entity, pk) VALUES (?, ?)", [entity.name, pk])
+        }
+        if !entity.foreignKeys.isEmpty {
+            try db.run("INSERT OR IGNORE INTO temp._storectl_applied(entity, pk) VALUES (?, ?)", [entity.name, pk])
         }
     }
 
@@ -250,39 +360,102 @@ final class RecordApplier {
         guard let entry else { return .skipped }
         let exists = try rowExists(entity, pk: entry.pk)
         if exists, respectLocalChanges, let local = try localChanges(entity, pk: entry.pk), !local.deleted {
-            switch policy {
-            case .error:
+            switch policy.decide(local: local, server: MergeSide(deleted: true, changed: []),
+                                 columns: entity.fieldColumns)
+            {
+            case .fail:
                 conflicts.append(ConflictReport(entity: entity.name, recordName: record.recordName,
-                                                localColumns: local.columns, serverDeleted: true))
+                                                localColumns: local.changed.sorted(), serverDeleted: true))
                 return .conflict
-            case .localWins, .propertyLocalWins:
+            case .live:
                 // Keep the row; the next export saves it over the tombstone.
                 try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag,
-                           base: nil, deleted: false)
+                           base: nil, extra: nil, deleted: false)
                 return .skipped
-            case .serverWins, .propertyServerWins:
+            case .deleted:
                 break
             }
         }
-        if exists {
-            let s = try db.cached("DELETE FROM \(entity.quotedName) WHERE \(entity.pkMatches(entity.quotedName, json: "?1"))")
-            try s.bind([entry.pk])
-            try s.step()
-        }
+        if exists { try deleteRow(entity, pk: entry.pk) }
         try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag, base: nil,
-                   deleted: true)
+                   extra: nil, deleted: true)
         return exists ? .deleted : .skipped
     }
 
+    /// Deletes a local row for the cloud. What the schema's `ON DELETE` actions change in other tracked rows is a
+    /// local change (author `import-cascade`): the other devices must see the children go too. A deleted parent is
+    /// remembered, so that the orphan check can find children that still point at it.
+    func deleteRow(_ entity: EntityMap, pk: String) throws {
+        if referencedEntities.contains(entity.name) {
+            try db.run("""
+                INSERT OR REPLACE INTO temp._storectl_deleted_parents(entity, pk, row)
+                SELECT ?1, ?2, \(entity.rowJSON("t")) FROM \(entity.quotedName) t WHERE \(entity.pkMatches("t", json: "?2"))
+                """, [entity.name, pk])
+        }
+        let before = cascadingParents.contains(entity.name) ? try MirrorState.lastHistorySeq(db) : nil
+        let s = try db.cached("DELETE FROM \(entity.quotedName) WHERE \(entity.pkMatches(entity.quotedName, json: "?1"))")
+        try s.bind([pk])
+        try s.step()
+        if let before {
+            try db.run("""
+                UPDATE _storectl_history SET author = ?1
+                WHERE seq > ?2 AND author = ?3 AND NOT (entity = ?4 AND pk = ?5)
+                """, [MirrorState.cascadeAuthor, before, MirrorState.importAuthor, entity.name, pk])
+        }
+    }
+
+    // MARK: References and keys
+
+    /// The local key of the parent row a reference names, or nil when it is not here (yet).
     func parentKey(parent: String, recordName: String) throws -> Value? {
         let s = try db.cached("""
-            SELECT json_extract(pk, '$[0]') FROM _storectl_records WHERE record_name = ? AND entity = ? AND deleted = 0
+            SELECT json_extract(pk, '$[0]') FROM _storectl_records
+            WHERE record_name = coalesce((SELECT target FROM _storectl_aliases WHERE record_name = ?1), ?1)
+              AND entity = ?2 AND deleted = 0
             """)
         try s.bind([recordName, parent])
-        guard try s.step() else { return nil }
-        let v = s.column(0)
+        if try s.step() {
+            let v = s.column(0)
+            try s.reset()
+            // The map may still know a row that is gone (deleted locally, not exported yet).
+            if let parentEntity = entities[parent], try rowExists(parentEntity, pk: "[\(v.sqlLiteral)]") { return v }
+            return nil
+        }
+        if let parentEntity = entities[parent], let rowid = try ownRowID(parentEntity, name: recordName) {
+            return .integer(rowid)
+        }
+        return nil
+    }
+
+    /// The rowid of the local row an own record name (`table/PREFIX` + 12 hex digits of the rowid) stands for,
+    /// when that row exists and the record map knows no name for it: a record this store saved before a crash (or
+    /// before it was restored from an older copy) and never recorded. A row inserted after the restore time is a
+    /// new row that reused the rowid, and is not it.
+    func ownRowID(_ entity: EntityMap, name: String) throws -> Int64? {
+        guard entity.isSurrogate, !entity.namePrefix.isEmpty else { return nil }
+        let prefix = entity.name + "/" + entity.namePrefix
+        guard name.hasPrefix(prefix) else { return nil }
+        let digits = name.dropFirst(prefix.count)
+        guard !digits.isEmpty, digits.count <= 16, digits.allSatisfy(\.isHexDigit),
+              let bits = UInt64(digits, radix: 16) else { return nil }
+        let rowid = Int64(bitPattern: bits)
+        let s = try db.cached(sql("ownRowID", entity) {
+            """
+            SELECT 1 FROM \(entity.quotedName) t WHERE t.\(quoteIdentifier(entity.primaryKey[0])) = ?1
+              AND NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = ?2 AND r.pk = json_array(?1))
+              AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE h.entity = ?2 AND h.pk = json_array(?1)
+                              AND h.op = 'I' AND h.ts > ?3)
+            """
+        })
+        try s.bind([rowid, entity.name, restoredAt ?? Int64.max])
+        let found = try s.step()
         try s.reset()
-        return v
+        return found ? rowid : nil
+    }
+
+    static func rowID(_ pk: String) -> Int64? {
+        guard pk.hasPrefix("["), pk.hasSuffix("]") else { return nil }
+        return Int64(pk.dropFirst().dropLast())
     }
 
     func canonicalKey(_ entity: EntityMap, values: [Value]) throws -> String {
@@ -300,27 +473,31 @@ final class RecordApplier {
             """, [record.recordName, record.recordType, record.fields, record.changeTag, record.seq])
     }
 
-    private func update(_ entity: EntityMap, pk: String, columns: [String], values: [String: Value]) throws {
+    // MARK: Writing rows
+
+    func update(_ entity: EntityMap, pk: String, values: [String: Value]) throws {
+        let columns = entity.fieldColumns.filter { values[$0] != nil }
+        guard !columns.isEmpty else { return }
         let sets = columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 2)" }.joined(separator: ", ")
         let s = try db.cached("UPDATE \(entity.quotedName) SET \(sets) WHERE \(entity.pkMatches(entity.quotedName, json: "?1"))")
         try s.bind([pk] + columns.map { values[$0] ?? .null })
         try s.step()
     }
 
-    private func insert(_ entity: EntityMap, values: [String: Value]) throws -> String {
-        let columns = entity.fieldColumns
-        let text = sql("insert", entity) {
-            let names = columns.map(quoteIdentifier).joined(separator: ", ")
-            let params = columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
-            if entity.isSurrogate {
-                return "INSERT INTO \(entity.quotedName)(\(names)) VALUES (\(params))"
-            }
+    /// Inserts a row with the given columns (a column the record lacks gets its default); returns its key.
+    func insert(_ entity: EntityMap, values: [String: Value]) throws -> String {
+        let columns = entity.columns.filter { values[$0] != nil }
+        let names = columns.map(quoteIdentifier).joined(separator: ", ")
+        let params = columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
+        var text = columns.isEmpty ? "INSERT INTO \(entity.quotedName) DEFAULT VALUES"
+            : "INSERT INTO \(entity.quotedName)(\(names)) VALUES (\(params))"
+        if !entity.isSurrogate, !columns.isEmpty {
             let keys = entity.primaryKey.map(quoteIdentifier).joined(separator: ", ")
             let others = columns.filter { !entity.primaryKey.contains($0) }
             let update = others.isEmpty ? "NOTHING"
                 : "UPDATE SET " + others.map { "\(quoteIdentifier($0)) = excluded.\(quoteIdentifier($0))" }
                     .joined(separator: ", ")
-            return "INSERT INTO \(entity.quotedName)(\(names)) VALUES (\(params)) ON CONFLICT(\(keys)) DO \(update)"
+            text += " ON CONFLICT(\(keys)) DO \(update)"
         }
         let s = try db.cached(text)
         try s.bind(columns.map { values[$0] ?? .null })
@@ -331,39 +508,244 @@ final class RecordApplier {
         return try canonicalKey(entity, values: entity.primaryKey.map { values[$0] ?? .null })
     }
 
-    func setMap(entity: String, pk: String, name: String, tag: String?, base: String?, deleted: Bool) throws {
-        try Self.setMap(db, entity: entity, pk: pk, name: name, tag: tag, base: base, deleted: deleted)
+    func setMap(entity: String, pk: String, name: String, tag: String?, base: String?, extra: String?,
+                deleted: Bool) throws
+    {
+        try Self.setMap(db, entity: entity, pk: pk, name: name, tag: tag, base: base, extra: extra, deleted: deleted)
     }
 
     /// Points `name` at (entity, pk) in the record map, detaching the name from any other key.
     static func setMap(_ db: Connection, entity: String, pk: String, name: String, tag: String?, base: String?,
-                       deleted: Bool) throws
+                       extra: String? = nil, deleted: Bool) throws
     {
         try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
                    [name, entity, pk])
         let s = try db.cached("""
-            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
             ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name, change_tag = excluded.change_tag,
-                base = excluded.base, deleted = excluded.deleted
+                base = excluded.base, deleted = excluded.deleted, extra = excluded.extra
             """)
-        try s.bind([entity, pk, name, tag, base, deleted])
+        try s.bind([entity, pk, name, tag, base, deleted, extra])
         try s.step()
     }
 
-    /// Applies parked records whose parents have arrived, until no more can be applied.
+    // MARK: UNIQUE constraints
+
+    /// A record whose values would break a SQL UNIQUE constraint of the table, held by another local row: the two
+    /// records are duplicates, and one winner is kept everywhere (the `unique:` rule for those columns, else the
+    /// lowest record name), like `unique:` dedup. The loser's children are re-pointed to the winner, the loser is
+    /// deleted here and in the cloud, and its name becomes an alias of the winner's. Returns nil when no
+    /// constraint is hit (apply the record normally), else the outcome.
+    private func resolveUnique(_ entity: EntityMap, record: CloudRecord, values: [String: Value], target: String?)
+        throws -> Outcome?
+    {
+        guard !entity.uniqueKeys.isEmpty else { return nil }
+        for columns in entity.uniqueKeys {
+            let keyValues = columns.map { values[$0] ?? .null }
+            if keyValues.contains(where: \.isNull) { continue }  // NULLs never collide in a UNIQUE index
+            let match = columns.enumerated().map { "t.\(quoteIdentifier($1)) = ?\($0 + 1)" }.joined(separator: " AND ")
+            let n = columns.count
+            let rows = try db.query("""
+                SELECT \(entity.pkJSON("t")), coalesce(r.record_name, \(entity.derivedName("t"))), r.change_tag
+                FROM \(entity.quotedName) t
+                LEFT JOIN _storectl_records r ON r.entity = ?\(n + 1) AND r.pk = \(entity.pkJSON("t"))
+                WHERE \(match)
+                """, keyValues + [Value.text(entity.name)])
+            guard let holder = rows.first, let holderPK = holder[0].string, holderPK != target else { continue }
+            let holderName = holder[1].string ?? ""
+            if holderName == record.recordName { continue }
+            let incomingWins = try wins(entity, columns: columns, incoming: (record.recordName, values),
+                                        holder: (holderName, holderPK))
+            if incomingWins {
+                // The local holder loses: its children follow the incoming record's row, then it goes.
+                if let target {
+                    try repoint(entity, from: holderPK, to: target)
+                    try deleteLoser(entity, pk: holderPK, name: holderName, winner: record.recordName,
+                                    tag: holder[2].string)
+                    return nil
+                }
+                if entity.isSurrogate {
+                    // The holder's row becomes the incoming record's (same rowid, so its children stay), and
+                    // the holder's record is deleted in the cloud.
+                    try alias(holderName, to: record.recordName, entity: entity)
+                    if holder[2].string != nil {
+                        try outbox(holderName, type: entity.name, tag: holder[2].string,
+                                   reason: "duplicate of '\(record.recordName)' by \(columns.joined(separator: ", "))")
+                    }
+                    try update(entity, pk: holderPK, values: values.filter { entity.fieldColumns.contains($0.key) })
+                    let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+                    try finish(record, entity: entity, entry: nil, pk: holderPK, extra: decoded.extra)
+                    try note(entity, pk: holderPK)
+                    return .applied
+                }
+                try deleteLoser(entity, pk: holderPK, name: holderName, winner: record.recordName,
+                                tag: holder[2].string)
+                return nil
+            }
+            // The incoming record loses: it is deleted everywhere, its children follow the holder.
+            try alias(record.recordName, to: holderName, entity: entity)
+            if let target {
+                try repoint(entity, from: target, to: holderPK)
+                // The row the record mapped to goes; its deletion is exported as this record's tombstone.
+                try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
+                    try deleteRow(entity, pk: target)
+                }
+                try setMap(entity: entity.name, pk: target, name: record.recordName, tag: record.changeTag,
+                           base: record.fields, extra: nil, deleted: false)
+            } else {
+                try outbox(record.recordName, type: entity.name, tag: record.changeTag,
+                           reason: "duplicate of '\(holderName)' by \(columns.joined(separator: ", "))")
+            }
+            try note(entity, pk: holderPK)
+            return .deleted
+        }
+        return nil
+    }
+
+    /// Whether the incoming record beats the local holder of the same unique values.
+    private func wins(_ entity: EntityMap, columns: [String], incoming: (name: String, values: [String: Value]),
+                      holder: (name: String, pk: String)) throws -> Bool
+    {
+        if let rule = uniqueRules[entity.name], Set(rule.columns) == Set(columns) {
+            let column: String
+            let newest: Bool
+            switch rule.keep {
+            case .first: return incoming.name < holder.name
+            case .newest(let c): column = c; newest = true
+            case .oldest(let c): column = c; newest = false
+            }
+            let mine = incoming.values[column] ?? .null
+            let comparison = try db.scalar("""
+                SELECT CASE WHEN ?1 IS t.\(quoteIdentifier(column)) THEN 0 WHEN ?1 > t.\(quoteIdentifier(column))
+                    OR t.\(quoteIdentifier(column)) IS NULL THEN 1 ELSE -1 END
+                FROM \(entity.quotedName) t WHERE \(entity.pkMatches("t", json: "?2"))
+                """, [mine, Value.text(holder.pk)])?.int64 ?? 0
+            if comparison != 0 { return newest ? comparison > 0 : comparison < 0 }
+        }
+        return incoming.name < holder.name
+    }
+
+    private func deleteLoser(_ entity: EntityMap, pk: String, name: String, winner: String, tag: String?) throws {
+        try alias(name, to: winner, entity: entity)
+        try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
+            try deleteRow(entity, pk: pk)
+        }
+        if tag == nil {
+            // Never in the cloud: nothing to delete there.
+            try db.run("DELETE FROM _storectl_records WHERE entity = ? AND pk = ? AND change_tag IS NULL",
+                       [entity.name, pk])
+        }
+    }
+
+    /// Points the children of the row `from` at the row `to` (single-column references to the primary key).
+    private func repoint(_ parent: EntityMap, from: String, to: String) throws {
+        guard parent.primaryKey.count == 1 else { return }
+        for child in entities.values {
+            for fk in child.foreignKeys where fk.parentTable == parent.name && fk.columns.count == 1
+                && (fk.parentColumns.first ?? nil) == parent.primaryKey[0]
+            {
+                let col = quoteIdentifier(fk.columns[0])
+                try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
+                    try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(col) = json_extract(?1, '$[0]') "
+                                   + "WHERE \(col) = json_extract(?2, '$[0]')", [to, from])
+                }
+            }
+        }
+    }
+
+    func alias(_ name: String, to target: String, entity: EntityMap) throws {
+        try db.run("INSERT OR REPLACE INTO _storectl_aliases(record_name, entity, target) VALUES (?, ?, ?)",
+                   [name, entity.name, target])
+        // An alias never points at another alias.
+        try db.run("UPDATE _storectl_aliases SET target = ?2 WHERE target = ?1", [name, target])
+    }
+
+    /// Queues a tombstone for a record that no local row stands for: the next export deletes it in the cloud.
+    func outbox(_ name: String, type: String, tag: String?, reason: String) throws {
+        try db.run("""
+            INSERT INTO _storectl_outbox(record_name, record_type, change_tag, reason, created_at)
+            VALUES (?, ?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+            ON CONFLICT(record_name) DO UPDATE SET change_tag = excluded.change_tag, reason = excluded.reason
+            """, [name, type, tag, reason])
+    }
+
+    private func note(_ entity: EntityMap, pk: String) throws {
+        if dedupEntities.contains(entity.name) {
+            try db.run("INSERT OR IGNORE INTO temp._storectl_touched(entity, pk) VALUES (?, ?)", [entity.name, pk])
+        }
+    }
+
+    // MARK: Parked records
+
+    /// Applies parked records whose parents have arrived, until no more can be applied. Records in a cycle of
+    /// references (a row that points at itself, or rows that point at each other) are inserted with the
+    /// references still unknown set to NULL, then the references are filled in, in the same transaction.
     /// Returns how many are still waiting.
-    func retryPending() throws -> Int {
+    /// - Throws: `SQLiteError`; a parked record that fails is set aside by `onProblem`.
+    func retryPending(onProblem: (CloudRecord, RecordProblem) throws -> Void) throws -> Int {
+        var cycleRound = false
         while true {
-            let parked = try db.query("SELECT record_name, record_type, fields, change_tag, seq FROM _storectl_pending ORDER BY seq")
+            let parked = try parkedRecords()
             if parked.isEmpty { return 0 }
             var progress = false
-            for row in parked {
-                let record = CloudRecord(zone: "", recordName: row[0].string ?? "", recordType: row[1].string ?? "",
-                                         fields: row[2].string ?? "{}", changeTag: row[3].string ?? "",
-                                         seq: row[4].int64 ?? 0, deleted: false, modifiedBy: "", modifiedAt: 0)
-                if try apply(record) != .pending { progress = true }
+            for record in parked {
+                do {
+                    if try apply(record) != .pending { progress = true }
+                } catch let problem as RecordProblem {
+                    try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
+                    try onProblem(record, problem)
+                    progress = true
+                }
             }
-            if !progress { return parked.count }
+            if progress { cycleRound = false; continue }
+            if cycleRound { return parked.count }
+            cycleRound = true
+            if try !breakCycles(parked) { return parked.count }
         }
+    }
+
+    func parkedRecords() throws -> [CloudRecord] {
+        try db.query("SELECT record_name, record_type, fields, change_tag, seq FROM _storectl_pending ORDER BY seq")
+            .map { row in
+                CloudRecord(zone: "", recordName: row[0].string ?? "", recordType: row[1].string ?? "",
+                            fields: row[2].string ?? "{}", changeTag: row[3].string ?? "", seq: row[4].int64 ?? 0,
+                            deleted: false, modifiedBy: "", modifiedAt: 0)
+            }
+    }
+
+    /// Inserts the parked records whose missing parents are all parked too (or are themselves), with those
+    /// references NULL; returns whether any was inserted. A NOT NULL reference cannot wait as NULL: such a
+    /// record stays parked.
+    private func breakCycles(_ parked: [CloudRecord]) throws -> Bool {
+        let parkedNames = Set(parked.map(\.recordName))
+        var inserted: [(CloudRecord, [String: String])] = []
+        for record in parked {
+            guard let entity = entities[record.recordType] else { continue }
+            let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+            var missing: [String: String] = [:]
+            var cyclic = true
+            var stripped = decoded.values
+            for (column, value) in decoded.values {
+                guard case .ref(let name?) = value, let ref = entity.reference(for: column),
+                      try parentKey(parent: ref.parent, recordName: name) == nil else { continue }
+                if !parkedNames.contains(name) || entity.notNullColumns.contains(column) { cyclic = false }
+                missing[column] = name
+                stripped[column] = .value(.null)
+            }
+            guard cyclic, !missing.isEmpty else { continue }
+            let fields = try codec.encode(stripped)
+            var placeholder = record
+            placeholder.fields = fields
+            placeholder.changeTag = ""  // not the real tag: the second pass applies the whole record
+            if try apply(placeholder) == .applied { inserted.append((record, missing)) }
+        }
+        for (record, _) in inserted {
+            try db.run("INSERT OR REPLACE INTO _storectl_pending(record_name, record_type, fields, change_tag, seq) "
+                           + "VALUES (?, ?, ?, ?, ?)",
+                       [record.recordName, record.recordType, record.fields, record.changeTag, record.seq])
+            hasParked = true
+        }
+        return !inserted.isEmpty
     }
 }

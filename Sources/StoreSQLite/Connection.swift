@@ -259,7 +259,8 @@ public final class Connection {
     /// The foreign keys declared by `table`.
     /// - Throws: `SQLiteError`.
     public func foreignKeys(of table: String) throws -> [ForeignKeyInfo] {
-        let rows = try query("SELECT id, seq, \"table\", \"from\", \"to\" FROM pragma_foreign_key_list(?) ORDER BY id, seq", [table])
+        let rows = try query("SELECT id, seq, \"table\", \"from\", \"to\", on_delete, on_update "
+                                 + "FROM pragma_foreign_key_list(?) ORDER BY id, seq", [table])
         var result: [ForeignKeyInfo] = []
         for row in rows {
             let id = Int(row[0].int64 ?? 0)
@@ -270,7 +271,9 @@ public final class Connection {
                 result[result.count - 1].columns.append(from)
                 result[result.count - 1].parentColumns.append(to)
             } else {
-                result.append(ForeignKeyInfo(id: id, parentTable: parent, columns: [from], parentColumns: [to]))
+                result.append(ForeignKeyInfo(id: id, parentTable: parent, columns: [from], parentColumns: [to],
+                                             onDelete: row[5].string ?? "NO ACTION",
+                                             onUpdate: row[6].string ?? "NO ACTION"))
             }
         }
         return result
@@ -320,4 +323,8 @@ public struct ForeignKeyInfo: Equatable, Sendable {
     public var columns: [String]
     /// The referenced columns; nil entries mean "the parent's primary key".
     public var parentColumns: [String?]
+    /// The `ON DELETE` action, as SQLite names it: `NO ACTION`, `RESTRICT`, `SET NULL`, `SET DEFAULT`, `CASCADE`.
+    public var onDelete: String = "NO ACTION"
+    /// The `ON UPDATE` action, named the same way.
+    public var onUpdate: String = "NO ACTION"
 }

@@ -75,3 +75,15 @@ import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
+
+extension SQLiteError {
+    /// Whether the error is about the values of one statement (a constraint, a datatype mismatch, a value too
+    /// big, an error raised by a trigger) rather than about the database itself (locked, full, damaged,
+    /// unreadable): the former concern one record, which can be set aside while the rest goes on.
+    public var isAboutValues: Bool {
+        switch primaryCode {
+        case SQLITE_CONSTRAINT, SQLITE_MISMATCH, SQLITE_TOOBIG, SQLITE_RANGE, SQLITE_ERROR: return true
+        default: return false
+        }
+    }
+}

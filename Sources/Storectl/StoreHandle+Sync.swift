@@ -67,6 +67,8 @@ extension StoreHandle {
         let cloud = try cloudSettings()
         var m = MirrorOptions(zone: cloud.zone, mergePolicy: MergePolicy(rawValue: cloud.mergePolicy.rawValue) ?? .propertyLocalWins)
         m.maxDeleteFraction = cloud.maxDeleteFraction
+        m.maxDeleteCount = cloud.maxDeleteCount
+        m.maxRecordSize = cloud.maxRecordSize
         m.allowMassDelete = options.allowMassDelete
         m.uniqueRules = try mirrorRules()
         // Tuning knobs for large stores and tests: records per cloud save and per fetched page.

@@ -5,6 +5,8 @@ import Glibc
 import StoreBase
 import StoreCloud
 import StoreConfig
+import StoreHistory
+import StoreMirror
 import StoreSQLite
 #if canImport(Glibc)
 import Glibc
@@ -24,6 +26,8 @@ public final class StoreHandle {
     private var connection: Connection?
     /// The container `requireAvailableAccount()` opened and checked, for the `openMirror()` that follows it.
     var checkedCloud: (any CloudDatabase)?
+    /// Where notes for the user go (a format upgrade, say); the CLI prints them on stderr.
+    public var log: (String) -> Void = { _ in }
 
     /// Picks the store `storeName` (or the only one) from `config`. The file is opened on first use.
     /// - Throws: `StoreError` (exit 64) when the store name is unknown.
@@ -61,6 +65,7 @@ public final class StoreHandle {
             let db = try Connection(path: path, mode: create ? .readWriteCreate : .readWrite, wal: false)
             try checkNotTruncated(db, path: path)
             if try create || db.tableExists("_storectl_meta") { try Self.enableWAL(db) }
+            try upgradeFormat(db)
             connection = db
             return db
         } catch let error as SQLiteError {
@@ -75,6 +80,24 @@ public final class StoreHandle {
             }
             throw error
         }
+    }
+
+    /// Upgrades a store of an older format in place (a copy of it is saved first, beside it), and says so.
+    private func upgradeFormat(_ db: Connection) throws {
+        let tracker = HistoryTracker(db: db, options: settings.trackingOptions)
+        guard try tracker.isInitialized(), try tracker.formatVersion() < StoreFormat.currentVersion else { return }
+        var backup = settings.path + ".format\(try tracker.formatVersion()).bak"
+        if FileManager.default.fileExists(atPath: backup) {
+            backup = settings.path + ".format\(try tracker.formatVersion()).\(HistoryTracker.nowMilliseconds()).bak"
+        }
+        guard let report = try tracker.upgradeFormat(backupPath: backup, { _ in
+            try MirrorState.install(db)
+            // Every table is compared once with its last synced record: values that older formats wrote with
+            // too few digits go out again in full.
+            try db.execute("DELETE FROM _storectl_meta WHERE key LIKE 'columns:%'")
+        }) else { return }
+        log("store '\(settings.name)': upgraded \(settings.path) from store format \(report.from) to \(report.to); "
+            + "the copy taken before is \(report.backup)")
     }
 
     /// Switches the store to write-ahead logging, so that readers and one writer work at the same time.

@@ -300,6 +300,9 @@ final class MistakeGuardTests: XCTestCase {
         try s.sql("a", sql)
         try s.run("a", ["mode", "cloud"])
         try s.run("b", ["mode", "cloud"])
+        // Ten notes: the breaker's floor (100 records by default) comes down to 3 for these tests.
+        try s.run("a", ["config", "set", "stores.a.cloud.max_delete_count", "3"])
+        try s.run("b", ["config", "set", "stores.b.cloud.max_delete_count", "3"])
         return s
     }
 
@@ -313,7 +316,8 @@ final class MistakeGuardTests: XCTestCase {
         try s.sql("a", "DELETE FROM notes WHERE uuid IN ('n1', 'n2', 'n3', 'n4', 'n5', 'n6')")
         let refused = try s.run("a", ["sync"], expect: 65)
         XCTAssertTrue(refused.stderr.hasPrefix("error: refusing to delete 6 of the zone's 10 record(s) (60%), more than "
-                                               + "max_delete_fraction 0.5\n"), refused.stderr)
+                                               + "max_delete_fraction 0.5 and more than max_delete_count 3\n"),
+                      refused.stderr)
         XCTAssertTrue(refused.stderr.contains("nothing was sent to the cloud"), refused.stderr)
         XCTAssertTrue(refused.stderr.contains("--allow-mass-delete"), refused.stderr)
         XCTAssertEqual(try liveCloudNotes(s), "10\n")

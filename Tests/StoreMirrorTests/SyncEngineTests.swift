@@ -186,15 +186,39 @@ final class SafetyTests: XCTestCase {
         }
         try f.sync(a)
         try f.write(a, "DELETE FROM notes WHERE uuid IN ('u0', 'u1', 'u2', 'u3', 'u4', 'u5')")
-        XCTAssertThrowsError(try f.sync(a)) { error in
+        var strict = MirrorOptions()
+        strict.maxDeleteCount = 5  // the floor: more than 5 deletes and more than half of the zone trips it
+        XCTAssertThrowsError(try Mirror(db: a, cloud: try f.cloud(), options: strict).sync()) { error in
             XCTAssertTrue(error is MassDeleteError, "\(error)")
             XCTAssertEqual((error as? MassDeleteError)?.exitCode.rawValue, 65)
         }
         XCTAssertEqual(try f.cloud().zoneInfo("default")?.liveRecords, 10)
-        var options = MirrorOptions()
-        options.allowMassDelete = true
-        _ = try Mirror(db: a, cloud: try f.cloud(), options: options).sync()
+        strict.allowMassDelete = true
+        _ = try Mirror(db: a, cloud: try f.cloud(), options: strict).sync()
         XCTAssertEqual(try f.cloud().zoneInfo("default")?.liveRecords, 4)
+    }
+
+    func testDeletingAHandfulOfRowsNeverTripsTheBreaker() throws {
+        let f = try MirrorFixture()
+        let a = try f.store("a")
+        try f.write(a, "INSERT INTO notes(uuid) VALUES ('u0'), ('u1'), ('u2')")
+        try f.sync(a)
+        // Two of three notes, then the only one left: under the default floor (100 records).
+        try f.write(a, "DELETE FROM notes WHERE uuid IN ('u0', 'u1')")
+        try f.sync(a)
+        XCTAssertEqual(try f.cloud().zoneInfo("default")?.liveRecords, 1)
+        try f.write(a, "DELETE FROM notes")
+        try f.sync(a)
+        XCTAssertEqual(try f.cloud().zoneInfo("default")?.liveRecords, 0)
+        // Above the floor, an emptied store over a full zone still stops.
+        try f.write(a, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 150) "
+                       + "INSERT INTO notes(uuid) SELECT 'v' || i FROM n")
+        try f.sync(a)
+        try f.write(a, "DELETE FROM notes")
+        XCTAssertThrowsError(try f.sync(a)) { error in
+            XCTAssertEqual((error as? MassDeleteError)?.emptyStore, true, "\(error)")
+        }
+        XCTAssertEqual(try f.cloud().zoneInfo("default")?.liveRecords, 150)
     }
 
     func testZonePurgedElsewhereNeverDeletesLocalRows() throws {

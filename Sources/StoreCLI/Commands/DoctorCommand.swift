@@ -29,7 +29,7 @@ struct DoctorCommand: Command {
         let names = context.global.storeName.map { [$0] } ?? config.stores.map(\.name)
         var reports: [DoctorReport] = []
         for name in names {
-            let store = try StoreHandle(config: config, storeName: name)
+            let store = try context.handle(config, name)
             reports.append(try store.doctor())
         }
         let healthy = reports.allSatisfy(\.healthy)

@@ -25,7 +25,7 @@ struct StatusCommand: Command {
         let names = context.global.storeName.map { [$0] } ?? config.stores.map(\.name)
         var reports: [StatusReport] = []
         for name in names {
-            let store = try StoreHandle(config: config, storeName: name)
+            let store = try context.handle(config, name)
             reports.append(try store.status(checkCloud: args.flag("check-cloud")))
         }
         if context.global.json {

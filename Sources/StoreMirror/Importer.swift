@@ -1,0 +1,407 @@
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+import StoreBase
+import StoreCloud
+import StoreHistory
+import StoreSQLite
+
+/// What an import did.
+public struct ImportReport: Sendable, Codable, Equatable {
+    /// Records applied to local rows (inserted or updated).
+    public var applied = 0
+    /// Local rows deleted because of tombstones.
+    public var deleted = 0
+    /// Records skipped: the device's own echoes and repeats.
+    public var skipped = 0
+    /// Records waiting for a parent that has not arrived yet.
+    public var waitingForParent = 0
+    /// Records of tables this store does not track (kept in the cloud; fetched again when the table is tracked).
+    public var unknownType = 0
+    /// Records set aside because they cannot be applied as they are (see `status` and `doctor`).
+    public var setAside = 0
+    /// Records set aside earlier that applied this time.
+    public var recovered = 0
+    /// Children of deleted parents, deleted or cut loose here by the schema's ON DELETE action (a delete wins).
+    public var orphans = 0
+    /// The server change token after the import.
+    public var token: String?
+    /// Duplicates of `unique:` keys resolved inside the import.
+    public var dedup = DedupReport()
+
+    public init() {}
+}
+
+/// A record set aside: it cannot be applied as it is, so it waits in `_storectl_quarantine`, tried again on every
+/// import, while every other record flows.
+public struct SetAsideRecord: Sendable, Codable, Equatable {
+    public var recordName: String
+    public var recordType: String
+    public var seq: Int64
+    public var reason: String
+    public var hint: String
+    public var attempts: Int
+}
+
+/// Fetches the cloud's changes and applies them in ONE local transaction with author `cloud-import`; the server
+/// token advances in that same transaction.
+///
+/// The phases, in order: try again the records set aside before; apply every page (a page in a savepoint, and a
+/// page that fails record by record, each failing record set aside with its reason); apply the parked children
+/// whose parents arrived (breaking cycles of references); apply the orphan rule (a delete wins: the children of a
+/// deleted parent go too, or are cut loose, following the schema's ON DELETE action); dedup; the new token.
+struct Importer {
+    let db: Connection
+    let cloud: any CloudDatabase
+    let options: MirrorOptions
+    let entities: [EntityMap]
+    let device: String
+    /// Only records of these types (a catch-up for tables tracked since the token moved past their records).
+    var onlyTypes: Set<String>?
+
+    func run(progress: (Int, Int?) -> Void) throws -> ImportReport {
+        var token = onlyTypes == nil
+            ? try MirrorState.serverToken(db, zone: options.zone).flatMap(ServerChangeToken.init(rawValue:)) : nil
+        var report = ImportReport()
+        let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
+        var unknown: [String: Int] = [:]
+        try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
+            // A child may arrive in the same import as its parent, in any order: check at commit.
+            try db.execute("PRAGMA defer_foreign_keys = ON")
+            try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
+                let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy,
+                                                dedupEntities: Set(options.uniqueRules.keys),
+                                                uniqueRules: options.uniqueRules)
+                try applier.resetNotes()
+                if onlyTypes == nil { try retrySetAside(applier, report: &report) }
+                var first = true
+                var done = 0
+                while true {
+                    let tFetch = Trace.start()
+                    let batch = try cloud.fetchChanges(zone: options.zone, since: token, limit: options.pageSize,
+                                                       excludingDevice: device)
+                    Trace.add("import.fetch", tFetch)
+                    let tApply = Trace.start()
+                    if first {
+                        Failpoint.hit("import.before-apply")
+                        first = false
+                    }
+                    var records: [CloudRecord] = []
+                    for record in batch.records {
+                        if let onlyTypes, !onlyTypes.contains(record.recordType) { continue }
+                        if byName[record.recordType] == nil {
+                            unknown[record.recordType, default: 0] += 1
+                            report.unknownType += 1
+                        } else if record.fields.utf8.count > options.maxRecordSize {
+                            try setAside(record, RecordProblem(
+                                reason: "the record is \(record.fields.utf8.count) bytes, more than max_record_size "
+                                    + "(\(options.maxRecordSize))",
+                                hint: "raise cloud.max_record_size in the config, or make the row smaller on the "
+                                    + "device that saved it"), keepFields: false)
+                            report.setAside += 1
+                        } else {
+                            records.append(record)
+                        }
+                    }
+                    try applyPage(records, applier: applier, report: &report)
+                    Trace.add("import.apply", tApply)
+                    done += batch.records.count
+                    progress(done, nil)
+                    token = batch.token
+                    if !batch.moreComing { break }
+                }
+                if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
+                report.waitingForParent = try applier.retryPending { record, problem in
+                    try setAside(record, problem)
+                    report.setAside += 1
+                }
+                report.orphans = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName,
+                                             applier: applier).resolve()
+                report.waitingForParent = try db.scalar("SELECT count(*) FROM _storectl_pending")?.int64.map(Int.init) ?? 0
+                if !options.uniqueRules.isEmpty {
+                    // Dedup in the same transaction, so that no reader ever sees the duplicate. Its deletes and
+                    // re-points carry their own author, so that the next export sends them.
+                    report.dedup = try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
+                        try Deduplicator(db: db, entities: entities, rules: options.uniqueRules).run(touchedOnly: true)
+                    }
+                }
+            }
+            if onlyTypes == nil {
+                try MirrorState.setServerToken(db, zone: options.zone, token?.rawValue)
+                try rememberUnknown(unknown)
+            }
+            try MirrorState.setMeta(db, "last_import_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
+            Failpoint.hit("import.before-commit")
+        }
+        Failpoint.hit("import.after-commit")
+        report.token = token?.rawValue
+        return report
+    }
+
+    /// Applies a page in a savepoint; when a record of it fails, the page is rolled back and applied again record
+    /// by record, each in its own savepoint, and the failing ones are set aside.
+    private func applyPage(_ records: [CloudRecord], applier: RecordApplier, report: inout ImportReport) throws {
+        guard !records.isEmpty else { return }
+        let conflictsBefore = applier.conflicts.count
+        let hadSetAside = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_quarantine)")?.int64 == 1
+        do {
+            let counts = try db.transaction { () throws -> ImportReport in
+                var page = ImportReport()
+                for record in records {
+                    count(try applier.apply(record), into: &page)
+                    if hadSetAside { try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName]) }
+                }
+                return page
+            }
+            add(counts, to: &report)
+            return
+        } catch is RecordProblem {
+        } catch let error as SQLiteError where error.isAboutValues {
+        }
+        applier.conflicts.removeLast(applier.conflicts.count - conflictsBefore)
+        for record in records {
+            do {
+                let outcome = try db.transaction { try applier.apply(record) }
+                var one = ImportReport()
+                count(outcome, into: &one)
+                add(one, to: &report)
+                try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
+            } catch let problem as RecordProblem {
+                try setAside(record, problem)
+                report.setAside += 1
+            } catch let error as SQLiteError where error.isAboutValues {
+                try setAside(record, Self.problem(for: error, record: record))
+                report.setAside += 1
+            }
+        }
+    }
+
+    /// The reason a record fails in SQLite, in words, with the fix.
+    static func problem(for error: SQLiteError, record: CloudRecord) -> RecordProblem {
+        RecordProblem(reason: "it cannot be stored in table '\(record.recordType)': \(error.message)",
+                      hint: "make the table accept the value (a column type, a constraint), then run "
+                          + "'storectl sync' again: set-aside records are tried on every sync")
+    }
+
+    private func count(_ outcome: RecordApplier.Outcome, into report: inout ImportReport) {
+        switch outcome {
+        case .applied: report.applied += 1
+        case .deleted: report.deleted += 1
+        case .skipped: report.skipped += 1
+        case .pending, .conflict: break
+        case .unknownType: report.unknownType += 1
+        }
+    }
+
+    private func add(_ page: ImportReport, to report: inout ImportReport) {
+        report.applied += page.applied
+        report.deleted += page.deleted
+        report.skipped += page.skipped
+        report.unknownType += page.unknownType
+    }
+
+    /// Sets a record aside with its reason. An oversized record keeps no copy of its fields: it is fetched again
+    /// when it is tried again.
+    func setAside(_ record: CloudRecord, _ problem: RecordProblem, keepFields: Bool = true) throws {
+        try db.run("""
+            INSERT INTO _storectl_quarantine(record_name, record_type, fields, change_tag, seq, deleted, reason, hint,
+                                             first_seen, last_tried, attempts)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1)
+            ON CONFLICT(record_name) DO UPDATE SET record_type = excluded.record_type, fields = excluded.fields,
+                change_tag = excluded.change_tag, seq = excluded.seq, deleted = excluded.deleted,
+                reason = excluded.reason, hint = excluded.hint, last_tried = excluded.last_tried,
+                attempts = attempts + 1
+            """, [record.recordName, record.recordType, keepFields ? record.fields : "", record.changeTag, record.seq,
+                  record.deleted, problem.reason, problem.hint, HistoryTracker.nowMilliseconds()])
+    }
+
+    /// Tries the records set aside before: a parent may have arrived, a column been added, a constraint changed.
+    private func retrySetAside(_ applier: RecordApplier, report: inout ImportReport) throws {
+        let rows = try db.query("""
+            SELECT record_name, record_type, fields, change_tag, seq, deleted FROM _storectl_quarantine ORDER BY seq
+            """)
+        for row in rows {
+            var record = CloudRecord(zone: options.zone, recordName: row[0].string ?? "", recordType: row[1].string ?? "",
+                                     fields: row[2].string ?? "", changeTag: row[3].string ?? "",
+                                     seq: row[4].int64 ?? 0, deleted: row[5].int64 == 1, modifiedBy: "", modifiedAt: 0)
+            if record.fields.isEmpty {
+                // Kept without its fields (too large): fetch it again, if it still is the same record.
+                guard let current = try cloud.fetchRecord(zone: options.zone, recordName: record.recordName) else {
+                    try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
+                    continue
+                }
+                record = current
+                if record.fields.utf8.count > options.maxRecordSize {
+                    try db.run("UPDATE _storectl_quarantine SET last_tried = ?, attempts = attempts + 1 "
+                                   + "WHERE record_name = ?", [HistoryTracker.nowMilliseconds(), record.recordName])
+                    continue
+                }
+            }
+            guard entities.contains(where: { $0.name == record.recordType }) else { continue }
+            do {
+                _ = try db.transaction { try applier.apply(record) }
+                try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
+                report.recovered += 1
+            } catch let problem as RecordProblem {
+                try setAside(record, problem)
+            } catch let error as SQLiteError where error.isAboutValues {
+                try setAside(record, Self.problem(for: error, record: record))
+            }
+        }
+    }
+
+    /// Remembers the record types met that this store does not track, with how many records of each: when one of
+    /// them becomes a tracked table, its records are fetched from the start (`Mirror.catchUp`).
+    private func rememberUnknown(_ unknown: [String: Int]) throws {
+        guard !unknown.isEmpty else { return }
+        for (type, count) in unknown {
+            try db.run("""
+                INSERT INTO _storectl_meta(key, value) VALUES (?1, ?2)
+                ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER)
+                """, ["unknown_type:" + type, String(count)])
+        }
+    }
+}
+
+/// The orphan rule, the same on every store: a child whose parent is deleted follows the parent (a delete wins).
+/// By the schema's `ON DELETE` action: `SET NULL` (or `SET DEFAULT`) cuts the child loose, anything else
+/// (`CASCADE`, `NO ACTION`, `RESTRICT`) deletes it. Either is a local change, exported like any other, so the
+/// child goes (or is cut loose) on every device too; a child record that never became a local row is deleted in
+/// the cloud through the outbox.
+struct Orphans {
+    let db: Connection
+    let cloud: any CloudDatabase
+    let zone: String
+    let entities: [String: EntityMap]
+    let applier: RecordApplier
+
+    /// Resolves every orphan that this import made or brought; returns how many rows and records it handled.
+    func resolve() throws -> Int {
+        var handled = 0
+        for _ in 0..<16 {
+            let rows = try orphanRows()
+            if rows.isEmpty { break }
+            for (child, fk, pk) in rows {
+                try HistoryTracker(db: db).transaction(author: MirrorState.cascadeAuthor) { _ in
+                    try cutLoose(child, fk: fk, pk: pk)
+                }
+                handled += 1
+            }
+        }
+        handled += try parkedOrphans()
+        return handled
+    }
+
+    /// Rows applied by this import whose parent is missing, and rows whose parent this import deleted.
+    private func orphanRows() throws -> [(EntityMap, ForeignKeyInfo, String)] {
+        var result: [(EntityMap, ForeignKeyInfo, String)] = []
+        for child in entities.values {
+            for fk in child.foreignKeys {
+                guard let parent = entities[fk.parentTable] else { continue }
+                let parentColumns = fk.parentColumns.compactMap { $0 }
+                guard parentColumns.count == fk.columns.count else { continue }
+                let set = fk.columns.map { "c.\(quoteIdentifier($0)) IS NOT NULL" }.joined(separator: " AND ")
+                let match = zip(fk.columns, parentColumns).map { "p.\(quoteIdentifier($1)) = c.\(quoteIdentifier($0))" }
+                    .joined(separator: " AND ")
+                let missing = "NOT EXISTS (SELECT 1 FROM main.\(parent.quotedName) p WHERE \(match))"
+                let deletedMatch = zip(fk.columns, parentColumns).map {
+                    "c.\(quoteIdentifier($0)) = json_extract(d.row, \(quoteLiteral(jsonPath($1))))"
+                }.joined(separator: " AND ")
+                let rows = try db.query("""
+                    SELECT \(child.pkJSON("c")) FROM temp._storectl_applied a
+                    CROSS JOIN main.\(child.quotedName) c
+                    WHERE a.entity = ?1 AND \(child.pkMatches("c", json: "a.pk")) AND \(set) AND \(missing)
+                    UNION
+                    SELECT \(child.pkJSON("c")) FROM temp._storectl_deleted_parents d
+                    CROSS JOIN main.\(child.quotedName) c
+                    WHERE d.entity = ?2 AND \(deletedMatch) AND \(missing)
+                    """, [child.name, parent.name])
+                for row in rows { if let pk = row[0].string { result.append((child, fk, pk)) } }
+            }
+        }
+        return result
+    }
+
+    private func cutLoose(_ child: EntityMap, fk: ForeignKeyInfo, pk: String) throws {
+        let action = fk.onDelete.uppercased()
+        if action == "SET NULL" || action == "SET DEFAULT" {
+            let sets = fk.columns.map { column -> String in
+                let value = action == "SET NULL" ? "NULL"
+                    : (try? db.columns(of: child.name).first { $0.name == column }?.defaultSQL) ?? nil ?? "NULL"
+                return "\(quoteIdentifier(column)) = \(value)"
+            }.joined(separator: ", ")
+            try db.run("UPDATE main.\(child.quotedName) SET \(sets) WHERE \(child.pkMatches("main.\(child.quotedName)", json: "?1"))",
+                       [pk])
+        } else {
+            try applier.deleteRow(child, pk: pk)
+        }
+    }
+
+    /// Parked child records whose parent is gone for good (deleted here, or absent from the cloud): by the same
+    /// rule, the child is deleted in the cloud (or applied cut loose, for SET NULL).
+    private func parkedOrphans() throws -> Int {
+        var handled = 0
+        for record in try applier.parkedRecords() {
+            guard let entity = entities[record.recordType] else { continue }
+            let decoded = try applier.codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+            var gone: [String] = []
+            var waiting = false
+            for (column, value) in decoded.values {
+                guard case .ref(let name?) = value, let ref = entity.reference(for: column),
+                      try applier.parentKey(parent: ref.parent, recordName: name) == nil else { continue }
+                if try parentIsGone(name, type: ref.parent) { gone.append(column) } else { waiting = true }
+            }
+            guard !gone.isEmpty, !waiting else { continue }
+            let loose = gone.allSatisfy { column in
+                entity.foreignKeys.first { $0.columns == [column] }.map { ["SET NULL", "SET DEFAULT"]
+                    .contains($0.onDelete.uppercased()) } ?? false
+            }
+            try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
+            if loose {
+                var values = decoded.values
+                for column in gone { values[column] = .value(.null) }
+                var cut = record
+                cut.fields = try applier.codec.encode(values)
+                if try applier.apply(cut) == .applied, let key = try keyOf(cut, entity) {
+                    // The record still names the parent: the local row differs from it, and the next export
+                    // sends the row as it is now.
+                    try markChanged(entity, pk: key, columns: gone)
+                    try db.run("UPDATE _storectl_records SET change_tag = ?, base = ? WHERE record_name = ?",
+                               [record.changeTag, record.fields, record.recordName])
+                }
+            } else {
+                try applier.outbox(record.recordName, type: record.recordType, tag: record.changeTag,
+                                   reason: "its parent was deleted")
+            }
+            handled += 1
+        }
+        return handled
+    }
+
+    private func keyOf(_ record: CloudRecord, _ entity: EntityMap) throws -> String? {
+        try db.scalar("SELECT pk FROM _storectl_records WHERE record_name = ?", [record.recordName])?.string
+    }
+
+    /// Whether the parent record `name` is deleted: the record map says so, or the cloud has only its tombstone,
+    /// or nothing at all (and it is not waiting set aside here).
+    private func parentIsGone(_ name: String, type: String) throws -> Bool {
+        if try db.scalar("SELECT 1 FROM _storectl_quarantine WHERE record_name = ?", [name]) != nil { return false }
+        if try db.scalar("SELECT 1 FROM _storectl_pending WHERE record_name = ?", [name]) != nil { return false }
+        if let deleted = try db.scalar("SELECT deleted FROM _storectl_records WHERE record_name = ?", [name])?.int64 {
+            if deleted == 1 { return true }
+        }
+        guard let record = try cloud.fetchRecord(zone: zone, recordName: name) else { return true }
+        return record.deleted
+    }
+
+    /// Writes a history row that makes the row a pending local change of `columns`.
+    private func markChanged(_ entity: EntityMap, pk: String, columns: [String]) throws {
+        let names = try db.scalar("SELECT json_array(\(columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")))",
+                                  columns)?.string ?? "[]"
+        try db.run("""
+            INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
+            VALUES (NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2, ?3, 'U', ?4)
+            """, [MirrorState.cascadeAuthor, entity.name, pk, names])
+    }
+}

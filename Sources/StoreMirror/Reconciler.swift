@@ -1,0 +1,217 @@
+import FoundationEssentials
+import StoreBase
+import StoreCloud
+import StoreHistory
+import StoreSQLite
+
+/// What the reconciliation before a sync found and did.
+public struct ReconcileReport: Sendable, Codable, Equatable {
+    /// `crash`: saves of an interrupted export that the store had not recorded; `restore`: the store file is an
+    /// older copy of itself (its own later records were in the cloud).
+    public var kind: String
+    /// The own records looked at.
+    public var records = 0
+    /// When `restore`: the time (ms) of the last export the container knew from this store; local changes made
+    /// before it count as exported.
+    public var restoredAt: Int64?
+}
+
+/// Before anything is exported or imported, the store's record map is made to agree with the records this store
+/// itself has in the cloud. The container keeps, per device and zone, the mark of each export batch
+/// (`ExportMark`): its export serial, the store's history seq when the batch was read, and the time.
+///
+/// - **After a crash** between a save and the store's own record of it (the serials agree), each own record the
+///   map does not reflect is adopted: its tag and fields become the row's base, and the local row takes the
+///   record's values for every column that was not changed locally after the batch was read (a merge the crash
+///   interrupted lands; a write made since stays). The export that follows sends what changed since: an update
+///   goes out as an update of the same record, a delete as its tombstone. Nothing is duplicated or resurrected.
+/// - **After a restore** from an older copy (the container holds a later serial than the store): the store's
+///   later self exported records this copy never saw. They are imported like anyone else's (its rows created
+///   later come back, its deletions apply), local changes made before the time of that later export count as
+///   exported, and changes made since are merged by the merge policy like any local change.
+struct Reconciler {
+    let db: Connection
+    let cloud: any CloudDatabase
+    let options: MirrorOptions
+    let entities: [EntityMap]
+    let device: String
+
+    func run() throws -> ReconcileReport? {
+        guard let state = try cloud.exportState(zone: options.zone, device: device) else { return nil }
+        let ownSeq = try MirrorState.ownSeq(db, container: cloud.container, zone: options.zone)
+        guard state.lastSeq > ownSeq else { return nil }
+        let serial = try MirrorState.exportSerial(db)
+        if serial >= state.mark.serial {
+            return try adoptUnrecordedSaves(after: ownSeq, upTo: state.lastSeq)
+        }
+        return try takeBackLaterRecords(after: ownSeq, state: state)
+    }
+
+    private func ownRecords(after: Int64, _ body: ([DeviceRecord]) throws -> Void) throws {
+        var seq = after
+        while true {
+            let (records, more) = try cloud.fetchDeviceRecords(zone: options.zone, device: device, after: seq,
+                                                               limit: options.pageSize)
+            if !records.isEmpty { try body(records) }
+            seq = records.last?.record.seq ?? seq
+            if !more { return }
+        }
+    }
+
+    // MARK: After a crash
+
+    private func adoptUnrecordedSaves(after ownSeq: Int64, upTo lastSeq: Int64) throws -> ReconcileReport {
+        var report = ReconcileReport(kind: "crash")
+        let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
+        let exportToken = try MirrorState.exportToken(db)
+        try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
+            try db.execute("PRAGMA defer_foreign_keys = ON")
+            try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
+                let applier = try RecordApplier(db: db, entities: byName, policy: .propertyLocalWins)
+                try ownRecords(after: ownSeq) { records in
+                    for own in records {
+                        try adopt(own.record, historySeq: own.historySeq ?? exportToken, applier: applier)
+                        report.records += 1
+                    }
+                }
+                try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, lastSeq)
+            }
+        }
+        return report
+    }
+
+    /// Makes the record map reflect one own record saved before a crash, and the local row take its values where
+    /// nothing newer was written locally.
+    private func adopt(_ record: CloudRecord, historySeq: Int64, applier: RecordApplier) throws {
+        guard let entity = applier.entities[record.recordType] else { return }
+        let entry = try applier.mapEntry(name: record.recordName)
+        if let entry, entry.tag == record.changeTag { return }
+        guard let pk = try localKey(of: record, entity: entity, entry: entry, applier: applier) else {
+            // No local row ever stood for it: the store is the authority for its own records, so it goes.
+            if !record.deleted {
+                try applier.outbox(record.recordName, type: record.recordType, tag: record.changeTag,
+                                   reason: "saved by this store before a crash, and no local row stands for it")
+            }
+            return
+        }
+        if record.deleted {
+            try applier.setMap(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag,
+                               base: nil, extra: nil, deleted: true)
+            return
+        }
+        let decoded = try applier.codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+        let newer = try applier.localChanges(entity, pk: pk, after: historySeq)
+        if try applier.rowExists(entity, pk: pk) {
+            var values: [String: Value] = [:]
+            for (column, value) in decoded.values where !(newer?.changed.contains(column) ?? false) {
+                switch value {
+                case .value(let v): values[column] = v
+                case .ref(let name):
+                    guard let name else { values[column] = .null; continue }
+                    if let ref = entity.reference(for: column),
+                       let key = try applier.parentKey(parent: ref.parent, recordName: name)
+                    {
+                        values[column] = key
+                    }
+                }
+            }
+            try applier.update(entity, pk: pk, values: values)
+        } else if newer?.deleted != true {
+            // Saved (a merge that revived the row) but never applied here: it lands now.
+            var values: [String: Value] = [:]
+            for (column, value) in decoded.values {
+                switch value {
+                case .value(let v): values[column] = v
+                case .ref(let name):
+                    if let name, let ref = entity.reference(for: column),
+                       let key = try applier.parentKey(parent: ref.parent, recordName: name)
+                    {
+                        values[column] = key
+                    } else {
+                        values[column] = .null
+                    }
+                }
+            }
+            if entity.isSurrogate, let rowid = RecordApplier.rowID(pk) { values[entity.primaryKey[0]] = .integer(rowid) }
+            _ = try applier.insert(entity, values: values)
+        }
+        try applier.setMap(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag,
+                           base: record.fields, extra: decoded.extra, deleted: false)
+    }
+
+    /// The local key an own record stands for: from the record map, from its name (a surrogate-keyed row's name
+    /// holds its rowid), or from its fields (a natural key).
+    private func localKey(of record: CloudRecord, entity: EntityMap, entry: RecordApplier.MapEntry?,
+                          applier: RecordApplier) throws -> String?
+    {
+        if let entry, entry.entity == entity.name { return entry.pk }
+        if entity.isSurrogate {
+            let prefix = entity.name + "/" + entity.namePrefix
+            guard !entity.namePrefix.isEmpty, record.recordName.hasPrefix(prefix) else { return nil }
+            let digits = record.recordName.dropFirst(prefix.count)
+            guard !digits.isEmpty, digits.count <= 16, digits.allSatisfy(\.isHexDigit),
+                  let bits = UInt64(digits, radix: 16) else { return nil }
+            let key = "[\(Int64(bitPattern: bits))]"
+            // A name the map gives another key (a fresh name after a rowid was reused) is not this one.
+            if try db.scalar("SELECT 1 FROM _storectl_records WHERE entity = ? AND pk = ?", [entity.name, key]) != nil {
+                return nil
+            }
+            return key
+        }
+        guard !record.deleted else { return nil }
+        let decoded = try applier.codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+        var values: [Value] = []
+        for column in entity.primaryKey {
+            switch decoded.values[column] {
+            case .value(let v)?: values.append(v)
+            case .ref(let name?)?:
+                guard let ref = entity.reference(for: column),
+                      let key = try applier.parentKey(parent: ref.parent, recordName: name) else { return nil }
+                values.append(key)
+            default: return nil
+            }
+        }
+        return try applier.canonicalKey(entity, values: values)
+    }
+
+    // MARK: After a restore
+
+    private func takeBackLaterRecords(after ownSeq: Int64, state: DeviceExportState) throws -> ReconcileReport {
+        var report = ReconcileReport(kind: "restore")
+        report.restoredAt = state.mark.time
+        let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
+        try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
+            try db.execute("PRAGMA defer_foreign_keys = ON")
+            // Local changes made before the later self's last export were exported by it (history is a prefix of
+            // its history up to there).
+            let exported = try db.scalar("SELECT max(seq) FROM _storectl_history WHERE ts <= ?", [state.mark.time])?
+                .int64 ?? 0
+            if exported > (try MirrorState.exportToken(db)) { try MirrorState.setExportToken(db, exported) }
+            try MirrorState.setMeta(db, "restored_at", String(state.mark.time))
+            try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
+                let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy,
+                                                uniqueRules: options.uniqueRules)
+                try applier.resetNotes()
+                let importer = Importer(db: db, cloud: cloud, options: options, entities: entities, device: device)
+                try ownRecords(after: ownSeq) { records in
+                    for own in records {
+                        do {
+                            _ = try db.transaction { try applier.apply(own.record) }
+                        } catch let problem as RecordProblem {
+                            try importer.setAside(own.record, problem)
+                        } catch let error as SQLiteError where error.isAboutValues {
+                            try importer.setAside(own.record, Importer.problem(for: error, record: own.record))
+                        }
+                        report.records += 1
+                    }
+                }
+                _ = try applier.retryPending { record, problem in try importer.setAside(record, problem) }
+                _ = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName, applier: applier).resolve()
+            }
+            try MirrorState.setMeta(db, "export_serial", String(max(try MirrorState.exportSerial(db), state.mark.serial)))
+            try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, state.lastSeq)
+            try MirrorState.setMeta(db, "restore_detected_at", String(HistoryTracker.nowMilliseconds()))
+        }
+        return report
+    }
+}

@@ -1,0 +1,93 @@
+import StoreBase
+import StoreHistory
+import StoreSQLite
+
+/// Keeping values across schema changes that happen on one device before the others.
+///
+/// The record map keeps, for each row, the fields of the last synced record (`base`) and those of its fields the
+/// local table does not have (`extra`). From them:
+/// - a column added here later (`ALTER TABLE` + `storectl migrate`) is filled with the values other devices sent
+///   for it before (`backfill`), where the row has no value of its own;
+/// - values written while the triggers were stale (a column added and filled before `migrate` ran, so no history
+///   was written) are found by comparing each row with its last synced record, and exported (`rescan`);
+/// - a column dropped here keeps travelling with the row, with the value last synced (`rescan` moves it into
+///   `extra`), so that devices which still have it never lose it.
+enum SchemaEvolution {
+    /// Fills, for every entity, the local columns that the `extra` fields of its rows name, where the row's value
+    /// is NULL; the filled keys leave `extra`. Runs inside a transaction with author `cloud-import` (the values came
+    /// from the cloud). Returns how many values were filled.
+    static func backfill(_ db: Connection, entities: [EntityMap], applier: RecordApplier) throws -> Int {
+        var filled = 0
+        for e in entities {
+            let rows = try db.query("""
+                SELECT r.pk, r.extra FROM _storectl_records r
+                WHERE r.entity = ?1 AND r.extra IS NOT NULL AND r.deleted = 0
+                  AND EXISTS (SELECT 1 FROM json_each(r.extra) x WHERE x.key IN (SELECT value FROM json_each(?2)))
+                """, [e.name, try e.fieldColumnsJSON(db)])
+            for row in rows {
+                guard let pk = row[0].string, let extra = row[1].string else { continue }
+                let decoded = try applier.codec.decodeRecord(extra, columns: e.fieldColumns)
+                var values: [String: Value] = [:]
+                for (column, value) in decoded.values {
+                    let current = try db.scalar("SELECT t.\(quoteIdentifier(column)) FROM main.\(e.quotedName) t "
+                                                    + "WHERE \(e.pkMatches("t", json: "?1"))", [pk])
+                    guard current == nil || current?.isNull == true else { continue }
+                    switch value {
+                    case .value(let v): values[column] = v
+                    case .ref(let name):
+                        if let name, let ref = e.reference(for: column),
+                           let key = try applier.parentKey(parent: ref.parent, recordName: name)
+                        {
+                            values[column] = key
+                        }
+                    }
+                }
+                if try applier.rowExists(e, pk: pk), !values.isEmpty {
+                    try applier.update(e, pk: pk, values: values)
+                    filled += values.count
+                }
+                try db.run("UPDATE _storectl_records SET extra = ?3 WHERE entity = ?1 AND pk = ?2",
+                           [e.name, pk, decoded.extra])
+            }
+        }
+        return filled
+    }
+
+    /// For every entity whose columns changed since the last export (meta `columns:<table>`): carries the values of
+    /// dropped columns in `extra`, and writes a history row (author `rescan`) for each row whose values differ from
+    /// its last synced record, so that the export sends it. Returns how many rows it found.
+    static func rescan(_ db: Connection, entities: [EntityMap]) throws -> Int {
+        var found = 0
+        for e in entities {
+            let now = try e.fieldColumnsJSON(db)
+            let before = try MirrorState.meta(db, "columns:" + e.name)
+            if before == now { continue }
+            if before == nil,
+               try db.scalar("SELECT 1 FROM _storectl_records WHERE entity = ? LIMIT 1", [e.name]) == nil { continue }
+            // The fields of the last synced record that the table lacks travel on with the row.
+            try db.run("""
+                UPDATE _storectl_records SET extra = (
+                    SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_object(b.key, \(FieldCodec.jsonOf("b.type", "b.value"))) END
+                    FROM json_each(base) b WHERE b.key NOT IN (SELECT value FROM json_each(?2)))
+                WHERE entity = ?1 AND base IS NOT NULL AND deleted = 0
+                """, [e.name, now])
+            let fields = e.fieldsJSON("t")
+            let rows = try db.query("""
+                SELECT r.pk FROM _storectl_records r CROSS JOIN main.\(e.quotedName) t
+                WHERE r.entity = ?1 AND r.deleted = 0 AND r.change_tag IS NOT NULL AND \(e.pkMatches("t", json: "r.pk"))
+                  AND EXISTS (SELECT 1 FROM json_each(\(fields)) f
+                              WHERE coalesce((SELECT json_quote(b.value) FROM json_each(r.base) b WHERE b.key = f.key),
+                                             'null') IS NOT json_quote(f.value))
+                """, [e.name])
+            for row in rows {
+                guard let pk = row[0].string else { continue }
+                try db.run("""
+                    INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
+                    VALUES (NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2, ?3, 'U', ?4)
+                    """, [MirrorState.rescanAuthor, e.name, pk, now])
+                found += 1
+            }
+        }
+        return found
+    }
+}
