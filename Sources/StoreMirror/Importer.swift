@@ -29,6 +29,8 @@ public struct ImportReport: Sendable, Codable, Equatable {
     public var token: String?
     /// Duplicates of `unique:` keys resolved inside the import.
     public var dedup = DedupReport()
+    /// The records this import set aside (or found still set aside), each with its seq, reason and fix.
+    public var setAsideRecords: [SetAsideRecord] = []
 
     public init() {}
 }
@@ -132,6 +134,7 @@ struct Importer {
                 try rememberUnknown(unknown)
             }
             try MirrorState.setMeta(db, "last_import_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
+            report.setAsideRecords = try MirrorState.unsettled(db).setAside
             Failpoint.hit("import.before-commit")
         }
         Failpoint.hit("import.after-commit")

@@ -3,6 +3,7 @@ import FoundationEssentials
 import Glibc
 #endif
 import StoreBase
+import StoreCloud
 import StoreSQLite
 
 /// The sync engine's own state inside the store: the record map, pending references, tokens and meta keys.
@@ -223,5 +224,77 @@ public enum MirrorState {
         return try db.scalar("""
             SELECT count(*) FROM (SELECT DISTINCT entity, pk FROM _storectl_history WHERE seq > ? AND author <> ?)
             """, [token, importAuthor])?.int64 ?? 0
+    }
+}
+
+/// Everything in a store that is not converged with the cloud although no change is pending: what `status` and
+/// `doctor` report so that "healthy" means healthy.
+public struct UnsettledReport: Sendable, Codable, Equatable {
+    /// A child record waiting for its parent.
+    public struct Waiting: Sendable, Codable, Equatable {
+        public var recordName: String
+        public var recordType: String
+        public var seq: Int64
+    }
+
+    /// Records that wait for a parent record that has not arrived.
+    public var waitingForParent: [Waiting] = []
+    /// Records set aside: they cannot be applied as they are.
+    public var setAside: [SetAsideRecord] = []
+    /// Tombstones not yet sent (losers of a UNIQUE constraint, orphaned children).
+    public var outbox = 0
+    /// Local rows too large to send (`max_record_size`).
+    public var tooLarge: [RowRef] = []
+    /// Records of types this store does not track, by type (they stay in the cloud).
+    public var untrackedTypes: [String: Int] = [:]
+    /// When the store was found to be an older copy of itself and took back its later records.
+    public var restoredAt: String?
+
+    public init() {}
+
+    /// Whether anything keeps the store from being converged.
+    public var isEmpty: Bool { waitingForParent.isEmpty && setAside.isEmpty && outbox == 0 && tooLarge.isEmpty }
+}
+
+extension MirrorState {
+    /// What keeps the store from being converged with the cloud, as far as the store alone can tell.
+    /// - Throws: `SQLiteError`.
+    public static func unsettled(_ db: Connection) throws -> UnsettledReport {
+        var report = UnsettledReport()
+        guard try db.tableExists("_storectl_pending") else { return report }
+        report.waitingForParent = try db.query("""
+            SELECT record_name, record_type, seq FROM _storectl_pending ORDER BY seq LIMIT 100
+            """).map { .init(recordName: $0[0].string ?? "", recordType: $0[1].string ?? "", seq: $0[2].int64 ?? 0) }
+        if try db.tableExists("_storectl_quarantine") {
+            report.setAside = try db.query("""
+                SELECT record_name, record_type, seq, reason, coalesce(hint, ''), attempts FROM _storectl_quarantine
+                ORDER BY seq LIMIT 100
+                """).map {
+                SetAsideRecord(recordName: $0[0].string ?? "", recordType: $0[1].string ?? "", seq: $0[2].int64 ?? 0,
+                               reason: $0[3].string ?? "", hint: $0[4].string ?? "", attempts: Int($0[5].int64 ?? 0))
+            }
+            report.outbox = Int(try db.scalar("SELECT count(*) FROM _storectl_outbox")?.int64 ?? 0)
+        }
+        if try db.tableExists("_storectl_unsent") {
+            report.tooLarge = try db.query("SELECT entity, pk, bytes FROM _storectl_unsent ORDER BY entity, pk LIMIT 100")
+                .map { RowRef(entity: $0[0].string ?? "", key: $0[1].string ?? "", bytes: $0[2].int64.map(Int.init)) }
+        }
+        for row in try db.query("""
+            SELECT substr(key, length('unknown_type:') + 1), value FROM _storectl_meta
+            WHERE key LIKE 'unknown\\_type:%' ESCAPE '\\'
+            """) {
+            if let type = row[0].string { report.untrackedTypes[type] = Int(row[1].string ?? "") ?? 0 }
+        }
+        if let ms = try meta(db, "restore_detected_at").flatMap(Int64.init) {
+            report.restoredAt = ISOTime.string(unixMilliseconds: ms, fractional: false)
+        }
+        return report
+    }
+
+    /// How many of this store's own saves in the zone its record map does not reflect yet (a crash between a save
+    /// and its record, or a store file that is an older copy of itself), from the container's export marks.
+    public static func unrecordedOwnSaves(_ db: Connection, cloud: any CloudDatabase, zone: String) throws -> Bool {
+        guard let state = try cloud.exportState(zone: zone, device: try storeID(db)) else { return false }
+        return state.lastSeq > (try ownSeq(db, container: cloud.container, zone: zone))
     }
 }

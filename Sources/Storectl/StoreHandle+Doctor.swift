@@ -131,6 +131,27 @@ extension StoreHandle {
                 + " (or 'storectl \(storeFlag)mode \(storedMode.rawValue)' to keep the store's mode)", .dataError)
         }
 
+        // Records that did not land: set aside, waiting for a parent, tombstones not sent, rows too large.
+        checks.append("records")
+        let unsettled = try MirrorState.unsettled(db)
+        for record in unsettled.setAside {
+            add("records", "record \(record.recordName) of table '\(record.recordType)' (seq \(record.seq)) is set "
+                + "aside: \(record.reason)", record.hint, .dataError)
+        }
+        for record in unsettled.waitingForParent {
+            add("records", "record \(record.recordName) of table '\(record.recordType)' (seq \(record.seq)) waits for "
+                + "a parent record that has not arrived", command("sync") + " once the parent's device has synced",
+                .dataError)
+        }
+        if unsettled.outbox > 0 {
+            add("records", "\(unsettled.outbox) record(s) must still be deleted in the cloud (duplicates, or children "
+                + "of deleted parents)", command("sync"), .dataError)
+        }
+        for row in unsettled.tooLarge {
+            add("records", "row \(row.key) of table '\(row.entity)' is larger than max_record_size and is not sent",
+                "make the row smaller, or raise stores.\(name).cloud.max_record_size in \(config.path)", .dataError)
+        }
+
         // Duplicates of unique: keys.
         let rules = try mirrorRules()
         if !rules.isEmpty {
@@ -222,10 +243,19 @@ extension StoreHandle {
     /// A zone purged or deleted elsewhere since this store last imported.
     private func zoneFindings(db: Connection, cloud: CloudSettings, command: (String) -> String) -> [DoctorFinding] {
         do {
+            let backend = try CloudConnector.open(settings: cloud, createIfMissing: false)
+            if try backend.zoneInfo(cloud.zone, countLive: false) != nil,
+               try MirrorState.unrecordedOwnSaves(db, cloud: backend, zone: cloud.zone)
+            {
+                return [DoctorFinding(check: "zone",
+                                      problem: "the cloud holds records this store saved that its record map does "
+                                          + "not reflect (an export was interrupted, or the store file is an older "
+                                          + "copy of itself)", fix: command("sync") + " reconciles them first",
+                                      exitCode: .dataError)]
+            }
             guard let raw = try MirrorState.serverToken(db, zone: cloud.zone),
                   let token = ServerChangeToken(rawValue: raw)
             else { return [] }
-            let backend = try CloudConnector.open(settings: cloud, createIfMissing: false)
             let zone = try backend.zoneInfo(cloud.zone)
             if zone == nil || zone?.epoch != token.epoch {
                 return [DoctorFinding(check: "zone",

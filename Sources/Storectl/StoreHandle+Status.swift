@@ -61,6 +61,9 @@ public struct StatusReport: Sendable, Codable {
     public var cloud: Cloud?
     /// Every disagreement between config.yaml and the store, with the command that fixes it.
     public var disagreements: [String]
+    /// What keeps the store from being converged although nothing is pending: records waiting for a parent or set
+    /// aside, tombstones not yet sent, rows too large to send, and records of types the store does not track.
+    public var unsettled = UnsettledReport()
 }
 
 extension StoreHandle {
@@ -75,6 +78,7 @@ extension StoreHandle {
         var lastSync: String?
         var tokens = StatusReport.Tokens(export: 0, server: nil)
         var bound: String?
+        var unsettled = UnsettledReport()
         if exists {
             let db = try database()
             if try db.tableExists("_storectl_meta") {
@@ -109,6 +113,19 @@ extension StoreHandle {
                     disagreements.append(state.name == "drift" ? "the tracked tables changed since the triggers were installed; run 'storectl migrate'"
                                          : "history triggers are missing; run 'storectl migrate --force'")
                 }
+                unsettled = try MirrorState.unsettled(db)
+                for record in unsettled.setAside {
+                    disagreements.append("record \(record.recordName) (\(record.recordType), seq \(record.seq)) is set "
+                                         + "aside: \(record.reason); \(record.hint)")
+                }
+                for record in unsettled.waitingForParent {
+                    disagreements.append("record \(record.recordName) (\(record.recordType), seq \(record.seq)) waits "
+                                         + "for a parent record that has not arrived")
+                }
+                for row in unsettled.tooLarge {
+                    disagreements.append("row \(row.key) of '\(row.entity)' is larger than max_record_size and is not "
+                                         + "sent; make it smaller or raise cloud.max_record_size")
+                }
             } else {
                 disagreements.append("the store is not initialised; run 'storectl init'")
             }
@@ -131,9 +148,11 @@ extension StoreHandle {
             cloud = .init(url: CloudConnector.redacted(settingsCloud.url), container: settingsCloud.container,
                           zone: settingsCloud.zone, reachable: reachable)
         }
-        return StatusReport(store: settings.name, path: settings.path, exists: exists, mode: mode,
-                            configMode: settings.mode.rawValue, history: history, pendingExport: pending,
-                            lastSync: lastSync, tokens: tokens, account: account, cloud: cloud,
-                            disagreements: disagreements)
+        var report = StatusReport(store: settings.name, path: settings.path, exists: exists, mode: mode,
+                                  configMode: settings.mode.rawValue, history: history, pendingExport: pending,
+                                  lastSync: lastSync, tokens: tokens, account: account, cloud: cloud,
+                                  disagreements: disagreements)
+        report.unsettled = unsettled
+        return report
     }
 }

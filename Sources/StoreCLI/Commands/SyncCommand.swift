@@ -39,6 +39,11 @@ struct SyncCommand: Command {
             context.console.out("imported: \(i.applied) applied, \(i.deleted) deleted, \(i.skipped) skipped"
                                 + (i.waitingForParent > 0 ? ", \(i.waitingForParent) waiting for a parent" : ""))
             context.console.out("conflicts: \(e.conflictsResolved) resolved by \(store.settings.cloud?.mergePolicy.rawValue ?? "")")
+            for record in i.setAsideRecords {
+                context.console.err("warning: record \(record.recordName) (table '\(record.recordType)', seq \(record.seq)) "
+                                    + "is set aside: \(record.reason)")
+                context.console.err("  fix: \(record.hint)")
+            }
         }
         return .ok
     }
