@@ -22,6 +22,7 @@ let registeredCommands: [any Command.Type] = [
     ModeCommand.self,
     StatusCommand.self,
     SyncCommand.self,
+    WatchCommand.self,
     InitCommand.self,
     HistoryCommand.self,
     MigrateCommand.self,
