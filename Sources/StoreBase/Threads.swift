@@ -60,7 +60,7 @@ public final class DedicatedThread: Sendable {
 ///
 ///     let confinement = ThreadConfinement()
 ///     confinement.check()   // traps when called from another thread
-public struct ThreadConfinement {
+public struct ThreadConfinement: Sendable {
     private let owner: pthread_t
 
     /// Confines to the calling thread.

@@ -70,6 +70,10 @@ public final class WatchLock: Sendable {
         for _ in 0..<10 {
             let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
             guard fd >= 0 else {
+                if errno == ENOENT {
+                    throw StoreError(.noInput, "store '\(store)': the folder \(Path.parent(storePath)) does not exist, so "
+                                     + "the store was never created", hint: "run 'storectl --store \(store) init' first")
+                }
                 let reason = String(cString: strerror(errno))
                 throw StoreError(.cantCreate, "store '\(store)': cannot create the watch lock file \(path) (\(reason))",
                                  hint: "check the permissions of the store's folder \(Path.parent(storePath))")

@@ -212,7 +212,8 @@ final class StoreLoop {
         if let retryAt { return now >= retryAt }
         if now >= nextPoll { return true }
         if let burst, now - burst.last >= options.debounce || now - burst.first >= options.maxDebounce { return true }
-        if let remoteWake, now - remoteWake >= 0.05 { return true }
+        // A few batches of one export each notify: waiting a debounce takes them in one round.
+        if let remoteWake, now - remoteWake >= options.debounce { return true }
         return false
     }
 

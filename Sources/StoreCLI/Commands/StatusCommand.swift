@@ -52,6 +52,17 @@ struct StatusCommand: Command {
                 lines.append("  cloud:           \(c.url) container \(c.container) zone \(c.zone), "
                              + (c.reachable.map { $0 ? "reachable" : "not reachable" } ?? "not checked (local mode)"))
             }
+            if r.cloud != nil {
+                lines.append("  first import:    " + (r.initialSyncComplete ? "done" : "not yet"))
+                lines.append("  last export:     \(r.lastExportAt ?? "never"); last import: \(r.lastImportAt ?? "never")")
+                if let e = r.lastError {
+                    lines.append("  last error:      \(e.at): \(e.message) (exit \(e.code))")
+                }
+                lines.append("  watched by:      " + (r.watcher.map { w in
+                    "storectl watch (pid \(w.pid.map(String.init) ?? "unknown")"
+                        + (w.startedAt.map { ", since \($0)" } ?? "") + ")"
+                } ?? "no watch process"))
+            }
             for d in r.disagreements { lines.append("  ! \(d)") }
             context.console.out(lines.joined(separator: "\n"))
         }
