@@ -149,7 +149,9 @@ private struct Edit {
         forceDoubleQuotes = true
         let second = try attempt()
         guard readsBack(second.bytes) else {
-            throw StoreError(.software, "cannot write '\(value)' for \(key) so that it reads back unchanged",
+            let shown = SourceText.secretKeys.contains(components.last ?? "") ? Redaction.placeholder
+                : SourceText.printable(value)
+            throw StoreError(.software, "cannot write '\(shown)' for \(key) so that it reads back unchanged",
                              hint: "edit the config file by hand")
         }
         return finish(second)

@@ -323,7 +323,7 @@ final class AccountCommandTests: XCTestCase {
         let (result, json) = try status(dir)
         XCTAssertEqual(result.status, 69, "\(result)")
         XCTAssertEqual(json["status"] as? String, "couldNotDetermine")
-        XCTAssertEqual(json["url"] as? String, "postgres://alice:***@localhost/notes")
+        XCTAssertEqual(json["url"] as? String, "postgres://alice:<redacted>@localhost/notes")
         XCTAssertFalse(result.stdout.contains("pw-in-url"))
         let initResult = try run(["cloud", "init"], in: dir)
         // Nothing listens on localhost:5432 here (the test server has a unix socket only): a temporary failure.

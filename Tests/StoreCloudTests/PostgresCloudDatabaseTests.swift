@@ -415,13 +415,13 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
     }
 
     func testConnectionsURLsAndPasswordsStayOutOfMessages() throws {
-        XCTAssertEqual(PostgresURL.redacted("postgres://alice:s3cret@db.example.com:5433/notes?sslmode=require"),
+        XCTAssertEqual(Redaction.connectionString("postgres://alice:s3cret@db.example.com:5433/notes?sslmode=require"),
                        "postgres://alice@db.example.com:5433/notes?sslmode=require")
-        XCTAssertEqual(PostgresURL.redacted("postgresql://db/notes?password=s3cret&sslmode=verify-full"),
+        XCTAssertEqual(Redaction.connectionString("postgresql://db/notes?password=s3cret&sslmode=verify-full"),
                        "postgresql://db/notes?sslmode=verify-full")
-        XCTAssertEqual(PostgresURL.redacted("postgresql://u:p%40ss@[::1]/d?pass%77ord=x"), "postgresql://u@[::1]/d")
-        XCTAssertEqual(PostgresURL.redacted("postgresql:///postgres?host=/tmp/x"), "postgresql:///postgres?host=/tmp/x")
-        XCTAssertEqual(PostgresURL.redacted("host=db user=alice password='s3 cret' sslmode=require"),
+        XCTAssertEqual(Redaction.connectionString("postgresql://u:p%40ss@[::1]/d?pass%77ord=x"), "postgresql://u@[::1]/d")
+        XCTAssertEqual(Redaction.connectionString("postgresql:///postgres?host=/tmp/x"), "postgresql:///postgres?host=/tmp/x")
+        XCTAssertEqual(Redaction.connectionString("host=db user=alice password='s3 cret' sslmode=require"),
                        "host=db sslmode=require user=alice")
         let db = try PostgresCloudDatabase(url: "postgres://alice:s3cret@127.0.0.1:1/notes", container: "c",
                                            password: "other-secret", timeout: 2)
