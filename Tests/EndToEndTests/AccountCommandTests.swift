@@ -328,7 +328,7 @@ final class AccountCommandTests: XCTestCase {
         let initResult = try run(["cloud", "init"], in: dir)
         // Nothing listens on localhost:5432 here (the test server has a unix socket only): a temporary failure.
         XCTAssertEqual(initResult.status, 75, "\(initResult)")
-        XCTAssertTrue(initResult.stderr.hasPrefix("error: cannot connect to postgres://alice@localhost/notes: "),
+        XCTAssertTrue(initResult.stderr.hasPrefix("error: cannot connect to postgres://alice:<redacted>@localhost/notes: "),
                       initResult.stderr)
         XCTAssertTrue(initResult.stderr.hasSuffix("\nhint: check that the server is running and reachable, then "
                           + "retry\n"), initResult.stderr)
@@ -380,7 +380,7 @@ final class AccountCommandTests: XCTestCase {
                                                     "SELECT count(*), (SELECT epoch FROM zones) FROM records"],
                                    in: dir.path)
         XCTAssertEqual(after.stdout.prefix(2), "0|")
-        XCTAssertFalse(after.stdout.contains("|e1"), "the zone has a new epoch")
+        XCTAssertNotEqual(after.stdout, "0|e1\n", "the zone has a new epoch")
     }
 
     func testPrintGrantsIsForPostgres() throws {
