@@ -88,7 +88,8 @@ public indirect enum ConfigValue: Sendable, Equatable, Encodable {
         }
     }
 
-    private struct DynamicKey: CodingKey {
+    /// Config keys are data: written as they are.
+    private struct DynamicKey: VerbatimCodingKey {
         var stringValue: String
         var intValue: Int? { nil }
         init(_ string: String) { stringValue = string }

@@ -303,6 +303,7 @@ extension StoreHandle {
 public struct AccountUnavailableError: DiagnosedError {
     public var report: AccountStatusReport
     public var exitCode: ExitCode { report.status.exitCode }
+    public var accountStatus: String? { report.status.rawValue }
     public var summary: String {
         "account '\(report.account ?? "(none)")' is \(report.status.rawValue): \(report.reason)"
     }

@@ -45,7 +45,7 @@ public final class StoreHandle {
         if !FileManager.default.fileExists(atPath: path) {
             guard create else {
                 throw StoreError(.noInput, "store '\(settings.name)': \(path) does not exist",
-                                 hint: "run 'storectl init --store \(settings.name)' to create it")
+                                 hint: "run 'storectl init' to create it")
             }
             let dir = Path.parent(path)
             do {

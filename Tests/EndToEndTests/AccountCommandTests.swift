@@ -265,7 +265,7 @@ final class AccountCommandTests: XCTestCase {
         let empty = try run(["account", "add", "dave"], in: dir, stdin: "")
         XCTAssertEqual(empty.status, 64, "\(empty)")
         XCTAssertTrue(empty.stderr.hasPrefix("error: no secret for account 'dave'\nhint: pass it on stdin or name an "
-                                                 + "environment variable with --secret-env VAR\n"), empty.stderr)
+                                                 + "environment variable with --secret-env <var>\n"), empty.stderr)
         let unset = try run(["account", "add", "dave", "--secret-env", "NOPE"], in: dir)
         XCTAssertEqual(unset.status, 64, "\(unset)")
         XCTAssertTrue(unset.stderr.hasPrefix("error: the environment variable NOPE named by --secret-env is not set "

@@ -16,7 +16,6 @@ struct MigrateCommand: Command {
         tracking is lost, and migrate refuses (exit 78). --force reinstalls the triggers and records the gap in
         the store meta (history_gap), so that the next cloud enable re-baselines instead of missing changes.
         """
-    static let arguments = "[--force]"
     static let examples = [
         "storectl migrate                   # after ALTER TABLE notes ADD COLUMN pinned INTEGER",
         "storectl migrate --force           # after triggers were dropped: reinstall, record a history gap",
