@@ -43,10 +43,7 @@ public final class StoreHandle {
         if let connection { return connection }
         let path = settings.path
         if !FileManager.default.fileExists(atPath: path) {
-            guard create else {
-                throw StoreError(.noInput, "store '\(settings.name)': \(path) does not exist",
-                                 hint: "run 'storectl init --store \(settings.name)' to create it")
-            }
+            guard create else { throw missingStoreError() }
             let dir = Path.parent(path)
             do {
                 try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -99,6 +96,44 @@ public final class StoreHandle {
         throw StoreError(.dataError, "store '\(settings.name)': \(path) is damaged: its header counts \(pages) page(s) "
                          + "of \(pageSize) bytes but the file holds only \(size) bytes",
                          hint: "restore the store from a backup; the file was not changed")
+    }
+
+    /// The error for a store file missing at its configured path: exit 66, naming the path and the fix. A store that
+    /// was moved by hand is found again by pointing the config at it; creating a new, empty store in its place
+    /// (`init`) is never suggested, because the rows would then look deleted to every other device.
+    public func missingStoreError() -> StoreError {
+        StoreError(.noInput, "store '\(settings.name)': \(settings.path) does not exist",
+                   details: ["  stores.\(settings.name).path in \(config.path) names it; nothing was created or changed"],
+                   hint: "if the file was moved, point the config at its new place: "
+                       + "'\(command("config set stores.\(settings.name).path NEW_PATH"))' "
+                       + "(next time, '\(command("migrate --to NEW_PATH"))' moves the file and the config together)")
+    }
+
+    /// Throws `missingStoreError()` when the store file is not at its configured path.
+    public func requireExists() throws {
+        if !exists { throw missingStoreError() }
+    }
+
+    /// A storectl command line for hints, that works when pasted: with `--config` when the config is not
+    /// `./config.yaml`, and `--store` when the config has more than one store.
+    ///
+    ///     store.command("sync")   // "storectl --store notes sync"
+    public func command(_ words: String) -> String {
+        var parts = ["storectl"]
+        let cwd = FileManager.default.currentDirectoryPath
+        if config.path != Path.join(cwd, "config.yaml") { parts.append("--config " + Self.shellQuoted(config.path)) }
+        if config.stores.count > 1 { parts.append("--store " + Self.shellQuoted(settings.name)) }
+        parts.append(words)
+        return parts.joined(separator: " ")
+    }
+
+    /// `text` quoted for a POSIX shell when it holds anything but plain path characters.
+    static func shellQuoted(_ text: String) -> String {
+        let plain = !text.isEmpty && text.utf8.allSatisfy { c in
+            (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
+                || c == UInt8(ascii: "/") || c == UInt8(ascii: ".") || c == UInt8(ascii: "-") || c == UInt8(ascii: "_")
+        }
+        return plain ? text : "'" + text.replacingText("'", with: "'\\''") + "'"
     }
 
     /// Closes the connection; the next `database()` opens it again.

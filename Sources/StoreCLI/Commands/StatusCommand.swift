@@ -24,9 +24,15 @@ struct StatusCommand: Command {
         let config = try context.loadConfig()
         let names = context.global.storeName.map { [$0] } ?? config.stores.map(\.name)
         var reports: [StatusReport] = []
+        var missing: [StoreHandle] = []
         for name in names {
             let store = try StoreHandle(config: config, storeName: name)
             reports.append(try store.status(checkCloud: args.flag("check-cloud")))
+            if !store.exists { missing.append(store) }
+        }
+        // A store missing at its configured path is exit 66, after the report of every store.
+        defer {
+            for store in missing { CommandLineTool.report(store.missingStoreError(), console: context.console, json: false) }
         }
         if context.global.json {
             if context.global.storeName != nil || reports.count == 1, let only = reports.first {
@@ -34,7 +40,7 @@ struct StatusCommand: Command {
             } else {
                 context.console.json(["stores": reports])
             }
-            return .ok
+            return missing.isEmpty ? .ok : .noInput
         }
         for r in reports {
             var lines = ["store \(r.store) (\(r.path))"]
@@ -55,6 +61,6 @@ struct StatusCommand: Command {
             for d in r.disagreements { lines.append("  ! \(d)") }
             context.console.out(lines.joined(separator: "\n"))
         }
-        return .ok
+        return missing.isEmpty ? .ok : .noInput
     }
 }
