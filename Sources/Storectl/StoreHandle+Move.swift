@@ -9,7 +9,6 @@ import StoreSQLite
 
 /// What `storectl migrate --to` did. The JSON form is stable.
 public struct MoveReport: Sendable, Codable, Equatable {
-    public var version = 1
     public var store: String
     /// `move` or `copy`.
     public var action: String
@@ -33,7 +32,7 @@ public struct MoveReport: Sendable, Codable, Equatable {
     public var steps: [PlanStep]
 
     enum CodingKeys: String, CodingKey {
-        case version, store, action, from, to, identity, pages, integrity, steps
+        case store, action, from, to, identity, pages, integrity, steps
         case storeID = "store_id"
         case configPath = "config_path"
         case oldFileRemoved = "old_file_removed"
@@ -41,7 +40,6 @@ public struct MoveReport: Sendable, Codable, Equatable {
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(version, forKey: .version)
         try c.encode(store, forKey: .store)
         try c.encode(action, forKey: .action)
         try c.encode(from, forKey: .from)
@@ -90,7 +88,7 @@ extension StoreHandle {
         if target == source {
             guard !copy else {
                 throw StoreError(.usage, "cannot copy store '\(settings.name)' onto itself (\(target))",
-                                 hint: "name another path: \(command("migrate --to NEW_PATH --copy"))")
+                                 hint: "name another path: 'storectl migrate --to NEW_PATH --copy'")
             }
             try requireExists()
             // The config names the target already: an earlier move stopped after its config edit.
@@ -140,7 +138,7 @@ extension StoreHandle {
                 try lock?.execute("BEGIN IMMEDIATE")
             } catch let error as SQLiteError where error.isBusy {
                 throw StoreError(.tempFail, "another process holds the write lock of \(source)",
-                                 hint: "retry when it is done: \(command("migrate --to \(Self.shellQuoted(target))"))")
+                                 hint: "run the same command again when that process is done; nothing was changed")
             }
             try checkStillAt(source, lock: lock)
             step("lock", "holding the write lock of \(source): writers wait until the move is done")

@@ -114,7 +114,7 @@ extension StoreHandle {
             }
         } else {
             disagreements.append("the store file \(settings.path) does not exist; if it was moved, run "
-                                 + "'\(command("config set stores.\(settings.name).path NEW_PATH"))'")
+                                 + "'storectl config set stores.\(settings.name).path NEW_PATH'")
         }
         var account: StatusReport.Account?
         var cloud: StatusReport.Cloud?

@@ -105,35 +105,13 @@ public final class StoreHandle {
         StoreError(.noInput, "store '\(settings.name)': \(settings.path) does not exist",
                    details: ["  stores.\(settings.name).path in \(config.path) names it; nothing was created or changed"],
                    hint: "if the file was moved, point the config at its new place: "
-                       + "'\(command("config set stores.\(settings.name).path NEW_PATH"))' "
-                       + "(next time, '\(command("migrate --to NEW_PATH"))' moves the file and the config together)")
+                       + "'storectl config set stores.\(settings.name).path NEW_PATH' "
+                       + "(next time, 'storectl migrate --to NEW_PATH' moves the file and the config together)")
     }
 
     /// Throws `missingStoreError()` when the store file is not at its configured path.
     public func requireExists() throws {
         if !exists { throw missingStoreError() }
-    }
-
-    /// A storectl command line for hints, that works when pasted: with `--config` when the config is not
-    /// `./config.yaml`, and `--store` when the config has more than one store.
-    ///
-    ///     store.command("sync")   // "storectl --store notes sync"
-    public func command(_ words: String) -> String {
-        var parts = ["storectl"]
-        let cwd = FileManager.default.currentDirectoryPath
-        if config.path != Path.join(cwd, "config.yaml") { parts.append("--config " + Self.shellQuoted(config.path)) }
-        if config.stores.count > 1 { parts.append("--store " + Self.shellQuoted(settings.name)) }
-        parts.append(words)
-        return parts.joined(separator: " ")
-    }
-
-    /// `text` quoted for a POSIX shell when it holds anything but plain path characters.
-    static func shellQuoted(_ text: String) -> String {
-        let plain = !text.isEmpty && text.utf8.allSatisfy { c in
-            (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
-                || c == UInt8(ascii: "/") || c == UInt8(ascii: ".") || c == UInt8(ascii: "-") || c == UInt8(ascii: "_")
-        }
-        return plain ? text : "'" + text.replacingText("'", with: "'\\''") + "'"
     }
 
     /// Closes the connection; the next `database()` opens it again.

@@ -75,7 +75,8 @@ final class ConfigCommandTests: XCTestCase {
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), before)
         let unknown = try Binary.storectl(["config", "set", "stores.notes.mdoe", "cloud"], in: dir.path)
         XCTAssertEqual(unknown.status, 64, "\(unknown)")
-        XCTAssertEqual(unknown.stderr, "error: unknown key 'stores.notes.mdoe'\nhint: did you mean 'stores.notes.mode'?\n")
+        XCTAssertEqual(unknown.stderr, "error: unknown key 'stores.notes.mdoe'\nhint: did you mean 'stores.notes.mode'?\n"
+                       + "usage: storectl config set <key> <value> [options]\n")
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), before)
     }
 
@@ -260,10 +261,12 @@ final class ConfigCommandTests: XCTestCase {
         XCTAssertEqual(unset.stderr, "stores.notes.cloud.account is not set in config.yaml\n")
         let unknown = try Binary.storectl(["config", "get", "stores.notes.mdoe"], in: dir.path)
         XCTAssertEqual(unknown.status, 64)
-        XCTAssertEqual(unknown.stderr, "error: unknown key 'stores.notes.mdoe'\nhint: did you mean 'stores.notes.mode'?\n")
+        XCTAssertEqual(unknown.stderr, "error: unknown key 'stores.notes.mdoe'\nhint: did you mean 'stores.notes.mode'?\n"
+                       + "usage: storectl config get <key> [options]\n")
         let store = try Binary.storectl(["config", "get", "stores.note.mode"], in: dir.path)
         XCTAssertEqual(store.status, 64)
-        XCTAssertEqual(store.stderr, "error: no store named 'note' in config.yaml\nhint: did you mean 'stores.notes'?\n")
+        XCTAssertEqual(store.stderr, "error: no store named 'note' in config.yaml\nhint: did you mean 'stores.notes'?\n"
+                       + "usage: storectl config get <key> [options]\n")
     }
 
     func testEverySubcommandHasHelpWithExamples() throws {

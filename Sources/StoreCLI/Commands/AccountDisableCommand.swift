@@ -6,7 +6,7 @@ import Storectl
 struct AccountDisableCommand: Command {
     static let name = "disable"
     static let abstract = "Disable an account of the container file (its status becomes restricted)."
-    static let arguments = "ID"
+    static let arguments = "<id>"
     static let discussion = """
         Only an owner (the configured account) can disable accounts. The last enabled owner cannot be disabled.
         """

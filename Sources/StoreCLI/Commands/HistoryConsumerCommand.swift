@@ -59,7 +59,7 @@ struct HistoryConsumerCommand: Command {
 struct HistoryConsumerAddCommand: Command {
     static let name = "add"
     static let abstract = "Register a consumer; it starts at the newest seq unless --token says otherwise."
-    static let arguments = "NAME"
+    static let arguments = "<name>"
     static let positionalRange = 1...1
     static let examples = [
         "storectl history consumer add search-indexer",
@@ -136,7 +136,7 @@ struct HistoryConsumerListCommand: Command {
 struct HistoryConsumerDropCommand: Command {
     static let name = "drop"
     static let abstract = "Remove a consumer; the history it held can then be pruned."
-    static let arguments = "NAME"
+    static let arguments = "<name>"
     static let positionalRange = 1...1
     static let examples = ["storectl history consumer drop search-indexer"]
 

@@ -22,7 +22,6 @@ struct MigrateCommand: Command {
         must pass an integrity check before config.yaml names it (stores.NAME.path; comments kept), and only then
         is the old file removed. With --copy, the copy gets a new identity and config.yaml is not changed.
         """
-    static let arguments = "[--force] [--to NEW_PATH [--copy]]"
     static let examples = [
         "storectl migrate                   # after ALTER TABLE notes ADD COLUMN pinned INTEGER",
         "storectl migrate --force           # after triggers were dropped: reinstall, record a history gap",
