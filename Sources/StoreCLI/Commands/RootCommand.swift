@@ -30,6 +30,7 @@ let registeredCommands: [any Command.Type] = [
     DedupeCommand.self,
     SeedCommand.self,
     ConfigCommand.self,
+    StoreCommand.self,
     AccountCommand.self,
     CloudCommand.self,
     DoctorCommand.self,
