@@ -88,6 +88,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                               busyTimeout: Int32 = defaultBusyTimeout) throws
         -> (database: FileCloudDatabase, created: Bool)
     {
+        if let account, let secret, !secret.isEmpty { try validateAccountID(account) }
         let folder = Path.parent(path)
         if !folder.isEmpty && !FileManager.default.fileExists(atPath: folder) {
             do {
@@ -322,11 +323,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     }
 
     private static func validateAccountID(_ id: String) throws {
-        let isControl: (Character) -> Bool = { $0.asciiValue.map { $0 < 32 || $0 == 127 } == true }
-        guard !id.isEmpty, id.count <= 200, !id.contains(where: { $0.isWhitespace || isControl($0) }) else {
-            throw CloudError(.invalid, "'\(id)' is not a valid account id",
-                             hint: "use letters, digits and punctuation, without spaces")
-        }
+        if let problem = AccountID.problem(id) { throw CloudError(.invalid, problem, hint: AccountID.rule) }
     }
 
     private static func newEpoch() -> String {

@@ -89,7 +89,10 @@ extension StoreHandle {
     /// - Throws: `AccountUnavailableError` (exit 69 or 75).
     public func requireAvailableAccount(dryRun: Bool = false) throws -> AccountStatusReport {
         let cloud = try cloudSettings()
-        if cloud.account == nil || cloud.secret == nil {
+        // A PostgreSQL role may authenticate without cloud.secret (PGPASSWORD, .pgpass, peer or trust).
+        let isFile: Bool
+        if case .file = try CloudConnector.backend(of: cloud.url) { isFile = true } else { isFile = false }
+        if cloud.account == nil || (isFile && cloud.secret == nil) {
             throw AccountUnavailableError(report: AccountStatusReport(
                 status: .noAccount, reason: "no account or secret is configured (stores.\(settings.name).cloud.account/secret)",
                 account: cloud.account))

@@ -40,4 +40,10 @@ struct ConfigCommand: Command {
 
     /// Whether a dotted key names a secret, whose value is never printed.
     static func isSecret(_ key: String) -> Bool { key.hasSuffix(".secret") }
+
+    /// A value of `key` as it may be printed: a secret as `<redacted>`, any other value with the passwords of the
+    /// URLs or connection strings in it redacted.
+    static func shown(_ value: String?, key: String) -> String? {
+        isSecret(key) ? value.map { _ in Redaction.placeholder } : value.map(Redaction.text)
+    }
 }

@@ -53,8 +53,7 @@ struct ConfigSetCommand: Command {
         let change = try ConfigEditor.set(path: context.configPath, displayPath: context.configDisplayPath, key: key,
                                           value: value, environment: context.environment,
                                           expandEnvironment: !context.global.noExpandEnv)
-        let secret = ConfigCommand.isSecret(key)
-        func shown(_ text: String?) -> String? { secret ? text.map { _ in "<redacted>" } : text }
+        func shown(_ text: String?) -> String? { ConfigCommand.shown(text, key: key) }
         let display = context.configDisplayPath
         if change.unchanged {
             context.console.note("\(key) is already '\(shown(value) ?? "")'; \(display) was not changed")

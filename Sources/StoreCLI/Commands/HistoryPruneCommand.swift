@@ -51,7 +51,8 @@ struct HistoryPruneCommand: Command {
         var olderThan: DurationSpec?
         if let text = args.value("older-than") {
             guard let d = DurationSpec(text) else {
-                throw UsageError("--older-than expects a duration such as 30d, 12h, 15m or 45s, got '\(text)'")
+                throw UsageError("--older-than expects a duration such as 30d, 12h, 15m or 45s, got '\(text)'",
+                                 hint: "units: ms, s, m, h, d, w; at most \(DurationSpec.maximumText) (100 years)")
             }
             olderThan = d
         }
