@@ -522,27 +522,42 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     }
 
     public func disableAccount(id: String) throws {
+        try changeAccount(id: id, "disabling", sql: "UPDATE accounts SET disabled = 1 WHERE id = ?", losesOwner: true)
+    }
+
+    public func enableAccount(id: String) throws {
+        try changeAccount(id: id, "enabling", sql: "UPDATE accounts SET disabled = 0 WHERE id = ?", losesOwner: false)
+    }
+
+    public func removeAccount(id: String) throws {
+        try changeAccount(id: id, "removing", sql: "DELETE FROM accounts WHERE id = ?", losesOwner: true)
+    }
+
+    /// Runs `sql` on account `id` as an owner, in one transaction. When the change takes an owner away
+    /// (`losesOwner`), the last enabled owner is refused, so that someone can always manage the container.
+    private func changeAccount(id: String, _ doing: String, sql: String, losesOwner: Bool) throws {
         try requireOwner()
         if let writeProblem {
             throw CloudError(.permission, "cannot write to container '\(container)': \(writeProblem)",
                              hint: "check the permissions of the container file and its folder")
         }
-        try translated("disabling an account") {
+        try translated("\(doing) an account") {
             try db.transaction(.immediate) {
                 guard let row = try db.query("SELECT role, disabled FROM accounts WHERE id = ?", [id]).first else {
                     throw CloudError(.invalid, "no account '\(id)' in container '\(container)'",
                                      hint: "see 'storectl account list'")
                 }
-                if row[0].string == AccountRole.owner.rawValue && row[1].int64 == 0 {
+                if losesOwner, row[0].string == AccountRole.owner.rawValue && row[1].int64 == 0 {
                     let owners = try db.scalar("SELECT count(*) FROM accounts WHERE role = 'owner' AND disabled = 0")?
                         .int64 ?? 0
                     if owners <= 1 {
+                        let verb = doing == "removing" ? "removed" : "disabled"
                         throw CloudError(.invalid, "account '\(id)' is the last enabled owner of container "
-                                             + "'\(container)' and cannot be disabled",
-                                         hint: "add another owner first with 'storectl account add ID --role owner'")
+                                             + "'\(container)' and cannot be \(verb)",
+                                         hint: "add another owner first, e.g. 'storectl account add alice --role owner'")
                     }
                 }
-                try db.run("UPDATE accounts SET disabled = 1 WHERE id = ?", [id])
+                try db.run(sql, [id])
             }
         }
     }
