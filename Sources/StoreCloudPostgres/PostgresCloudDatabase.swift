@@ -88,7 +88,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         self.account = account
         self.password = password
         self.timeout = timeout
-        self.displayURL = PostgresURL.redacted(url)
+        self.displayURL = Redaction.connectionString(url)
         self.schemaName = PostgresSchema.schemaName(for: container)
         self.s = PostgresSchema.quoted(schemaName)
         let options: [String: String]

@@ -88,7 +88,8 @@ public indirect enum ConfigValue: Sendable, Equatable, Encodable {
         }
     }
 
-    private struct DynamicKey: CodingKey {
+    /// Config keys are data: written as they are.
+    private struct DynamicKey: VerbatimCodingKey {
         var stringValue: String
         var intValue: Int? { nil }
         init(_ string: String) { stringValue = string }
@@ -118,7 +119,7 @@ extension ConfigValue {
         if let cloud = store.cloud {
             var c = [
                 Entry("container", .string(cloud.container)),
-                Entry("url", .string(SourceText.redactURLPassword(cloud.url))),
+                Entry("url", .string(Redaction.connectionString(cloud.url))),
                 Entry("create_if_missing", .bool(cloud.createIfMissing)),
                 Entry("zone", .string(cloud.zone)),
             ]
@@ -169,7 +170,8 @@ extension ConfigValue {
             if path.count == 4, path[0] == "stores", path[2] == "cloud", path[3] == "secret", !node.isNull {
                 return .string(redacted)
             }
-            if path.last == "url" { return .string(SourceText.redactURLPassword(text)) }
+            if path.last == "url" { return .string(Redaction.connectionString(text)) }
+            if let key = path.last, SourceText.secretKeys.contains(key), !node.isNull { return .string(redacted) }
             if node.isNull { return .null }
             guard style == .plain else { return .string(text) }
             return typed(plain: text)

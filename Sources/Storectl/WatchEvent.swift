@@ -208,50 +208,41 @@ public struct ExportEvent: Sendable, Encodable {
     }
 }
 
-/// An error as scripts see it: the body of storectl's error documents.
+/// An error as scripts see it: the body of storectl's error documents (`{"error": {...}}`, docs/json.md).
 public struct WatchErrorBody: Sendable, Codable, Equatable {
     /// The exit code the error would give (`sysexits.h`).
     public var code: Int32
-    /// The exit code's name: `temp_fail`, `unavailable`, `config`, ...
+    /// The exit code's class: `temporary`, `unavailable`, `config`, ... (`ExitCode.kind`).
     public var kind: String
     public var message: String
     public var hint: String?
     public var store: String?
+    /// The account status, when the error is about the account.
+    public var status: String?
+    /// The place in a file, when the error is about one (`config.yaml:12:5`).
+    public var location: String?
 
-    public init(code: Int32, kind: String, message: String, hint: String?, store: String?) {
+    public init(code: Int32, kind: String, message: String, hint: String?, store: String?, status: String? = nil,
+                location: String? = nil)
+    {
         self.code = code
         self.kind = kind
         self.message = message
         self.hint = hint
         self.store = store
+        self.status = status
+        self.location = location
     }
 
     /// Describes `error` (secrets never appear in storectl's error messages).
     public init(_ error: any Error, store: String?) {
         if let diagnosed = error as? any DiagnosedError {
-            self.init(code: diagnosed.exitCode.rawValue, kind: Self.kind(diagnosed.exitCode),
-                      message: diagnosed.summary, hint: diagnosed.hint, store: store)
+            self.init(code: diagnosed.exitCode.rawValue, kind: diagnosed.exitCode.kind, message: diagnosed.summary,
+                      hint: diagnosed.hint, store: diagnosed.store ?? store, status: diagnosed.accountStatus,
+                      location: diagnosed.location)
         } else {
-            self.init(code: ExitCode.software.rawValue, kind: Self.kind(.software), message: "internal: \(error)",
+            self.init(code: ExitCode.software.rawValue, kind: ExitCode.software.kind, message: "internal: \(error)",
                       hint: "this is a bug in storectl; please report it with the command you ran", store: store)
-        }
-    }
-
-    /// The name of an exit code, after sysexits.h.
-    public static func kind(_ code: ExitCode) -> String {
-        switch code {
-        case .usage: return "usage"
-        case .dataError: return "data_error"
-        case .noInput: return "no_input"
-        case .unavailable: return "unavailable"
-        case .software: return "software"
-        case .cantCreate: return "cant_create"
-        case .ioError: return "io_error"
-        case .tempFail: return "temp_fail"
-        case .noPermission: return "no_permission"
-        case .config: return "config"
-        case .ok: return "ok"
-        default: return "failure"
         }
     }
 
@@ -262,6 +253,8 @@ public struct WatchErrorBody: Sendable, Codable, Equatable {
         try c.encode(message, forKey: .message)
         try c.encode(hint, forKey: .hint)
         try c.encode(store, forKey: .store)
+        try c.encode(status, forKey: .status)
+        try c.encode(location, forKey: .location)
     }
 }
 

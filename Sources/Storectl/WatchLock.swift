@@ -71,12 +71,14 @@ public final class WatchLock: Sendable {
             let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
             guard fd >= 0 else {
                 if errno == ENOENT {
-                    throw StoreError(.noInput, "store '\(store)': the folder \(Path.parent(storePath)) does not exist, so "
-                                     + "the store was never created", hint: "run 'storectl --store \(store) init' first")
+                    throw WatchLockError(.noInput, store: store, "store '\(store)': the folder "
+                                         + "\(Path.parent(storePath)) does not exist, so the store was never created",
+                                         hint: "run 'storectl init' first")
                 }
                 let reason = String(cString: strerror(errno))
-                throw StoreError(.cantCreate, "store '\(store)': cannot create the watch lock file \(path) (\(reason))",
-                                 hint: "check the permissions of the store's folder \(Path.parent(storePath))")
+                throw WatchLockError(.cantCreate, store: store,
+                                     "store '\(store)': cannot create the watch lock file \(path) (\(reason))",
+                                     hint: "check the permissions of the store's folder \(Path.parent(storePath))")
             }
             var request = flock()
             request.l_type = Int16(F_WRLCK)
@@ -86,10 +88,11 @@ public final class WatchLock: Sendable {
                 close(fd)
                 let pid = holder?.pid.map { "pid \($0)" } ?? "another process"
                 let since = holder?.startedAt.map { ", since \($0)" } ?? ""
-                throw StoreError(.tempFail, "store '\(store)' is already served by storectl watch (\(pid)\(since))",
-                                 details: ["  two watchers on one store would sync it twice; the lock file is \(path)"],
-                                 hint: holder?.pid.map { "stop that watcher first (kill \($0)), then run this again" }
-                                    ?? "stop the other watcher first, then run this again")
+                throw WatchLockError(.tempFail, store: store,
+                                     "store '\(store)' is already served by storectl watch (\(pid)\(since))",
+                                     details: ["  two watchers on one store would sync it twice; the lock file is \(path)"],
+                                     hint: holder?.pid.map { "stop that watcher first (kill \($0)), then run this again" }
+                                        ?? "stop the other watcher first, then run this again")
             }
             var opened = stat()
             var onPath = stat()
@@ -103,8 +106,8 @@ public final class WatchLock: Sendable {
             }
             close(fd)
         }
-        throw StoreError(.tempFail, "store '\(store)': the watch lock file \(path) keeps being replaced",
-                         hint: "retry; check that no other program deletes files next to the store")
+        throw WatchLockError(.tempFail, store: store, "store '\(store)': the watch lock file \(path) keeps being replaced",
+                             hint: "retry; check that no other program deletes files next to the store")
     }
 
     private init(path: String, fd: Int32, content: WatcherInfo) {
@@ -209,5 +212,22 @@ public struct SyncErrorRecord: Sendable, Codable, Equatable {
         try c.encode(kind, forKey: .kind)
         try c.encode(message, forKey: .message)
         try c.encode(hint, forKey: .hint)
+    }
+}
+
+/// A store's watch lock cannot be taken: exit 75 when another watcher holds it.
+public struct WatchLockError: DiagnosedError, Equatable {
+    public var exitCode: ExitCode
+    public var summary: String
+    public var details: [String]
+    public var hint: String?
+    public var store: String?
+
+    init(_ exitCode: ExitCode, store: String, _ summary: String, details: [String] = [], hint: String?) {
+        self.exitCode = exitCode
+        self.store = store
+        self.summary = summary
+        self.details = details
+        self.hint = hint
     }
 }

@@ -219,6 +219,7 @@ final class HistoryCommandTests: XCTestCase {
         XCTAssertEqual(reserved.stderr, """
             error: consumer names starting with 'cloud-' are reserved for the sync engine
             hint: choose another name, e.g. 'my-cloud-export'
+            usage: storectl history consumer add <name> [options]
 
             """)
         // The sync engine's export token is a consumer too, and prune respects it.

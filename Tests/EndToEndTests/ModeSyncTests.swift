@@ -166,7 +166,7 @@ class ModeSyncTests: XCTestCase {
         let dir = try TempDirectory()
         try makeConfig(dir)
         let r = try run(dir, ["--store", "a", "--json", "mode", "cloud", "--dry-run"])
-        XCTAssertTrue(r.stdout.contains("\"dryRun\" : true"), r.stdout)
+        XCTAssertTrue(r.stdout.contains("\"dry_run\" : true"), r.stdout)
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("data/a.sqlite")))
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("cloud/shared.container")))
         if try backend().isPostgres {
@@ -212,7 +212,7 @@ class ModeSyncTests: XCTestCase {
         XCTAssertNotNil(json["last_sync"] as? String)
         try run(dir, ["--store", "a", "sync"])
         let after = try run(dir, ["--store", "a", "status"])
-        XCTAssertTrue(after.stdout.contains("pending export:  0 row(s)"), after.stdout)
+        XCTAssertTrue(after.stdout.contains("pending export  0 rows"), after.stdout)
     }
 
     func testTheReadmeMainCommandWorksOnTheRootConfig() throws {

@@ -71,8 +71,8 @@ final class WatchUnitTests: XCTestCase {
         let error = WatchEvent.error(ErrorEvent(store: "a", at: "t", error: WatchErrorBody(
             StoreError(.tempFail, "the container is locked", hint: "retry later"), store: "a")))
         XCTAssertEqual(String(decoding: try encoder.encode(error), as: UTF8.self), """
-            {"at":"t","error":{"code":75,"hint":"retry later","kind":"temp_fail","message":"the container is locked",\
-            "store":"a"},"store":"a","type":"error","version":1}
+            {"at":"t","error":{"code":75,"hint":"retry later","kind":"temporary","location":null,\
+            "message":"the container is locked","status":null,"store":"a"},"store":"a","type":"error","version":1}
             """)
         let mode = WatchEvent.mode(ModeEvent(store: "a", at: "t", mode: "local", previous: "cloud"))
         XCTAssertEqual(String(decoding: try encoder.encode(mode), as: UTF8.self),
@@ -90,8 +90,8 @@ final class WatchUnitTests: XCTestCase {
         XCTAssertEqual(holder.lockFile, store + ".watch.lock")
         // An open-file-description lock: refused even within the same process.
         XCTAssertThrowsError(try WatchLock.acquire(store: "s", storePath: store)) { error in
-            XCTAssertEqual((error as? StoreError)?.exitCode, .tempFail)
-            XCTAssertEqual((error as? StoreError)?.summary.hasPrefix("store 's' is already served by storectl watch "
+            XCTAssertEqual((error as? WatchLockError)?.exitCode, .tempFail)
+            XCTAssertEqual((error as? WatchLockError)?.summary.hasPrefix("store 's' is already served by storectl watch "
                                                                     + "(pid \(getpid())"), true, "\(error)")
         }
         let record = SyncErrorRecord(at: 1_714_557_600_123, error: WatchErrorBody(code: 75, kind: "temp_fail",
@@ -106,8 +106,9 @@ final class WatchUnitTests: XCTestCase {
         XCTAssertNotNil(try WatchLock.acquire(store: "s", storePath: store))
         // A folder that does not exist is a store that was never made.
         XCTAssertThrowsError(try WatchLock.acquire(store: "t", storePath: dir.file("none/t.sqlite"))) { error in
-            XCTAssertEqual((error as? StoreError)?.exitCode, .noInput)
-            XCTAssertEqual((error as? StoreError)?.hint, "run 'storectl --store t init' first")
+            XCTAssertEqual((error as? WatchLockError)?.exitCode, .noInput)
+            XCTAssertEqual((error as? WatchLockError)?.store, "t")
+            XCTAssertEqual((error as? WatchLockError)?.hint, "run 'storectl init' first")
         }
     }
 

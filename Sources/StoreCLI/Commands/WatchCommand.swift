@@ -49,19 +49,16 @@ struct WatchCommand: Command {
         if let interval = try seconds(args, "interval") { options.interval = interval }
         if let cap = try seconds(args, "max-backoff") { options.maxBackoff = cap }
         let selection: WatchSelection = args.flag("all") ? .all : .store(context.global.storeName)
-        if selection == .store(nil) {
-            let config = try context.loadConfig()
-            if config.stores.count > 1 {
-                let prefix = "storectl" + (context.configDisplayPath == "config.yaml"
-                    ? "" : " --config \(context.configDisplayPath)")
-                throw UsageError("\(context.configDisplayPath) has \(config.stores.count) stores; choose one with "
-                                 + "--store NAME, or serve them all with --all",
-                                 hint: "run '\(prefix) watch --all', or '\(prefix) --store "
-                                    + "\(config.stores[0].name) watch' (the stores are: "
-                                    + config.stores.map(\.name).joined(separator: ", ") + ")")
-            }
+        let config = try context.loadConfig()
+        if selection == .store(nil), config.stores.count > 1 {
+            let names = config.stores.map(\.name)
+            throw UsageError("\(context.configDisplayPath) has \(names.count) stores (\(names.joined(separator: ", "))); "
+                             + "choose one with --store NAME, or serve them all with --all",
+                             hint: "run '\(context.command("watch --all"))', or '"
+                                + "\(context.invocation.command("watch", store: names[0]))'")
         }
-        let output = WatchConsoleOutput(console: context.console, json: context.global.json)
+        let output = WatchConsoleOutput(console: context.console, json: context.global.json,
+                                        invocation: context.invocation)
 
         // Before any thread starts, so that only the signal thread receives them.
         ProcessSignals.block([SIGINT, SIGTERM, SIGHUP])
@@ -113,8 +110,16 @@ struct WatchCommand: Command {
 private final class ConfigReader: @unchecked Sendable {
     // @unchecked: the context is only read here, and the watcher calls `load` from one thread at a time.
     private let context: CommandContext
+    private var loads = 0
     init(context: CommandContext) { self.context = context }
-    func load() throws -> Config { try context.loadConfig() }
+
+    /// The config the command line loaded, the first time; the file read again, each time after.
+    func load() throws -> Config {
+        loads += 1
+        if loads == 1 { return try context.loadConfig() }
+        return try ConfigLoader.load(path: context.configPath, displayPath: context.configDisplayPath,
+                                     environment: context.environment, expandEnvironment: !context.global.noExpandEnv)
+    }
 }
 
 /// The watcher's output on the console: events on stdout, the log on stderr, each line written whole.
@@ -124,14 +129,22 @@ private final class ConfigReader: @unchecked Sendable {
 final class WatchConsoleOutput: WatchOutput {
     private let console: Console
     private let json: Bool
+    private let invocation: Invocation
     private let writing = Mutex(())
 
-    init(console: Console, json: Bool) {
+    init(console: Console, json: Bool, invocation: Invocation) {
         self.console = console
         self.json = json
+        self.invocation = invocation
     }
 
     func event(_ event: WatchEvent) {
+        var event = event
+        // The commands a hint names are written as they must be pasted (with --config and --store as needed).
+        if case .error(var e) = event, let hint = e.error.hint {
+            e.error.hint = invocation.render(hint, store: e.store)
+            event = .error(e)
+        }
         let isProblem = event.type == "error" || event.type == "retry"
         if json {
             writing.withLock { _ in console.jsonLine(event) }
