@@ -22,6 +22,7 @@ let registeredCommands: [any Command.Type] = [
     ModeCommand.self,
     StatusCommand.self,
     SyncCommand.self,
+    VerifyCommand.self,
     InitCommand.self,
     HistoryCommand.self,
     MigrateCommand.self,
