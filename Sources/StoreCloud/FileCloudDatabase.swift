@@ -572,11 +572,13 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         }
     }
 
-    private func requireOwner() throws {
+    /// Refuses an account that is not an owner: destructive operations (managing accounts, purging a zone) are
+    /// an owner's alone. Exit 77: the account is fine, it just may not do this.
+    private func requireOwner(_ what: String = "manage accounts") throws {
         let role = try requireAccount()
         guard role == .owner else {
-            throw CloudError(.account, "account '\(account ?? "")' is not an owner of container '\(container)'",
-                             hint: "only an owner can manage accounts")
+            throw CloudError(.permission, "account '\(account ?? "")' is not an owner of container '\(container)'",
+                             hint: "only an owner can \(what)")
         }
     }
 
@@ -622,6 +624,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
 
     public func purgeZone(_ zone: String) throws {
         try requireWritable()
+        try requireOwner("purge a zone; ask one to run 'storectl cloud purge --yes'")
         try translated("purging zone '\(zone)'") {
             try db.transaction(.immediate) {
                 guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else {

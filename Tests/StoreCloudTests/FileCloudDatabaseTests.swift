@@ -217,10 +217,12 @@ final class FileCloudDatabaseTests: XCTestCase {
         // A member may not manage accounts.
         let bob = try FileCloudDatabase.open(path: owner.path, container: container, account: "bob",
                                              secret: "bob-secret")
-        assertCloudError(.account, "account 'bob' is not an owner of container '\(container)'") {
+        assertCloudError(.permission, "account 'bob' is not an owner of container '\(container)'") {
             try bob.addAccount(id: "eve", secret: "x", role: .owner)
         }
-        assertCloudError(.account) { try bob.disableAccount(id: "alice") }
+        assertCloudError(.permission) { try bob.disableAccount(id: "alice") }
+        try bob.ensureZone("default")
+        assertCloudError(.permission) { try bob.purgeZone("default") }
 
         try owner.disableAccount(id: "bob")
         XCTAssertEqual(try owner.listAccounts().map(\.disabled), [false, true, false])

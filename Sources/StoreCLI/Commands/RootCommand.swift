@@ -25,6 +25,7 @@ let registeredCommands: [any Command.Type] = [
     StatusCommand.self,
     SyncCommand.self,
     WatchCommand.self,
+    VerifyCommand.self,
     InitCommand.self,
     HistoryCommand.self,
     MigrateCommand.self,
