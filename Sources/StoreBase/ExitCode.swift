@@ -30,6 +30,26 @@ public struct ExitCode: RawRepresentable, Hashable, Sendable, CustomStringConver
     public static let config = ExitCode(78)
 
     public var description: String { String(rawValue) }
+
+    /// The class of the error as one snake_case word, for `error.kind` in JSON: `usage`, `data`, `no_input`,
+    /// `unavailable`, `internal`, `cant_create`, `io`, `temporary`, `permission`, `config` (`failure` for 1).
+    public var kind: String {
+        switch rawValue {
+        case 0: return "ok"
+        case 1: return "failure"
+        case 64: return "usage"
+        case 65: return "data"
+        case 66: return "no_input"
+        case 69: return "unavailable"
+        case 70: return "internal"
+        case 73: return "cant_create"
+        case 74: return "io"
+        case 75: return "temporary"
+        case 77: return "permission"
+        case 78: return "config"
+        default: return "exit_\(rawValue)"
+        }
+    }
 }
 
 /// An error that knows its exit code and how to explain itself to a user.
@@ -46,12 +66,18 @@ public protocol DiagnosedError: Error, CustomStringConvertible {
     var hint: String? { get }
     /// Where, when it is a place in a file: `config.yaml:12:11`. Printed before `error:`.
     var location: String? { get }
+    /// The store the error is about, when the error knows it (the CLI otherwise names the store it acted on).
+    var store: String? { get }
+    /// The account status (`available`, `noAccount`, ...), when the error is about the account.
+    var accountStatus: String? { get }
 }
 
 extension DiagnosedError {
     public var details: [String] { [] }
     public var hint: String? { nil }
     public var location: String? { nil }
+    public var store: String? { nil }
+    public var accountStatus: String? { nil }
     public var description: String {
         var lines = [(location.map { $0 + ": " } ?? "") + "error: " + summary]
         lines += details

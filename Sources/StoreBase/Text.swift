@@ -36,22 +36,39 @@ public enum Suggest {
     }
 }
 
-/// A span of time written as `30d`, `12h`, `15m`, `45s` or `500ms`.
+/// A span of time written as `30d`, `12h`, `15m`, `45s` or `500ms`, at most `maximumText` (100 years).
 public struct DurationSpec: Equatable, Sendable, CustomStringConvertible {
     public var seconds: Double
     public var text: String
 
-    /// Parses `text`, or returns nil when it is not a duration.
+    /// The longest duration accepted: 100 years, so that every duration converts to milliseconds in an `Int64`.
+    public static let maximumSeconds: Double = 36_500 * 86_400
+    /// `maximumSeconds` as it is written in messages.
+    public static let maximumText = "36500d"
+
+    /// Parses `text`, or returns nil when it is not a duration or is longer than `maximumSeconds`.
     public init?(_ text: String) {
         let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86400), ("w", 604800)]
         for (suffix, factor) in units where text.hasSuffix(suffix) {
             let number = text.dropLast(suffix.count)
-            guard !number.isEmpty, let n = Double(number), n >= 0, n.isFinite else { continue }
+            guard !number.isEmpty, number.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }),
+                  let n = Double(number), n >= 0, n.isFinite, n * factor <= Self.maximumSeconds
+            else { continue }
             self.seconds = n * factor
             self.text = text
             return
         }
         return nil
+    }
+
+    /// `seconds` whole seconds, written `Ns`.
+    public static func seconds(_ n: Int) -> DurationSpec {
+        DurationSpec(seconds: Double(n), text: "\(n)s")
+    }
+
+    private init(seconds: Double, text: String) {
+        self.seconds = seconds
+        self.text = text
     }
 
     public var description: String { text }

@@ -17,6 +17,8 @@ public protocol Command: Sendable {
     static var options: [OptionSpec] { get }
     /// Subcommands; a group with subcommands and no `run` of its own prints help.
     static var subcommands: [any Command.Type] { get }
+    /// Whether a group with subcommands also runs on its own (its usage shows `[<subcommand>]`).
+    static var runsWithoutSubcommand: Bool { get }
     /// How many positional arguments it takes.
     static var positionalRange: ClosedRange<Int> { get }
     /// Runs the command.
@@ -31,6 +33,7 @@ extension Command {
     public static var options: [OptionSpec] { [] }
     public static var subcommands: [any Command.Type] { [] }
     public static var positionalRange: ClosedRange<Int> { 0...0 }
+    public static var runsWithoutSubcommand: Bool { false }
     public static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         context.console.out(HelpFormatter.help(for: self, path: context.commandPath))
         return .ok

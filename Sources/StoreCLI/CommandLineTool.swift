@@ -3,6 +3,7 @@ import FoundationEssentials
 import Glibc
 #endif
 import StoreBase
+import StoreConfig
 
 /// The version storectl reports with --version.
 public let storectlVersion = "0.1.0"
@@ -13,20 +14,70 @@ public struct GlobalOptions: Sendable {
     public var storeName: String?
     public var json = false
     public var quiet = false
+    public var verbose = false
     public var noColor = false
     public var noExpandEnv = false
 
     static let specs: [OptionSpec] = [
-        OptionSpec("config", short: "c", value: "PATH",
-                   help: "The config file (default: $STORECTL_CONFIG, else ./config.yaml)."),
-        OptionSpec("store", short: "s", value: "NAME", help: "The store to act on (default: the only store)."),
-        OptionSpec("json", help: "Print one stable JSON document on stdout."),
+        OptionSpec("config", short: "c", value: "path",
+                   help: "The config file (default: $STORECTL_CONFIG, else ./config.yaml, else "
+                       + "$XDG_CONFIG_HOME/storectl/config.yaml)."),
+        OptionSpec("store", short: "s", value: "name",
+                   help: "The store to act on (required when the config has several; status and doctor show all)."),
+        OptionSpec("json", help: "Print one stable JSON document on stdout (see docs/json.md)."),
         OptionSpec("quiet", short: "q", help: "Print no notes or progress on stderr."),
+        OptionSpec("verbose", short: "v", help: "Print debug log lines on stderr (same as STORECTL_LOG=debug)."),
         OptionSpec("no-color", help: "Never colour the output (NO_COLOR is honoured too)."),
         OptionSpec("no-expand-env", help: "Do not expand ${VAR} references in the config."),
         OptionSpec("help", short: "h", help: "Show help for the command."),
         OptionSpec("version", help: "Print the version of storectl."),
     ]
+}
+
+/// Where the config was found, and how.
+public struct ConfigLocation: Sendable, Encodable {
+    /// The path as the user would write it (relative paths stay relative).
+    public var path: String
+    /// The absolute path.
+    public var absolutePath: String
+    /// `option` (--config), `environment` ($STORECTL_CONFIG), `working_directory` (./config.yaml), `xdg`
+    /// ($XDG_CONFIG_HOME/storectl/config.yaml) or `none` (no config found: the path is ./config.yaml).
+    public var source: String
+    /// Whether the file exists.
+    public var exists: Bool
+    /// Every place looked at, in order.
+    public var searched: [String]
+
+    /// Finds the config: --config, else $STORECTL_CONFIG, else ./config.yaml, else
+    /// $XDG_CONFIG_HOME/storectl/config.yaml (XDG_CONFIG_HOME defaults to ~/.config).
+    static func find(option: String?, environment: [String: String], workingDirectory: String) -> ConfigLocation {
+        func absolute(_ p: String) -> String { p.hasPrefix("/") ? p : Path.join(workingDirectory, p) }
+        func exists(_ p: String) -> Bool { FileManager.default.fileExists(atPath: absolute(p)) }
+        if let option {
+            return ConfigLocation(path: option, absolutePath: absolute(option), source: "option",
+                                  exists: exists(option), searched: [option])
+        }
+        if let env = environment["STORECTL_CONFIG"], !env.isEmpty {
+            return ConfigLocation(path: env, absolutePath: absolute(env), source: "environment", exists: exists(env),
+                                  searched: [env])
+        }
+        var searched = ["config.yaml"]
+        if exists("config.yaml") {
+            return ConfigLocation(path: "config.yaml", absolutePath: absolute("config.yaml"),
+                                  source: "working_directory", exists: true, searched: searched)
+        }
+        let xdgHome = environment["XDG_CONFIG_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
+            ?? environment["HOME"].flatMap { $0.isEmpty ? nil : Path.join($0, ".config") }
+        if let xdgHome {
+            let xdg = Path.join(xdgHome, "storectl/config.yaml")
+            searched.append(xdg)
+            if exists(xdg) {
+                return ConfigLocation(path: xdg, absolutePath: xdg, source: "xdg", exists: true, searched: searched)
+            }
+        }
+        return ConfigLocation(path: "config.yaml", absolutePath: absolute("config.yaml"), source: "none",
+                              exists: false, searched: searched)
+    }
 }
 
 /// Everything a running command can reach: the global options, the console and the environment.
@@ -36,10 +87,20 @@ public final class CommandContext {
     public let environment: [String: String]
     /// The words that named the command, e.g. ["history", "consumer", "add"].
     public var commandPath: [String]
+    /// The arguments storectl was run with (without the program name), for hints that repeat the command.
+    public var argv: [String] = []
     /// The folder relative paths on the command line resolve against.
     public let workingDirectory: String
     /// Whether the config's warnings were printed already (once per run).
     var warnedAboutConfig = false
+    /// The config, once it was read.
+    public internal(set) var loadedConfig: Config?
+    /// The store the command is acting on, once it is known (errors name it).
+    public var activeStore: String?
+    /// Debug log lines on stderr (--verbose, STORECTL_LOG=debug).
+    public let log: Log
+    /// Where the config is.
+    public let configLocation: ConfigLocation
 
     public init(global: GlobalOptions, console: Console, environment: [String: String], commandPath: [String],
                 workingDirectory: String)
@@ -49,17 +110,35 @@ public final class CommandContext {
         self.environment = environment
         self.commandPath = commandPath
         self.workingDirectory = workingDirectory
+        self.configLocation = ConfigLocation.find(option: global.configPath, environment: environment,
+                                                  workingDirectory: workingDirectory)
+        self.log = Log(console: console, enabled: global.verbose || environment["STORECTL_LOG"] == "debug")
     }
 
-    /// The config path as the user gave it: --config, else $STORECTL_CONFIG, else config.yaml. For messages.
-    public var configDisplayPath: String {
-        global.configPath ?? environment["STORECTL_CONFIG"].flatMap { $0.isEmpty ? nil : $0 } ?? "config.yaml"
-    }
+    /// The config path as the user gave it (or as found). For messages.
+    public var configDisplayPath: String { configLocation.path }
 
     /// The absolute config path.
-    public var configPath: String {
-        let raw = configDisplayPath
-        return raw.hasPrefix("/") ? raw : Path.join(workingDirectory, raw)
+    public var configPath: String { configLocation.absolutePath }
+
+    /// How the commands storectl prints must be written to work when pasted.
+    public var invocation: Invocation {
+        let explicit = configLocation.source == "option" || configLocation.source == "environment"
+        // The number of stores decides --store: read the config if no command has yet.
+        if loadedConfig == nil { _ = try? loadConfig() }
+        return Invocation(configArgument: explicit ? configLocation.path : nil,
+                          storeCount: loadedConfig?.stores.count,
+                          commandNames: Set(CommandLineTool.commands.map { $0.name }))
+    }
+
+    /// `text` with every command it names written as it must be pasted (see `Invocation.render`).
+    public func render(_ text: String, store: String? = nil) -> String {
+        invocation.render(text, store: store ?? activeStore ?? global.storeName)
+    }
+
+    /// A pasteable command line for `words` (e.g. "sync --reupload") about `store`.
+    public func command(_ words: String, store: String? = nil) -> String {
+        invocation.command(words, store: store ?? activeStore ?? global.storeName)
     }
 }
 
@@ -105,16 +184,23 @@ public enum CommandLineTool {
         var global = GlobalOptions()
         var path: [String] = []
         var command: any Command.Type = RootCommand.self
+        var context: CommandContext?
         do {
             let tokens = ArgumentTokenizer.tokenize(argv)
-            let (parsed, resolved, names, wantsHelp, wantsVersion) = try parse(tokens, argv: argv, global: &global)
-            command = resolved
-            path = names
+            var parsed = ParsedArguments()
+            var wantsHelp = false
+            var wantsVersion = false
+            defer {
+                if global.noColor { console.color = false }
+                console.quiet = global.quiet
+            }
+            try parse(tokens, global: &global, command: &command, path: &path, parsed: &parsed,
+                      wantsHelp: &wantsHelp, wantsVersion: &wantsVersion)
             if global.noColor { console.color = false }
             console.quiet = global.quiet
             if wantsVersion {
                 if global.json {
-                    console.json(["version": storectlVersion])
+                    console.json(VersionDocument(storectlVersion: storectlVersion))
                 } else {
                     console.out("storectl \(storectlVersion)")
                 }
@@ -124,58 +210,95 @@ public enum CommandLineTool {
                 console.out(HelpFormatter.help(for: command, path: path))
                 return .ok
             }
-            let context = CommandContext(global: global, console: console, environment: environment,
-                                         commandPath: path, workingDirectory: workingDirectory)
-            return try command.run(parsed, context)
-        } catch let error as UsageError {
-            console.err("error: " + error.summary)
-            if let hint = error.hint { console.err("hint: " + hint) }
-            console.err("usage: " + HelpFormatter.usageLine(for: command, path: path))
-            console.err("See 'storectl \((path + ["--help"]).joined(separator: " "))'.")
-            if global.json {
-                console.json(ErrorDocument(error: .init(code: error.exitCode.rawValue, message: error.summary,
-                                                        location: nil, hint: error.hint)))
-            }
-            return error.exitCode
+            let made = CommandContext(global: global, console: console, environment: environment,
+                                      commandPath: path, workingDirectory: workingDirectory)
+            made.argv = argv
+            context = made
+            made.log.debug("command", ["path": (["storectl"] + path).joined(separator: " "),
+                                       "config": made.configPath, "config_source": made.configLocation.source])
+            let code = try command.run(parsed, made)
+            made.log.debug("exit", ["code": String(code.rawValue)])
+            return code
         } catch let error as any DiagnosedError {
-            report(error, console: console, json: global.json)
+            let context = context ?? CommandContext(global: global, console: console, environment: environment,
+                                                    commandPath: path, workingDirectory: workingDirectory)
+            report(error, context: context, command: command, path: path)
+            context.log.debug("exit", ["code": String(error.exitCode.rawValue), "kind": error.exitCode.kind])
             return error.exitCode
         } catch {
             console.err("error: internal: \(error)")
             console.err("hint: this is a bug in storectl; please report it with the command you ran")
+            if global.json {
+                console.json(ErrorDocument(code: ExitCode.software.rawValue, kind: ExitCode.software.kind,
+                                           message: "internal: \(error)", hint: nil, store: nil, status: nil,
+                                           location: nil))
+            }
             return .software
         }
     }
 
-    /// Prints a diagnosed error on stderr (and, with --json, as a JSON document on stdout too).
-    static func report(_ error: any DiagnosedError, console: Console, json: Bool) {
-        console.err((error.location.map { $0 + ": " } ?? "") + console.paint("error:", "31;1") + " " + error.summary)
-        for line in error.details { console.err(line) }
-        if let hint = error.hint { console.err("hint: " + hint) }
-        if json {
-            console.json(ErrorDocument(error: .init(code: error.exitCode.rawValue, message: error.summary,
-                                                    location: error.location, hint: error.hint)))
-        }
-    }
-
-    struct ErrorDocument: Encodable {
-        struct Body: Encodable {
-            var code: Int32
-            var message: String
-            var location: String?
-            var hint: String?
-        }
-        var error: Body
-    }
-
-    static func parse(_ tokens: [ArgumentToken], argv: [String], global: inout GlobalOptions) throws
-        -> (ParsedArguments, any Command.Type, [String], Bool, Bool)
+    /// Prints an error on stderr: what and where, its details, ONE hint (with every command in it written as it
+    /// must be pasted) and, for a usage error, the usage line of the command. With --json, the error document
+    /// goes to stdout too.
+    static func report(_ error: any DiagnosedError, context: CommandContext, command: any Command.Type,
+                       path: [String])
     {
-        var command: any Command.Type = RootCommand.self
-        var path: [String] = []
-        var parsed = ParsedArguments()
-        var wantsHelp = false
-        var wantsVersion = false
+        let console = context.console
+        let store = error.store ?? context.activeStore ?? context.global.storeName
+        var hint = error.hint.map { context.render($0, store: store) }
+        let isUsage = error.exitCode == .usage
+        if isUsage && hint == nil {
+            hint = "see '\(context.invocation.command((["help"] + path).joined(separator: " "), store: nil))'"
+        }
+        console.err((error.location.map { $0 + ": " } ?? "") + console.paint("error:", "31;1") + " "
+                    + error.summary)
+        for line in error.details { console.err(line) }
+        if let hint { console.err(console.paint("hint:", "1") + " " + hint) }
+        if isUsage { console.err("usage: " + HelpFormatter.usageLine(for: command, path: path)) }
+        if context.global.json {
+            console.json(ErrorDocument(code: error.exitCode.rawValue, kind: error.exitCode.kind,
+                                       message: error.summary, hint: hint, store: store,
+                                       status: error.accountStatus, location: error.location))
+        }
+    }
+
+    /// `{"version": 1, "storectl_version": "..."}` for `--version --json`.
+    struct VersionDocument: Encodable {
+        var storectlVersion: String
+    }
+
+    /// `{"version": 1, "error": {...}}`: every key is always present (null when unknown).
+    struct ErrorDocument: Encodable {
+        var code: Int32
+        var kind: String
+        var message: String
+        var hint: String?
+        var store: String?
+        var status: String?
+        var location: String?
+
+        enum CodingKeys: String, CodingKey { case error }
+        enum BodyKeys: String, CodingKey { case code, kind, message, hint, store, status, location }
+
+        func encode(to encoder: any Encoder) throws {
+            var outer = encoder.container(keyedBy: CodingKeys.self)
+            var c = outer.nestedContainer(keyedBy: BodyKeys.self, forKey: .error)
+            try c.encode(code, forKey: .code)
+            try c.encode(kind, forKey: .kind)
+            try c.encode(message, forKey: .message)
+            try c.encode(hint, forKey: .hint)
+            try c.encode(store, forKey: .store)
+            try c.encode(status, forKey: .status)
+            try c.encode(location, forKey: .location)
+        }
+    }
+
+    /// Reads the tokens into the command and its arguments. The command and path are updated as the words are
+    /// read, so that an error names the usage of the deepest command reached.
+    static func parse(_ tokens: [ArgumentToken], global: inout GlobalOptions, command: inout any Command.Type,
+                      path: inout [String], parsed: inout ParsedArguments, wantsHelp: inout Bool,
+                      wantsVersion: inout Bool) throws
+    {
         var i = 0
         var sawPositional = false
 
@@ -185,7 +308,7 @@ public enum CommandLineTool {
                 i += 1
                 return v
             }
-            throw UsageError("missing value for \(display)", hint: "write \(display) \(spec.valueName ?? "VALUE")")
+            throw UsageError("missing value for \(display)", hint: "write \(display) <\((spec.valueName ?? "value").lowercased())>")
         }
 
         func applyGlobal(_ spec: OptionSpec, _ value: String?) {
@@ -194,6 +317,7 @@ public enum CommandLineTool {
             case "store": global.storeName = value
             case "json": global.json = true
             case "quiet": global.quiet = true
+            case "verbose": global.verbose = true
             case "no-color": global.noColor = true
             case "no-expand-env": global.noExpandEnv = true
             case "help": wantsHelp = true
@@ -278,6 +402,5 @@ public enum CommandLineTool {
                 }
             }
         }
-        return (parsed, command, path, wantsHelp, wantsVersion)
     }
 }

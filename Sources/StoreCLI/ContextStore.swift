@@ -3,29 +3,50 @@ import StoreConfig
 import Storectl
 
 extension CommandContext {
-    /// Loads config.yaml (from --config, $STORECTL_CONFIG or ./config.yaml).
+    /// Loads the config (from --config, $STORECTL_CONFIG, ./config.yaml or $XDG_CONFIG_HOME/storectl/config.yaml).
     /// - Throws: the loader's `DiagnosedError` (66 missing, 78 invalid).
     public func loadConfig() throws -> Config {
+        if let loadedConfig { return loadedConfig }
         let config = try ConfigLoader.load(path: configPath, displayPath: configDisplayPath, environment: environment,
                                            expandEnvironment: !global.noExpandEnv)
+        loadedConfig = config
+        log.debug("config", ["path": configPath, "stores": String(config.stores.count)])
         if !warnedAboutConfig {
             warnedAboutConfig = true
-            for warning in config.warnings { console.err("warning: " + warning) }
+            for warning in config.warnings { console.err(console.paint("warning:", "33;1") + " " + warning) }
         }
         return config
     }
 
-    /// Loads the config and picks the store named by --store (or the only one).
-    /// - Throws: `DiagnosedError`.
-    public func openStore() throws -> StoreHandle {
-        try handle(try loadConfig(), global.storeName)
+    /// The names of the stores a command about every store acts on: the one --store names, else all of them.
+    /// - Throws: `StoreError` (64) when --store names no store of the config.
+    public func selectedStoreNames() throws -> [String] {
+        let config = try loadConfig()
+        if let name = global.storeName { return [try config.store(named: name).name] }
+        return config.stores.map(\.name)
     }
 
-    /// A handle on store `name` of `config` whose notes (a format upgrade) go to stderr.
-    public func handle(_ config: Config, _ name: String?) throws -> StoreHandle {
-        let store = try StoreHandle(config: config, storeName: name)
+    /// Opens the store named `name` (nil: the one --store names, or the only one) and remembers it as the store the
+    /// command acts on, so that errors name it.
+    /// - Throws: `DiagnosedError`; with several stores and no --store, a usage error whose hint is this very
+    ///   command with `--store` added.
+    public func openStore(_ name: String? = nil) throws -> StoreHandle {
+        let config = try loadConfig()
+        let chosen = name ?? global.storeName
+        if chosen == nil, config.stores.count > 1 {
+            let names = config.stores.map(\.name)
+            let first = names[0]
+            let words = ["storectl"] + invocation.prefix(store: nil) + ["--store", Shell.quoted(first)]
+                + argv.map(Shell.quoted)
+            throw UsageError("\(configDisplayPath) has \(names.count) stores (\(names.joined(separator: ", "))); "
+                             + "choose one with --store",
+                             hint: "run '\(words.joined(separator: " "))'")
+        }
+        let store = try StoreHandle(config: config, storeName: chosen)
         let console = console
         store.log = { console.note($0) }
+        activeStore = store.settings.name
+        log.debug("store", ["name": store.settings.name, "path": store.settings.path])
         return store
     }
 }

@@ -88,7 +88,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         self.account = account
         self.password = password
         self.timeout = timeout
-        self.displayURL = PostgresURL.redacted(url)
+        self.displayURL = Redaction.connectionString(url)
         self.schemaName = PostgresSchema.schemaName(for: container)
         self.s = PostgresSchema.quoted(schemaName)
         let options: [String: String]
@@ -117,6 +117,14 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// The SQL a database owner runs to let `role` sync with `container` (`storectl cloud init --print-grants`).
     public static func grantSQL(container: String, role: String) -> String {
         PostgresSchema.grantSQL(container: container, role: role)
+    }
+
+    /// The DDL of the container's schema: every migration's statements, oldest first (`storectl cloud schema
+    /// --format sql`).
+    public static func schemaSQL(container: String) -> [String] {
+        let schema = PostgresSchema.schemaName(for: container)
+        return ["CREATE SCHEMA \(PostgresSchema.quoted(schema))"]
+            + PostgresSchema.migrations.indices.flatMap { PostgresSchema.statements(migration: $0, schema: schema) }
     }
 
     /// The schema version this release creates and expects.
@@ -409,6 +417,13 @@ public final class PostgresCloudDatabase: CloudDatabase {
 
     public func purgeZone(_ zone: String) throws {
         let found = try run("cannot purge zone \(zone) of \(container)") { c -> Bool in
+            // Destructive operations are the owner's: the role that owns the container's schema, or a member of it.
+            if let owner = try containerOwner(c), !owner.isMember {
+                throw CloudError(.permission, "role \(owner.current) is not an owner of container \(container) at "
+                                     + "\(displayURL) (its owner is role \(owner.owner))",
+                                 hint: "only the owner role, or a role granted it, can purge a zone; ask it to run "
+                                     + "'storectl cloud purge --yes'")
+            }
             // The zone lock orders the purge with saves: a save sees the zone either before or after it, whole.
             let results = try c.pipeline([
                 PGQuery("SELECT 1 FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone]),
@@ -422,6 +437,17 @@ public final class PostgresCloudDatabase: CloudDatabase {
             return results.first?.rowCount == 1
         }
         if !found { throw zoneNotFound(zone) }
+    }
+
+    /// The role that owns the container's schema, the role this connection acts as, and whether that role is the
+    /// owner or a member of it (a superuser is a member of every role); nil when the schema does not exist.
+    func containerOwner(_ c: PGConnection) throws -> (owner: String, current: String, isMember: Bool)? {
+        let r = try c.execute("""
+            SELECT pg_get_userbyid(n.nspowner), current_user, pg_has_role(current_user, n.nspowner, 'MEMBER')
+            FROM pg_namespace n WHERE n.nspname = $1
+            """, [schemaName])
+        guard r.rowCount == 1, let owner = r.string(0, 0) else { return nil }
+        return (owner, r.string(0, 1) ?? (role ?? ""), r.bool(0, 2) == true)
     }
 
     private func zoneNotFound(_ zone: String) -> CloudError {
@@ -637,8 +663,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// The pipeline of a save: the zone lock, `statements`, the test delays; returns the lock's row and the
     /// results of `statements`.
     /// - Throws: `CloudError(.invalid)` when a record's fields are not a JSON object, `.zoneNotFound`; `PGError`.
-    private func pipelinedSave(_ c: PGConnection, zone: String, count: Int, _ statements: [PGQuery]) throws
-        -> (lastSeq: Int64, epoch: String, results: [PGResult])
+    private func pipelinedSave(_ c: PGConnection, zone: String, device: String, count: Int,
+                               _ statements: [PGQuery]) throws -> (lastSeq: Int64, epoch: String, results: [PGResult])
     {
         var queries: [PGQuery] = []
         if let delays = saveDelays, delays.beforeLock > 0 {
@@ -647,6 +673,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         queries.append(PGQuery("SELECT last_seq, epoch FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone]))
         let lockIndex = queries.count - 1
         queries += statements
+        // Wakes the `storectl watch` processes listening on the container (delivered when the save commits).
+        queries.append(PostgresChangeListener.notifyQuery(channel: schemaName, zone: zone, device: device))
         if let delays = saveDelays, delays.beforeCommit > 0 {
             queries.append(PGQuery("SELECT pg_sleep($1::float8)", [String(delays.beforeCommit)]))
         }
@@ -674,7 +702,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         -> [SaveOutcome]
     {
         let seq = "z.last_seq + i.ord"
-        let (lastSeq, epoch, _) = try pipelinedSave(c, zone: zone, count: count, [
+        let (lastSeq, epoch, _) = try pipelinedSave(c, zone: zone, device: device, count: count, [
             PGQuery("""
                 INSERT INTO \(s).records
                     (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
@@ -706,7 +734,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                                    _ device: String, _ mark: ExportMark?) throws -> [SaveOutcome]
     {
         let now = "extract(epoch FROM statement_timestamp())::float8"
-        let (lastSeq, epoch, results) = try pipelinedSave(c, zone: zone, count: saves.count, [PGQuery("""
+        let (lastSeq, epoch, results) = try pipelinedSave(c, zone: zone, device: device, count: saves.count, [PGQuery("""
             WITH decided AS MATERIALIZED (
                 SELECT i.ord, i.record_name, i.record_type, i.fields, i.deleted, r.rid,
                        r.change_tag IS NOT DISTINCT FROM i.expected_tag AS ok,

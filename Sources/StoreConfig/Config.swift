@@ -145,6 +145,13 @@ public struct CloudSettings: Sendable, Equatable {
     public var maxDeleteCount: Int = 100
     /// The largest record, in bytes of its fields as JSON, that an export sends or an import applies.
     public var maxRecordSize: Int = 1_048_576
+    /// `storectl watch`: whether imports that changed something are announced (the `import` events and the
+    /// `on_remote_change` command).
+    public var remoteChangeNotifications: Bool = true
+    /// `storectl watch`: a shell command run after each import that changed something.
+    public var onRemoteChange: String?
+    /// How long `on_remote_change` may run before it is stopped.
+    public var onRemoteChangeTimeout = DurationSpec.seconds(30)
 
     public init(container: String, url: String, createIfMissing: Bool = false, zone: String = "default",
                 account: String? = nil, secret: Secret? = nil, mergePolicy: MergePolicySetting = .propertyLocalWins,

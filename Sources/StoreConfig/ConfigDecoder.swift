@@ -13,6 +13,8 @@ struct ConfigDecoder {
     let configPath: String
     /// Whether `${VAR}` references were expanded (false with --no-expand-env).
     let expanded: Bool
+    /// The user's home folder (`$HOME`), which a leading `~` in a path stands for.
+    var home: String?
 
     private var directory: String {
         guard let slash = configPath.lastIndex(of: "/") else { return "." }
@@ -42,7 +44,9 @@ struct ConfigDecoder {
         if node.isNull { return [:] }
         guard let pairs = node.pairs else {
             var hint: String?
-            if let text = node.scalar, let colon = text.firstIndex(of: ":") {
+            if let text = node.scalar, let colon = text.firstIndex(of: ":"),
+               SourceText.printable(text) != Redaction.placeholder
+            {
                 hint = "YAML needs a space after ':'; write '\(text[..<colon]): \(text[text.index(after: colon)...])'"
             }
             throw fail(node, path, "expected a mapping, got \(node.described)", hint: hint)
@@ -93,11 +97,55 @@ struct ConfigDecoder {
         return value
     }
 
-    /// A scalar's text, which must not be empty.
+    /// A scalar's text, which must not be empty nor hold a control character (a NUL, a line break, an escape):
+    /// such a value names a file, a table or an account, where those characters only ever do harm.
     private func nonEmpty(_ node: YAMLNode, _ path: String, _ what: String = "text") throws -> String {
         let value = try text(node, path, what)
         guard !value.trimmingSpaces().isEmpty else { throw fail(node, path, "must not be empty") }
+        try refuseControlCharacters(value, node, path)
         return value
+    }
+
+    /// Refuses `value` when it holds a control character, naming the character and where it came from.
+    private func refuseControlCharacters(_ value: String, _ node: YAMLNode, _ path: String) throws {
+        guard let (index, scalar) = value.unicodeScalars.enumerated().first(where: { Self.isControl($0.element) })
+        else { return }
+        let code = "U+" + String(repeating: "0", count: max(0, 4 - String(scalar.value, radix: 16).count))
+            + String(scalar.value, radix: 16, uppercase: true)
+        let name = Self.controlNames[scalar.value].map { " (\($0))" } ?? ""
+        let origin = node.fromReference ? "the value from the environment variable" : "the value"
+        throw fail(node, path, "\(origin) holds the control character \(code)\(name) at character \(index + 1)",
+                   hint: node.fromReference ? "check the variable's value: it must be one line of printable text"
+                       : "remove the character; names and paths must be printable text")
+    }
+
+    private static let controlNames: [UInt32: String] = [0: "NUL", 9: "tab", 10: "line break", 13: "carriage return",
+                                                          27: "escape", 127: "delete"]
+
+    /// C0 and C1 controls and DEL (Unicode general category Cc).
+    static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+    }
+
+    /// A file path: not empty, no control character, a leading `~` or `~/` expanded to the home folder as a shell
+    /// does, then made absolute against the config file's folder.
+    private func filePath(_ node: YAMLNode, _ path: String) throws -> String {
+        resolve(try expandingTilde(try nonEmpty(node, path, "a file path"), node, path))
+    }
+
+    /// `value` with a leading `~` (alone or before `/`) replaced by the home folder. `~user` is refused: storectl
+    /// does not look up other users' home folders.
+    private func expandingTilde(_ value: String, _ node: YAMLNode, _ path: String) throws -> String {
+        guard value.hasPrefix("~") else { return value }
+        guard value == "~" || value.hasPrefix("~/") else {
+            throw fail(node, path, "'~user' paths are not supported",
+                       hint: "write the folder out in full, or use ~/ for your own home folder")
+        }
+        guard let home, home.hasPrefix("/") else {
+            throw fail(node, path, "cannot expand '~': HOME is not set",
+                       hint: "set HOME, or write the path out in full")
+        }
+        return home + value.dropFirst()
     }
 
     private func bool(_ node: YAMLNode, _ path: String) throws -> Bool {
@@ -194,10 +242,9 @@ struct ConfigDecoder {
         guard let pathPair = keys["path"] else {
             throw missing("path", in: path, at: key.start, example: "path: data/\(name).sqlite")
         }
-        var store = StoreSettings(name: name, path: resolve(try nonEmpty(pathPair.value, KeyPath.child(path, "path"),
-                                                                         "a file path")))
+        var store = StoreSettings(name: name, path: try filePath(pathPair.value, KeyPath.child(path, "path")))
         if let pair = keys["schema"], !pair.value.isNull {
-            store.schema = resolve(try nonEmpty(pair.value, KeyPath.child(path, "schema"), "a file path"))
+            store.schema = try filePath(pair.value, KeyPath.child(path, "schema"))
         }
         if let pair = keys["mode"] {
             let mode = try choice(pair.value, KeyPath.child(path, "mode"), StoreMode.allCases.map(\.rawValue))
@@ -251,7 +298,7 @@ struct ConfigDecoder {
             let value = try text(pair.value, retentionPath, "a duration")
             guard let spec = DurationSpec(value), spec.seconds > 0 else {
                 throw fail(pair.value, retentionPath, "expected a duration like 30d, 12h or 15m, got '\(value)'",
-                           hint: "units: ms, s, m, h, d, w")
+                           hint: "units: ms, s, m, h, d, w; at most \(DurationSpec.maximumText) (100 years)")
             }
             history.retention = spec
         }
@@ -282,7 +329,12 @@ struct ConfigDecoder {
             cloud.zone = try nonEmpty(pair.value, KeyPath.child(path, "zone"), "a zone name")
         }
         if let pair = keys["account"], !pair.value.isNull {
-            cloud.account = try nonEmpty(pair.value, KeyPath.child(path, "account"), "an account id")
+            let accountPath = KeyPath.child(path, "account")
+            let account = try nonEmpty(pair.value, accountPath, "an account id")
+            if !skipsFormatCheck(account), let problem = AccountID.problem(account) {
+                throw fail(pair.value, accountPath, problem, hint: AccountID.rule)
+            }
+            cloud.account = account
         }
         if let pair = keys["secret"], !pair.value.isNull {
             let secretPath = KeyPath.child(path, "secret")
@@ -325,35 +377,66 @@ struct ConfigDecoder {
             }
             cloud.maxRecordSize = size
         }
+        if let pair = keys["remote_change_notifications"] {
+            cloud.remoteChangeNotifications = try bool(pair.value, KeyPath.child(path, "remote_change_notifications"))
+        }
+        if let pair = keys["on_remote_change"], !pair.value.isNull {
+            let hookPath = KeyPath.child(path, "on_remote_change")
+            let command = try nonEmpty(pair.value, hookPath, "a shell command")
+            guard !command.utf8.contains(0) else {
+                throw fail(pair.value, hookPath, "the command holds a NUL character",
+                           hint: "write the command as plain text, like 'notify-send synced'")
+            }
+            cloud.onRemoteChange = command
+        }
+        if let pair = keys["on_remote_change_timeout"] {
+            let timeoutPath = KeyPath.child(path, "on_remote_change_timeout")
+            let value = try text(pair.value, timeoutPath, "a duration")
+            guard let spec = DurationSpec(value), spec.seconds > 0, spec.seconds <= 86400 else {
+                throw fail(pair.value, timeoutPath, "expected a duration from 1ms to 1d, like 30s or 2m, got '\(value)'",
+                           hint: "units: ms, s, m, h, d")
+            }
+            cloud.onRemoteChangeTimeout = spec
+        }
         return cloud
     }
 
+    /// `cloud.url`: a `file:` URL (its path resolved), a `postgres://` URI or libpq `keyword=value` settings, each
+    /// checked here so that a malformed one is a config error with a position, never a failed connection later.
     private func decodeURL(_ node: YAMLNode, _ path: String) throws -> String {
         let url = try nonEmpty(node, path, "a URL")
         if skipsFormatCheck(url) { return url }
-        let hint = "use file:PATH (a SQLite container file) or postgres://USER@HOST/DATABASE"
+        let hint = "use file:PATH (a SQLite container file), postgres://USER@HOST/DATABASE, or libpq settings "
+            + "like 'host=HOST dbname=DATABASE'"
         if url.hasPrefix("file:") {
             var rest = Substring(url.dropFirst(5))
             if rest.hasPrefix("//") {
                 rest = rest.dropFirst(2)
+                if rest.hasPrefix("localhost/") { rest = rest.dropFirst("localhost".count) }
                 guard rest.hasPrefix("/") else {
                     throw fail(node, path, "a file: URL names a local path, not a host",
                                hint: "write file:/absolute/path or file:relative/path")
                 }
             }
             guard !rest.isEmpty else { throw fail(node, path, "the file: URL has no path", hint: hint) }
-            return "file:" + resolve(String(rest))
+            guard let decoded = PercentEncoding.decoded(String(rest)) else {
+                throw fail(node, path, "the file: URL has a malformed %-escape",
+                           hint: "write %25 for a literal '%', or write the path without escapes")
+            }
+            try refuseControlCharacters(decoded, node, path)
+            // The path stays %-encoded as written: the backend decodes it when it opens the file.
+            return "file:" + resolve(try expandingTilde(String(rest), node, path))
         }
-        for scheme in ["postgres://", "postgresql://"] where url.hasPrefix(scheme) {
-            guard url.count > scheme.count else {
-                throw fail(node, path, "the URL has no host or database", hint: hint)
+        if PostgresConnectionString.isURI(url) || PostgresConnectionString.isKeywordValue(url) {
+            if let problem = PostgresConnectionString.problem(in: url) {
+                throw fail(node, path, Redaction.text(problem.message), hint: problem.hint)
             }
             return url
         }
         if let colon = url.firstIndex(of: ":"), Self.isScheme(url[..<colon]) {
             throw fail(node, path, "unsupported URL scheme '\(url[..<colon])'", hint: hint)
         }
-        throw fail(node, path, "expected a URL, got '\(SourceText.redactURLPassword(url))'", hint: hint)
+        throw fail(node, path, "expected a URL, got '\(Redaction.text(url))'", hint: hint)
     }
 
     private func decodeEntity(_ table: String, _ node: YAMLNode, _ path: String) throws -> EntitySettings {
@@ -389,7 +472,7 @@ struct ConfigDecoder {
         }
         var seed = SeedSettings(name: try nonEmpty(namePair.value, KeyPath.child(path, "name"), "a seed name"))
         if let pair = keys["sql"], !pair.value.isNull {
-            seed.sql = resolve(try nonEmpty(pair.value, KeyPath.child(path, "sql"), "a file path"))
+            seed.sql = try filePath(pair.value, KeyPath.child(path, "sql"))
         }
         if let pair = keys["rows"] {
             let rowsPath = KeyPath.child(path, "rows")

@@ -43,11 +43,37 @@ public enum ConfigEditor {
     public static func set(path: String, displayPath: String?, key: String, value: String,
                            environment: [String: String], expandEnvironment: Bool = true) throws -> Change
     {
+        var change: Change?
+        try edit(path: path, displayPath: displayPath, environment: environment,
+                 expandEnvironment: expandEnvironment) { bytes, display in
+            let (newBytes, made) = try render(bytes: bytes, key: key, value: value, displayPath: display)
+            change = made
+            return made.unchanged ? nil : newBytes
+        }
+        guard let change else { throw StoreError(.software, "config edit of \(key) made no change record") }
+        return change
+    }
+
+    /// Changes the config file at `path` as ONE edit: `transform` returns the new bytes (nil: no change), which are
+    /// validated as a whole config and written atomically, or refused with the file left byte-identical.
+    /// - Throws: as `set`, plus what `transform` throws.
+    public static func edit(path: String, displayPath: String?, environment: [String: String],
+                            expandEnvironment: Bool = true,
+                            _ transform: (_ bytes: [UInt8], _ displayPath: String) throws -> [UInt8]?) throws
+    {
         let display = displayPath ?? path
         let absolute = ConfigPaths.absolute(path, in: FileManager.default.currentDirectoryPath)
-        let bytes = try ConfigLoader.readFile(absolute, displayPath: display)
-        let (newBytes, change) = try render(bytes: bytes, key: key, value: value, displayPath: display)
-        if change.unchanged { return change }
+        // Write through a symbolic link to the file it names, rather than replacing the link.
+        let target = realpath(absolute, nil).map { pointer -> String in
+            defer { free(pointer) }
+            return String(cString: pointer)
+        } ?? absolute
+        // Two edits at once (two `mode` commands on two stores of one config) must both land: each holds the lock
+        // from the read to the rename, so the second reads the text the first wrote.
+        let lock = try ConfigLock(path: target, displayPath: display)
+        defer { lock.release() }
+        let bytes = try ConfigLoader.readFile(target, displayPath: display)
+        guard let newBytes = try transform(bytes, display) else { return }
         do {
             _ = try ConfigLoader.load(bytes: newBytes, path: absolute, displayPath: display,
                                       environment: environment, expandEnvironment: expandEnvironment)
@@ -55,17 +81,11 @@ public enum ConfigEditor {
             error.details.append("note: \(display) was not changed")
             throw error
         }
-        // Write through a symbolic link to the file it names, rather than replacing the link.
-        let target = realpath(absolute, nil).map { pointer -> String in
-            defer { free(pointer) }
-            return String(cString: pointer)
-        } ?? absolute
         guard access(target, W_OK) == 0 else {
             throw StoreError(.noPermission, "cannot write \(display): \(AtomicFile.errnoText())",
                              hint: "check the file's permissions (ls -l \(display)); it was not changed")
         }
         try AtomicFile.write(newBytes, to: target, beforeRename: { Failpoint.hit("config.before-rename") })
-        return change
     }
 
     /// Sets `key` to `value` in `text` and returns the new text. Pure: no file system, no validation of the result
@@ -149,7 +169,9 @@ private struct Edit {
         forceDoubleQuotes = true
         let second = try attempt()
         guard readsBack(second.bytes) else {
-            throw StoreError(.software, "cannot write '\(value)' for \(key) so that it reads back unchanged",
+            let shown = SourceText.secretKeys.contains(components.last ?? "") ? Redaction.placeholder
+                : SourceText.printable(value)
+            throw StoreError(.software, "cannot write '\(shown)' for \(key) so that it reads back unchanged",
                              hint: "edit the config file by hand")
         }
         return finish(second)
@@ -408,4 +430,66 @@ enum YAMLQuoting {
         default: return false
         }
     }
+}
+
+/// An exclusive lock on a config file, held while it is read, edited and replaced.
+///
+/// The lock is `flock` on the file itself, so no lock file is ever left behind. The edit replaces the file by a
+/// rename, so a waiter may end up holding the lock of the old, replaced file: after `flock` returns, the lock
+/// checks that the path still names the file it locked, and otherwise locks the new one. A lock held by another
+/// process longer than `timeout` seconds is exit 75 (retry).
+final class ConfigLock {
+    /// How long an edit waits for another one.
+    static let timeout = 30.0
+
+    private var fd: Int32
+
+    /// Waits for the lock on `path`.
+    /// - Throws: `StoreError` 66/77 when the file cannot be opened, 75 when the wait runs out.
+    init(path: String, displayPath: String) throws {
+        let deadline = Date().timeIntervalSince1970 + Self.timeout
+        while true {
+            let opened = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+            guard opened >= 0 else {
+                // Missing or unreadable: readFile gives the precise error.
+                _ = try ConfigLoader.readFile(path, displayPath: displayPath)
+                throw StoreError(.noInput, "cannot open \(displayPath): \(AtomicFile.errnoText())")
+            }
+            var locked = false
+            while !locked {
+                if flock(opened, LOCK_EX | LOCK_NB) == 0 {
+                    locked = true
+                } else if errno == EWOULDBLOCK || errno == EINTR {
+                    guard Date().timeIntervalSince1970 < deadline else {
+                        close(opened)
+                        throw StoreError(.tempFail, "another storectl process has been editing \(displayPath) for "
+                                             + "\(Int(Self.timeout)) seconds", hint: "retry when it has finished")
+                    }
+                    usleep(2_000)
+                } else {
+                    // A file system without flock: edit without the lock rather than not at all.
+                    locked = true
+                }
+            }
+            var held = stat()
+            var current = stat()
+            if fstat(opened, &held) == 0, stat(path, &current) == 0, held.st_dev == current.st_dev,
+               held.st_ino == current.st_ino
+            {
+                fd = opened
+                return
+            }
+            // The file was replaced while this process waited: lock the new one.
+            close(opened)
+        }
+    }
+
+    /// Releases the lock (closing the descriptor releases it too, should the process die).
+    func release() {
+        guard fd >= 0 else { return }
+        close(fd)
+        fd = -1
+    }
+
+    deinit { release() }
 }

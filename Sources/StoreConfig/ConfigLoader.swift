@@ -67,14 +67,20 @@ public enum ConfigLoader {
                                                                   source: document.source, displayPath: displayPath)
         }
         let decoder = ConfigDecoder(source: document.source, displayPath: displayPath, configPath: path,
-                                    expanded: expandEnvironment)
+                                    expanded: expandEnvironment, home: environment["HOME"])
         return LoadedConfig(config: try decoder.decode(document.root), document: document)
     }
 
+    /// The largest config file storectl reads: far above any real config (a store takes a few hundred bytes), and
+    /// small enough that a wrong path (a disk image, a log) is refused at once rather than read into memory.
+    public static let maximumSize = 1 << 20
+
     /// The bytes of the config file.
-    /// - Throws: `StoreError` 66 (missing, a folder), 77 (permission denied) or 74 (read error).
+    /// - Throws: `StoreError` 66 (missing, a folder), 77 (permission denied), 74 (read error), or 78 when it is
+    ///   not a regular file (a FIFO, a device such as /dev/zero) or is larger than `maximumSize`.
     static func readFile(_ path: String, displayPath: String) throws -> [UInt8] {
-        let fd = open(path, O_RDONLY)
+        // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else {
             let code = errno
             if code == EACCES || code == EPERM {
@@ -90,10 +96,26 @@ public enum ConfigLoader {
         }
         defer { close(fd) }
         var st = stat()
-        if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFDIR {
+        guard fstat(fd, &st) == 0 else {
+            throw StoreError(.ioError, "cannot read config file \(displayPath): \(AtomicFile.errnoText())")
+        }
+        let type = st.st_mode & S_IFMT
+        if type == S_IFDIR {
             throw StoreError(.noInput, "\(displayPath) is a folder, not a config file",
                              hint: "pass the YAML file itself with --config")
         }
+        guard type == S_IFREG else {
+            let what = type == S_IFIFO ? "a pipe" : type == S_IFCHR ? "a character device"
+                : type == S_IFBLK ? "a block device" : type == S_IFSOCK ? "a socket" : "not a regular file"
+            throw StoreError(.config, "\(displayPath) is \(what), not a config file",
+                             hint: "pass a regular YAML file with --config (storectl does not read a config from "
+                                 + "a pipe or a device)")
+        }
+        let tooLarge = StoreError(.config, "\(displayPath) is larger than \(maximumSize / 1024) KiB, the most a "
+                                      + "config file may hold",
+                                  hint: "check that --config names the YAML config, not another file")
+        guard Int(st.st_size) <= maximumSize else { throw tooLarge }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
@@ -107,6 +129,8 @@ public enum ConfigLoader {
             }
             if n == 0 { break }
             bytes += chunk[0..<n]
+            // The file may grow while it is read.
+            if bytes.count > maximumSize { throw tooLarge }
         }
         return bytes
     }

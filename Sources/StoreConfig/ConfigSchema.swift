@@ -19,6 +19,7 @@ enum ConfigSchema {
         ("container", .scalar), ("url", .scalar), ("create_if_missing", .scalar), ("zone", .scalar),
         ("account", .scalar), ("secret", .scalar), ("merge_policy", .scalar), ("max_delete_fraction", .scalar),
         ("max_delete_count", .scalar), ("max_record_size", .scalar),
+        ("remote_change_notifications", .scalar), ("on_remote_change", .scalar), ("on_remote_change_timeout", .scalar),
     ]
     static let entity: [(String, KeyShape)] = [("unique", .list), ("keep", .scalar), ("tombstone", .list)]
     static let seed: [(String, KeyShape)] = [("name", .scalar), ("sql", .scalar), ("rows", .named("table", .list))]

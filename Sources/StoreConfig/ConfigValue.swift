@@ -88,7 +88,8 @@ public indirect enum ConfigValue: Sendable, Equatable, Encodable {
         }
     }
 
-    private struct DynamicKey: CodingKey {
+    /// Config keys are data: written as they are.
+    private struct DynamicKey: VerbatimCodingKey {
         var stringValue: String
         var intValue: Int? { nil }
         init(_ string: String) { stringValue = string }
@@ -118,7 +119,7 @@ extension ConfigValue {
         if let cloud = store.cloud {
             var c = [
                 Entry("container", .string(cloud.container)),
-                Entry("url", .string(SourceText.redactURLPassword(cloud.url))),
+                Entry("url", .string(Redaction.connectionString(cloud.url))),
                 Entry("create_if_missing", .bool(cloud.createIfMissing)),
                 Entry("zone", .string(cloud.zone)),
             ]
@@ -128,6 +129,9 @@ extension ConfigValue {
             c.append(Entry("max_delete_fraction", .double(cloud.maxDeleteFraction)))
             c.append(Entry("max_delete_count", .int(cloud.maxDeleteCount)))
             c.append(Entry("max_record_size", .int(cloud.maxRecordSize)))
+            c.append(Entry("remote_change_notifications", .bool(cloud.remoteChangeNotifications)))
+            if let hook = cloud.onRemoteChange { c.append(Entry("on_remote_change", .string(hook))) }
+            c.append(Entry("on_remote_change_timeout", .string(cloud.onRemoteChangeTimeout.text)))
             entries.append(Entry("cloud", .map(c)))
         }
         if !store.entities.isEmpty {
@@ -168,7 +172,8 @@ extension ConfigValue {
             if path.count == 4, path[0] == "stores", path[2] == "cloud", path[3] == "secret", !node.isNull {
                 return .string(redacted)
             }
-            if path.last == "url" { return .string(SourceText.redactURLPassword(text)) }
+            if path.last == "url" { return .string(Redaction.connectionString(text)) }
+            if let key = path.last, SourceText.secretKeys.contains(key), !node.isNull { return .string(redacted) }
             if node.isNull { return .null }
             guard style == .plain else { return .string(text) }
             return typed(plain: text)

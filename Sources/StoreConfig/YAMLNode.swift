@@ -115,7 +115,7 @@ public struct YAMLNode: Sendable {
     var described: String {
         if isNull { return "nothing" }
         switch kind {
-        case .scalar(let value, _): return "'\(value)'"
+        case .scalar(let value, _): return "'\(SourceText.printable(value))'"
         case .mapping: return "a mapping"
         case .sequence: return "a list"
         }
@@ -223,43 +223,144 @@ public struct SourceText: Sendable {
         return line <= lineStarts.count ? lineStarts[line - 1] : bytes.count
     }
 
+    /// The widest source line an excerpt shows; a longer line is cut to this many characters around the caret.
+    static let excerptWidth = 100
+
     /// The source line and a caret under `column`, as printed under an error:
     ///
     ///        12 |     mode: clod
     ///           |           ^
     ///
-    /// Lines that may hold a secret (`secret:`, a URL with a password) are shown redacted.
+    /// Secrets never show: the value of every `secret:` (or `password:`) key, in block or flow style, and every
+    /// password a URL or a libpq `key=value` string on the line holds are replaced by `<redacted>`. A line longer
+    /// than `excerptWidth` is cut around the caret, with `…` where text was left out, and control characters show
+    /// as `?`.
     public func excerpt(line: Int, column: Int) -> [String] {
         guard line >= 1, line <= lineStarts.count else { return [] }
-        let text = Self.redacted(lineText(line))
+        let start = max(lineStarts[line - 1], line == 1 ? bomLength : 0)
+        let raw = Array(lineText(line).utf8)
+        // The caret's byte offset in the line, from its character column.
+        var caretByte = 0
+        var seen = 1
+        while caretByte < raw.count, seen < column {
+            caretByte += 1
+            while caretByte < raw.count, raw[caretByte] & 0xC0 == 0x80 { caretByte += 1 }
+            seen += 1
+        }
+        let masks = secretRanges().compactMap { range -> Range<Int>? in
+            let lower = max(range.lowerBound - start, 0)
+            let upper = min(range.upperBound - start, raw.count)
+            return lower < upper ? lower..<upper : nil
+        }
+        func shown(_ bytes: ArraySlice<UInt8>) -> String {
+            var out: [UInt8] = []
+            var i = bytes.startIndex
+            while i < bytes.endIndex {
+                if let mask = masks.first(where: { $0.contains(i) }) {
+                    out += Array(Redaction.placeholder.utf8)
+                    i = max(mask.upperBound, i + 1)
+                    continue
+                }
+                out.append(bytes[i])
+                i += 1
+            }
+            return Self.redacted(String(decoding: out, as: UTF8.self))
+        }
+        let text = shown(raw[...]).unicodeScalars.map { scalar -> Character in
+            scalar == "\t" || !(scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)) ? Character(scalar) : "?"
+        }
+        // A column past the end of the line (libyaml's mark at the end of the text) points just after its last
+        // character.
+        let caret = min(shown(raw[..<caretByte]).count + (column - seen), text.count)
+        // Cut to a readable width around the caret.
+        var lower = 0
+        var upper = text.count
+        if text.count > Self.excerptWidth {
+            lower = max(0, min(caret - Self.excerptWidth / 2, text.count - Self.excerptWidth))
+            upper = min(text.count, lower + Self.excerptWidth)
+        }
+        let body = (lower > 0 ? "…" : "") + String(text[lower..<upper]) + (upper < text.count ? "…" : "")
+        var pad = lower > 0 ? " " : ""
+        for i in lower..<max(lower, min(caret, upper)) { pad.append(text[i] == "\t" ? "\t" : " ") }
         let number = String(line)
         let width = max(5, number.count)
         let gutter = String(repeating: " ", count: width - number.count) + number
-        var pad = ""
-        for (i, c) in text.enumerated() where i < column - 1 {
-            pad.append(c == "\t" ? "\t" : " ")
-        }
-        if text.count < column - 1 { pad += String(repeating: " ", count: column - 1 - text.count) }
-        return ["\(gutter) | \(text)", String(repeating: " ", count: width) + " | " + pad + "^"]
+        return ["\(gutter) | \(body)", String(repeating: " ", count: width) + " | " + pad + "^"]
     }
 
-    /// `line` with a secret value or a URL password replaced by `<redacted>`.
+    /// A value as an error may quote it: `<redacted>` when it mentions a secret key (`secret:hunter2`, written
+    /// without the space YAML needs), else with every password of a URL or connection string in it redacted.
+    static func printable(_ value: String) -> String {
+        let lower = value.lowercased()
+        if secretKeys.contains(where: { lower.contains($0) }) { return Redaction.placeholder }
+        return Redaction.text(value)
+    }
+
+    /// The keys whose values are secrets wherever they appear in a config.
+    static let secretKeys: Set<String> = ["secret", "password", "sslpassword"]
+
+    /// `line` with the value of every secret key (block or flow style) and every password in a URL or a libpq
+    /// `key=value` string replaced by `<redacted>`.
     static func redacted(_ line: String) -> String {
-        let trimmed = line.drop(while: { $0 == " " || $0 == "\t" || $0 == "-" })
-        if trimmed.hasPrefix("secret:") || trimmed.hasPrefix("\"secret\":") || trimmed.hasPrefix("'secret':") {
-            guard let colon = line.firstIndex(of: ":") else { return line }
-            return String(line[...colon]) + " <redacted>"
+        let chars = Array(line)
+        var out = ""
+        var i = 0
+        // A line inside a flow mapping spread over lines has its '{' on an earlier line; it ends in ',' or '}'.
+        let last = chars.lastIndex(where: { $0 != " " && $0 != "\t" }).map { chars[$0] }
+        var inFlow = last == "," || last == "}" || last == "]"
+        while i < chars.count {
+            let c = chars[i]
+            if c == "{" || c == "[" { inFlow = true }
+            // A key starts after the indentation, a '- ', a '{' or a ','; it may be quoted.
+            let atKeyStart = i == 0 || " \t{,-".contains(chars[i - 1])
+            if atKeyStart, let (length, _) = secretKey(in: chars, at: i) {
+                var j = i + length
+                while j < chars.count, chars[j] == " " || chars[j] == "\t" { j += 1 }
+                if j < chars.count, chars[j] == ":" {
+                    // `secret:hunter2`, without the space YAML needs, is meant as a key too.
+                    out += String(chars[i...j]) + " " + Redaction.placeholder
+                    j += 1
+                    while j < chars.count, chars[j] == " " || chars[j] == "\t" { j += 1 }
+                    let placeholder = Array(Redaction.placeholder)
+                    if j + placeholder.count <= chars.count, Array(chars[j..<(j + placeholder.count)]) == placeholder {
+                        // Already hidden (the scanner found the value): keep what follows.
+                        i = j + placeholder.count
+                        continue
+                    }
+                    // The value runs to the end of the line, or in flow style to the next ',' or '}' outside quotes.
+                    guard inFlow else { return Redaction.text(out) }
+                    var quote: Character?
+                    while j < chars.count {
+                        let d = chars[j]
+                        if let q = quote {
+                            if d == q { quote = nil }
+                        } else if d == "'" || d == "\"" {
+                            quote = d
+                        } else if d == "," || d == "}" {
+                            break
+                        }
+                        j += 1
+                    }
+                    i = j
+                    continue
+                }
+            }
+            out.append(c)
+            i += 1
         }
-        return redactURLPassword(line)
+        return Redaction.text(out)
     }
 
-    /// Replaces the password of `scheme://user:password@host` with `<redacted>`.
-    static func redactURLPassword(_ text: String) -> String {
-        guard let scheme = text.firstRange(of: "://") else { return text }
-        let rest = text[scheme.upperBound...]
-        guard let at = rest.firstIndex(of: "@") else { return text }
-        let userInfo = rest[..<at]
-        guard let colon = userInfo.firstIndex(of: ":"), !userInfo.contains("/") else { return text }
-        return String(text[..<colon]) + ":<redacted>" + String(text[at...])
+    /// The length of the secret key (`secret`, `"secret"`, `'password'`, ...) at `i`, if one starts there.
+    private static func secretKey(in chars: [Character], at i: Int) -> (Int, String)? {
+        for key in secretKeys {
+            for quote in ["", "\"", "'"] {
+                let candidate = Array(quote + key + quote)
+                if i + candidate.count <= chars.count, Array(chars[i..<(i + candidate.count)]) == candidate {
+                    return (candidate.count, key)
+                }
+            }
+        }
+        return nil
     }
 }

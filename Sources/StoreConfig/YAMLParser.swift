@@ -287,3 +287,52 @@ struct TreeBuilder {
         pair.value.isImplicitNull ? pair.key.end : pair.value.end
     }
 }
+
+extension SourceText {
+    /// The byte ranges of the values of secret keys (`secret:`, `password:`), found with libyaml's scanner so that
+    /// a value on another line than its key, a block scalar or a flow mapping spread over lines is found too.
+    /// Tokens are read up to the first syntax error; the text before it is all an excerpt can show reliably, and
+    /// `redacted(_:)` covers the line of the error itself.
+    func secretRanges() -> [Range<Int>] {
+        let parser = UnsafeMutablePointer<yaml_parser_t>.allocate(capacity: 1)
+        defer { parser.deallocate() }
+        guard yaml_parser_initialize(parser) == 1 else { return [] }
+        defer { yaml_parser_delete(parser) }
+        let input = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: max(bytes.count, 1))
+        defer { input.deallocate() }
+        _ = input.initialize(from: bytes)
+        yaml_parser_set_input_string(parser, input.baseAddress, bytes.count)
+        var ranges: [Range<Int>] = []
+        // KEY, SCALAR(secret), VALUE, SCALAR(the value): the state counts how far along that sequence we are.
+        var state = 0
+        while true {
+            var token = yaml_token_t()
+            // "An application is responsible for freeing any buffers associated with the produced token object
+            // using the yaml_token_delete function." (yaml.h, yaml_parser_scan)
+            guard yaml_parser_scan(parser, &token) == 1 else { break }
+            defer { yaml_token_delete(&token) }
+            let type = token.type
+            if type == YAML_STREAM_END_TOKEN || type == YAML_NO_TOKEN { break }
+            switch (state, type) {
+            case (_, YAML_KEY_TOKEN):
+                state = 1
+            case (1, YAML_SCALAR_TOKEN):
+                let scalar = token.data.scalar
+                let value = scalar.value.map {
+                    String(decoding: UnsafeBufferPointer(start: $0, count: scalar.length), as: UTF8.self)
+                } ?? ""
+                state = Self.secretKeys.contains(value) ? 2 : 0
+            case (2, YAML_VALUE_TOKEN):
+                state = 3
+            case (3, YAML_SCALAR_TOKEN):
+                let lower = byteOffset(ofCharacter: Int(token.start_mark.index))
+                let upper = byteOffset(ofCharacter: Int(token.end_mark.index))
+                if lower < upper { ranges.append(lower..<upper) }
+                state = 0
+            default:
+                state = 0
+            }
+        }
+        return ranges
+    }
+}

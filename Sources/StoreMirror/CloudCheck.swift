@@ -35,13 +35,40 @@ public enum CloudCheck {
         return known.contains(where: { t.contains($0) }) ? nil : "unsupported column type '\(declared)'"
     }
 
-    /// Checks `tables` in `db`.
+    /// The tables storectl keeps in a store; any other table whose name starts with `_storectl_` is a user's.
+    static let ownTables: Set<String> = [
+        "_storectl_meta", "_storectl_context", "_storectl_history", "_storectl_consumers", "_storectl_tokens",
+        "_storectl_records", "_storectl_pending", "_storectl_quarantine", "_storectl_outbox", "_storectl_aliases",
+        "_storectl_unsent",
+    ]
+
+    /// Checks `tables` in `db`. With `everyTable` (no `entities:` in the config, so every table is meant to sync),
+    /// the tables storectl cannot mirror are problems too: virtual tables (FTS5 and the like keep their rows in
+    /// shadow tables), and user tables named with the `_storectl_` prefix storectl reserves.
     /// - Throws: `SQLiteError`.
-    public static func run(_ db: Connection, tables: [String], uniqueRules: [String: [String]] = [:]) throws
-        -> CloudCheckReport
+    public static func run(_ db: Connection, tables: [String], uniqueRules: [String: [String]] = [:],
+                           everyTable: Bool = false) throws -> CloudCheckReport
     {
         let tracked = Set(tables)
         var result: [CloudCheckReport.Entity] = []
+        if everyTable {
+            for row in try db.query("SELECT name, type FROM pragma_table_list WHERE schema = 'main' ORDER BY name") {
+                guard let name = row[0].string, let type = row[1].string else { continue }
+                var problem: String?
+                if type == "virtual" {
+                    problem = "'\(name)' is a virtual table: its rows live in tables of its module, which storectl "
+                        + "cannot track, so it is not synced; list the tables to sync in entities: (leaving "
+                        + "'\(name)' out), and rebuild it from them on each device"
+                } else if type == "table", name.lowercased().hasPrefix("_storectl_"), !ownTables.contains(name.lowercased()) {
+                    problem = "'\(name)' starts with _storectl_, which storectl reserves for its own tables, so it is "
+                        + "not synced; rename the table (ALTER TABLE ... RENAME TO ...), then run 'storectl migrate'"
+                }
+                if let problem {
+                    result.append(.init(name: name, primaryKey: [], keyKind: "none", fields: [], references: [],
+                                        dedupRules: [], problems: [problem], warnings: []))
+                }
+            }
+        }
         for table in tables {
             var problems: [String] = []
             var warnings: [String] = []

@@ -191,6 +191,21 @@ public final class Mirror {
             .run(progress: progress)
     }
 
+    /// Fills columns added to tracked tables from the fields other devices sent for them before (see
+    /// `SchemaEvolution.backfill`), in one transaction with author `cloud-import`. Returns how many values it filled.
+    /// - Throws: `SQLiteError`.
+    public static func fillAddedColumns(_ db: Connection) throws -> Int {
+        try MirrorState.install(db)
+        let entities = try entityMaps(db)
+        let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
+        return try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
+            try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
+                let applier = try RecordApplier(db: db, entities: byName, policy: .propertyLocalWins)
+                return try SchemaEvolution.backfill(db, entities: entities, applier: applier)
+            }
+        }
+    }
+
     /// Finds and resolves duplicates that already exist (`storectl dedupe`), in one transaction.
     /// - Throws: `SQLiteError`.
     public func dedupe(entity: String? = nil, dryRun: Bool = false) throws -> DedupReport {

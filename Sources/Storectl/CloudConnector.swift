@@ -20,10 +20,13 @@ public enum CloudConnector {
         case postgres(url: String)
     }
 
-    /// Works out the backend from `cloud.url`.
-    /// - Throws: `StoreError` (exit 78) for a URL that is neither `file:` nor `postgres://`.
+    /// Works out the backend from `cloud.url`: `file:`, or PostgreSQL for a `postgres://` URI or libpq
+    /// `keyword=value` settings (`host=db dbname=notes`).
+    /// - Throws: `StoreError` (exit 78) for anything else.
     public static func backend(of url: String) throws -> Backend {
-        if url.hasPrefix("postgres://") || url.hasPrefix("postgresql://") { return .postgres(url: url) }
+        if PostgresConnectionString.isURI(url) || PostgresConnectionString.isKeywordValue(url) {
+            return .postgres(url: url)
+        }
         if url.hasPrefix("file:") {
             var path = String(url.dropFirst("file:".count))
             // file:///abs and file://localhost/abs are accepted too.
@@ -31,13 +34,14 @@ public enum CloudConnector {
             if path.hasPrefix("///") { path = String(path.dropFirst(2)) }
             path = PercentEncoding.decoded(path) ?? path
             guard path.hasPrefix("/") else {
-                throw StoreError(.config, "cloud.url '\(url)' does not name an absolute path",
+                throw StoreError(.config, "cloud.url '\(redacted(url))' does not name an absolute path",
                                  hint: "write file:PATH; a relative PATH is resolved against the config's folder")
             }
             return .file(path: path)
         }
-        throw StoreError(.config, "cloud.url '\(redacted(url))' is neither a file: nor a postgres:// URL",
-                         hint: "use file:cloud/notes.container for a container file, or postgres://HOST/DB")
+        throw StoreError(.config, "cloud.url '\(redacted(url))' is neither a file: URL nor a PostgreSQL connection string",
+                         hint: "use file:cloud/notes.container for a container file, or postgres://HOST/DB "
+                             + "(or 'host=HOST dbname=DB')")
     }
 
     /// Opens the container.
@@ -88,6 +92,22 @@ public enum CloudConnector {
         }
         return PostgresCloudDatabase.grantSQL(container: settings.container, role: role)
     }
+
+    /// The DDL of the container the settings name: the container file's tables, or the PostgreSQL schema's
+    /// statements. Contacts nothing.
+    /// - Throws: `CloudError(.invalid)` for a URL that names no backend.
+    public static func containerSQL(settings: CloudSettings) throws -> String {
+        switch try backend(of: settings.url) {
+        case .postgres:
+            return PostgresCloudDatabase.schemaSQL(container: settings.container).map { $0 + ";" }
+                .joined(separator: "\n\n")
+        default:
+            return FileCloudDatabase.containerSQL
+        }
+    }
+
+    /// The DDL of a container file, for a store without cloud settings.
+    public static var containerSQLForFile: String { FileCloudDatabase.containerSQL }
 
     /// The account status of the configured account, with its reason. Never throws: a container that cannot be
     /// opened is itself a status (`couldNotDetermine`, `restricted` or `temporarilyUnavailable`).
@@ -150,13 +170,6 @@ public enum CloudConnector {
         }
     }
 
-    /// The URL for messages: a password in it is replaced by `***`.
-    public static func redacted(_ url: String) -> String {
-        guard let scheme = url.firstRange(of: "://"), let at = url[scheme.upperBound...].firstIndex(of: "@") else {
-            return url
-        }
-        let userInfo = url[scheme.upperBound..<at]
-        guard let colon = userInfo.firstIndex(of: ":") else { return url }
-        return String(url[..<colon]) + ":***" + String(url[at...])
-    }
+    /// The URL or connection string for messages, every password in it replaced by `<redacted>`.
+    public static func redacted(_ url: String) -> String { Redaction.connectionString(url) }
 }

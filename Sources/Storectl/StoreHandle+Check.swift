@@ -11,6 +11,6 @@ extension StoreHandle {
         if tables.isEmpty {
             tables = settings.entities.isEmpty ? try historyTracker().userTables() : settings.entities.map(\.name)
         }
-        return try CloudCheck.run(db, tables: tables, uniqueRules: uniqueRules)
+        return try CloudCheck.run(db, tables: tables, uniqueRules: uniqueRules, everyTable: settings.entities.isEmpty)
     }
 }

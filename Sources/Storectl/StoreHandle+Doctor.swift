@@ -39,9 +39,11 @@ public struct DoctorReport: Sendable, Codable, Equatable {
     /// Whether nothing was found.
     public var healthy: Bool { findings.isEmpty }
 
-    /// 0 when healthy; 65 when any finding is a data problem; otherwise 69 (account or cloud problems).
+    /// 0 when healthy; 66 when the store file is missing; 65 when any finding is a data problem; otherwise 69
+    /// (account or cloud problems).
     public var exitCode: ExitCode {
         if findings.isEmpty { return .ok }
+        if findings.contains(where: { $0.exitCode == ExitCode.noInput.rawValue }) { return .noInput }
         return findings.contains { $0.exitCode == ExitCode.dataError.rawValue } ? .dataError : .unavailable
     }
 
@@ -84,11 +86,11 @@ extension StoreHandle {
         var checks: [String] = []
         var findings: [DoctorFinding] = []
         let name = settings.name
-        let storeFlag = config.stores.count > 1 ? "--store \(name) " : ""
         func add(_ check: String, _ problem: String, _ fix: String, _ code: ExitCode) {
             findings.append(DoctorFinding(check: check, problem: problem, fix: fix, exitCode: code))
         }
-        func command(_ words: String) -> String { "storectl \(storeFlag)\(words)" }
+        // Commands are written plainly; the CLI adds --config and --store as the user invoked it.
+        func command(_ words: String) -> String { "storectl \(words)" }
 
         // History tracking, as configured.
         checks.append("history")
@@ -101,7 +103,9 @@ extension StoreHandle {
         // The store file.
         checks.append("store")
         guard exists else {
-            add("store", "the store file \(settings.path) does not exist", command("init"), .dataError)
+            add("store", "the store file \(settings.path) does not exist (stores.\(name).path in \(config.path))",
+                command("config set stores.\(name).path NEW_PATH") + " if the file was moved "
+                    + "('storectl migrate --to' moves a store and its config together)", .noInput)
             return DoctorReport(store: name, path: settings.path, checks: checks, findings: findings)
         }
         let db = try database()
@@ -119,7 +123,14 @@ extension StoreHandle {
         case .triggersMissing(let tables):
             add("history", "history tracking is lost: the triggers of "
                 + tables.map { "'\($0)'" }.joined(separator: ", ") + " are missing",
-                command("migrate --force") + " (then 'storectl \(storeFlag)sync' re-baselines)", .dataError)
+                command("migrate --force") + " (then 'storectl sync' re-baselines)", .dataError)
+        }
+
+        // A copy of another store file: sync refuses it, so doctor reports it.
+        checks.append("identity")
+        if let copy = try copiedStore() {
+            add("identity", copy.summary, command("init --new-identity")
+                + " (the copy keeps its rows and their record names), or remove one of the two files", .dataError)
         }
 
         // The mode: config.yaml against the store.
@@ -128,7 +139,7 @@ extension StoreHandle {
         if let storedMode, storedMode != settings.mode {
             add("mode", "\(config.path) says mode: \(settings.mode.rawValue) but the store is in "
                 + "\(storedMode.rawValue) mode", command("mode \(settings.mode.rawValue)")
-                + " (or 'storectl \(storeFlag)mode \(storedMode.rawValue)' to keep the store's mode)", .dataError)
+                + " (or 'storectl mode \(storedMode.rawValue)' to keep the store's mode)", .dataError)
         }
 
         // Records that did not land: set aside, waiting for a parent, tombstones not sent, rows too large.

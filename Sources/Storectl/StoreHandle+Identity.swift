@@ -28,18 +28,25 @@ extension StoreHandle {
     /// A store that was moved just records its new place.
     /// - Throws: `CopiedStoreError` (exit 65).
     public func checkIdentity() throws {
+        if let copy = try copiedStore() { throw copy }
         let db = try database()
         let here = Path.standardized(settings.path)
-        let recorded = try MirrorState.meta(db, "store_path")
-        if let recorded, recorded != here, FileManager.default.fileExists(atPath: recorded) {
-            let ours = try MirrorState.storeID(db)
-            let other = try? Connection(path: recorded, mode: .readOnly, wal: false)
-            let theirs = try other?.scalar("SELECT value FROM _storectl_meta WHERE key = 'store_id'")?.string
-            if theirs == ours { throw CopiedStoreError(path: here, original: recorded, storeID: ours) }
-        }
-        if recorded != here {
+        if try MirrorState.meta(db, "store_path") != here {
             try db.transaction { try MirrorState.setMeta(db, "store_path", here) }
         }
+    }
+
+    /// The refusal `sync` would make because this file is a copy of another store file, if it is one. Reads only:
+    /// `doctor` reports it without changing anything.
+    public func copiedStore() throws -> CopiedStoreError? {
+        let db = try database()
+        let here = Path.standardized(settings.path)
+        guard let recorded = try MirrorState.meta(db, "store_path"), recorded != here,
+              FileManager.default.fileExists(atPath: recorded) else { return nil }
+        let ours = try MirrorState.storeID(db)
+        let other = try? Connection(path: recorded, mode: .readOnly, wal: false)
+        let theirs = try other?.scalar("SELECT value FROM _storectl_meta WHERE key = 'store_id'")?.string
+        return theirs == ours ? CopiedStoreError(path: here, original: recorded, storeID: ours) : nil
     }
 
     /// `storectl init --new-identity`: a new store id for a copied store file. Rows, history, the record map and

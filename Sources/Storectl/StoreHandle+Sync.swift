@@ -91,7 +91,10 @@ extension StoreHandle {
     /// - Throws: `AccountUnavailableError` (exit 69 or 75).
     public func requireAvailableAccount(dryRun: Bool = false) throws -> AccountStatusReport {
         let cloud = try cloudSettings()
-        if cloud.account == nil || cloud.secret == nil {
+        // A PostgreSQL role may authenticate without cloud.secret (PGPASSWORD, .pgpass, peer or trust).
+        let isFile: Bool
+        if case .file = try CloudConnector.backend(of: cloud.url) { isFile = true } else { isFile = false }
+        if cloud.account == nil || (isFile && cloud.secret == nil) {
             throw AccountUnavailableError(report: AccountStatusReport(
                 status: .noAccount, reason: "no account or secret is configured (stores.\(settings.name).cloud.account/secret)",
                 account: cloud.account))
@@ -200,7 +203,8 @@ extension StoreHandle {
         step("history", installed ? "initialised the store and installed the triggers" : "triggers verified")
         // 4. Schema fit.
         let db = try database()
-        let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: uniqueRules)
+        let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: uniqueRules,
+                                       everyTable: settings.entities.isEmpty)
         guard check.ok else { throw CloudCheckError(report: check) }
         step("cloud check", "\(check.entities.count) table(s) can be mirrored")
         // 5. Bind. The triggers were verified in step 3, in this process, moments ago.
@@ -266,6 +270,7 @@ extension StoreHandle {
     public func sync(_ options: SyncOptions, progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws
         -> SyncReport
     {
+        try requireExists()
         guard try storeMode() == .cloud else {
             throw StoreError(.config, "store '\(settings.name)' is in local mode, and a store in local mode never contacts the cloud",
                              hint: "run 'storectl mode cloud' to enable sync")
@@ -305,6 +310,7 @@ extension StoreHandle {
 public struct AccountUnavailableError: DiagnosedError {
     public var report: AccountStatusReport
     public var exitCode: ExitCode { report.status.exitCode }
+    public var accountStatus: String? { report.status.rawValue }
     public var summary: String {
         "account '\(report.account ?? "(none)")' is \(report.status.rawValue): \(report.reason)"
     }

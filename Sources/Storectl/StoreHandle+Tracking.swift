@@ -13,6 +13,9 @@ extension StoreHandle {
     @discardableResult
     public func ensureInitialized() throws -> Bool {
         if exists, try database().tableExists("_storectl_meta") { return false }
+        // A store that config.yaml has in cloud mode was made and synced before: missing now, it was moved or
+        // deleted, and an empty store in its place would look to every other device like all its rows deleted.
+        if !exists && settings.mode == .cloud { throw missingStoreError() }
         let db = try database(create: true)
         try db.transaction {
             try runSchema(on: db)
@@ -66,3 +69,17 @@ import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
+
+extension StoreHandle {
+    /// After `migrate` added columns: fills them, in rows that have no value of their own, with what other devices
+    /// sent for them before (the record map keeps fields the table lacked). Returns how many values were filled.
+    /// Changes nothing in the cloud; values written here before `migrate` (under stale triggers) are found and
+    /// exported by the next sync.
+    /// - Throws: `SQLiteError`.
+    @discardableResult
+    public func fillAddedColumns() throws -> Int {
+        let db = try database()
+        guard try db.tableExists("_storectl_records") else { return 0 }
+        return try Mirror.fillAddedColumns(db)
+    }
+}

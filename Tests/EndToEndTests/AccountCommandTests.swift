@@ -265,7 +265,7 @@ final class AccountCommandTests: XCTestCase {
         let empty = try run(["account", "add", "dave"], in: dir, stdin: "")
         XCTAssertEqual(empty.status, 64, "\(empty)")
         XCTAssertTrue(empty.stderr.hasPrefix("error: no secret for account 'dave'\nhint: pass it on stdin or name an "
-                                                 + "environment variable with --secret-env VAR\n"), empty.stderr)
+                                                 + "environment variable with --secret-env <var>\n"), empty.stderr)
         let unset = try run(["account", "add", "dave", "--secret-env", "NOPE"], in: dir)
         XCTAssertEqual(unset.status, 64, "\(unset)")
         XCTAssertTrue(unset.stderr.hasPrefix("error: the environment variable NOPE named by --secret-env is not set "
@@ -299,7 +299,7 @@ final class AccountCommandTests: XCTestCase {
         XCTAssertEqual(try run(["account", "add", "bob", "--secret-env", "BOB_SECRET"], in: dir).status, 0)
         try writeConfig(dir, account: "bob", secretVariable: "BOB_SECRET")
         let result = try run(["account", "disable", "alice"], in: dir)
-        XCTAssertEqual(result.status, 69, "\(result)")
+        XCTAssertEqual(result.status, 77, "\(result)")
         XCTAssertEqual(result.stderr, "error: account 'bob' is not an owner of container 'iCloud.com.example.notes'\n"
                            + "hint: only an owner can manage accounts\n")
     }
@@ -323,12 +323,12 @@ final class AccountCommandTests: XCTestCase {
         let (result, json) = try status(dir)
         XCTAssertEqual(result.status, 69, "\(result)")
         XCTAssertEqual(json["status"] as? String, "couldNotDetermine")
-        XCTAssertEqual(json["url"] as? String, "postgres://alice:***@localhost/notes")
+        XCTAssertEqual(json["url"] as? String, "postgres://alice:<redacted>@localhost/notes")
         XCTAssertFalse(result.stdout.contains("pw-in-url"))
         let initResult = try run(["cloud", "init"], in: dir)
         // Nothing listens on localhost:5432 here (the test server has a unix socket only): a temporary failure.
         XCTAssertEqual(initResult.status, 75, "\(initResult)")
-        XCTAssertTrue(initResult.stderr.hasPrefix("error: cannot connect to postgres://alice@localhost/notes: "),
+        XCTAssertTrue(initResult.stderr.hasPrefix("error: cannot connect to postgres://alice:<redacted>@localhost/notes: "),
                       initResult.stderr)
         XCTAssertTrue(initResult.stderr.hasSuffix("\nhint: check that the server is running and reachable, then "
                           + "retry\n"), initResult.stderr)
@@ -380,7 +380,7 @@ final class AccountCommandTests: XCTestCase {
                                                     "SELECT count(*), (SELECT epoch FROM zones) FROM records"],
                                    in: dir.path)
         XCTAssertEqual(after.stdout.prefix(2), "0|")
-        XCTAssertFalse(after.stdout.contains("|e1"), "the zone has a new epoch")
+        XCTAssertNotEqual(after.stdout, "0|e1\n", "the zone has a new epoch")
     }
 
     func testPrintGrantsIsForPostgres() throws {

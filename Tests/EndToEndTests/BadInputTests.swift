@@ -356,7 +356,7 @@ final class MistakeGuardTests: XCTestCase {
         let r = try s.run("a", ["sync"], expect: 65)
         XCTAssertTrue(r.stderr.hasPrefix("error: zone 'default' was purged or recreated in the cloud since this store "
                                          + "last synced; no local row was deleted"), r.stderr)
-        XCTAssertTrue(r.stderr.contains("storectl sync --reupload"), r.stderr)
+        XCTAssertTrue(r.stderr.contains("'storectl --store a sync --reupload'"), r.stderr)
         XCTAssertEqual(try s.rows("a"), before)
         let doctor = try s.run("a", ["doctor"], expect: 69)
         XCTAssertTrue(doctor.stdout.contains("fix: storectl --store a sync --reupload"), doctor.stdout)

@@ -42,7 +42,7 @@ final class DoctorTests: XCTestCase {
         XCTAssertEqual(stores.count, 1, file: file, line: line)
         let findings = (stores.first?["findings"] as? [[String: Any]] ?? []).map {
             Finding(check: $0["check"] as? String ?? "", fix: $0["fix"] as? String ?? "",
-                    exitCode: $0["exitCode"] as? Int ?? 0)
+                    exitCode: $0["exit_code"] as? Int ?? 0)
         }
         XCTAssertEqual(json["healthy"] as? Bool, findings.isEmpty, file: file, line: line)
         for f in findings {
@@ -55,7 +55,7 @@ final class DoctorTests: XCTestCase {
     func testAHealthyStoreExitsZero() throws {
         let s = try synced()
         let r = try s.run("a", ["doctor"])
-        XCTAssertEqual(r.stdout, "store a: healthy (checked history, store, mode, duplicates, binding, account, zone)\n")
+        XCTAssertEqual(r.stdout, "store a: healthy (checked history, store, identity, mode, records, duplicates, binding, account, zone)\n")
         let all = try s.run(nil, ["doctor"])
         XCTAssertTrue(all.stdout.contains("store b: healthy"), all.stdout)
     }

@@ -166,11 +166,13 @@ class ModeSyncTests: XCTestCase {
         let dir = try TempDirectory()
         try makeConfig(dir)
         let r = try run(dir, ["--store", "a", "--json", "mode", "cloud", "--dry-run"])
-        XCTAssertTrue(r.stdout.contains("\"dryRun\" : true"), r.stdout)
+        XCTAssertTrue(r.stdout.contains("\"dry_run\" : true"), r.stdout)
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("data/a.sqlite")))
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("cloud/shared.container")))
         if try backend().isPostgres {
-            XCTAssertEqual(try run(dir, ["--store", "a", "sync"], expect: 78).stderr.contains("local mode"), true)
+            // The dry run created no store file, so sync finds none (exit 66) and creates none either.
+            XCTAssertEqual(try run(dir, ["--store", "a", "sync"], expect: 66).stderr.contains("does not exist"), true)
+            XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("data/a.sqlite")))
         }
         XCTAssertTrue(try dir.read("config.yaml").contains("mode: local"))
         XCTAssertFalse(try dir.read("config.yaml").contains("mode: cloud"))
@@ -204,15 +206,15 @@ class ModeSyncTests: XCTestCase {
         let r = try run(dir, ["--store", "a", "--json", "status"])
         let json = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
         XCTAssertEqual(json["mode"] as? String, "cloud")
-        XCTAssertEqual(json["pendingExport"] as? Int, 2)
+        XCTAssertEqual(json["pending_export"] as? Int, 2)
         XCTAssertEqual((json["history"] as? [String: Any])?["enabled"] as? Bool, true)
         XCTAssertEqual((json["account"] as? [String: Any])?["status"] as? String, "available")
         XCTAssertEqual((json["account"] as? [String: Any])?["bound"] as? String, try backend().account)
         XCTAssertEqual((json["cloud"] as? [String: Any])?["reachable"] as? Bool, true)
-        XCTAssertNotNil(json["lastSync"] as? String)
+        XCTAssertNotNil(json["last_sync"] as? String)
         try run(dir, ["--store", "a", "sync"])
         let after = try run(dir, ["--store", "a", "status"])
-        XCTAssertTrue(after.stdout.contains("pending export:  0 row(s)"), after.stdout)
+        XCTAssertTrue(after.stdout.contains("pending export  0 rows"), after.stdout)
     }
 
     func testTheReadmeMainCommandWorksOnTheRootConfig() throws {

@@ -32,7 +32,9 @@ final class ProgressTests: XCTestCase {
         let r = try Binary.run("/usr/bin/script", ["-qec", "\(Binary.storectl) mode cloud", "/dev/null"], in: dir.path,
                                environment: ["STORECTL_BATCH_SIZE": "500"])
         XCTAssertEqual(r.status, 0, "\(r)")
-        XCTAssertTrue(r.stdout.contains("\rexport ["), r.stdout)
+        XCTAssertTrue(r.stdout.contains("\r\u{1B}[2Kexport ["), r.stdout)
+        // The rate, on every redraw with a count.
+        XCTAssertTrue(r.stdout.range(of: #"/3000  \d+%  [0-9.]+[kM]?/s"#, options: .regularExpression) != nil, r.stdout)
         XCTAssertTrue(r.stdout.contains("/3000"), r.stdout)
         XCTAssertTrue(r.stdout.contains("mode: cloud"), r.stdout)
     }

@@ -21,13 +21,16 @@ final class StatusTests: XCTestCase {
         XCTAssertEqual(try Binary.storectl(["init"], in: dir.path).status, 0)
         let r = try Binary.storectl(["--json", "status"], in: dir.path)
         XCTAssertEqual(r.status, 0, "\(r)")
-        let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
+        // Without --store, status is {"version": 1, "stores": [...]}, even for one store.
+        let all = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
+        XCTAssertEqual(all["version"] as? Int, 1)
+        let doc = try XCTUnwrap((all["stores"] as? [[String: Any]])?.first)
         XCTAssertEqual(doc["mode"] as? String, "local")
         XCTAssertEqual((doc["account"] as? [String: Any])?["status"] as? String, "notChecked")
         XCTAssertNil((doc["cloud"] as? [String: Any])?["reachable"])
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("missing")))
 
-        let checked = try Binary.storectl(["--json", "status", "--check-cloud"], in: dir.path)
+        let checked = try Binary.storectl(["--json", "--store", "s", "status", "--check-cloud"], in: dir.path)
         XCTAssertEqual(checked.status, 0, "\(checked)")
         let doc2 = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(checked.stdout.utf8)) as? [String: Any])
         XCTAssertNotEqual((doc2["account"] as? [String: Any])?["status"] as? String, "notChecked")

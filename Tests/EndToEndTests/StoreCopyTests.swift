@@ -39,7 +39,7 @@ final class StoreCopyTests: XCTestCase {
         try FileManager.default.copyItem(atPath: dir.file("a.sqlite"), toPath: dir.file("copy.sqlite"))
         let refused = try run(["--store", "copy", "sync"], expect: 65)
         XCTAssertTrue(refused.stderr.contains("is a copy of the store"), refused.stderr)
-        XCTAssertTrue(refused.stderr.contains("storectl init --new-identity"), refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("'storectl --store copy init --new-identity'"), refused.stderr)
         // The original keeps syncing.
         _ = try run(["--store", "a", "sync"])
 

@@ -417,17 +417,19 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
     }
 
     func testConnectionsURLsAndPasswordsStayOutOfMessages() throws {
-        XCTAssertEqual(PostgresURL.redacted("postgres://alice:s3cret@db.example.com:5433/notes?sslmode=require"),
-                       "postgres://alice@db.example.com:5433/notes?sslmode=require")
-        XCTAssertEqual(PostgresURL.redacted("postgresql://db/notes?password=s3cret&sslmode=verify-full"),
-                       "postgresql://db/notes?sslmode=verify-full")
-        XCTAssertEqual(PostgresURL.redacted("postgresql://u:p%40ss@[::1]/d?pass%77ord=x"), "postgresql://u@[::1]/d")
-        XCTAssertEqual(PostgresURL.redacted("postgresql:///postgres?host=/tmp/x"), "postgresql:///postgres?host=/tmp/x")
-        XCTAssertEqual(PostgresURL.redacted("host=db user=alice password='s3 cret' sslmode=require"),
-                       "host=db sslmode=require user=alice")
+        XCTAssertEqual(Redaction.connectionString("postgres://alice:s3cret@db.example.com:5433/notes?sslmode=require"),
+                       "postgres://alice:<redacted>@db.example.com:5433/notes?sslmode=require")
+        XCTAssertEqual(Redaction.connectionString("postgresql://db/notes?password=s3cret&sslmode=verify-full"),
+                       "postgresql://db/notes?password=<redacted>&sslmode=verify-full")
+        XCTAssertEqual(Redaction.connectionString("postgresql://u:p%40ss@[::1]/d?pass%77ord=x"),
+                       "postgresql://u:<redacted>@[::1]/d?pass%77ord=<redacted>")
+        XCTAssertEqual(Redaction.connectionString("postgresql:///postgres?host=/tmp/x"),
+                       "postgresql:///postgres?host=/tmp/x")
+        XCTAssertEqual(Redaction.connectionString("host=db user=alice password='s3 cret' sslmode=require"),
+                       "host=db user=alice password=<redacted> sslmode=require")
         let db = try PostgresCloudDatabase(url: "postgres://alice:s3cret@127.0.0.1:1/notes", container: "c",
                                            password: "other-secret", timeout: 2)
-        XCTAssertEqual(db.displayURL, "postgres://alice@127.0.0.1:1/notes")
+        XCTAssertEqual(db.displayURL, "postgres://alice:<redacted>@127.0.0.1:1/notes")
         XCTAssertEqual(db.role, "alice")
         XCTAssertThrowsError(try db.ensureZone("z")) { error in
             XCTAssertEqual((error as? CloudError)?.kind, .temporary)
@@ -439,7 +441,7 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
         { error in
             XCTAssertEqual((error as? CloudError)?.kind, .invalid)
             XCTAssertEqual((error as? CloudError)?.summary,
-                           "postgres://alice@db/x?bogus=1 is not a valid PostgreSQL connection URL")
+                           "postgres://alice:<redacted>@db/x?bogus=1 is not a valid PostgreSQL connection URL")
         }
         XCTAssertThrowsError(try PostgresCloudDatabase(url: "postgres://db/x?bogus=1", container: "c")) { error in
             XCTAssertEqual((error as? CloudError)?.summary, "postgres://db/x?bogus=1 is not a valid PostgreSQL "

@@ -1,4 +1,5 @@
 import Foundation
+import StoreBase
 import StoreCloud
 @testable import StoreCloudPostgres
 import TestSupport
@@ -26,7 +27,7 @@ enum PostgresTestServer {
         do {
             _ = try PGConnection(parameters: [("dbname", url)], timeout: 10)
         } catch {
-            XCTFail("the PostgreSQL server at STORECTL_TEST_PG_URL (\(PostgresURL.redacted(url))) does not answer: "
+            XCTFail("the PostgreSQL server at STORECTL_TEST_PG_URL (\(Redaction.connectionString(url))) does not answer: "
                 + "\(error)", file: file, line: line)
             return nil
         }

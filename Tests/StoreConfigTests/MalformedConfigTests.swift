@@ -453,9 +453,10 @@ final class MalformedConfigTests: XCTestCase {
     }
 
     func testCorpus() {
-        XCTAssertGreaterThanOrEqual(malformedCorpus.count, 35)
-        XCTAssertEqual(Set(malformedCorpus.map(\.name)).count, malformedCorpus.count)
-        for item in malformedCorpus {
+        let corpus = malformedCorpus + hostileCorpus
+        XCTAssertGreaterThan(corpus.count, 100)
+        XCTAssertEqual(Set(corpus.map(\.name)).count, corpus.count)
+        for item in corpus {
             guard let error = error(for: item) else {
                 XCTFail("\(item.name): loaded without an error")
                 continue
@@ -473,6 +474,8 @@ final class MalformedConfigTests: XCTestCase {
             }
             XCTAssertEqual(String(describing: error).split(separator: "\n").first.map(String.init), item.expected,
                            item.name)
+            // No secret in any line of the error: message, excerpt, notes, hint.
+            XCTAssertFalse(String(describing: error).contains(corpusSecret), "\(item.name):\n\(error)")
         }
     }
 }

@@ -11,7 +11,7 @@ import Storectl
 struct AccountAddCommand: Command {
     static let name = "add"
     static let abstract = "Register an account in the container file, with a secret."
-    static let arguments = "ID"
+    static let arguments = "<id>"
     static let discussion = """
         The secret is never an argument (other users could read it in the process list): it is read from the
         environment variable named by --secret-env, else from stdin (asked for, without echo, on a terminal).
@@ -70,7 +70,7 @@ struct AccountAddCommand: Command {
         }
         guard !secret.isEmpty else {
             throw UsageError("no secret for account '\(id)'",
-                             hint: "pass it on stdin or name an environment variable with --secret-env VAR")
+                             hint: "pass it on stdin or name an environment variable with --secret-env <var>")
         }
         return secret
     }

@@ -31,6 +31,15 @@ struct CloudInitCommand: Command {
             case container, url, created, owner
             case accountStatus = "account_status"
         }
+
+        func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(container, forKey: .container)
+            try c.encode(url, forKey: .url)
+            try c.encode(created, forKey: .created)
+            try c.encode(owner, forKey: .owner)
+            try c.encode(accountStatus, forKey: .accountStatus)
+        }
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
@@ -67,7 +76,7 @@ struct CloudInitCommand: Command {
             } else {
                 context.console.out("created container '\(cloud.container)' at \(db.displayURL) with no account")
                 context.console.note("hint: set stores.\(store.name).cloud.account and .secret, then run "
-                                         + "'storectl account add ID --role owner'")
+                                         + "'storectl account add \(store.cloud?.account ?? "alice") --role owner'")
             }
         } else {
             context.console.out("container '\(cloud.container)' already exists at \(db.displayURL); nothing changed")

@@ -5,7 +5,6 @@ import StoreConfig
 struct ConfigShowCommand: Command {
     static let name = "show"
     static let abstract = "Print the config (secrets redacted), as written or with every default resolved."
-    static let arguments = "[--resolved] [--yaml]"
     static let discussion = """
         Without --resolved, prints the keys the file sets, with ${VAR} references expanded. With --resolved, every
         default is explicit and every path is absolute: exactly what storectl will use. Secrets, and passwords in

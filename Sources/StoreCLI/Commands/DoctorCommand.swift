@@ -9,7 +9,7 @@ struct DoctorCommand: Command {
         Checks, per store: the store file; history tracking (off in the config, stale triggers, schema drift);
         the mode in config.yaml against the store's; for a store in cloud mode, the account (noAccount,
         restricted), whether the cloud is reachable, and a zone purged or deleted elsewhere; the bound account
-        and container against the config; duplicates of unique: keys; history kept beyond history.retention.
+        and container against the config; a store file that is a copy of another (sync refuses it); duplicates of unique: keys; history kept beyond history.retention.
         Nothing is changed: not the config, not the store, not the cloud. Without --store, every store is checked.
         Exit 0 when healthy; 65 when any problem is with the data or the store; otherwise 69 (account or cloud).
         """
@@ -25,12 +25,13 @@ struct DoctorCommand: Command {
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
-        let config = try context.loadConfig()
-        let names = context.global.storeName.map { [$0] } ?? config.stores.map(\.name)
         var reports: [DoctorReport] = []
-        for name in names {
-            let store = try context.handle(config, name)
-            reports.append(try store.doctor())
+        for name in try context.selectedStoreNames() {
+            var report = try context.openStore(name).doctor()
+            for i in report.findings.indices {
+                report.findings[i].fix = context.render(report.findings[i].fix, store: name)
+            }
+            reports.append(report)
         }
         let healthy = reports.allSatisfy(\.healthy)
         if context.global.json {
@@ -50,6 +51,7 @@ struct DoctorCommand: Command {
         }
         if healthy { return .ok }
         let codes = reports.map(\.exitCode)
+        if codes.contains(.noInput) { return .noInput }
         return codes.contains(.dataError) ? .dataError : .unavailable
     }
 }

@@ -11,7 +11,7 @@ import Storectl
 struct HistoryCommand: Command {
     static let name = "history"
     static let abstract = "Print recorded transactions and their changes; manage consumers; prune."
-    static let arguments = "[--after TOKEN] [--author A] [--exclude-author A] [--entity E] [--limit N]"
+    static let runsWithoutSubcommand = true
     static let discussion = """
         Every change to a tracked table is recorded by triggers in the store file, whoever makes it: storectl,
         your app, the sqlite3 shell. A token is a history seq: --after TOKEN prints what came after it, and the
@@ -35,10 +35,10 @@ struct HistoryCommand: Command {
     ]
     static let options = [
         OptionSpec("after", value: "TOKEN", help: "Only changes after this token (a history seq; default 0)."),
-        OptionSpec("author", value: "A", help: "Only changes by this author."),
-        OptionSpec("exclude-author", value: "A", help: "No changes by this author (e.g. cloud-import)."),
-        OptionSpec("entity", value: "E", help: "Only changes to this table."),
-        OptionSpec("limit", value: "N", help: "At most about N changes (a transaction is never split)."),
+        OptionSpec("author", value: "author", help: "Only changes by this author."),
+        OptionSpec("exclude-author", value: "author", help: "No changes by this author (e.g. cloud-import)."),
+        OptionSpec("entity", value: "table", help: "Only changes to this table."),
+        OptionSpec("limit", value: "n", help: "At most about <n> changes (a transaction is never split)."),
     ]
     static var subcommands: [any Command.Type] { [HistoryConsumerCommand.self, HistoryPruneCommand.self] }
 
@@ -174,7 +174,8 @@ struct HistoryDocument {
             out += "      \"tx\" : \(t.tx.map(String.init) ?? "null")\n"
             out += "    }"
         }
-        out += transactions.isEmpty ? "]\n" : "\n  ]\n"
+        out += transactions.isEmpty ? "],\n" : "\n  ],\n"
+        out += "  \"version\" : \(JSONContract.version)\n"
         out += "}\n"
         emit(out)
     }

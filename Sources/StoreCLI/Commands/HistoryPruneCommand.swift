@@ -6,8 +6,7 @@ import Storectl
 struct HistoryPruneCommand: Command {
     static let name = "prune"
     static let abstract = "Remove old history rows that every consumer has processed."
-    static let arguments = "[--before TOKEN | --older-than DURATION]"
-    static let discussion = """
+        static let discussion = """
         Removes history rows before a token, or older than a duration (30d, 12h, 15m, 45s; default: the
         store's history.retention). Only rows at or below the LOWEST consumer token are removed, the sync
         engine's cloud-export token included, and the newest row is always kept so that seq is never reused.
@@ -17,8 +16,8 @@ struct HistoryPruneCommand: Command {
         "storectl history prune --before 5000 --json",
     ]
     static let options = [
-        OptionSpec("before", value: "TOKEN", help: "Remove rows with a seq lower than TOKEN."),
-        OptionSpec("older-than", value: "DURATION", help: "Remove rows older than DURATION (e.g. 30d)."),
+        OptionSpec("before", value: "TOKEN", help: "Remove rows with a seq lower than <token>."),
+        OptionSpec("older-than", value: "DURATION", help: "Remove rows older than <duration> (e.g. 30d)."),
     ]
 
     struct Output: Encodable {
@@ -52,7 +51,8 @@ struct HistoryPruneCommand: Command {
         var olderThan: DurationSpec?
         if let text = args.value("older-than") {
             guard let d = DurationSpec(text) else {
-                throw UsageError("--older-than expects a duration such as 30d, 12h, 15m or 45s, got '\(text)'")
+                throw UsageError("--older-than expects a duration such as 30d, 12h, 15m or 45s, got '\(text)'",
+                                 hint: "units: ms, s, m, h, d, w; at most \(DurationSpec.maximumText) (100 years)")
             }
             olderThan = d
         }
@@ -62,8 +62,10 @@ struct HistoryPruneCommand: Command {
         let store = try context.openStore()
         if before == nil && olderThan == nil {
             guard let retention = store.settings.history.retention else {
-                throw UsageError("prune needs --before TOKEN or --older-than DURATION",
-                                 hint: "or set stores.\(store.settings.name).history.retention in the config")
+                throw UsageError("prune needs --before <token> or --older-than <duration>, and "
+                                 + "stores.\(store.settings.name).history.retention is not set",
+                                 hint: "e.g. 'storectl history prune --older-than 30d', or set "
+                                     + "stores.\(store.settings.name).history.retention in the config")
             }
             olderThan = retention
         }

@@ -24,8 +24,9 @@ struct SeedCommand: Command {
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         var timeout = 10.0
         if let raw = args.value("timeout") {
-            guard let t = Double(raw.hasSuffix("s") ? String(raw.dropLast()) : raw), t >= 0 else {
-                throw UsageError("--timeout expects seconds, got '\(raw)'")
+            guard let t = Double(raw.hasSuffix("s") ? String(raw.dropLast()) : raw), t.isFinite, t >= 0, t <= 86_400
+            else {
+                throw UsageError("--timeout expects seconds from 0 to 86400, got '\(raw)'")
             }
             timeout = t
         }

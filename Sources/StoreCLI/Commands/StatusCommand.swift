@@ -1,3 +1,4 @@
+import FoundationEssentials
 import StoreBase
 import Storectl
 
@@ -8,7 +9,9 @@ struct StatusCommand: Command {
     static let discussion = """
         Reports, per store: the mode (and any disagreement between config.yaml and the store), whether history
         tracking is on and any schema drift, the changes pending export, the last sync time and tokens, the account
-        status and the bound account, and whether the cloud is reachable. Without --store, every store is shown.
+        status and the bound account, and whether the cloud is reachable. Without --store, every store is shown
+        (in JSON: {"version": 1, "stores": [...]}, whatever the number of stores); with --store, that store's
+        object alone.
         """
     static let options = [
         OptionSpec("check-cloud", help: "Also check the account and the cloud for stores in local mode."),
@@ -20,41 +23,147 @@ struct StatusCommand: Command {
         "storectl --store notes status",
     ]
 
+    /// `{"version": 1, "stores": [...]}`.
+    struct Document: Encodable {
+        var stores: [StatusReport]
+    }
+
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
-        let config = try context.loadConfig()
-        let names = context.global.storeName.map { [$0] } ?? config.stores.map(\.name)
         var reports: [StatusReport] = []
-        for name in names {
-            let store = try context.handle(config, name)
-            reports.append(try store.status(checkCloud: args.flag("check-cloud")))
+        var missing: [StoreHandle] = []
+        // A store missing at its configured path is exit 66, said on stderr after the report of every store.
+        defer {
+            for store in missing {
+                let error = store.missingStoreError()
+                context.console.err(context.console.paint("error:", "31;1") + " " + error.summary)
+                for line in error.details { context.console.err(line) }
+                if let hint = error.hint {
+                    context.console.err(context.console.paint("hint:", "1") + " "
+                                        + context.render(hint, store: store.settings.name))
+                }
+            }
+        }
+        for name in try context.selectedStoreNames() {
+            let store = try context.openStore(name)
+            if !store.exists { missing.append(store) }
+            var report = try store.status(checkCloud: args.flag("check-cloud"))
+            report.disagreements = report.disagreements.map { context.render($0, store: name) }
+            if let account = report.account { report.account?.reason = context.render(account.reason, store: name) }
+            reports.append(report)
         }
         if context.global.json {
-            if context.global.storeName != nil || reports.count == 1, let only = reports.first {
+            if context.global.storeName != nil, let only = reports.first {
                 context.console.json(only)
             } else {
-                context.console.json(["stores": reports])
+                context.console.json(Document(stores: reports))
             }
-            return .ok
+            return missing.isEmpty ? .ok : .noInput
         }
-        for r in reports {
-            var lines = ["store \(r.store) (\(r.path))"]
-            lines.append("  mode:            \(r.mode)" + (r.mode != r.configMode ? " (config.yaml says \(r.configMode))" : ""))
-            lines.append("  history:         \(r.history.enabled ? "on" : "OFF") (\(r.history.state), last seq \(r.history.lastSeq))")
-            for d in r.history.drift { lines.append("    drift: \(d)") }
-            lines.append("  pending export:  \(r.pendingExport) row(s)")
-            lines.append("  last sync:       \(r.lastSync ?? "never")")
-            lines.append("  tokens:          export \(r.tokens.export), server \(r.tokens.server ?? "none")")
-            if let a = r.account {
-                lines.append("  account:         \(a.account ?? "(none)") is \(a.status): \(a.reason)"
-                             + (a.bound.map { " (bound: \($0))" } ?? ""))
-            }
-            if let c = r.cloud {
-                lines.append("  cloud:           \(c.url) container \(c.container) zone \(c.zone), "
-                             + (c.reachable.map { $0 ? "reachable" : "not reachable" } ?? "not checked (local mode)"))
-            }
-            for d in r.disagreements { lines.append("  ! \(d)") }
-            context.console.out(lines.joined(separator: "\n"))
+        let now = Date().timeIntervalSince1970
+        context.console.out(reports.map { block($0, now: now, console: context.console) }
+            .joined(separator: "\n\n"))
+        return missing.isEmpty ? .ok : .noInput
+    }
+
+    /// One store as an aligned block of labelled lines, in words.
+    static func block(_ r: StatusReport, now: Double, console: Console) -> String {
+        var rows: [(String, String)] = []
+        var mode = r.mode
+        if r.mode != r.configMode { mode += " (config.yaml says \(r.configMode))" }
+        rows.append(("mode", mode))
+        let historyState: String
+        switch r.history.state {
+        case "ok": historyState = "on"
+        case "drift": historyState = "on, but the schema changed since the triggers were made"
+        case "triggers-missing": historyState = console.paint("OFF: triggers are missing", "31;1")
+        default: historyState = "not set up (the store is not initialised)"
         }
-        return .ok
+        rows.append(("history", historyState + (r.history.lastSeq > 0 ? ", last change #\(r.history.lastSeq)" : "")))
+        for d in r.history.drift { rows.append(("", "drift: " + d)) }
+        rows.append(("pending export", Words.count(Int(r.pendingExport), "row")))
+        if let last = r.lastSync {
+            let when = ISOTimeParser.seconds(last).map { Words.relative(seconds: now - $0) + " (\(last))" } ?? last
+            rows.append(("last sync", when))
+        } else {
+            rows.append(("last sync", "never"))
+        }
+        rows.append(("export token", "#\(r.tokens.export)"))
+        rows.append(("server token", r.tokens.server ?? "none yet"))
+        if let a = r.account {
+            rows.append(("account", (a.account ?? "(none configured)") + ": " + Words.accountStatus(a.status)))
+            if let bound = a.bound { rows.append(("bound to", bound)) }
+            if a.status != "available" { rows.append(("", a.reason)) }
+        }
+        if let c = r.cloud {
+            rows.append(("cloud", c.url))
+            rows.append(("container", "\(c.container), zone \(c.zone)"))
+            rows.append(("reachable", c.reachable.map { $0 ? "yes" : "no" } ?? "not checked (local mode)"))
+            rows.append(("first import", r.initialSyncComplete ? "done" : "not yet"))
+            rows.append(("last export", r.lastExportAt ?? "never"))
+            rows.append(("last import", r.lastImportAt ?? "never"))
+            if let e = r.lastError { rows.append(("last error", "\(e.at): \(e.message) (exit \(e.code))")) }
+            rows.append(("watched by", r.watcher.map { w in
+                "storectl watch (pid \(w.pid.map(String.init) ?? "unknown")"
+                    + (w.startedAt.map { ", since \($0)" } ?? "") + ")"
+            } ?? "no watch process"))
+        }
+        var lines = ["store " + console.paint(r.store, "1") + "  " + r.path]
+        let width = (rows.map(\.0.count).max() ?? 0) + 2
+        for (label, value) in rows { lines.append("  " + label.padded(to: width) + value) }
+        for d in r.disagreements { lines.append("  " + console.paint("!", "33;1") + " " + d) }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// Words for people: counts with their noun, statuses, times relative to now.
+enum Words {
+    /// `0 rows`, `1 row`, `2 rows`.
+    static func count(_ n: Int, _ noun: String, plural: String? = nil) -> String {
+        "\(n) " + (n == 1 ? noun : plural ?? noun + "s")
+    }
+
+    /// An account status in words: `noAccount` -> `no account`.
+    static func accountStatus(_ status: String) -> String {
+        switch status {
+        case "available": return "available"
+        case "noAccount": return "no account"
+        case "restricted": return "restricted"
+        case "couldNotDetermine": return "could not be determined"
+        case "temporarilyUnavailable": return "temporarily unavailable"
+        case "notChecked": return "not checked (local mode)"
+        default: return status
+        }
+    }
+
+    /// How long ago, for people: `just now`, `45 s ago`, `3 min ago`, `2 h ago`, `4 days ago`.
+    static func relative(seconds: Double) -> String {
+        let s = Int(seconds.rounded(.down))
+        if s < 0 { return "in the future" }
+        if s < 5 { return "just now" }
+        if s < 60 { return "\(s) s ago" }
+        if s < 3600 { return "\(s / 60) min ago" }
+        if s < 86_400 { return "\(s / 3600) h ago" }
+        return Words.count(s / 86_400, "day") + " ago"
+    }
+}
+
+/// Reads the ISO 8601 UTC times storectl writes (`2024-05-01T12:00:00Z`, optionally with `.123`).
+enum ISOTimeParser {
+    /// Seconds since 1970, or nil when the text is not such a time.
+    static func seconds(_ text: String) -> Double? {
+        let digits = text.map { $0 }
+        guard digits.count >= 20, digits[4] == "-", digits[7] == "-", digits[10] == "T", digits[13] == ":",
+              digits[16] == ":", text.hasSuffix("Z") else { return nil }
+        func number(_ from: Int, _ count: Int) -> Int? { Int(String(digits[from..<(from + count)])) }
+        guard let y = number(0, 4), let m = number(5, 2), let d = number(8, 2), let hh = number(11, 2),
+              let mm = number(14, 2), let ss = number(17, 2) else { return nil }
+        // Days from the civil date (Howard Hinnant's days_from_civil).
+        let yy = m <= 2 ? y - 1 : y
+        let era = (yy >= 0 ? yy : yy - 399) / 400
+        let yoe = yy - era * 400
+        let doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        let days = era * 146_097 + doe - 719_468
+        return Double(days * 86_400 + hh * 3600 + mm * 60 + ss)
     }
 }
