@@ -838,7 +838,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                     do {
                         try statement.bind(.text(save.recordName), at: 2)
                         try statement.bind(.text(save.recordType), at: 3)
-                        try statement.bind(.text(save.deleted ? "{}" : save.fields), at: 4)
+                        try statement.bind(.text(save.deleted ? RecordSave.tombstoneFields(save.fields) : save.fields),
+                                           at: 4)
                         try statement.bind(.text(tag), at: 5)
                         try statement.bind(.integer(seq + 1), at: 6)
                         try statement.bind(.integer(save.deleted ? 1 : 0), at: 7)

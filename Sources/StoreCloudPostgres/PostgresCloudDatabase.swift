@@ -576,7 +576,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         let types = PGConnInfo.textArrayLiteral(saves.map { $0.recordType })
         // The fields go as one text, split on the server. A value the split would not give back (empty, or with a
         // control character) is no JSON object anyway.
-        guard let fields = PGConnInfo.separatedText(saves.map { $0.deleted ? "{}" : $0.fields }) else {
+        guard let fields = PGConnInfo.separatedText(saves.map { $0.deleted ? RecordSave.tombstoneFields($0.fields) : $0.fields }) else {
             let bad = saves.first { !$0.deleted && ($0.fields.isEmpty || $0.fields.utf8.contains(0x1e)) }
             throw CloudError(.invalid, "cannot save \(saves.count) records to zone \(zone): the fields of record "
                 + "\(bad?.recordName ?? "?") are not a JSON object (empty, or a control character outside a "

@@ -36,6 +36,8 @@ public struct EntityMap: Sendable, Equatable {
     public var uniqueKeys: [[String]] = []
     /// The columns declared NOT NULL.
     public var notNullColumns: Set<String> = []
+    /// Whether the table was declared WITHOUT ROWID (its key columns are then never NULL).
+    public var withoutRowID = false
 
     /// The columns that travel in a record's fields.
     public var fieldColumns: [String] { isSurrogate ? columns.filter { $0 != primaryKey[0] } : columns }
@@ -86,6 +88,8 @@ public struct EntityMap: Sendable, Equatable {
         map.foreignKeys = keys
         map.uniqueKeys = unique
         map.notNullColumns = Set(info.filter(\.notNull).map(\.name))
+        map.withoutRowID = try db.scalar("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?",
+                                         [table])?.int64 == 1
         return map
     }
 
@@ -202,10 +206,13 @@ public struct EntityMap: Sendable, Equatable {
         return "\(quoteLiteral(name + ":")) || json_array(" + parts.joined(separator: ", ") + ")"
     }
 
-    /// `t."a" = json_extract(<json>, '$[0]') AND ...`: joins a row to a canonical key.
+    /// `t."a" IS json_extract(<json>, '$[0]') AND ...`: joins a row to a canonical key. `IS`, because SQLite lets a
+    /// primary key that is not a rowid alias hold NULL (`[null]` is then the row's key); it uses the index as `=`
+    /// does.
     func pkMatches(_ alias: String, json: String) -> String {
         primaryKey.enumerated().map { i, column in
-            "\(alias).\(quoteIdentifier(column)) = json_extract(\(json), '$[\(i)]')"
+            if isSurrogate { return "\(alias).\(quoteIdentifier(column)) = json_extract(\(json), '$[\(i)]')" }
+            return "\(alias).\(quoteIdentifier(column)) IS \(ValueJSON.keyValue(json, i))"
         }.joined(separator: " AND ")
     }
 

@@ -20,22 +20,24 @@ public struct ExportReport: Sendable, Codable, Equatable {
     public var baseline = false
     /// The export token after the export.
     public var token: Int64 = 0
-    /// Rows not sent because their record would be larger than `max_record_size` (they are sent once they fit).
-    public var tooLarge: [RowRef] = []
+    /// Rows not sent: a record larger than `max_record_size` (sent once it fits), or a key that is not valid UTF-8.
+    public var unsent: [RowRef] = []
 
     public init() {}
 }
 
-/// A local row, named for a report: its table and its primary key (a JSON array).
+/// A local row, named for a report: its table and its primary key (a JSON array), and why it was not sent.
 public struct RowRef: Sendable, Codable, Equatable {
     public var entity: String
     public var key: String
     public var bytes: Int?
+    public var reason: String
 
-    public init(entity: String, key: String, bytes: Int? = nil) {
+    public init(entity: String, key: String, bytes: Int? = nil, reason: String) {
         self.entity = entity
         self.key = key
         self.bytes = bytes
+        self.reason = reason
     }
 }
 
@@ -61,20 +63,25 @@ public struct MassDeleteError: DiagnosedError {
     }
 }
 
-/// Raised after an export that sent everything else, when some rows were too large to send.
-public struct RecordTooLargeError: DiagnosedError {
+/// Raised after an export that sent everything else, when some rows could not be sent: a record larger than
+/// `max_record_size`, or a key that is not valid UTF-8 (record names and keys are text).
+public struct RowsNotSentError: DiagnosedError {
     public var rows: [RowRef]
     public var limit: Int
     public var exitCode: ExitCode { .dataError }
     public var summary: String {
-        "\(rows.count) row(s) are larger than max_record_size (\(limit) bytes) and were not sent to the cloud"
+        "\(rows.count) row(s) were not sent to the cloud"
     }
     public var details: [String] {
-        rows.prefix(20).map { "  \($0.entity) \($0.key): \($0.bytes.map { "\($0) bytes" } ?? "too large")" }
-            + ["  every other change was sent; these rows are sent by the first sync after they fit"]
+        rows.prefix(20).map { "  \($0.entity) \($0.key): \($0.reason)" }
+            + ["  every other change was sent; these rows are sent by the first sync after they can be"]
     }
     public var hint: String? {
-        "make the rows smaller, or raise cloud.max_record_size in the config (CloudKit's own limit is 1 MB)"
+        if rows.contains(where: { $0.bytes != nil }) {
+            return "make the rows smaller, or raise cloud.max_record_size in the config (now \(limit) bytes; "
+                + "CloudKit's own limit is 1 MB)"
+        }
+        return "give the rows keys of valid UTF-8 text"
     }
 }
 
@@ -164,7 +171,7 @@ struct Exporter {
                        + "PRIMARY KEY (entity, pk)) WITHOUT ROWID")
         try db.execute("""
             CREATE TABLE IF NOT EXISTS _storectl_unsent(entity TEXT NOT NULL, pk TEXT NOT NULL, bytes INTEGER,
-                PRIMARY KEY (entity, pk)) WITHOUT ROWID
+                reason TEXT NOT NULL, PRIMARY KEY (entity, pk)) WITHOUT ROWID
             """)
         try db.execute("DELETE FROM temp._storectl_changes")
         if !baseline {
@@ -325,15 +332,17 @@ struct Exporter {
                 \(whereClause) ORDER BY \(keys.joined(separator: ", ")) LIMIT \(limit)
                 """)
         } else {
-            let pk0 = quoteIdentifier(e.primaryKey[0])
+            // Whether the change's row is still there: its rowid, or (WITHOUT ROWID, where keys are never NULL) its
+            // first key column.
+            let present = e.withoutRowID ? "t.\(quoteIdentifier(e.primaryKey[0])) IS NOT NULL" : "t.rowid IS NOT NULL"
             var whereClause = ""
             if let after {
                 whereClause = "AND c.pk > ?2"
                 args += after
             }
             statement = try db.cached("""
-                SELECT c.pk, coalesce(r.record_name, CASE WHEN t.\(pk0) IS NOT NULL THEN \(e.derivedName("t")) END),
-                       r.change_tag, r.base, r.deleted, t.\(pk0) IS NOT NULL, \(e.fieldsJSON("t", extra: "r.extra")),
+                SELECT c.pk, coalesce(r.record_name, CASE WHEN \(present) THEN \(e.derivedName("t")) END),
+                       r.change_tag, r.base, r.deleted, \(present), \(e.fieldsJSON("t", extra: "r.extra")),
                        r.extra, c.pk
                 FROM temp._storectl_changes c
                 LEFT JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
@@ -345,7 +354,7 @@ struct Exporter {
         var rows = 0
         var lastKey: [Value] = []
         var orphans: [String] = []
-        var tooLarge: [RowRef] = []
+        var unsent: [RowRef] = []
         var sent: [String] = []
         let keyCount = baseline ? e.primaryKey.count : 1
         let maxSize = options.maxRecordSize
@@ -355,6 +364,10 @@ struct Exporter {
             if rows == limit { lastKey = (0..<keyCount).map { row.column(8 + $0) } }
             let pk = row.string(0) ?? "[]"
             guard let name = row.string(1) else { return }
+            if case .textBytes = row.column(0) {
+                unsent.append(RowRef(entity: e.name, key: pk, reason: "its key is text that is not valid UTF-8"))
+                return
+            }
             let tag = row.string(2)
             let base = row.string(3)
             let mappedDeleted = row.int64(4) == 1
@@ -364,7 +377,9 @@ struct Exporter {
             if present {
                 if !mappedDeleted && tag != nil && base == fields { return }  // nothing really changed
                 if fields.utf8.count > maxSize {
-                    tooLarge.append(RowRef(entity: e.name, key: pk, bytes: fields.utf8.count))
+                    unsent.append(RowRef(entity: e.name, key: pk, bytes: fields.utf8.count,
+                                         reason: "its record is \(fields.utf8.count) bytes, more than max_record_size "
+                                             + "(\(maxSize))"))
                     return
                 }
                 sent.append(pk)
@@ -375,8 +390,9 @@ struct Exporter {
             } else if !mappedDeleted && tag != nil {
                 sent.append(pk)
                 batch.append(Pending(entity: e, pk: pk,
-                                     save: RecordSave(recordName: name, recordType: e.name, fields: "{}",
-                                                      deleted: true, expectedTag: tag),
+                                     save: RecordSave(recordName: name, recordType: e.name,
+                                                      fields: try tombstoneFields(name), deleted: true,
+                                                      expectedTag: tag),
                                      base: base, historySeq: historySeq))
             } else if !mappedDeleted {
                 // Named, then deleted before anything reached the cloud.
@@ -387,16 +403,16 @@ struct Exporter {
         for pk in orphans {
             try db.run("DELETE FROM _storectl_records WHERE entity = ? AND pk = ? AND change_tag IS NULL", [e.name, pk])
         }
-        if !tooLarge.isEmpty || !sent.isEmpty {
-            let unsent = try db.cached("INSERT OR REPLACE INTO _storectl_unsent(entity, pk, bytes) VALUES (?, ?, ?)")
-            for row in tooLarge {
-                try unsent.bind([row.entity, row.key, row.bytes])
-                try unsent.step()
+        if !unsent.isEmpty || !sent.isEmpty {
+            let insert = try db.cached("INSERT OR REPLACE INTO _storectl_unsent(entity, pk, bytes, reason) VALUES (?, ?, ?, ?)")
+            for row in unsent {
+                try insert.bind([row.entity, row.key, row.bytes, row.reason])
+                try insert.step()
             }
             if try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_unsent WHERE entity = ?)", [e.name])?.int64 == 1 {
                 for pk in sent { try db.run("DELETE FROM _storectl_unsent WHERE entity = ? AND pk = ?", [e.name, pk]) }
             }
-            report.tooLarge += tooLarge
+            report.unsent += unsent
         }
         return (batch, rows < limit ? nil : lastKey)
     }
@@ -408,7 +424,8 @@ struct Exporter {
         guard !rows.isEmpty else { return }
         var saves: [RecordSave] = []
         for row in rows {
-            saves.append(RecordSave(recordName: row[0].string ?? "", recordType: row[1].string ?? "", fields: "{}",
+            let name = row[0].string ?? ""
+            saves.append(RecordSave(recordName: name, recordType: row[1].string ?? "", fields: try tombstoneFields(name),
                                     deleted: true, expectedTag: row[2].string))
         }
         let historySeq = try MirrorState.lastHistorySeq(db)
@@ -439,6 +456,14 @@ struct Exporter {
             }
             saves = again
         }
+    }
+
+    /// The fields of the tombstone of record `name`: `{}`, or `{"$alias": WINNER}` when the record was merged into
+    /// another as a duplicate, so that other devices re-point its children instead of deleting them.
+    private func tombstoneFields(_ name: String) throws -> String {
+        guard let target = try db.scalar("SELECT target FROM _storectl_aliases WHERE record_name = ?", [name])?.string
+        else { return "{}" }
+        return try db.scalar("SELECT json_object('$alias', ?)", [target])?.string ?? "{}"
     }
 
     private func mark(serial: Int64, historySeq: Int64) -> ExportMark {

@@ -17,6 +17,9 @@ struct DecodedFields {
     /// kept in the record map and sent along with the row, so that a device with an older schema never drops a
     /// newer device's values, and `storectl migrate` can fill a column added later.
     var extra: String?
+    /// The fields whose value is a JSON object or array (not a reference, blob or text): stored as their JSON
+    /// text, but never a key.
+    var objects: Set<String> = []
 }
 
 /// Decoding and combining record fields. All JSON work runs in SQLite's JSON functions.
@@ -29,7 +32,8 @@ struct FieldCodec {
         let known = Set(columns)
         var values: [String: FieldValue] = [:]
         var unknown = false
-        for (key, value) in try decode(fields) {
+        var objects: Set<String> = []
+        for (key, value) in try decode(fields, objects: &objects) {
             if known.contains(key) { values[key] = value } else { unknown = true }
         }
         var extra: String?
@@ -41,7 +45,7 @@ struct FieldCodec {
                 FROM json_each(?1) WHERE key NOT IN (SELECT value FROM json_each(?2))
                 """, [fields, names])?.string
         }
-        return DecodedFields(values: values, extra: extra)
+        return DecodedFields(values: values, extra: extra, objects: objects.intersection(known))
     }
 
     /// A `json_each` row's value as JSON again: objects and arrays as they are, booleans as booleans, reals with
@@ -55,7 +59,7 @@ struct FieldCodec {
 
     /// Decodes a fields object into column -> value.
     /// - Throws: `RecordProblem` when the fields are not a JSON object.
-    func decode(_ fields: String) throws -> [String: FieldValue] {
+    func decode(_ fields: String, objects: inout Set<String>) throws -> [String: FieldValue] {
         let check = try db.cached("SELECT json_valid(?1) AND json_type(?1) = 'object'")
         try check.bind([fields])
         let isObject = try check.step() && check.int64(0) == 1
@@ -71,7 +75,9 @@ struct FieldCodec {
                    CASE WHEN type = 'object' THEN json_extract(value, '$."$ref"') END,
                    CASE WHEN type = 'object' THEN json_type(value, '$."$ref"') END,
                    CASE WHEN type = 'object' THEN json_extract(value, '$."$blob"') END,
-                   CASE WHEN type = 'object' THEN json_extract(value, '$."$text"') END
+                   CASE WHEN type = 'object' THEN json_extract(value, '$."$text"') END,
+                   CASE WHEN type = 'object' THEN json_type(value, '$."$blob"') END,
+                   CASE WHEN type = 'object' THEN json_type(value, '$."$text"') END
             FROM json_each(?1)
             """)
         var result: [String: FieldValue] = [:]
@@ -85,13 +91,25 @@ struct FieldCodec {
                                             hint: "a reference is {\"$ref\": \"RECORD NAME\"}")
                     }
                     result[key] = .ref(row.string(3))
-                } else if let hex = row.string(5), let bytes = Hex.bytes(hex) {
+                } else if row.string(7) != nil {
+                    guard row.string(7) == "text", let bytes = Hex.bytes(row.string(5) ?? "") else {
+                        throw RecordProblem(reason: "field '\(key)' holds a malformed blob (not hex digits)",
+                                            hint: "a blob is {\"$blob\": \"HEX DIGITS\"}")
+                    }
                     result[key] = .value(.blob(bytes))
-                } else if let hex = row.string(6), let bytes = Hex.bytes(hex) {
+                } else if row.string(8) != nil {
+                    guard row.string(8) == "text", let bytes = Hex.bytes(row.string(6) ?? "") else {
+                        throw RecordProblem(reason: "field '\(key)' holds a malformed text (not hex digits)",
+                                            hint: "a text that is not UTF-8 is {\"$text\": \"HEX DIGITS\"}")
+                    }
                     result[key] = .value(Value.text(bytes: bytes))
                 } else {
+                    objects.insert(key)
                     result[key] = .value(.text(row.string(1) ?? ""))
                 }
+            } else if type == "array" {
+                objects.insert(key)
+                result[key] = .value(.text(row.string(1) ?? ""))
             } else if type == "true" {
                 result[key] = .value(.integer(1))
             } else if type == "false" {

@@ -389,13 +389,15 @@ struct Orphans {
     /// Whether the parent record `name` is deleted: the record map says so, or the cloud has only its tombstone,
     /// or nothing at all (and it is not waiting set aside here).
     private func parentIsGone(_ name: String, type: String) throws -> Bool {
+        if try db.scalar("SELECT 1 FROM _storectl_aliases WHERE record_name = ?", [name]) != nil { return false }
         if try db.scalar("SELECT 1 FROM _storectl_quarantine WHERE record_name = ?", [name]) != nil { return false }
         if try db.scalar("SELECT 1 FROM _storectl_pending WHERE record_name = ?", [name]) != nil { return false }
         if let deleted = try db.scalar("SELECT deleted FROM _storectl_records WHERE record_name = ?", [name])?.int64 {
             if deleted == 1 { return true }
         }
         guard let record = try cloud.fetchRecord(zone: zone, recordName: name) else { return true }
-        return record.deleted
+        // A tombstone that names where its record went (a merged duplicate) is no deletion of the parent.
+        return record.deleted && !record.fields.contains("\"$alias\"")
     }
 
     /// Writes a history row that makes the row a pending local change of `columns`.

@@ -168,7 +168,7 @@ public final class Mirror {
     }
 
     /// Pushes local changes (or a baseline of every row) to the cloud.
-    /// - Throws: `MassDeleteError`, `ConflictError`, `CloudError`, `SQLiteError`; `RecordTooLargeError` after
+    /// - Throws: `MassDeleteError`, `ConflictError`, `CloudError`, `SQLiteError`; `RowsNotSentError` after
     ///   everything else was sent.
     public func exportChanges(baseline: Bool? = nil, progress: (Int, Int?) -> Void = { _, _ in }) throws
         -> ExportReport
@@ -176,8 +176,8 @@ public final class Mirror {
         try prepare()
         let exporter = Exporter(db: db, cloud: cloud, options: options, entities: entities, device: device)
         let report = try exporter.run(baseline: try baseline ?? needsBaseline(), progress: progress)
-        if !report.tooLarge.isEmpty {
-            throw RecordTooLargeError(rows: report.tooLarge, limit: options.maxRecordSize)
+        if !report.unsent.isEmpty {
+            throw RowsNotSentError(rows: report.unsent, limit: options.maxRecordSize)
         }
         return report
     }

@@ -243,8 +243,8 @@ public struct UnsettledReport: Sendable, Codable, Equatable {
     public var setAside: [SetAsideRecord] = []
     /// Tombstones not yet sent (losers of a UNIQUE constraint, orphaned children).
     public var outbox = 0
-    /// Local rows too large to send (`max_record_size`).
-    public var tooLarge: [RowRef] = []
+    /// Local rows that cannot be sent: too large (`max_record_size`), or a key that is not valid UTF-8.
+    public var unsent: [RowRef] = []
     /// Records of types this store does not track, by type (they stay in the cloud).
     public var untrackedTypes: [String: Int] = [:]
     /// When the store was found to be an older copy of itself and took back its later records.
@@ -253,7 +253,7 @@ public struct UnsettledReport: Sendable, Codable, Equatable {
     public init() {}
 
     /// Whether anything keeps the store from being converged.
-    public var isEmpty: Bool { waitingForParent.isEmpty && setAside.isEmpty && outbox == 0 && tooLarge.isEmpty }
+    public var isEmpty: Bool { waitingForParent.isEmpty && setAside.isEmpty && outbox == 0 && unsent.isEmpty }
 }
 
 extension MirrorState {
@@ -276,8 +276,12 @@ extension MirrorState {
             report.outbox = Int(try db.scalar("SELECT count(*) FROM _storectl_outbox")?.int64 ?? 0)
         }
         if try db.tableExists("_storectl_unsent") {
-            report.tooLarge = try db.query("SELECT entity, pk, bytes FROM _storectl_unsent ORDER BY entity, pk LIMIT 100")
-                .map { RowRef(entity: $0[0].string ?? "", key: $0[1].string ?? "", bytes: $0[2].int64.map(Int.init)) }
+            report.unsent = try db.query("""
+                SELECT entity, pk, bytes, reason FROM _storectl_unsent ORDER BY entity, pk LIMIT 100
+                """).map {
+                RowRef(entity: $0[0].string ?? "", key: $0[1].string ?? "", bytes: $0[2].int64.map(Int.init),
+                       reason: $0[3].string ?? "")
+            }
         }
         for row in try db.query("""
             SELECT substr(key, length('unknown_type:') + 1), value FROM _storectl_meta

@@ -228,12 +228,29 @@ final class RecordApplier {
             pk = try ownRowID(entity, name: record.recordName).map { "[\($0)]" }
         }
         if pk == nil && !entity.isSurrogate {
-            for column in entity.primaryKey where (resolved[column] ?? .null).isNull {
+            for column in entity.primaryKey where resolved[column] == nil {
                 throw RecordProblem(reason: "the record has no value for key column '\(column)' of '\(entity.name)'",
                                     hint: "a record of '\(entity.name)' must carry its whole primary key ("
                                         + entity.primaryKey.joined(separator: ", ") + ")")
             }
+            for column in entity.primaryKey where decoded.objects.contains(column) {
+                throw RecordProblem(reason: "key column '\(column)' of '\(entity.name)' holds a JSON object or array, "
+                                        + "not a value", hint: "a key is a number, a text or a blob")
+            }
             pk = try canonicalKey(entity, values: entity.primaryKey.map { resolved[$0] ?? .null })
+            if entry == nil, entity.references.allSatisfy({ !entity.primaryKey.contains($0.column) }) {
+                // A natural key names its record: a record whose fields say another key is not what its name says.
+                // (A key that holds a reference keeps its name when the parent is merged into another: not checked.)
+                let parts: [Value] = entity.primaryKey.map { resolved[$0] ?? .null }
+                let params = parts.indices.map { EntityMap.jsonValue("?\($0 + 1)") }.joined(separator: ", ")
+                let expected = entity.name + ":" + (try db.scalar("SELECT json_array(\(params))", parts)?.string ?? "")
+                if expected != record.recordName {
+                    throw RecordProblem(reason: "its fields hold the key \(expected.dropFirst(entity.name.count + 1)) "
+                                            + "but its name says \(record.recordName)",
+                                        hint: "the device that saved it wrote a record whose name and key disagree; "
+                                            + "delete the record in the cloud, or save the row again from its store")
+                }
+            }
         }
         let exists = try pk.map { try rowExists(entity, pk: $0) } ?? false
         // The columns to take from the record; nil: the record is not applied to the row (local delete wins).
@@ -357,6 +374,20 @@ final class RecordApplier {
                                respectLocalChanges: Bool) throws -> Outcome
     {
         if hasParked { try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName]) }
+        if record.fields.utf8.count > 2,
+           let target = try db.scalar("SELECT json_extract(?1, '$.\"$alias\"') WHERE json_valid(?1)", [record.fields])?.string,
+           target != record.recordName
+        {
+            // A duplicate merged into `target` elsewhere: its name now stands for the winner. A local row still
+            // mapped to it is merged when the winner arrives (the same rule picks the same winner here).
+            try alias(record.recordName, to: target, entity: entity)
+            hasParked = true
+            if let entry, try rowExists(entity, pk: entry.pk) {
+                try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag,
+                           base: entry.base, extra: nil, deleted: false)
+                return .skipped
+            }
+        }
         guard let entry else { return .skipped }
         let exists = try rowExists(entity, pk: entry.pk)
         if exists, respectLocalChanges, let local = try localChanges(entity, pk: entry.pk), !local.deleted {
@@ -577,6 +608,8 @@ final class RecordApplier {
                     let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
                     try finish(record, entity: entity, entry: nil, pk: holderPK, extra: decoded.extra)
                     try note(entity, pk: holderPK)
+                    // The children's records still name the loser: send them again, naming the winner.
+                    try markChildrenChanged(entity, pk: holderPK)
                     return .applied
                 }
                 try deleteLoser(entity, pk: holderPK, name: holderName, winner: record.recordName,
@@ -650,6 +683,24 @@ final class RecordApplier {
                     try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(col) = json_extract(?1, '$[0]') "
                                    + "WHERE \(col) = json_extract(?2, '$[0]')", [to, from])
                 }
+            }
+        }
+    }
+
+    /// Writes a history row (author `dedupe`) for every row that references the row `pk` of `parent`, so that the
+    /// next export sends their records again with the parent's current record name.
+    private func markChildrenChanged(_ parent: EntityMap, pk: String) throws {
+        guard parent.primaryKey.count == 1 else { return }
+        for child in entities.values {
+            for fk in child.foreignKeys where fk.parentTable == parent.name && fk.columns.count == 1
+                && (fk.parentColumns.first ?? nil) == parent.primaryKey[0]
+            {
+                try db.run("""
+                    INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
+                    SELECT NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2,
+                           \(child.pkJSON("c")), 'U', json_array(?3)
+                    FROM main.\(child.quotedName) c WHERE c.\(quoteIdentifier(fk.columns[0])) = json_extract(?4, '$[0]')
+                    """, [Deduplicator.author, child.name, fk.columns[0], pk])
             }
         }
     }

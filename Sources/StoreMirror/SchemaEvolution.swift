@@ -13,12 +13,20 @@ import StoreSQLite
 /// - a column dropped here keeps travelling with the row, with the value last synced (`rescan` moves it into
 ///   `extra`), so that devices which still have it never lose it.
 enum SchemaEvolution {
-    /// Fills, for every entity, the local columns that the `extra` fields of its rows name, where the row's value
-    /// is NULL; the filled keys leave `extra`. Runs inside a transaction with author `cloud-import` (the values came
+    /// Fills, for every entity, the local columns that the `extra` fields of its rows name, where the row has no
+    /// value of its own (NULL, or the column's constant default, which `ALTER TABLE ... ADD COLUMN` wrote into every
+    /// row); the filled keys leave `extra`. Runs inside a transaction with author `cloud-import` (the values came
     /// from the cloud). Returns how many values were filled.
     static func backfill(_ db: Connection, entities: [EntityMap], applier: RecordApplier) throws -> Int {
         var filled = 0
         for e in entities {
+            var defaults: [String: Value] = [:]
+            for column in try db.columns(of: e.name) {
+                guard let sql = column.defaultSQL, !sql.uppercased().hasPrefix("CURRENT_"), !sql.contains("(") else {
+                    continue
+                }
+                if let value = try? db.scalar("SELECT \(sql)") { defaults[column.name] = value }
+            }
             let rows = try db.query("""
                 SELECT r.pk, r.extra FROM _storectl_records r
                 WHERE r.entity = ?1 AND r.extra IS NOT NULL AND r.deleted = 0
@@ -31,7 +39,7 @@ enum SchemaEvolution {
                 for (column, value) in decoded.values {
                     let current = try db.scalar("SELECT t.\(quoteIdentifier(column)) FROM main.\(e.quotedName) t "
                                                     + "WHERE \(e.pkMatches("t", json: "?1"))", [pk])
-                    guard current == nil || current?.isNull == true else { continue }
+                    guard current == nil || current?.isNull == true || current == defaults[column] else { continue }
                     switch value {
                     case .value(let v): values[column] = v
                     case .ref(let name):

@@ -105,23 +105,63 @@ public final class Connection {
     /// The SQL functions storectl's own statements use, on every connection it opens. Triggers never call them:
     /// a trigger runs in every process that writes to the store, and those know only SQLite's built-in functions.
     ///
-    /// - `storectl_utf8(x)`: 1 when `x` is text made of valid UTF-8 (or not text at all), 0 otherwise. SQLite keeps
-    ///   whatever bytes a writer stored as text; the export wraps the invalid ones so that they travel unchanged.
+    /// - `storectl_plain_text(x)`: 0 when `x` is text holding a NUL or bytes that are not valid UTF-8, else 1.
+    ///   SQLite keeps whatever bytes a writer stored as text, and its JSON functions cut a string at a NUL; the
+    ///   export wraps such text (`{"$text": HEX}`) so that it travels byte for byte.
+    /// - `storectl_unhex(hex, kind)`: the bytes of `hex` as text (`kind` 'text') or as a blob; NULL when `hex` is
+    ///   not hex digits.
     private static func registerFunctions(_ db: OpaquePointer) {
         // "The sixth, seventh and eighth parameters passed to the three "sqlite3_create_function*" functions, xFunc,
         // xStep and xFinal, are pointers to C-language functions that implement the SQL function or aggregate."
-        sqlite3_create_function_v2(db, "storectl_utf8", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil, { context, argc, argv in
-            guard argc == 1, let argv, let value = argv[0], sqlite3_value_type(value) == SQLITE_TEXT else {
+        sqlite3_create_function_v2(db, "storectl_plain_text", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil,
+                                   { context, argc, argv in
+            guard argc == 1, let argv, let value = argv[0], sqlite3_value_type(value) == SQLITE_TEXT,
+                  let bytes = sqlite3_value_text(value)
+            else {
                 sqlite3_result_int(context, 1)
                 return
             }
-            let count = Int(sqlite3_value_bytes(value))
-            guard let bytes = sqlite3_value_text(value) else {
+            let buffer = UnsafeBufferPointer(start: bytes, count: Int(sqlite3_value_bytes(value)))
+            // ASCII without NUL, the common case, needs no decoding.
+            if !buffer.contains(where: { $0 == 0 || $0 >= 0x80 }) {
                 sqlite3_result_int(context, 1)
                 return
             }
-            let valid = String(validating: UnsafeBufferPointer(start: bytes, count: count), as: UTF8.self) != nil
-            sqlite3_result_int(context, valid ? 1 : 0)
+            let plain = !buffer.contains(0) && String(validating: buffer, as: UTF8.self) != nil
+            sqlite3_result_int(context, plain ? 1 : 0)
+        }, nil, nil, nil)
+        sqlite3_create_function_v2(db, "storectl_unhex", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil,
+                                   { context, argc, argv in
+            guard argc == 2, let argv, let value = argv[0], let text = sqlite3_value_text(value) else {
+                sqlite3_result_null(context)
+                return
+            }
+            let hex = UnsafeBufferPointer(start: text, count: Int(sqlite3_value_bytes(value)))
+            guard hex.count % 2 == 0 else {
+                sqlite3_result_null(context)
+                return
+            }
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(hex.count / 2)
+            var i = 0
+            while i < hex.count {
+                guard let high = Hex.digit(hex[i]), let low = Hex.digit(hex[i + 1]) else {
+                    sqlite3_result_null(context)
+                    return
+                }
+                bytes.append(high << 4 | low)
+                i += 2
+            }
+            let asText = argv[1].flatMap { sqlite3_value_text($0) }.map { String(cString: $0) } == "text"
+            bytes.withUnsafeBufferPointer { buffer in
+                if asText {
+                    buffer.baseAddress?.withMemoryRebound(to: CChar.self, capacity: buffer.count) { chars in
+                        sqlite3_result_text(context, chars, Int32(buffer.count), storectl_sqlite_transient())
+                    } ?? sqlite3_result_text(context, "", 0, storectl_sqlite_transient())
+                } else {
+                    sqlite3_result_blob(context, buffer.baseAddress, Int32(buffer.count), storectl_sqlite_transient())
+                }
+            }
         }, nil, nil, nil)
     }
 

@@ -158,9 +158,10 @@ extension StoreHandle {
             add("records", "\(unsettled.outbox) record(s) must still be deleted in the cloud (duplicates, or children "
                 + "of deleted parents)", command("sync"), .dataError)
         }
-        for row in unsettled.tooLarge {
-            add("records", "row \(row.key) of table '\(row.entity)' is larger than max_record_size and is not sent",
-                "make the row smaller, or raise stores.\(name).cloud.max_record_size in \(config.path)", .dataError)
+        for row in unsettled.unsent {
+            add("records", "row \(row.key) of table '\(row.entity)' is not sent: \(row.reason)",
+                row.bytes != nil ? "make the row smaller, or raise stores.\(name).cloud.max_record_size in \(config.path)"
+                    : "give the row a key of valid UTF-8 text", .dataError)
         }
 
         // Duplicates of unique: keys.

@@ -172,9 +172,8 @@ extension StoreHandle {
                     disagreements.append("record \(record.recordName) (\(record.recordType), seq \(record.seq)) waits "
                                          + "for a parent record that has not arrived")
                 }
-                for row in unsettled.tooLarge {
-                    disagreements.append("row \(row.key) of '\(row.entity)' is larger than max_record_size and is not "
-                                         + "sent; make it smaller or raise cloud.max_record_size")
+                for row in unsettled.unsent {
+                    disagreements.append("row \(row.key) of '\(row.entity)' is not sent: \(row.reason)")
                 }
             } else {
                 disagreements.append("the store is not initialised; run 'storectl init'")

@@ -29,6 +29,10 @@ struct CloudCheckCommand: Command {
             }
             context.console.out(report.ok ? "cloud check: ok (\(report.entities.count) table(s))"
                                 : "cloud check: \(report.problemCount) problem(s)")
+            if !report.ok {
+                context.console.err("hint: fix each table as its problem says, or list the tables to sync in "
+                                    + "stores.\(store.settings.name).entities; nothing was changed")
+            }
         }
         return report.ok ? .ok : .dataError
     }
