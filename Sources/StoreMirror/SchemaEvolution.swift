@@ -79,20 +79,35 @@ enum SchemaEvolution {
                     FROM json_each(base) b WHERE b.key NOT IN (SELECT value FROM json_each(?2)))
                 WHERE entity = ?1 AND base IS NOT NULL AND deleted = 0
                 """, [e.name, now])
+            // A column the last synced record lacks differs only when the row holds something other than the
+            // column's default: `ALTER TABLE ... ADD COLUMN` writes the default into every row, which is no change.
+            var defaults = "NULL"
+            let columns = try db.columns(of: e.name)
+            let constant = columns.compactMap { c -> String? in
+                guard let sql = c.defaultSQL, !sql.uppercased().hasPrefix("CURRENT_"), !sql.contains("(") else { return nil }
+                return "WHEN \(quoteLiteral(c.name)) THEN \(sql)"
+            }
+            if !constant.isEmpty { defaults = "CASE f.key " + constant.joined(separator: " ") + " ELSE NULL END" }
             let fields = e.fieldsJSON("t")
             let rows = try db.query("""
-                SELECT r.pk FROM _storectl_records r CROSS JOIN main.\(e.quotedName) t
-                WHERE r.entity = ?1 AND r.deleted = 0 AND r.change_tag IS NOT NULL AND \(e.pkMatches("t", json: "r.pk"))
-                  AND EXISTS (SELECT 1 FROM json_each(\(fields)) f
-                              WHERE coalesce((SELECT json_quote(b.value) FROM json_each(r.base) b WHERE b.key = f.key),
-                                             'null') IS NOT json_quote(f.value))
+                SELECT pk, changed FROM (
+                    SELECT r.pk AS pk, (
+                        SELECT json_group_array(f.key) FROM json_each(\(fields)) f
+                        WHERE CASE WHEN EXISTS (SELECT 1 FROM json_each(r.base) b WHERE b.key = f.key)
+                            THEN (SELECT json_quote(b.value) FROM json_each(r.base) b WHERE b.key = f.key)
+                                 IS NOT json_quote(f.value)
+                            ELSE f.value IS NOT (\(defaults)) END) AS changed
+                    FROM _storectl_records r CROSS JOIN main.\(e.quotedName) t
+                    WHERE r.entity = ?1 AND r.deleted = 0 AND r.change_tag IS NOT NULL AND r.base IS NOT NULL
+                      AND \(e.pkMatches("t", json: "r.pk")))
+                WHERE changed <> '[]'
                 """, [e.name])
             for row in rows {
                 guard let pk = row[0].string else { continue }
                 try db.run("""
                     INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
                     VALUES (NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2, ?3, 'U', ?4)
-                    """, [MirrorState.rescanAuthor, e.name, pk, now])
+                    """, [MirrorState.rescanAuthor, e.name, pk, row[1].string ?? now])
                 found += 1
             }
         }

@@ -1,0 +1,60 @@
+@testable import StoreMirror
+import XCTest
+
+/// `MergePolicy.decide`, the one decision both directions of a sync make (an export that met a newer server
+/// record, an import that met a local change): every policy, for each shape of conflict.
+final class MergeDecisionTests: XCTestCase {
+    let columns = ["title", "body", "done"]
+    func live(_ changed: Set<String>) -> MergeSide { MergeSide(deleted: false, changed: changed) }
+    let deleted = MergeSide(deleted: true, changed: [])
+
+    func testErrorAlwaysFails() {
+        for local in [live(["title"]), deleted] {
+            for server in [live(["body"]), deleted] {
+                XCTAssertEqual(MergePolicy.error.decide(local: local, server: server, columns: columns), .fail)
+            }
+        }
+    }
+
+    func testServerWins() {
+        let p = MergePolicy.serverWins
+        XCTAssertEqual(p.decide(local: live(["title"]), server: live(["body"]), columns: columns),
+                       .live(takeServer: ["title", "body", "done"]))
+        XCTAssertEqual(p.decide(local: live(["title"]), server: deleted, columns: columns), .deleted)
+        XCTAssertEqual(p.decide(local: deleted, server: live(["body"]), columns: columns),
+                       .live(takeServer: ["title", "body", "done"]), "the server's record comes back")
+    }
+
+    func testLocalWins() {
+        let p = MergePolicy.localWins
+        XCTAssertEqual(p.decide(local: live(["title"]), server: live(["body"]), columns: columns), .live(takeServer: []))
+        XCTAssertEqual(p.decide(local: live(["title"]), server: deleted, columns: columns), .live(takeServer: []),
+                       "the local row is saved over the tombstone")
+        XCTAssertEqual(p.decide(local: deleted, server: live(["body"]), columns: columns), .deleted)
+    }
+
+    func testPropertyLocalWins() {
+        let p = MergePolicy.propertyLocalWins
+        // Both changed the title, only the server the body: the local title, the server's body.
+        XCTAssertEqual(p.decide(local: live(["title"]), server: live(["title", "body"]), columns: columns),
+                       .live(takeServer: ["body", "done"]))
+        XCTAssertEqual(p.decide(local: live(["title"]), server: deleted, columns: columns), .live(takeServer: []))
+        XCTAssertEqual(p.decide(local: deleted, server: live(["body"]), columns: columns), .deleted,
+                       "a local delete wins")
+    }
+
+    func testPropertyServerWins() {
+        let p = MergePolicy.propertyServerWins
+        // Both changed the title: the server's; the local body change (the server did not touch it) stays.
+        XCTAssertEqual(p.decide(local: live(["title", "body"]), server: live(["title"]), columns: columns),
+                       .live(takeServer: ["title", "done"]))
+        XCTAssertEqual(p.decide(local: live(["title"]), server: deleted, columns: columns), .deleted)
+        XCTAssertEqual(p.decide(local: deleted, server: live(["body"]), columns: columns),
+                       .live(takeServer: ["title", "body", "done"]))
+    }
+
+    func testEveryPolicyIsCovered() {
+        XCTAssertEqual(Set(MergePolicy.allCases), [.error, .serverWins, .localWins, .propertyLocalWins,
+                                                   .propertyServerWins])
+    }
+}
