@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Every dependency is a C library from the system, reached through a system-library target.
-// On Debian: apt-get install libsqlite3-dev libyaml-dev libpq-dev (the README names one script that does it).
+// On Debian: apt-get install libsqlite3-dev libyaml-dev libpq-dev libssl-dev (the README names one script that does it).
 let package = Package(
     name: "storectl",
     products: [
@@ -18,15 +18,20 @@ let package = Package(
                        providers: [.apt(["libyaml-dev"])]),
         // Header only, no pkgConfig (its flags would link libpq): the library is loaded on first use.
         .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ", providers: [.apt(["libpq-dev"])]),
+        // OpenSSL's libcrypto, header only for the same reason: loaded the first time something is hashed.
+        .systemLibrary(name: "CCrypto", path: "Sources/CCrypto", providers: [.apt(["libssl-dev"])]),
 
         // Layers, top to bottom. Each depends only on the layers above it.
         .target(name: "StoreBase"),
+        .target(name: "StoreCrypto", dependencies: ["CCrypto", "StoreBase"]),
         .target(name: "StoreSQLite", dependencies: ["CSQLite", "StoreBase"]),
         .target(name: "StoreConfig", dependencies: ["CYAML", "StoreBase"]),
         .target(name: "StoreHistory", dependencies: ["StoreSQLite", "StoreBase"]),
-        .target(name: "StoreCloud", dependencies: ["StoreSQLite", "StoreBase"]),
+        .target(name: "StoreCloud", dependencies: ["StoreSQLite", "StoreCrypto", "StoreBase"]),
         .target(name: "StoreCloudPostgres", dependencies: ["CLibPQ", "StoreCloud", "StoreBase"]),
-        .target(name: "StoreMirror", dependencies: ["StoreHistory", "StoreCloud", "StoreSQLite", "StoreBase"]),
+        .target(name: "StoreMirror", dependencies: [
+            "StoreHistory", "StoreCloud", "StoreCrypto", "StoreSQLite", "StoreBase",
+        ]),
         .target(name: "Storectl", dependencies: [
             "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud", "StoreCloudPostgres", "StoreSQLite", "StoreBase",
         ]),
@@ -50,7 +55,9 @@ let package = Package(
         .testTarget(name: "StoreSQLiteTests", dependencies: ["StoreSQLite", "TestSupport"]),
         .testTarget(name: "StoreConfigTests", dependencies: ["StoreConfig", "TestSupport"]),
         .testTarget(name: "StoreHistoryTests", dependencies: ["StoreHistory", "TestSupport"]),
-        .testTarget(name: "StoreCloudTests", dependencies: ["StoreCloud", "StoreCloudPostgres", "TestSupport"]),
+        .testTarget(name: "StoreCryptoTests", dependencies: ["StoreCrypto", "TestSupport"]),
+        .testTarget(name: "StoreCloudTests", dependencies: ["StoreCloud", "StoreCloudPostgres", "StoreCrypto",
+                                                            "TestSupport"]),
         .testTarget(name: "StoreMirrorTests", dependencies: ["StoreMirror", "Storectl", "TestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: [
             "TestSupport", "storectl", "Storectl", "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud",

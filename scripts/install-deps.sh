@@ -2,7 +2,7 @@
 # Installs the Debian packages storectl builds and tests with, if any is missing.
 # Needs root (or sudo). Safe to run again: it does nothing when everything is there.
 set -euo pipefail
-packages=(libsqlite3-dev libyaml-dev libpq-dev postgresql sqlite3 python3)
+packages=(libsqlite3-dev libyaml-dev libpq-dev libssl-dev postgresql sqlite3 python3)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

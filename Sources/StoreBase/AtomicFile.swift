@@ -58,7 +58,12 @@ public enum AtomicFile {
                              hint: "check the permissions of \(folder)")
         }
         ok = true
-        let dfd = open(folder, O_RDONLY)
+        syncFolder(folder)
+    }
+
+    /// Makes the entries of `folder` (a rename, a new or removed file) durable: fsync(2) of the folder itself.
+    public static func syncFolder(_ folder: String) {
+        let dfd = open(folder.isEmpty ? "." : folder, O_RDONLY)
         if dfd >= 0 {
             _ = fsync(dfd)
             close(dfd)

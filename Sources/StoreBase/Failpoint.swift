@@ -31,6 +31,11 @@ public enum Failpoint {
         ("seed.before-commit", "after seed rows were inserted, before commit"),
         ("seed.after-commit", "after seed rows were committed, before they are exported"),
         ("config.before-rename", "after the new config file was written and synced, before it replaces the old one"),
+        ("move.after-copy", "migrate --to: after the backup into the temporary file, before its integrity check"),
+        ("move.after-check", "migrate --to: after the copy passed its check, before it is renamed into place"),
+        ("move.after-rename", "migrate --to: after the copy is at the new path, before config.yaml is edited"),
+        ("move.after-config", "migrate --to: after config.yaml names the new path, before the old file is fenced"),
+        ("move.after-fence", "migrate --to: after the old file refuses writes, before it is removed"),
     ]
 
     private static let armed: (name: String, count: Int)? = {

@@ -22,6 +22,14 @@ public protocol CloudAccountAdministration: CloudDatabase {
     /// - Throws: `CloudError`.
     func disableAccount(id: String) throws
 
+    /// Enables a disabled account again.
+    /// - Throws: `CloudError`.
+    func enableAccount(id: String) throws
+
+    /// Removes an account from the container. The last enabled owner cannot be removed.
+    /// - Throws: `CloudError`.
+    func removeAccount(id: String) throws
+
     /// Every account, by id. Never includes a secret or its hash.
     /// - Throws: `CloudError`.
     func listAccounts() throws -> [AccountInfo]

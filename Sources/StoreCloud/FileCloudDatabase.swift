@@ -3,6 +3,7 @@ import FoundationEssentials
 import Glibc
 #endif
 import StoreBase
+import StoreCrypto
 import StoreSQLite
 
 /// The embedded container: one SQLite file in WAL mode (`file:PATH` URLs).
@@ -35,8 +36,19 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// them when writing).
     private let writeProblem: String?
     private var verifiedRole: AccountRole?
-    /// The PBKDF2 iterations `addAccount` hashes new secrets with.
-    public var hashIterations = PasswordHash.defaultIterations
+    /// The PBKDF2 iterations `addAccount` hashes new secrets with, and that an older, weaker hash is raised to on
+    /// its next successful check: the count the container was created with (`hash_iterations` in its meta), else
+    /// `PasswordHash.defaultIterations`.
+    public var hashIterations: Int {
+        get {
+            if let hashIterationsOverride { return hashIterationsOverride }
+            let recorded = try? db.scalar("SELECT value FROM container_meta WHERE key = 'hash_iterations'")?.string
+            return recorded.flatMap { Int($0) }.map { min(max($0, 1), PasswordHash.maximumIterations) }
+                ?? PasswordHash.defaultIterations
+        }
+        set { hashIterationsOverride = newValue }
+    }
+    private var hashIterationsOverride: Int?
 
     public var displayURL: String { "file:" + path }
 
@@ -119,7 +131,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                 try db.execute(schemaSQL)
                 let now = Date().timeIntervalSince1970
                 for (key, value) in [("format", formatMarker), ("version", String(formatVersion)),
-                                     ("container", container), ("created_at", String(now))]
+                                     ("container", container), ("created_at", String(now)),
+                                     ("hash_iterations", String(iterations))]
                 {
                     try db.run("INSERT INTO container_meta(key, value) VALUES (?, ?)", [key, value])
                 }
@@ -127,7 +140,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                     try validateAccountID(account)
                     try db.run("""
                         INSERT INTO accounts(id, secret_hash, role, disabled, created_at) VALUES (?, ?, 'owner', 0, ?)
-                        """, [account, PasswordHash.make(secret: secret, iterations: iterations), now])
+                        """, [account, try PasswordHash.make(secret: secret, iterations: iterations), now])
                 }
                 return true
             }
@@ -436,7 +449,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                                              + "'\(container)' at \(path)",
                                          hint: "an owner can register it with 'storectl account add \(account)'"))
         }
-        guard PasswordHash.verify(secret: secret, stored: row[0].string ?? "") else {
+        let stored = row[0].string ?? ""
+        guard try PasswordHash.verify(secret: secret, stored: stored) else {
             return .restricted(CloudError(.account,
                                           "the secret configured for account '\(account)' does not match the one "
                                               + "registered in container '\(container)'",
@@ -448,7 +462,23 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         }
         let role = AccountRole(rawValue: row[1].string ?? "") ?? .member
         verifiedRole = role
+        upgradeHashIfWeak(account: account, secret: secret, stored: stored)
         return .valid(role)
+    }
+
+    /// Replaces a hash made with fewer iterations than the container's count, now that the secret is known to be
+    /// right. Best effort: a read-only or busy container keeps the old hash, which still verifies, until next time.
+    private func upgradeHashIfWeak(account: String, secret: String, stored: String) {
+        let target = hashIterations
+        guard writeProblem == nil, PasswordHash.needsUpgrade(stored, target: target),
+              let upgraded = try? PasswordHash.make(secret: secret, iterations: target)
+        else { return }
+        let changed = try? db.transaction(.immediate) { () -> Bool in
+            try db.run("UPDATE accounts SET secret_hash = ? WHERE id = ? AND secret_hash = ?",
+                       [upgraded, account, stored])
+            return db.changes > 0
+        }
+        if changed == true { PasswordHash.remember(secret: secret, stored: upgraded) }
     }
 
     /// The configured account's role, once its credentials are checked (once per connection).
@@ -476,7 +506,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             throw CloudError(.permission, "cannot write to container '\(container)': \(writeProblem)",
                              hint: "check the permissions of the container file and its folder")
         }
-        let hash = PasswordHash.make(secret: newSecret, iterations: hashIterations)
+        let hash = try PasswordHash.make(secret: newSecret, iterations: hashIterations)
         try translated("adding an account") {
             try db.transaction(.immediate) {
                 let count = try db.scalar("SELECT count(*) FROM accounts")?.int64 ?? 0
@@ -492,27 +522,42 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     }
 
     public func disableAccount(id: String) throws {
+        try changeAccount(id: id, "disabling", sql: "UPDATE accounts SET disabled = 1 WHERE id = ?", losesOwner: true)
+    }
+
+    public func enableAccount(id: String) throws {
+        try changeAccount(id: id, "enabling", sql: "UPDATE accounts SET disabled = 0 WHERE id = ?", losesOwner: false)
+    }
+
+    public func removeAccount(id: String) throws {
+        try changeAccount(id: id, "removing", sql: "DELETE FROM accounts WHERE id = ?", losesOwner: true)
+    }
+
+    /// Runs `sql` on account `id` as an owner, in one transaction. When the change takes an owner away
+    /// (`losesOwner`), the last enabled owner is refused, so that someone can always manage the container.
+    private func changeAccount(id: String, _ doing: String, sql: String, losesOwner: Bool) throws {
         try requireOwner()
         if let writeProblem {
             throw CloudError(.permission, "cannot write to container '\(container)': \(writeProblem)",
                              hint: "check the permissions of the container file and its folder")
         }
-        try translated("disabling an account") {
+        try translated("\(doing) an account") {
             try db.transaction(.immediate) {
                 guard let row = try db.query("SELECT role, disabled FROM accounts WHERE id = ?", [id]).first else {
                     throw CloudError(.invalid, "no account '\(id)' in container '\(container)'",
                                      hint: "see 'storectl account list'")
                 }
-                if row[0].string == AccountRole.owner.rawValue && row[1].int64 == 0 {
+                if losesOwner, row[0].string == AccountRole.owner.rawValue && row[1].int64 == 0 {
                     let owners = try db.scalar("SELECT count(*) FROM accounts WHERE role = 'owner' AND disabled = 0")?
                         .int64 ?? 0
                     if owners <= 1 {
+                        let verb = doing == "removing" ? "removed" : "disabled"
                         throw CloudError(.invalid, "account '\(id)' is the last enabled owner of container "
-                                             + "'\(container)' and cannot be disabled",
-                                         hint: "add another owner first with 'storectl account add ID --role owner'")
+                                             + "'\(container)' and cannot be \(verb)",
+                                         hint: "add another owner first, e.g. 'storectl account add alice --role owner'")
                     }
                 }
-                try db.run("UPDATE accounts SET disabled = 1 WHERE id = ?", [id])
+                try db.run(sql, [id])
             }
         }
     }
@@ -527,11 +572,13 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         }
     }
 
-    private func requireOwner() throws {
+    /// Refuses an account that is not an owner: destructive operations (managing accounts, purging a zone) are
+    /// an owner's alone. Exit 77: the account is fine, it just may not do this.
+    private func requireOwner(_ what: String = "manage accounts") throws {
         let role = try requireAccount()
         guard role == .owner else {
-            throw CloudError(.account, "account '\(account ?? "")' is not an owner of container '\(container)'",
-                             hint: "only an owner can manage accounts")
+            throw CloudError(.permission, "account '\(account ?? "")' is not an owner of container '\(container)'",
+                             hint: "only an owner can \(what)")
         }
     }
 
@@ -577,6 +624,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
 
     public func purgeZone(_ zone: String) throws {
         try requireWritable()
+        try requireOwner("purge a zone; ask one to run 'storectl cloud purge --yes'")
         try translated("purging zone '\(zone)'") {
             try db.transaction(.immediate) {
                 guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else {

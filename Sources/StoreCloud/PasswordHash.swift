@@ -1,267 +1,49 @@
 import Synchronization
 import StoreBase
+import StoreCrypto
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
 
-/// SHA-256 (FIPS 180-4), written out because no crypto library is linked.
+/// The stored form of an account secret: PBKDF2-HMAC-SHA256 (RFC 8018, computed by libcrypto) with a random salt.
 ///
-///     SHA256.hash(Array("abc".utf8)) // ba7816bf...f20015ad
-public struct SHA256: Sendable {
-    /// The digest size in bytes.
-    public static let digestSize = 32
-    /// The block size in bytes.
-    public static let blockSize = 64
-
-    private static let k: [UInt32] = [
-        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-        0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-        0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-        0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-        0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-        0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-        0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-    ]
-
-    private var state: [UInt32] = [
-        0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
-    ]
-    private var buffer: [UInt8] = []
-    private var length: UInt64 = 0
-
-    public init() {}
-
-    /// The digest of `bytes`.
-    public static func hash(_ bytes: [UInt8]) -> [UInt8] {
-        var h = SHA256()
-        h.update(bytes)
-        return h.finalize()
-    }
-
-    /// Feeds more bytes.
-    public mutating func update(_ bytes: [UInt8]) {
-        length &+= UInt64(bytes.count)
-        var input = bytes[...]
-        if !buffer.isEmpty {
-            let take = min(Self.blockSize - buffer.count, input.count)
-            buffer += input.prefix(take)
-            input = input.dropFirst(take)
-            if buffer.count == Self.blockSize {
-                Self.compress(&state, buffer[...])
-                buffer.removeAll(keepingCapacity: true)
-            }
-        }
-        while input.count >= Self.blockSize {
-            Self.compress(&state, input.prefix(Self.blockSize))
-            input = input.dropFirst(Self.blockSize)
-        }
-        buffer += input
-    }
-
-    /// Pads, finishes and returns the 32-byte digest.
-    public mutating func finalize() -> [UInt8] {
-        let bitLength = length &* 8
-        var tail = buffer
-        tail.append(0x80)
-        while tail.count % Self.blockSize != 56 { tail.append(0) }
-        for shift in stride(from: 56, through: 0, by: -8) {
-            tail.append(UInt8(truncatingIfNeeded: bitLength >> UInt64(shift)))
-        }
-        var offset = 0
-        while offset < tail.count {
-            Self.compress(&state, tail[offset..<offset + Self.blockSize])
-            offset += Self.blockSize
-        }
-        buffer.removeAll()
-        return Self.bytes(of: state)
-    }
-
-    /// The state words as big-endian bytes.
-    static func bytes(of words: [UInt32]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(words.count * 4)
-        for w in words {
-            out += [UInt8(truncatingIfNeeded: w >> 24), UInt8(truncatingIfNeeded: w >> 16),
-                    UInt8(truncatingIfNeeded: w >> 8), UInt8(truncatingIfNeeded: w)]
-        }
-        return out
-    }
-
-    /// The initial state after absorbing one full block (used to precompute HMAC's padded keys).
-    static func state(afterBlock block: [UInt8]) -> [UInt32] {
-        var h = SHA256()
-        compress(&h.state, block[...])
-        return h.state
-    }
-
-    /// One application of the compression function to a block given as 16 big-endian words, with no allocation:
-    /// `w` is scratch space for 64 words. PBKDF2's inner loop runs through here.
-    @_optimize(speed)
-    static func compressWords(_ state: UnsafeMutablePointer<UInt32>, _ block: UnsafePointer<UInt32>,
-                              _ w: UnsafeMutablePointer<UInt32>, _ k: UnsafeBufferPointer<UInt32>)
-    {
-        for i in 0..<16 { w[i] = block[i] }
-        for i in 16..<64 {
-            let x = w[i - 15], y = w[i - 2]
-            let s0 = (x >> 7 | x << 25) ^ (x >> 18 | x << 14) ^ (x >> 3)
-            let s1 = (y >> 17 | y << 15) ^ (y >> 19 | y << 13) ^ (y >> 10)
-            w[i] = w[i - 16] &+ s0 &+ w[i - 7] &+ s1
-        }
-        var a = state[0], b = state[1], c = state[2], d = state[3]
-        var e = state[4], f = state[5], g = state[6], h = state[7]
-        for i in 0..<64 {
-            let s1 = (e >> 6 | e << 26) ^ (e >> 11 | e << 21) ^ (e >> 25 | e << 7)
-            let ch = (e & f) ^ (~e & g)
-            let t1 = h &+ s1 &+ ch &+ k[i] &+ w[i]
-            let s0 = (a >> 2 | a << 30) ^ (a >> 13 | a << 19) ^ (a >> 22 | a << 10)
-            let maj = (a & b) ^ (a & c) ^ (b & c)
-            let t2 = s0 &+ maj
-            h = g; g = f; f = e; e = d &+ t1
-            d = c; c = b; b = a; a = t1 &+ t2
-        }
-        state[0] &+= a; state[1] &+= b; state[2] &+= c; state[3] &+= d
-        state[4] &+= e; state[5] &+= f; state[6] &+= g; state[7] &+= h
-    }
-
-    /// Runs `body` with the round constants as a pointer.
-    static func withRoundConstants<T>(_ body: (UnsafeBufferPointer<UInt32>) -> T) -> T {
-        k.withUnsafeBufferPointer(body)
-    }
-
-    /// One application of the compression function to a 64-byte block.
-    static func compress(_ state: inout [UInt32], _ block: ArraySlice<UInt8>) {
-        var words = [UInt32](repeating: 0, count: 16)
-        let base = block.startIndex
-        for i in 0..<16 {
-            let j = base + i * 4
-            words[i] = UInt32(block[j]) << 24 | UInt32(block[j + 1]) << 16 | UInt32(block[j + 2]) << 8
-                | UInt32(block[j + 3])
-        }
-        var w = [UInt32](repeating: 0, count: 64)
-        state.withUnsafeMutableBufferPointer { st in
-            words.withUnsafeBufferPointer { blk in
-                w.withUnsafeMutableBufferPointer { scratch in
-                    withRoundConstants { k in
-                        guard let s = st.baseAddress, let b = blk.baseAddress, let wp = scratch.baseAddress else { return }
-                        compressWords(s, b, wp, k)
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// HMAC-SHA256 (RFC 2104).
-public struct HMACSHA256: Sendable {
-    let innerState: [UInt32]
-    let outerState: [UInt32]
-    private let innerPad: [UInt8]
-    private let outerPad: [UInt8]
-
-    /// Prepares an HMAC with `key` (hashed first when longer than a block).
-    public init(key: [UInt8]) {
-        var k = key.count > SHA256.blockSize ? SHA256.hash(key) : key
-        k += [UInt8](repeating: 0, count: SHA256.blockSize - k.count)
-        innerPad = k.map { $0 ^ 0x36 }
-        outerPad = k.map { $0 ^ 0x5c }
-        innerState = SHA256.state(afterBlock: innerPad)
-        outerState = SHA256.state(afterBlock: outerPad)
-    }
-
-    /// The MAC of `message`.
-    public func mac(_ message: [UInt8]) -> [UInt8] {
-        var inner = SHA256()
-        inner.update(innerPad)
-        inner.update(message)
-        var outer = SHA256()
-        outer.update(outerPad)
-        outer.update(inner.finalize())
-        return outer.finalize()
-    }
-
-    /// The MAC of `message` under `key`.
-    public static func mac(key: [UInt8], _ message: [UInt8]) -> [UInt8] {
-        HMACSHA256(key: key).mac(message)
-    }
-}
-
-/// PBKDF2 with HMAC-SHA256 (RFC 8018), and the stored form of an account secret.
-///
-/// The container keeps `pbkdf2-sha256$<iterations>$<salt-hex>$<hash-hex>`, never the secret itself.
+/// The container keeps `pbkdf2-sha256$<iterations>$<salt-hex>$<hash-hex>`, never the secret itself. The iteration
+/// count travels with each hash, so a container can raise its count: a hash made with fewer iterations than the
+/// container's count is replaced on its next successful check (`needsUpgrade`).
 public enum PasswordHash {
-    /// The iterations used for new secrets: modest, so that a command stays quick even in a debug build.
-    public static let defaultIterations = 20_000
+    /// The iterations for new secrets: OWASP's current guidance for PBKDF2-HMAC-SHA256 (600,000). One check takes
+    /// about a quarter of a second; the `VerifiedSecretCache` spares short commands from paying it every time.
+    public static let defaultIterations = 600_000
+    /// The most iterations a stored hash may ask for (a container written by someone else must not hang a check).
+    public static let maximumIterations = 10_000_000
 
     /// PBKDF2-HMAC-SHA256 of `password` with `salt`, giving `length` bytes.
-    public static func pbkdf2(password: [UInt8], salt: [UInt8], iterations: Int, length: Int = 32) -> [UInt8] {
-        let prf = HMACSHA256(key: password)
-        var derived: [UInt8] = []
-        var blockIndex: UInt32 = 1
-        while derived.count < length {
-            let counter = [UInt8(truncatingIfNeeded: blockIndex >> 24), UInt8(truncatingIfNeeded: blockIndex >> 16),
-                           UInt8(truncatingIfNeeded: blockIndex >> 8), UInt8(truncatingIfNeeded: blockIndex)]
-            let first = prf.mac(salt + counter)
-            derived += iterations > 1 ? iterate(prf, first: first, iterations: iterations) : first
-            blockIndex += 1
-        }
-        return Array(derived.prefix(length))
-    }
-
-    /// U_2 ... U_c of one PBKDF2 block, XORed onto U_1, on words and without allocation in the loop.
-    private static func iterate(_ prf: HMACSHA256, first: [UInt8], iterations: Int) -> [UInt8] {
-        var t = [UInt32](repeating: 0, count: 8)
-        var u = [UInt32](repeating: 0, count: 16)
-        for i in 0..<8 {
-            t[i] = UInt32(first[4 * i]) << 24 | UInt32(first[4 * i + 1]) << 16 | UInt32(first[4 * i + 2]) << 8
-                | UInt32(first[4 * i + 3])
-            u[i] = t[i]
-        }
-        // The padding of a 32-byte message after one 64-byte block: 0x80, zeros, then the length in bits (768).
-        u[8] = 0x8000_0000
-        u[15] = 768
-        var inner = [UInt32](repeating: 0, count: 16)
-        inner[8] = 0x8000_0000
-        inner[15] = 768
-        var state = [UInt32](repeating: 0, count: 8)
-        var w = [UInt32](repeating: 0, count: 64)
-        SHA256.withRoundConstants { k in
-            state.withUnsafeMutableBufferPointer { sp in
-            w.withUnsafeMutableBufferPointer { wp in
-            u.withUnsafeMutableBufferPointer { up in
-            inner.withUnsafeMutableBufferPointer { ip in
-            t.withUnsafeMutableBufferPointer { tp in
-                guard let s = sp.baseAddress, let wb = wp.baseAddress, let ub = up.baseAddress,
-                      let ib = ip.baseAddress, let tb = tp.baseAddress
-                else { return }
-                for _ in 1..<iterations {
-                    for i in 0..<8 { s[i] = prf.innerState[i] }
-                    SHA256.compressWords(s, ub, wb, k)
-                    for i in 0..<8 { ib[i] = s[i] }
-                    for i in 0..<8 { s[i] = prf.outerState[i] }
-                    SHA256.compressWords(s, ib, wb, k)
-                    for i in 0..<8 {
-                        ub[i] = s[i]
-                        tb[i] ^= s[i]
-                    }
-                }
-            }
-            }
-            }
-            }
-            }
-        }
-        return SHA256.bytes(of: t)
+    /// - Throws: `LibCryptoUnavailableError` when libcrypto cannot be loaded.
+    public static func pbkdf2(password: [UInt8], salt: [UInt8], iterations: Int, length: Int = 32) throws -> [UInt8] {
+        try Crypto.pbkdf2SHA256(password: password, salt: salt, iterations: iterations, length: length)
     }
 
     /// Hashes `secret` with a fresh random salt, in the stored form.
-    public static func make(secret: String, iterations: Int = defaultIterations) -> String {
-        var rng = SystemRandomNumberGenerator()
-        let salt = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
-        let hash = pbkdf2(password: Array(secret.utf8), salt: salt, iterations: iterations)
+    /// - Throws: `LibCryptoUnavailableError` when libcrypto cannot be loaded.
+    public static func make(secret: String, iterations: Int = defaultIterations) throws -> String {
+        let salt = try Crypto.randomBytes(16)
+        let hash = try pbkdf2(password: Array(secret.utf8), salt: salt, iterations: iterations)
         return "pbkdf2-sha256$\(iterations)$\(Hex.string(salt))$\(Hex.string(hash))"
+    }
+
+    /// The iteration count recorded in a stored form, or nil when it cannot be read.
+    public static func iterations(of stored: String) -> Int? {
+        let parts = stored.split(separator: "$", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts[0] == "pbkdf2-sha256", let n = Int(parts[1]), n > 0 else { return nil }
+        return n
+    }
+
+    /// Whether `stored` was made with fewer iterations than `target`, and should be made again the next time its
+    /// secret is known to be right.
+    public static func needsUpgrade(_ stored: String, target: Int) -> Bool {
+        iterations(of: stored).map { $0 < target } ?? false
     }
 
     /// Whether `secret` matches the stored form `stored`. The comparison takes the same time wherever the bytes
@@ -270,7 +52,8 @@ public enum PasswordHash {
     /// A match is remembered: in this process's memory, and in the user's `VerifiedSecretCache`, so that the next
     /// process that checks the same secret against the same stored form skips PBKDF2. A mismatch is never
     /// remembered: every wrong guess pays the full PBKDF2 cost.
-    public static func verify(secret: String, stored: String) -> Bool {
+    /// - Throws: `LibCryptoUnavailableError` when libcrypto cannot be loaded.
+    public static func verify(secret: String, stored: String) throws -> Bool {
         // One check per secret and stored hash per process: a command that opens the container more than once
         // pays for PBKDF2 once.
         let key = stored + "\u{0}" + secret
@@ -280,36 +63,36 @@ public enum PasswordHash {
             verified.withLock { $0[key] = true }
             return true
         }
-        let result = computeVerify(secret: secret, stored: stored)
+        let result = try computeVerify(secret: secret, stored: stored)
         verified.withLock { $0[key] = result }
         if result { cache?.insert(secret: secret, stored: stored) }
         return result
     }
 
-    private static let verified = Mutex<[String: Bool]>([:])
-
-    private static func computeVerify(secret: String, stored: String) -> Bool {
-        let parts = stored.split(separator: "$", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[0] == "pbkdf2-sha256", let iterations = Int(parts[1]), iterations > 0,
-              iterations <= 10_000_000, let salt = Hex.bytes(parts[2]), let expected = Hex.bytes(parts[3]),
-              !expected.isEmpty
-        else { return false }
-        let actual = pbkdf2(password: Array(secret.utf8), salt: salt, iterations: iterations, length: expected.count)
-        return constantTimeEqual(actual, expected)
+    /// Remembers that `secret` matches `stored`, a hash just made from it (an upgraded hash), so that the next
+    /// check does not pay PBKDF2 again.
+    public static func remember(secret: String, stored: String) {
+        verified.withLock { $0[stored + "\u{0}" + secret] = true }
+        VerifiedSecretCache.forCurrentUser()?.insert(secret: secret, stored: stored)
     }
 
-    /// Compares two byte strings in time that depends only on their lengths.
-    public static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        guard a.count == b.count else { return false }
-        var difference: UInt8 = 0
-        for i in 0..<a.count { difference |= a[i] ^ b[i] }
-        return difference == 0
+    private static let verified = Mutex<[String: Bool]>([:])
+
+    private static func computeVerify(secret: String, stored: String) throws -> Bool {
+        let parts = stored.split(separator: "$", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts[0] == "pbkdf2-sha256", let iterations = Int(parts[1]), iterations > 0,
+              iterations <= maximumIterations, let salt = Hex.bytes(parts[2]), let expected = Hex.bytes(parts[3]),
+              !expected.isEmpty, expected.count <= 1024
+        else { return false }
+        let actual = try pbkdf2(password: Array(secret.utf8), salt: salt, iterations: iterations,
+                                length: expected.count)
+        return try Crypto.constantTimeEqual(actual, expected)
     }
 }
 
 /// The secrets PBKDF2 verified recently for this user, as keyed hashes, so that each short command (`status`,
-/// `mode`, `sync`, called by scripts in loops) does not pay for PBKDF2 again: 20,000 iterations are about 13 ms,
-/// a quarter of a `storectl mode local` process.
+/// `mode`, `sync`, called by scripts in loops) does not pay for PBKDF2 again: 600,000 iterations are about 0.25 s,
+/// far more than the rest of a `storectl mode local` process.
 ///
 /// The file (`$XDG_CACHE_HOME/storectl/verified-secrets`, else `~/.cache/storectl/verified-secrets`, mode 0600 in
 /// a 0700 folder) holds a random 32-byte key and, per verified pair, `HMAC-SHA256(key, stored form + NUL +
@@ -351,11 +134,12 @@ public struct VerifiedSecretCache: Sendable {
 
     /// Whether `secret` was verified against `stored` before.
     public func contains(secret: String, stored: String) -> Bool {
-        guard let (key, entries) = load() else { return false }
-        let entry = Self.entry(key: key, secret: secret, stored: stored)
+        guard let (key, entries) = load(), let entry = Self.entry(key: key, secret: secret, stored: stored) else {
+            return false
+        }
         var found = false
         // Every entry is compared in full, so the time does not tell which one matched.
-        for candidate in entries where PasswordHash.constantTimeEqual(candidate, entry) { found = true }
+        for candidate in entries where (try? Crypto.constantTimeEqual(candidate, entry)) == true { found = true }
         return found
     }
 
@@ -367,11 +151,11 @@ public struct VerifiedSecretCache: Sendable {
             key = k
             entries = e
         } else {
-            var rng = SystemRandomNumberGenerator()
-            key = (0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            guard let fresh = try? Crypto.randomBytes(32) else { return }
+            key = fresh
             entries = []
         }
-        let entry = Self.entry(key: key, secret: secret, stored: stored)
+        guard let entry = Self.entry(key: key, secret: secret, stored: stored) else { return }
         entries.removeAll { $0 == entry }
         entries.append(entry)
         if entries.count > Self.capacity { entries.removeFirst(entries.count - Self.capacity) }
@@ -379,8 +163,8 @@ public struct VerifiedSecretCache: Sendable {
         store(text)
     }
 
-    private static func entry(key: [UInt8], secret: String, stored: String) -> [UInt8] {
-        HMACSHA256(key: key).mac(Array((stored + "\u{0}" + secret).utf8))
+    private static func entry(key: [UInt8], secret: String, stored: String) -> [UInt8]? {
+        try? Crypto.hmacSHA256(key: key, Array((stored + "\u{0}" + secret).utf8))
     }
 
     /// The key and entries, or nil when the file is missing, unreadable, malformed or not private to the user.

@@ -397,6 +397,13 @@ public final class PostgresCloudDatabase: CloudDatabase {
 
     public func purgeZone(_ zone: String) throws {
         let found = try run("cannot purge zone \(zone) of \(container)") { c -> Bool in
+            // Destructive operations are the owner's: the role that owns the container's schema, or a member of it.
+            if let owner = try containerOwner(c), !owner.isMember {
+                throw CloudError(.permission, "role \(owner.current) is not an owner of container \(container) at "
+                                     + "\(displayURL) (its owner is role \(owner.owner))",
+                                 hint: "only the owner role, or a role granted it, can purge a zone; ask it to run "
+                                     + "'storectl cloud purge --yes'")
+            }
             // The zone lock orders the purge with saves: a save sees the zone either before or after it, whole.
             let results = try c.pipeline([
                 PGQuery("SELECT 1 FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone]),
@@ -409,6 +416,17 @@ public final class PostgresCloudDatabase: CloudDatabase {
             return results.first?.rowCount == 1
         }
         if !found { throw zoneNotFound(zone) }
+    }
+
+    /// The role that owns the container's schema, the role this connection acts as, and whether that role is the
+    /// owner or a member of it (a superuser is a member of every role); nil when the schema does not exist.
+    func containerOwner(_ c: PGConnection) throws -> (owner: String, current: String, isMember: Bool)? {
+        let r = try c.execute("""
+            SELECT pg_get_userbyid(n.nspowner), current_user, pg_has_role(current_user, n.nspowner, 'MEMBER')
+            FROM pg_namespace n WHERE n.nspname = $1
+            """, [schemaName])
+        guard r.rowCount == 1, let owner = r.string(0, 0) else { return nil }
+        return (owner, r.string(0, 1) ?? (role ?? ""), r.bool(0, 2) == true)
     }
 
     private func zoneNotFound(_ zone: String) -> CloudError {

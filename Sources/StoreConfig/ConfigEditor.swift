@@ -43,6 +43,24 @@ public enum ConfigEditor {
     public static func set(path: String, displayPath: String?, key: String, value: String,
                            environment: [String: String], expandEnvironment: Bool = true) throws -> Change
     {
+        var change: Change?
+        try edit(path: path, displayPath: displayPath, environment: environment,
+                 expandEnvironment: expandEnvironment) { bytes, display in
+            let (newBytes, made) = try render(bytes: bytes, key: key, value: value, displayPath: display)
+            change = made
+            return made.unchanged ? nil : newBytes
+        }
+        guard let change else { throw StoreError(.software, "config edit of \(key) made no change record") }
+        return change
+    }
+
+    /// Changes the config file at `path` as ONE edit: `transform` returns the new bytes (nil: no change), which are
+    /// validated as a whole config and written atomically, or refused with the file left byte-identical.
+    /// - Throws: as `set`, plus what `transform` throws.
+    public static func edit(path: String, displayPath: String?, environment: [String: String],
+                            expandEnvironment: Bool = true,
+                            _ transform: (_ bytes: [UInt8], _ displayPath: String) throws -> [UInt8]?) throws
+    {
         let display = displayPath ?? path
         let absolute = ConfigPaths.absolute(path, in: FileManager.default.currentDirectoryPath)
         // Write through a symbolic link to the file it names, rather than replacing the link.
@@ -55,8 +73,7 @@ public enum ConfigEditor {
         let lock = try ConfigLock(path: target, displayPath: display)
         defer { lock.release() }
         let bytes = try ConfigLoader.readFile(target, displayPath: display)
-        let (newBytes, change) = try render(bytes: bytes, key: key, value: value, displayPath: display)
-        if change.unchanged { return change }
+        guard let newBytes = try transform(bytes, display) else { return }
         do {
             _ = try ConfigLoader.load(bytes: newBytes, path: absolute, displayPath: display,
                                       environment: environment, expandEnvironment: expandEnvironment)
@@ -69,7 +86,6 @@ public enum ConfigEditor {
                              hint: "check the file's permissions (ls -l \(display)); it was not changed")
         }
         try AtomicFile.write(newBytes, to: target, beforeRename: { Failpoint.hit("config.before-rename") })
-        return change
     }
 
     /// Sets `key` to `value` in `text` and returns the new text. Pure: no file system, no validation of the result

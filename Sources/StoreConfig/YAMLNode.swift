@@ -269,7 +269,9 @@ public struct SourceText: Sendable {
         let text = shown(raw[...]).unicodeScalars.map { scalar -> Character in
             scalar == "\t" || !(scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)) ? Character(scalar) : "?"
         }
-        let caret = min(shown(raw[..<caretByte]).count + (column - seen), max(text.count, column - 1))
+        // A column past the end of the line (libyaml's mark at the end of the text) points just after its last
+        // character.
+        let caret = min(shown(raw[..<caretByte]).count + (column - seen), text.count)
         // Cut to a readable width around the caret.
         var lower = 0
         var upper = text.count
@@ -280,7 +282,6 @@ public struct SourceText: Sendable {
         let body = (lower > 0 ? "…" : "") + String(text[lower..<upper]) + (upper < text.count ? "…" : "")
         var pad = lower > 0 ? " " : ""
         for i in lower..<max(lower, min(caret, upper)) { pad.append(text[i] == "\t" ? "\t" : " ") }
-        if caret > upper { pad += String(repeating: " ", count: caret - upper) }
         let number = String(line)
         let width = max(5, number.count)
         let gutter = String(repeating: " ", count: width - number.count) + number

@@ -104,6 +104,38 @@ extension HistoryTracker {
             """, [name, token, now, now])
     }
 
+    /// Moves consumer `name`'s token forward to `token` (what `storectl history consumer advance` does when the
+    /// consumer has processed the history up to there). The newest seq is the highest token there is; a token never
+    /// moves back, because the history before it may be pruned already.
+    /// - Returns: the consumer before and after.
+    /// - Throws: `StoreError` exit 64 for an unknown or reserved consumer, a token above the newest seq or below the
+    ///   consumer's own; `SQLiteError`.
+    @discardableResult
+    public func advanceConsumer(_ name: String, to token: Int64) throws -> (before: HistoryConsumer, after: HistoryConsumer) {
+        try checkConsumerName(name, allowReserved: false)
+        return try db.transaction(.immediate) {
+            guard let before = try consumer(name) else {
+                let names = try consumers().map(\.name).filter { !$0.hasPrefix(StoreFormat.reservedConsumerPrefix) }
+                let hint = Suggest.closest(name, in: names).map { "did you mean '\($0)'?" }
+                    ?? "add it first with 'storectl history consumer add \(name) --token \(token)'"
+                throw StoreError(.usage, "no consumer named '\(name)'", hint: hint)
+            }
+            let latest = try latestSeq()
+            guard token <= latest else {
+                throw StoreError(.usage, "token \(token) is after the newest seq \(latest)",
+                                 hint: "'storectl history consumer advance \(name) \(latest)' moves it to the newest seq")
+            }
+            guard token >= before.token else {
+                throw StoreError(.usage, "consumer '\(name)' is at token \(before.token); a token never moves back "
+                                    + "(the history before it may be pruned)",
+                                 hint: "'storectl history consumer drop \(name)' and add it again to start over")
+            }
+            try setConsumerToken(name, token)
+            let after = try consumer(name) ?? before
+            return (before, after)
+        }
+    }
+
     /// Removes history rows that every consumer has processed and that match `before` or `olderThan`.
     ///
     /// A row is removed only when its seq is at or below the LOWEST consumer token (the sync engine's

@@ -4,6 +4,7 @@ import Glibc
 #endif
 import StoreBase
 import StoreCloud
+import StoreCrypto
 import StoreHistory
 import StoreSQLite
 
@@ -93,7 +94,7 @@ public enum Seeder {
                     .joined(separator: ", ") + ")"
                 guard let key = try db.scalar("SELECT \(keyExpr) FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "?1"))",
                                               [pk])?.string else { continue }
-                let name = UUIDv5.make(namespace: UUIDv5.storectl, name: "\(seed.name)/\(table)/\(key)")
+                let name = try UUIDv5.make(namespace: UUIDv5.storectl, name: "\(seed.name)/\(table)/\(key)")
                 if try db.scalar("SELECT 1 FROM _storectl_records WHERE record_name = ?", [name]) != nil {
                     // This default row already came from another device: keep that one.
                     try db.run("DELETE FROM main.\(e.quotedName) WHERE \(e.pkMatches("main.\(e.quotedName)", json: "?1"))", [pk])

@@ -39,9 +39,11 @@ public struct DoctorReport: Sendable, Codable, Equatable {
     /// Whether nothing was found.
     public var healthy: Bool { findings.isEmpty }
 
-    /// 0 when healthy; 65 when any finding is a data problem; otherwise 69 (account or cloud problems).
+    /// 0 when healthy; 66 when the store file is missing; 65 when any finding is a data problem; otherwise 69
+    /// (account or cloud problems).
     public var exitCode: ExitCode {
         if findings.isEmpty { return .ok }
+        if findings.contains(where: { $0.exitCode == ExitCode.noInput.rawValue }) { return .noInput }
         return findings.contains { $0.exitCode == ExitCode.dataError.rawValue } ? .dataError : .unavailable
     }
 
@@ -101,7 +103,9 @@ extension StoreHandle {
         // The store file.
         checks.append("store")
         guard exists else {
-            add("store", "the store file \(settings.path) does not exist", command("init"), .dataError)
+            add("store", "the store file \(settings.path) does not exist (stores.\(name).path in \(config.path))",
+                command("config set stores.\(name).path NEW_PATH") + " if the file was moved "
+                    + "('storectl migrate --to' moves a store and its config together)", .noInput)
             return DoctorReport(store: name, path: settings.path, checks: checks, findings: findings)
         }
         let db = try database()

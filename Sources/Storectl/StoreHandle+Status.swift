@@ -113,7 +113,8 @@ extension StoreHandle {
                 disagreements.append("the store is not initialised; run 'storectl init'")
             }
         } else {
-            disagreements.append("the store file does not exist; run 'storectl init'")
+            disagreements.append("the store file \(settings.path) does not exist; if it was moved, run "
+                                 + "'storectl config set stores.\(settings.name).path NEW_PATH'")
         }
         var account: StatusReport.Account?
         var cloud: StatusReport.Cloud?

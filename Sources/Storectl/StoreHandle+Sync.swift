@@ -267,6 +267,7 @@ extension StoreHandle {
     public func sync(_ options: SyncOptions, progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws
         -> SyncReport
     {
+        try requireExists()
         guard try storeMode() == .cloud else {
             throw StoreError(.config, "store '\(settings.name)' is in local mode, and a store in local mode never contacts the cloud",
                              hint: "run 'storectl mode cloud' to enable sync")

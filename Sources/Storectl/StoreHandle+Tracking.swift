@@ -13,6 +13,9 @@ extension StoreHandle {
     @discardableResult
     public func ensureInitialized() throws -> Bool {
         if exists, try database().tableExists("_storectl_meta") { return false }
+        // A store that config.yaml has in cloud mode was made and synced before: missing now, it was moved or
+        // deleted, and an empty store in its place would look to every other device like all its rows deleted.
+        if !exists && settings.mode == .cloud { throw missingStoreError() }
         let db = try database(create: true)
         try db.transaction {
             try runSchema(on: db)

@@ -43,10 +43,7 @@ public final class StoreHandle {
         if let connection { return connection }
         let path = settings.path
         if !FileManager.default.fileExists(atPath: path) {
-            guard create else {
-                throw StoreError(.noInput, "store '\(settings.name)': \(path) does not exist",
-                                 hint: "run 'storectl init' to create it")
-            }
+            guard create else { throw missingStoreError() }
             let dir = Path.parent(path)
             do {
                 try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -99,6 +96,22 @@ public final class StoreHandle {
         throw StoreError(.dataError, "store '\(settings.name)': \(path) is damaged: its header counts \(pages) page(s) "
                          + "of \(pageSize) bytes but the file holds only \(size) bytes",
                          hint: "restore the store from a backup; the file was not changed")
+    }
+
+    /// The error for a store file missing at its configured path: exit 66, naming the path and the fix. A store that
+    /// was moved by hand is found again by pointing the config at it; creating a new, empty store in its place
+    /// (`init`) is never suggested, because the rows would then look deleted to every other device.
+    public func missingStoreError() -> StoreError {
+        StoreError(.noInput, "store '\(settings.name)': \(settings.path) does not exist",
+                   details: ["  stores.\(settings.name).path in \(config.path) names it; nothing was created or changed"],
+                   hint: "if the file was moved, point the config at its new place: "
+                       + "'storectl config set stores.\(settings.name).path NEW_PATH' "
+                       + "(next time, 'storectl migrate --to NEW_PATH' moves the file and the config together)")
+    }
+
+    /// Throws `missingStoreError()` when the store file is not at its configured path.
+    public func requireExists() throws {
+        if !exists { throw missingStoreError() }
     }
 
     /// Closes the connection; the next `database()` opens it again.

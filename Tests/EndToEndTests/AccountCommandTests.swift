@@ -299,7 +299,7 @@ final class AccountCommandTests: XCTestCase {
         XCTAssertEqual(try run(["account", "add", "bob", "--secret-env", "BOB_SECRET"], in: dir).status, 0)
         try writeConfig(dir, account: "bob", secretVariable: "BOB_SECRET")
         let result = try run(["account", "disable", "alice"], in: dir)
-        XCTAssertEqual(result.status, 69, "\(result)")
+        XCTAssertEqual(result.status, 77, "\(result)")
         XCTAssertEqual(result.stderr, "error: account 'bob' is not an owner of container 'iCloud.com.example.notes'\n"
                            + "hint: only an owner can manage accounts\n")
     }

@@ -24,21 +24,42 @@ final class ConfigCommandTests: XCTestCase {
 
         """
 
-    func testSetModeCloudChangesExactlyOneLine() throws {
+    func testSetChangesExactlyOneLine() throws {
         let dir = try TempDirectory()
         try dir.write("config.yaml", commented)
-        let result = try Binary.storectl(["config", "set", "stores.notes.mode", "cloud"], in: dir.path)
+        let result = try Binary.storectl(["config", "set", "stores.notes.path", "data/other.sqlite"], in: dir.path)
         XCTAssertEqual(result.status, 0, "\(result)")
         XCTAssertEqual(result.stdout, "")
-        XCTAssertEqual(result.stderr, "config.yaml:7: stores.notes.mode: 'local' -> 'cloud'\n")
+        XCTAssertEqual(result.stderr, "config.yaml:6: stores.notes.path: 'data/notes.sqlite' -> 'data/other.sqlite'\n")
         let before = commented.components(separatedBy: "\n")
         let after = try dir.read("config.yaml").components(separatedBy: "\n")
         XCTAssertEqual(before.count, after.count)
         let changed = zip(before, after).enumerated().filter { $0.element.0 != $0.element.1 }
-        XCTAssertEqual(changed.map(\.offset), [6])
-        XCTAssertEqual(changed.first?.element.1, "    mode: cloud                       # local | cloud (default local)")
+        XCTAssertEqual(changed.map(\.offset), [5])
+        XCTAssertEqual(changed.first?.element.1, "    path: data/other.sqlite           # relative paths resolve here")
         let validate = try Binary.storectl(["config", "validate"], in: dir.path)
         XCTAssertEqual(validate.status, 0, "\(validate)")
+    }
+
+    /// A mode written alone would leave the store in its old mode: config set refuses, naming the mode command.
+    func testSetModeRefusesAndNamesTheModeCommand() throws {
+        let dir = try TempDirectory()
+        try dir.write("config.yaml", commented)
+        let result = try Binary.storectl(["config", "set", "stores.notes.mode", "cloud"], in: dir.path)
+        XCTAssertEqual(result.status, 64, "\(result)")
+        XCTAssertTrue(result.stderr.contains("hint: run 'storectl mode cloud' to switch it"), result.stderr)
+        XCTAssertEqual(try dir.read("config.yaml"), commented)
+        let same = try Binary.storectl(["config", "set", "stores.notes.mode", "local"], in: dir.path)
+        XCTAssertEqual(same.status, 0, "\(same)")
+        XCTAssertEqual(try dir.read("config.yaml"), commented)
+        // On a two-store config, the hint names the store.
+        try dir.write("config.yaml", commented.replacingOccurrences(of: "\n# the end", with: """
+              other:
+                path: data/other.sqlite
+            # the end
+            """))
+        let two = try Binary.storectl(["config", "set", "stores.notes.mode", "cloud"], in: dir.path)
+        XCTAssertTrue(two.stderr.contains("hint: run 'storectl --store notes mode cloud'"), two.stderr)
     }
 
     func testSetJSONAndQuiet() throws {
@@ -83,13 +104,13 @@ final class ConfigCommandTests: XCTestCase {
     func testAKillBeforeTheRenameLeavesTheOldFile() throws {
         let dir = try TempDirectory()
         let path = try dir.write("config.yaml", commented)
-        let result = try Binary.storectl(["config", "set", "stores.notes.mode", "cloud"], in: dir.path,
+        let result = try Binary.storectl(["config", "set", "stores.notes.cloud.zone", "shared"], in: dir.path,
                                          environment: ["STORECTL_FAILPOINT": "config.before-rename"])
         XCTAssertEqual(result.status, 128 + 9, "\(result)")
         XCTAssertEqual(try String(contentsOfFile: path, encoding: .utf8), commented)
-        let after = try Binary.storectl(["config", "set", "stores.notes.mode", "cloud"], in: dir.path)
+        let after = try Binary.storectl(["config", "set", "stores.notes.cloud.zone", "shared"], in: dir.path)
         XCTAssertEqual(after.status, 0, "\(after)")
-        XCTAssertTrue(try dir.read("config.yaml").contains("    mode: cloud "))
+        XCTAssertTrue(try dir.read("config.yaml").contains("      zone: shared"))
     }
 
     func testValidate() throws {

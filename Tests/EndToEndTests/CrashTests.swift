@@ -179,6 +179,13 @@ final class CrashTests: XCTestCase {
         }
     }
 
+    /// Failpoints of commands with crash tests of their own (the kill, then the old or the new setup at work, then
+    /// the rerun), and where those tests are.
+    static func killedElsewhere(_ failpoint: String) -> String? {
+        if failpoint.hasPrefix("move.") { return "MigrateMoveTests.testAKillAtEveryStepOfAMoveLeavesAWorkingSetupAndARerunFinishes" }
+        return nil
+    }
+
     static let extra = """
             entities:
               notes:
@@ -231,7 +238,8 @@ final class CrashTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(names.count, 16)
         for name in names {
             XCTAssertTrue(text.contains("Failpoint.hit(\"\(name)\")"), "\(name) is listed but never hit")
-            XCTAssertFalse(Self.operations(for: name).isEmpty, "\(name) has no crash scenario")
+            XCTAssertFalse(Self.operations(for: name).isEmpty && Self.killedElsewhere(name) == nil,
+                           "\(name) has no crash scenario")
         }
         for required in ["export.before-save", "export.after-save", "export.before-commit", "export.after-commit",
                          "import.before-commit", "import.after-commit", "mode.after-meta", "migrate.before-commit",
@@ -256,7 +264,7 @@ final class CrashTests: XCTestCase {
         }
         print("crash test: \(totals.failpoints.count) failpoints, \(totals.runs) kills; "
               + "lost rows: \(totals.lost), duplicated or unexpected rows: \(totals.extra)")
-        XCTAssertEqual(totals.failpoints.count, names.count)
+        XCTAssertEqual(totals.failpoints.count, names.filter { Self.killedElsewhere($0) == nil }.count)
     }
 
     func testNthHitOfAMultiBatchExport() throws {

@@ -70,6 +70,44 @@ final class FileCloudDatabaseTests: XCTestCase {
         XCTAssertEqual(try raw.scalar("SELECT value FROM container_meta WHERE key = 'container'")?.string, container)
     }
 
+    /// A hash made with fewer iterations than the container's count is made again on the next successful check,
+    /// with the count recorded in it; a wrong secret never changes it.
+    func testAWeakHashIsUpgradedOnItsNextSuccessfulCheck() throws {
+        let dir = try TempDirectory()
+        let path = dir.file("c/notes.container")
+        _ = try FileCloudDatabase.create(path: path, container: container, account: "alice", secret: secret,
+                                         iterations: 1000)
+        func storedHash() throws -> String {
+            let raw = try Connection(path: path, mode: .readOnly)
+            return try XCTUnwrap(try raw.scalar("SELECT secret_hash FROM accounts WHERE id = 'alice'")?.string)
+        }
+        func check(_ secret: String) throws -> AccountStatus {
+            try FileCloudDatabase.open(path: path, container: container, account: "alice", secret: secret)
+                .accountStatus().status
+        }
+        XCTAssertEqual(PasswordHash.iterations(of: try storedHash()), 1000)
+        // The container's own count: nothing to upgrade.
+        XCTAssertEqual(try check(secret), .available)
+        XCTAssertEqual(PasswordHash.iterations(of: try storedHash()), 1000)
+        // The count raised (as for a container made before counts were recorded, or by an owner).
+        let raw = try Connection(path: path)
+        try raw.run("UPDATE container_meta SET value = '5000' WHERE key = 'hash_iterations'")
+        let before = try storedHash()
+        XCTAssertNotEqual(try check("wrong secret"), .available)
+        XCTAssertEqual(try storedHash(), before, "a wrong secret changes nothing")
+        XCTAssertEqual(try check(secret), .available)
+        let upgraded = try storedHash()
+        XCTAssertEqual(PasswordHash.iterations(of: upgraded), 5000)
+        XCTAssertNotEqual(upgraded, before)
+        XCTAssertTrue(try PasswordHash.verify(secret: secret, stored: upgraded))
+        XCTAssertEqual(try check(secret), .available)
+        // A container without a recorded count is raised to the default, 600,000.
+        try raw.run("DELETE FROM container_meta WHERE key = 'hash_iterations'")
+        XCTAssertEqual(try check(secret), .available)
+        XCTAssertEqual(PasswordHash.iterations(of: try storedHash()), PasswordHash.defaultIterations)
+        XCTAssertEqual(try check(secret), .available)
+    }
+
     func testTheSecretIsStoredOnlyAsASaltedHash() throws {
         let dir = try TempDirectory()
         let db = try make(dir, iterations: PasswordHash.defaultIterations)
@@ -79,8 +117,8 @@ final class FileCloudDatabaseTests: XCTestCase {
                         device: "d")
         let raw = try Connection(path: db.path, mode: .readOnly)
         let stored = try XCTUnwrap(try raw.scalar("SELECT secret_hash FROM accounts WHERE id = 'alice'")?.string)
-        XCTAssertTrue(stored.hasPrefix("pbkdf2-sha256$20000$"), stored)
-        XCTAssertTrue(PasswordHash.verify(secret: secret, stored: stored))
+        XCTAssertTrue(stored.hasPrefix("pbkdf2-sha256$600000$"), stored)
+        XCTAssertTrue(try PasswordHash.verify(secret: secret, stored: stored))
         // Neither secret is anywhere in the container's files (the database, its WAL and shared memory).
         for name in try FileManager.default.contentsOfDirectory(atPath: dir.file("c")) {
             let bytes = try Data(contentsOf: URL(fileURLWithPath: dir.file("c/" + name)))
@@ -179,10 +217,12 @@ final class FileCloudDatabaseTests: XCTestCase {
         // A member may not manage accounts.
         let bob = try FileCloudDatabase.open(path: owner.path, container: container, account: "bob",
                                              secret: "bob-secret")
-        assertCloudError(.account, "account 'bob' is not an owner of container '\(container)'") {
+        assertCloudError(.permission, "account 'bob' is not an owner of container '\(container)'") {
             try bob.addAccount(id: "eve", secret: "x", role: .owner)
         }
-        assertCloudError(.account) { try bob.disableAccount(id: "alice") }
+        assertCloudError(.permission) { try bob.disableAccount(id: "alice") }
+        try bob.ensureZone("default")
+        assertCloudError(.permission) { try bob.purgeZone("default") }
 
         try owner.disableAccount(id: "bob")
         XCTAssertEqual(try owner.listAccounts().map(\.disabled), [false, true, false])

@@ -81,11 +81,56 @@ final class PostgresAccountTests: PostgresTestCase {
         let saved = try db.save(zone: "z", [RecordSave(recordName: "a", recordType: "T", fields: "{}",
                                                        expectedTag: nil)], device: "d")
         guard case .saved = saved[0] else { return XCTFail("\(saved)") }
-        try db.purgeZone("z")
+        // Granted the container's privileges, but not an owner: no purge.
+        XCTAssertThrowsError(try db.purgeZone("z")) { error in
+            XCTAssertEqual((error as? CloudError)?.kind, .permission, "\(error)")
+        }
         try db.registerDevice(storeID: "s", name: "n")
         XCTAssertEqual(try db.devices().first?.account, role)
         // But not to change the schema.
         XCTAssertThrowsError(try db.initializeContainer())
+    }
+
+    /// A purge is the owner's: the role that created the container, or a role granted it. A role granted only the
+    /// container's privileges (a member), a disabled role and a role that does not exist are refused, and the zone
+    /// keeps its records.
+    func testOnlyTheOwnerRoleCanPurge() throws {
+        guard let url = PostgresTestServer.url() else { return }
+        let owner = try makeRole(url: url)
+        _ = try PostgresTestServer.superuser(url, "GRANT CREATE ON DATABASE \"\(try databaseName(url))\" TO \(owner)")
+        let container = PostgresTestServer.uniqueContainer("purge")
+        let asOwner = try PostgresCloudDatabase(url: url, container: container, account: owner)
+        try asOwner.initializeContainer()
+        dropAfterTest(try PostgresCloudDatabase(url: url, container: container))
+        let member = try makeRole(url: url)
+        for line in PostgresCloudDatabase.grantSQL(container: container, role: member).split(separator: "\n")
+            where !line.hasPrefix("--")
+        {
+            _ = try PostgresTestServer.superuser(url, String(line))
+        }
+        let disabled = try makeRole(url: url, options: "NOLOGIN")
+        try asOwner.ensureZone("z")
+        func live() throws -> Int64 { try asOwner.zoneInfo("z")?.liveRecords ?? -1 }
+        _ = try asOwner.save(zone: "z", [RecordSave(recordName: "a", recordType: "T", fields: "{}", expectedTag: nil)],
+                             device: "d")
+        for (role, kind) in [(member, CloudError.Kind.permission), (disabled, .account),
+                             (PostgresTestServer.uniqueRole(), .account)]
+        {
+            let db = try PostgresCloudDatabase(url: url, container: container, account: role)
+            XCTAssertThrowsError(try db.purgeZone("z"), role) { error in
+                XCTAssertEqual((error as? CloudError)?.kind, kind, "\(role): \(error)")
+            }
+            XCTAssertEqual(try live(), 1, "\(role) purged the zone")
+        }
+        // A member of the owner role acts as the owner.
+        _ = try PostgresTestServer.superuser(url, "GRANT \(owner) TO \(member)")
+        try PostgresCloudDatabase(url: url, container: container, account: member).purgeZone("z")
+        XCTAssertEqual(try live(), 0)
+        try asOwner.purgeZone("z")
+    }
+
+    private func databaseName(_ url: String) throws -> String {
+        try XCTUnwrap(PostgresTestServer.superuser(url, "SELECT current_database()").string(0, 0))
     }
 
     func testALoginRefusedIsRestricted() throws {

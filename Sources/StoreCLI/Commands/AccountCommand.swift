@@ -12,6 +12,7 @@ struct AccountCommand: Command {
         "storectl account status          # prints the status and why; exit 0 only when available",
         "BOB_SECRET=... storectl account add bob --secret-env BOB_SECRET",
         "storectl account list --json",
+        "storectl account disable bob && storectl account enable bob",
     ]
     static var subcommands: [any Command.Type] { accountSubcommands }
 }
@@ -21,5 +22,7 @@ let accountSubcommands: [any Command.Type] = [
     AccountStatusCommand.self,
     AccountAddCommand.self,
     AccountDisableCommand.self,
+    AccountEnableCommand.self,
+    AccountRemoveCommand.self,
     AccountListCommand.self,
 ]

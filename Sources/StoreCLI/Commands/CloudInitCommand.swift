@@ -67,7 +67,7 @@ struct CloudInitCommand: Command {
             } else {
                 context.console.out("created container '\(cloud.container)' at \(db.displayURL) with no account")
                 context.console.note("hint: set stores.\(store.name).cloud.account and .secret, then run "
-                                         + "'storectl account add ID --role owner'")
+                                         + "'storectl account add \(store.cloud?.account ?? "alice") --role owner'")
             }
         } else {
             context.console.out("container '\(cloud.container)' already exists at \(db.displayURL); nothing changed")

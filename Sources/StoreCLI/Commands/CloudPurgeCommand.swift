@@ -14,6 +14,9 @@ struct CloudPurgeCommand: Command {
         This is the only command that deletes cloud data. The zone gets a new epoch, so every store that syncs
         with it starts over on its next sync and exports its rows again; no store loses local rows because of a
         purge. Without --yes, it asks for the zone name on a terminal, and refuses when stdin is not a terminal.
+        Only an owner may purge: an owner account of a container file, or on PostgreSQL the role that owns the
+        container's schema (or a role granted it); a member is refused with exit 77, a disabled or unregistered
+        account with exit 69.
         """
     static let examples = [
         "storectl cloud purge            # asks you to type the zone name",

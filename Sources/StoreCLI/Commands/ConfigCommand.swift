@@ -6,21 +6,25 @@ struct ConfigCommand: Command {
     static let name = "config"
     static let abstract = "Validate, show, read and edit config.yaml."
     static let discussion = """
-        The config is found from --config, else $STORECTL_CONFIG, else ./config.yaml. ${VAR} and ${VAR:-default}
+        The config is found from --config, else $STORECTL_CONFIG, else ./config.yaml, else
+        $XDG_CONFIG_HOME/storectl/config.yaml ('storectl config path' prints which). ${VAR} and ${VAR:-default}
         are expanded inside values (not with --no-expand-env). Every key is described in docs/config-reference.md.
         """
     static let examples = [
         "storectl config validate",
         "storectl config show --resolved",
         "storectl config get stores.notes.mode",
-        "storectl config set stores.notes.mode cloud",
+        "storectl config set stores.notes.history.retention 30d",
     ]
     static var subcommands: [any Command.Type] {
-        [ConfigValidateCommand.self, ConfigShowCommand.self, ConfigGetCommand.self, ConfigSetCommand.self]
+        [ConfigValidateCommand.self, ConfigShowCommand.self, ConfigGetCommand.self, ConfigSetCommand.self,
+         ConfigPathCommand.self]
     }
 
     /// Prints the config's warnings on stderr as `warning: ...`.
     static func printWarnings(_ config: Config, _ context: CommandContext) {
+        guard !context.warnedAboutConfig else { return }
+        context.warnedAboutConfig = true
         for warning in config.warnings {
             context.console.err(context.console.paint("warning:", "33;1") + " " + warning)
         }

@@ -12,9 +12,10 @@ struct ConfigSetCommand: Command {
         file's indentation. The new config is validated before it is written: an invalid result is refused (exit 78)
         and the file is not touched. The write is atomic and keeps the file's permissions. What changed is printed
         on stderr (not with --quiet). To keep a secret out of the file, set a reference: '${MY_SECRET}'.
+        A store's mode is not set here: 'storectl mode cloud' and 'storectl mode local' switch it for real (account
+        check, export, import), then write it. To add a whole store, use 'storectl store add'.
         """
     static let examples = [
-        "storectl config set stores.notes.mode cloud",
         "storectl config set stores.notes.cloud.zone shared",
         "storectl config set stores.notes.cloud.secret '${NOTES_SECRET}'",
         "storectl config set stores.notes.history.retention 90d --json",
@@ -30,9 +31,25 @@ struct ConfigSetCommand: Command {
         var path: String
     }
 
+    /// Changing `stores.<name>.mode` alone would leave the store in its old mode (and sync going on): refused,
+    /// with the `mode` command that really switches it.
+    static func refuseModeSwitch(key: String, value: String, _ context: CommandContext) throws {
+        let parts = key.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count == 3, parts[0] == "stores", parts[2] == "mode",
+              let config = try? context.loadConfig(), let store = config.stores.first(where: { $0.name == parts[1] })
+        else { return }
+        guard value != store.mode.rawValue else { return }
+        let target = value == "local" || value == "cloud" ? value : "cloud"
+        throw StoreError(.usage, "config set does not switch a store's mode: \(key) alone would leave store "
+                            + "'\(store.name)' in \(store.mode.rawValue) mode; \(context.configDisplayPath) was not changed",
+                         hint: "run '\(context.command("mode \(target)", store: store.name))' to switch it (it checks "
+                             + "the account, syncs, and then writes mode: \(target))")
+    }
+
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         let key = args.positionals[0]
         let value = args.positionals[1]
+        try refuseModeSwitch(key: key, value: value, context)
         let change = try ConfigEditor.set(path: context.configPath, displayPath: context.configDisplayPath, key: key,
                                           value: value, environment: context.environment,
                                           expandEnvironment: !context.global.noExpandEnv)

@@ -51,6 +51,7 @@ struct DoctorCommand: Command {
         }
         if healthy { return .ok }
         let codes = reports.map(\.exitCode)
+        if codes.contains(.noInput) { return .noInput }
         return codes.contains(.dataError) ? .dataError : .unavailable
     }
 }

@@ -19,10 +19,12 @@ struct HistoryConsumerCommand: Command {
     static let examples = [
         "storectl history consumer add search-indexer",
         "storectl history consumer list --json",
+        "storectl history consumer advance search-indexer 120",
         "storectl history consumer drop search-indexer",
     ]
     static var subcommands: [any Command.Type] {
-        [HistoryConsumerAddCommand.self, HistoryConsumerListCommand.self, HistoryConsumerDropCommand.self]
+        [HistoryConsumerAddCommand.self, HistoryConsumerListCommand.self, HistoryConsumerAdvanceCommand.self,
+         HistoryConsumerDropCommand.self]
     }
 
     struct ConsumerOutput: Encodable {
@@ -157,6 +159,57 @@ struct HistoryConsumerDropCommand: Command {
             context.console.json(Output(dropped: name))
         } else {
             context.console.out("Dropped consumer '\(name)'.")
+        }
+        return .ok
+    }
+}
+
+/// `storectl history consumer advance <name> <token>`: the consumer has processed the history up to a token.
+struct HistoryConsumerAdvanceCommand: Command {
+    static let name = "advance"
+    static let abstract = "Move a consumer's token forward: it has processed the history up to there."
+    static let arguments = "<name> <token>"
+    static let positionalRange = 2...2
+    static let discussion = """
+        <token> is a history seq (the next_token that 'storectl history --after' printed), or 'latest' for the newest
+        seq. A token never moves back. Prune removes only what every consumer has processed, so a consumer that is
+        never advanced holds the history forever.
+        """
+    static let examples = [
+        "storectl history consumer advance search-indexer 120",
+        "storectl history consumer advance search-indexer latest --json",
+        "next=$(storectl history --after 120 --json | jq .next_token) && "
+            + "storectl history consumer advance search-indexer \"$next\"",
+    ]
+
+    struct Output: Encodable {
+        var consumer: HistoryConsumerCommand.ConsumerOutput
+        var previousToken: Int64
+        var advanced: Bool
+    }
+
+    static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        let name = args.positionals[0]
+        let raw = args.positionals[1]
+        let tracker = try HistoryConsumerCommand.tracker(context)
+        let token: Int64
+        if raw == "latest" {
+            token = try tracker.latestSeq()
+        } else if let n = Int64(raw), n >= 0 {
+            token = n
+        } else {
+            throw UsageError("<token> must be a history seq (0 or more) or 'latest', got '\(raw)'")
+        }
+        let (before, after) = try tracker.advanceConsumer(name, to: token)
+        let latest = try tracker.latestSeq()
+        if context.global.json {
+            context.console.json(Output(consumer: .init(after, latest: latest), previousToken: before.token,
+                                        advanced: after.token != before.token))
+        } else if after.token == before.token {
+            context.console.out("Consumer '\(name)' is already at token \(after.token).")
+        } else {
+            context.console.out("Advanced consumer '\(name)' from token \(before.token) to \(after.token) "
+                                + "(\(Words.count(Int(max(0, latest - after.token)), "change")) behind).")
         }
         return .ok
     }

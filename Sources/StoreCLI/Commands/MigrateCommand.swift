@@ -2,26 +2,36 @@ import StoreBase
 import StoreHistory
 import Storectl
 
-/// `storectl migrate`: regenerate the history triggers after a schema change.
+/// `storectl migrate`: regenerate the history triggers after a schema change; move or copy the store file
+/// (`--to`).
 struct MigrateCommand: Command {
     static let name = "migrate"
-    static let abstract = "Regenerate the history triggers after a schema change, in one transaction."
+    static let abstract = "Regenerate the triggers after a schema change, or move the store file (--to)."
     static let discussion = """
-        After a tracked table changes (a column added, renamed or dropped, a table added or dropped), the
-        history triggers no longer match the schema: status and history report drift, and sync refuses to run.
-        migrate regenerates every trigger and the schema hash in one transaction. History rows are not touched,
-        so no history is lost.
+        Without options: after a tracked table changes (a column added, renamed or dropped, a table added or
+        dropped), the history triggers no longer match the schema: status and history report drift, and sync
+        refuses to run. migrate regenerates every trigger and the schema hash in one transaction. History rows are
+        not touched, so no history is lost.
 
         When triggers are missing (dropped by hand, or a table was rebuilt), changes may have gone unrecorded:
         tracking is lost, and migrate refuses (exit 78). --force reinstalls the triggers and records the gap in
         the store meta (history_gap), so that the next cloud enable re-baselines instead of missing changes.
+
+        --to NEW_PATH moves the store file with SQLite's online backup API: history, tokens, consumers, the record
+        map and meta come along, and the store keeps its identity. Writers wait while the copy is taken; the copy
+        must pass an integrity check before config.yaml names it (stores.NAME.path; comments kept), and only then
+        is the old file removed. With --copy, the copy gets a new identity and config.yaml is not changed.
         """
     static let examples = [
         "storectl migrate                   # after ALTER TABLE notes ADD COLUMN pinned INTEGER",
         "storectl migrate --force           # after triggers were dropped: reinstall, record a history gap",
+        "storectl migrate --to /srv/data/notes.sqlite      # move the store; config.yaml follows",
+        "storectl migrate --to backup/notes.sqlite --copy  # a copy with its own identity",
     ]
     static let options = [
         OptionSpec("force", help: "Reinstall missing triggers (tracking was lost) and record a history gap."),
+        OptionSpec("to", value: "NEW_PATH", help: "Move the store file to NEW_PATH and point config.yaml at it."),
+        OptionSpec("copy", help: "With --to: copy instead of moving; the copy gets a new identity."),
     ]
 
     struct Output: Encodable {
@@ -52,6 +62,10 @@ struct MigrateCommand: Command {
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        try checkCombination(args)
+        if let target = args.value("to") {
+            return try move(to: target, args, context)
+        }
         let store = try context.openStore()
         let tracker = try store.historyTracker()
         let report = try tracker.migrate(force: args.flag("force"))
@@ -73,6 +87,48 @@ struct MigrateCommand: Command {
         if let gap = report.historyGap {
             context.console.err("warning: recorded a history gap after seq \(gap): changes made while the triggers "
                                 + "were missing were not recorded; the next cloud enable re-baselines")
+        }
+        return .ok
+    }
+}
+
+extension MigrateCommand {
+    /// Refuses options that do not go together, before anything is read.
+    static func checkCombination(_ args: ParsedArguments) throws {
+        if args.flag("copy") && args.value("to") == nil {
+            throw UsageError("--copy goes with --to", hint: "write storectl migrate --to NEW_PATH --copy")
+        }
+        if args.flag("force") && args.value("to") != nil {
+            throw UsageError("--force regenerates triggers; it does not go with --to")
+        }
+        if let to = args.value("to"), to.isEmpty {
+            throw UsageError("--to needs a path", hint: "write storectl migrate --to NEW_PATH")
+        }
+    }
+
+    /// `migrate --to NEW_PATH [--copy]`.
+    static func move(to raw: String, _ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        let store = try context.openStore()
+        let target = raw.hasPrefix("/") || raw.hasPrefix("~") ? raw : Path.join(context.workingDirectory, raw)
+        let bar = Progress(console: context.console, label: "copy", json: context.global.json)
+        let report = try store.move(to: target, copy: args.flag("copy"), log: { line in
+            bar.finish()
+            if !context.global.json { context.console.note("  " + line) }
+        }, progress: { done, total in bar.update(done: done, total: total) })
+        bar.finish()
+        if context.global.json {
+            context.console.json(report)
+            return .ok
+        }
+        if report.action == "copy" {
+            context.console.out("Copied store '\(report.store)' to \(report.to) (new store id \(report.storeID ?? "?")); "
+                                + "config.yaml still names \(report.from).")
+        } else if report.pages == 0 {
+            context.console.out(report.oldFileRemoved ? "Finished moving store '\(report.store)' to \(report.to)."
+                                : "Store '\(report.store)' is already at \(report.to); nothing to do.")
+        } else {
+            context.console.out("Moved store '\(report.store)' to \(report.to); config.yaml now says path: "
+                                + "\(report.configPath ?? report.to).")
         }
         return .ok
     }

@@ -30,8 +30,22 @@ struct StatusCommand: Command {
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         var reports: [StatusReport] = []
+        var missing: [StoreHandle] = []
+        // A store missing at its configured path is exit 66, said on stderr after the report of every store.
+        defer {
+            for store in missing {
+                let error = store.missingStoreError()
+                context.console.err(context.console.paint("error:", "31;1") + " " + error.summary)
+                for line in error.details { context.console.err(line) }
+                if let hint = error.hint {
+                    context.console.err(context.console.paint("hint:", "1") + " "
+                                        + context.render(hint, store: store.settings.name))
+                }
+            }
+        }
         for name in try context.selectedStoreNames() {
             let store = try context.openStore(name)
+            if !store.exists { missing.append(store) }
             var report = try store.status(checkCloud: args.flag("check-cloud"))
             report.disagreements = report.disagreements.map { context.render($0, store: name) }
             if let account = report.account { report.account?.reason = context.render(account.reason, store: name) }
@@ -43,12 +57,12 @@ struct StatusCommand: Command {
             } else {
                 context.console.json(Document(stores: reports))
             }
-            return .ok
+            return missing.isEmpty ? .ok : .noInput
         }
         let now = Date().timeIntervalSince1970
         context.console.out(reports.map { block($0, now: now, console: context.console) }
             .joined(separator: "\n\n"))
-        return .ok
+        return missing.isEmpty ? .ok : .noInput
     }
 
     /// One store as an aligned block of labelled lines, in words.

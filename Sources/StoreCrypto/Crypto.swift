@@ -1,0 +1,122 @@
+import StoreBase
+
+/// The hashes storectl uses, all computed by OpenSSL's libcrypto.
+///
+///     try Crypto.sha256(Array("abc".utf8))   // ba7816bf...f20015ad
+///     try Crypto.hmacSHA256(key: key, message)
+///     try Crypto.pbkdf2SHA256(password: pw, salt: salt, iterations: 600_000)
+///
+/// Every function throws `LibCryptoUnavailableError` (exit 69) when libcrypto cannot be loaded.
+public enum Crypto {
+    /// SHA-1 (FIPS 180-4). For name-based UUIDs only, never where collision resistance matters.
+    public static func sha1(_ message: [UInt8]) throws -> [UInt8] {
+        let c = try LibCrypto.shared()
+        return try digest(message, c.sha1, size: 20, c)
+    }
+
+    /// SHA-256 (FIPS 180-4).
+    public static func sha256(_ message: [UInt8]) throws -> [UInt8] {
+        let c = try LibCrypto.shared()
+        return try digest(message, c.sha256, size: 32, c)
+    }
+
+    private static func digest(_ message: [UInt8], _ md: OpaquePointer, size: Int, _ c: LibCrypto) throws -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 64)
+        var length: UInt32 = 0
+        let ok = message.withUnsafeBytes { input in
+            out.withUnsafeMutableBufferPointer { c.EVP_Digest(input.baseAddress, input.count, $0.baseAddress, &length, md,
+                                                              nil) }
+        }
+        guard ok == 1, Int(length) == size else { throw failure("EVP_Digest") }
+        return Array(out.prefix(size))
+    }
+
+    /// HMAC-SHA256 (RFC 2104) of `message` under `key`.
+    public static func hmacSHA256(key: [UInt8], _ message: [UInt8]) throws -> [UInt8] {
+        let c = try LibCrypto.shared()
+        var out = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 0
+        // HMAC takes a non-NULL key pointer even for an empty key.
+        let keyBytes = key.isEmpty ? [0] : key
+        let result = keyBytes.withUnsafeBytes { k in
+            message.withUnsafeBufferPointer { m in
+                out.withUnsafeMutableBufferPointer { o in
+                    c.HMAC(c.sha256, k.baseAddress, Int32(key.count), m.baseAddress, m.count, o.baseAddress, &length)
+                }
+            }
+        }
+        guard result != nil, length == 32 else { throw failure("HMAC") }
+        return out
+    }
+
+    /// PBKDF2 with HMAC-SHA256 (RFC 8018), giving `length` bytes.
+    /// - Precondition: `iterations` is at least 1 and fits in an `Int32`.
+    public static func pbkdf2SHA256(password: [UInt8], salt: [UInt8], iterations: Int, length: Int = 32) throws
+        -> [UInt8]
+    {
+        guard iterations >= 1, iterations <= Int(Int32.max), length >= 1, length <= 1024 else {
+            throw StoreError(.software, "PBKDF2 parameters out of range (\(iterations) iterations, \(length) bytes)")
+        }
+        let c = try LibCrypto.shared()
+        var out = [UInt8](repeating: 0, count: length)
+        let passwordBytes = password.map { CChar(bitPattern: $0) } + [0]
+        let saltBytes = salt.isEmpty ? [0] : salt
+        let ok = passwordBytes.withUnsafeBufferPointer { p in
+            saltBytes.withUnsafeBufferPointer { s in
+                out.withUnsafeMutableBufferPointer { o in
+                    c.PKCS5_PBKDF2_HMAC(p.baseAddress, Int32(password.count), s.baseAddress, Int32(salt.count),
+                                        Int32(iterations), c.sha256, Int32(length), o.baseAddress)
+                }
+            }
+        }
+        guard ok == 1 else { throw failure("PKCS5_PBKDF2_HMAC") }
+        return out
+    }
+
+    /// `count` bytes from OpenSSL's CSPRNG.
+    public static func randomBytes(_ count: Int) throws -> [UInt8] {
+        let c = try LibCrypto.shared()
+        var out = [UInt8](repeating: 0, count: max(count, 1))
+        let ok = out.withUnsafeMutableBufferPointer { c.RAND_bytes($0.baseAddress, Int32(count)) }
+        guard ok == 1 else { throw failure("RAND_bytes") }
+        return Array(out.prefix(count))
+    }
+
+    /// Whether `a` and `b` are equal, in time that depends only on their lengths (`CRYPTO_memcmp`).
+    public static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) throws -> Bool {
+        guard a.count == b.count else { return false }
+        guard !a.isEmpty else { return true }
+        let c = try LibCrypto.shared()
+        return a.withUnsafeBytes { x in b.withUnsafeBytes { y in c.CRYPTO_memcmp(x.baseAddress, y.baseAddress, a.count) } }
+            == 0
+    }
+
+    private static func failure(_ function: String) -> StoreError {
+        StoreError(.software, "libcrypto's \(function) failed", hint: "this is a bug or a broken OpenSSL; please report it")
+    }
+}
+
+/// Name-based UUIDs (RFC 4122 version 5): the same namespace and name give the same UUID on every device.
+///
+///     try UUIDv5.make(namespace: UUIDv5.dns, name: "www.example.com") // "2ed6657d-e927-568b-95e1-2665a8aea6a2"
+public enum UUIDv5 {
+    /// The RFC 4122 DNS namespace.
+    public static let dns: [UInt8] = [0x6b, 0xa7, 0xb8, 0x10, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f,
+                                      0xd4, 0x30, 0xc8]
+    /// storectl's namespace for seed record names.
+    public static let storectl: [UInt8] = [0x5f, 0x0e, 0x7a, 0x2c, 0x41, 0x3b, 0x4d, 0x8e, 0x9a, 0x51, 0x6c, 0x2d, 0x7e,
+                                           0x10, 0xb3, 0x94]
+
+    /// The version-5 UUID of `name` in `namespace`, lowercase with dashes.
+    /// - Throws: `LibCryptoUnavailableError` when libcrypto cannot be loaded.
+    public static func make(namespace: [UInt8], name: String) throws -> String {
+        var hash = try Crypto.sha1(namespace + Array(name.utf8))
+        hash[6] = (hash[6] & 0x0f) | 0x50
+        hash[8] = (hash[8] & 0x3f) | 0x80
+        let hex = Hex.string(hash.prefix(16))
+        let parts = [0..<8, 8..<12, 12..<16, 16..<20, 20..<32].map { range in
+            String(hex.dropFirst(range.lowerBound).prefix(range.count))
+        }
+        return parts.joined(separator: "-")
+    }
+}

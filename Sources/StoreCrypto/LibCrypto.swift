@@ -1,0 +1,109 @@
+internal import CCrypto
+import StoreBase
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// OpenSSL's libcrypto, loaded with `dlopen` the first time a command hashes something, as a table of the functions
+/// storectl calls.
+///
+/// Linked, libcrypto made the dynamic loader map and relocate 4.5 MB at the start of every process, 0.6 ms that
+/// the short commands scripts call in loops (`status`, `mode`, `--version`) would pay without hashing anything.
+/// Loaded here, it costs nothing to a command that does not check a secret or seed. The CCrypto target provides
+/// the headers; its module map links nothing, so every function storectl uses is a field of this table.
+///
+/// `STORECTL_LIBCRYPTO` names another file to open (a path, or a name the loader searches for).
+final class LibCrypto: @unchecked Sendable {
+    // @unchecked Sendable: immutable after init; every field is a pointer to a C function or to a static,
+    // read-only EVP_MD that OpenSSL documents as safe to share between threads.
+
+    /// The file that was opened.
+    let library: String
+
+    // "EVP_sha256() ... return EVP_MD structures ... These are static constant objects" (EVP_sha256(3)).
+    let sha1: OpaquePointer
+    let sha256: OpaquePointer
+
+    /// `int EVP_Digest(const void *data, size_t count, unsigned char *md, unsigned int *size, const EVP_MD *type,
+    /// ENGINE *impl)`.
+    let EVP_Digest: @convention(c) (UnsafeRawPointer?, Int, UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<UInt32>?,
+                                    OpaquePointer?, OpaquePointer?) -> Int32
+    /// `unsigned char *HMAC(const EVP_MD *evp_md, const void *key, int key_len, const unsigned char *data,
+    /// size_t data_len, unsigned char *md, unsigned int *md_len)`.
+    let HMAC: @convention(c) (OpaquePointer?, UnsafeRawPointer?, Int32, UnsafePointer<UInt8>?, Int,
+                              UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<UInt32>?) -> UnsafeMutablePointer<UInt8>?
+    /// `int PKCS5_PBKDF2_HMAC(const char *pass, int passlen, const unsigned char *salt, int saltlen, int iter,
+    /// const EVP_MD *digest, int keylen, unsigned char *out)`.
+    let PKCS5_PBKDF2_HMAC: @convention(c) (UnsafePointer<CChar>?, Int32, UnsafePointer<UInt8>?, Int32, Int32,
+                                           OpaquePointer?, Int32, UnsafeMutablePointer<UInt8>?) -> Int32
+    /// `int RAND_bytes(unsigned char *buf, int num)`.
+    let RAND_bytes: @convention(c) (UnsafeMutablePointer<UInt8>?, Int32) -> Int32
+    /// `int CRYPTO_memcmp(const void *a, const void *b, size_t len)`: "the time ... is independent of the
+    /// contents of the memory regions" (CRYPTO_memcmp(3)).
+    let CRYPTO_memcmp: @convention(c) (UnsafeRawPointer?, UnsafeRawPointer?, Int) -> Int32
+
+    #if canImport(Darwin)
+    static let defaultLibrary = "libcrypto.3.dylib"
+    #else
+    static let defaultLibrary = "libcrypto.so.3"
+    #endif
+
+    /// The process's libcrypto, loaded on the first call.
+    /// - Throws: `LibCryptoUnavailableError` (exit 69) when it cannot be loaded; every later call throws it again.
+    static func shared() throws(LibCryptoUnavailableError) -> LibCrypto {
+        try loaded.get()
+    }
+
+    private static let loaded = Result { () throws(LibCryptoUnavailableError) -> LibCrypto in
+        let configured = getenv("STORECTL_LIBCRYPTO").map { String(cString: $0) } ?? ""
+        return try LibCrypto(library: configured.isEmpty ? defaultLibrary : configured)
+    }
+
+    /// Opens `library` and resolves every function storectl uses.
+    /// - Throws: `LibCryptoUnavailableError` when the file cannot be loaded or lacks a function.
+    init(library: String) throws(LibCryptoUnavailableError) {
+        // "RTLD_NOW: all undefined symbols in the shared object are resolved before dlopen() returns". The handle
+        // is never closed: the function pointers stay valid for the life of the process.
+        guard let handle = dlopen(library, RTLD_NOW | RTLD_LOCAL) else {
+            let reason = dlerror().map { String(cString: $0) } ?? "dlopen failed"
+            throw LibCryptoUnavailableError(library: library, reason: reason)
+        }
+        func symbol<F>(_ name: String) throws(LibCryptoUnavailableError) -> F {
+            guard let address = dlsym(handle, name) else {
+                throw LibCryptoUnavailableError(library: library, reason: "it has no function \(name) (OpenSSL 1.1 "
+                    + "or later is needed)")
+            }
+            return unsafeBitCast(address, to: F.self)
+        }
+        self.library = library
+        let evpSHA1: @convention(c) () -> OpaquePointer? = try symbol("EVP_sha1")
+        let evpSHA256: @convention(c) () -> OpaquePointer? = try symbol("EVP_sha256")
+        guard let sha1 = evpSHA1(), let sha256 = evpSHA256() else {
+            throw LibCryptoUnavailableError(library: library, reason: "it offers no SHA-1 or SHA-256")
+        }
+        self.sha1 = sha1
+        self.sha256 = sha256
+        EVP_Digest = try symbol("EVP_Digest")
+        HMAC = try symbol("HMAC")
+        PKCS5_PBKDF2_HMAC = try symbol("PKCS5_PBKDF2_HMAC")
+        RAND_bytes = try symbol("RAND_bytes")
+        CRYPTO_memcmp = try symbol("CRYPTO_memcmp")
+    }
+}
+
+/// libcrypto could not be loaded, so secrets cannot be checked nor seeds named (exit 69).
+public struct LibCryptoUnavailableError: DiagnosedError, Equatable {
+    /// The file storectl tried to open (`libcrypto.so.3`, or `STORECTL_LIBCRYPTO`).
+    public var library: String
+    /// Why: the loader's message, or the missing function.
+    public var reason: String
+
+    public var exitCode: ExitCode { .unavailable }
+    public var summary: String { "cannot load the OpenSSL crypto library \(library): \(reason)" }
+    public var hint: String? {
+        "install OpenSSL 3 (Debian/Ubuntu: apt-get install libssl3, or libssl-dev; macOS: brew install openssl@3), "
+            + "or set STORECTL_LIBCRYPTO to the library's path"
+    }
+}

@@ -1,0 +1,273 @@
+import FoundationEssentials
+import StoreBase
+import StoreCloud
+import StoreConfig
+import StoreMirror
+import StoreSQLite
+
+/// What `storectl verify` found: the store compared with its zone, table by table. The JSON form is stable.
+public struct VerifyReport: Sendable, Codable, Equatable {
+    /// One tracked table.
+    public struct Table: Sendable, Codable, Equatable {
+        public var table: String
+        /// Rows in the store.
+        public var localRows: Int
+        /// Live records of this table in the zone.
+        public var cloudRecords: Int
+        /// Rows whose record holds exactly their values.
+        public var matching: Int
+        /// Rows whose record holds other values.
+        public var differing: Int
+        /// Rows with no live record.
+        public var localOnly: Int
+        /// Live records with no row.
+        public var cloudOnly: Int
+    }
+
+    /// One column of a row that differs: its value here and in the cloud (nil: the side has no such row).
+    public struct Column: Sendable, Codable, Equatable {
+        public var column: String
+        public var local: JSONValue?
+        public var cloud: JSONValue?
+
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(column, forKey: .column)
+            try c.encode(local, forKey: .local)
+            try c.encode(cloud, forKey: .cloud)
+        }
+    }
+
+    /// One row that differs.
+    public struct Difference: Sendable, Codable, Equatable {
+        public var table: String
+        /// The row's primary key (a JSON array of the key values), or nil for a record no local row maps to.
+        public var key: JSONValue?
+        public var recordName: String
+        /// `differs` (both sides hold it, with other values), `local_only` or `cloud_only`.
+        public var state: String
+        /// The columns that differ (every column for a row only one side holds).
+        public var columns: [Column]
+        /// What explains it, when something does: `pending_export` (a local change not exported yet),
+        /// `pending_import` (a cloud change not imported yet), `waiting_for_parent` (a record whose parent has
+        /// not arrived). Nil: nothing storectl knows of explains it (it was changed behind storectl's back).
+        public var pending: String?
+
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(table, forKey: .table)
+            try c.encode(key, forKey: .key)
+            try c.encode(recordName, forKey: .recordName)
+            try c.encode(state, forKey: .state)
+            try c.encode(columns, forKey: .columns)
+            try c.encode(pending, forKey: .pending)
+        }
+    }
+
+    public var store: String
+    public var url: String
+    public var container: String
+    public var zone: String
+    /// Whether the zone exists at all.
+    public var zoneExists: Bool
+    /// Whether every row matches its record and every live record its row.
+    public var inSync: Bool
+    public var tables: [Table]
+    /// How many rows differ, in all.
+    public var differenceCount: Int
+    /// How many of them nothing pending explains.
+    public var unexplainedCount: Int
+    /// The rows that differ, at most `limit` of them, unexplained ones first.
+    public var differences: [Difference]
+    /// Whether `differences` was cut at the limit.
+    public var truncated: Bool
+    /// Live records of record types this store does not track (other stores' tables); not differences.
+    public var untrackedRecords: Int
+}
+
+extension StoreHandle {
+    /// `storectl verify`: compares the store with its zone, table by table, and names the rows that differ. Reads
+    /// only: nothing is created or changed, in the store or in the cloud.
+    /// - Parameter limit: at most this many differing rows are listed (all are counted).
+    /// - Throws: `StoreError` 66 for a missing store, `AccountUnavailableError` (69/75), `CloudError` (69 missing
+    ///   container, 75 temporary).
+    public func verify(limit: Int = 1000) throws -> VerifyReport {
+        try requireExists()
+        let cloud = try cloudSettings()
+        let db = try database()
+        try historyTracker().requireInitialized()
+        let (status, opened) = CloudConnector.accountStatusAndContainer(settings: cloud)
+        if status.status != .available { throw AccountUnavailableError(report: status) }
+        let backend = try opened ?? CloudConnector.open(settings: cloud, createIfMissing: false)
+        return try Self.compare(db: db, store: settings.name, cloud: backend, url: cloud.url, zone: cloud.zone,
+                                limit: limit)
+    }
+
+    /// Compares the store `db` with `zone` of `cloud`, with the exporter's own encoding of rows and record names,
+    /// so that what verify calls in sync is what sync calls nothing to do.
+    /// - Throws: `CloudError`, `SQLiteError`.
+    static func compare(db: Connection, store: String, cloud: any CloudDatabase, url: String, zone: String,
+                        limit: Int) throws -> VerifyReport
+    {
+        let entities = try Mirror.entityMaps(db)
+        let device = try MirrorState.storeID(db)
+        var report = VerifyReport(store: store, url: Redaction.connectionString(url), container: cloud.container, zone: zone,
+                                  zoneExists: false, inSync: true, tables: [], differenceCount: 0,
+                                  unexplainedCount: 0, differences: [], truncated: false, untrackedRecords: 0)
+        try db.execute("""
+            CREATE TEMP TABLE IF NOT EXISTS _storectl_verify_cloud(record_name TEXT PRIMARY KEY, record_type TEXT,
+                fields TEXT, seq INTEGER, modified_by TEXT, deleted INTEGER) WITHOUT ROWID;
+            DELETE FROM temp._storectl_verify_cloud;
+            CREATE TEMP TABLE IF NOT EXISTS _storectl_verify_local(pk TEXT, record_name TEXT PRIMARY KEY, fields TEXT)
+                WITHOUT ROWID;
+            """)
+        defer { try? db.execute("DROP TABLE IF EXISTS temp._storectl_verify_cloud; "
+                                + "DROP TABLE IF EXISTS temp._storectl_verify_local") }
+        // Records saved after the server token by other devices are changes this store has not imported yet.
+        var importedUpTo: Int64 = -1
+        if let info = try cloud.zoneInfo(zone, countLive: false) {
+            report.zoneExists = true
+            if let raw = try MirrorState.serverToken(db, zone: zone), let token = ServerChangeToken(rawValue: raw),
+               token.epoch == info.epoch
+            {
+                importedUpTo = token.seq
+            }
+            let insert = try db.prepare("INSERT OR REPLACE INTO temp._storectl_verify_cloud VALUES (?, ?, ?, ?, ?, ?)")
+            var token: ServerChangeToken?
+            while true {
+                let batch = try cloud.fetchChanges(zone: zone, since: token, limit: 1000, excludingDevice: nil)
+                try db.transaction {
+                    for r in batch.records {
+                        try insert.bind([r.recordName, r.recordType, r.fields, r.seq, r.modifiedBy, r.deleted ? 1 : 0])
+                        while try insert.step() {}
+                        try insert.reset()
+                    }
+                }
+                token = batch.token
+                if !batch.moreComing { break }
+            }
+        }
+        let exportToken = try MirrorState.exportToken(db)
+        let tracked = Set(entities.map(\.name))
+        report.untrackedRecords = Int(try db.scalar(
+            "SELECT count(*) FROM temp._storectl_verify_cloud WHERE deleted = 0 AND record_type NOT IN (SELECT value FROM json_each(?))",
+            ["[" + tracked.sorted().map(JSONText.quoted).joined(separator: ",") + "]"])?.int64 ?? 0)
+
+        var all: [VerifyReport.Difference] = []
+        for e in entities.sorted(by: { Array($0.name.utf8).lexicographicallyPrecedes(Array($1.name.utf8)) }) {
+            try db.execute("DELETE FROM temp._storectl_verify_local")
+            try db.execute("INSERT OR REPLACE INTO temp._storectl_verify_local " + e.localRecordsSQL)
+            var table = VerifyReport.Table(table: e.name, localRows: 0, cloudRecords: 0, matching: 0, differing: 0,
+                                           localOnly: 0, cloudOnly: 0)
+            table.localRows = Int(try db.scalar("SELECT count(*) FROM temp._storectl_verify_local")?.int64 ?? 0)
+            table.cloudRecords = Int(try db.scalar(
+                "SELECT count(*) FROM temp._storectl_verify_cloud WHERE record_type = ? AND deleted = 0",
+                [e.name])?.int64 ?? 0)
+            // A local change after the export token, by anyone but the import, is pending export.
+            let pendingExport = """
+                EXISTS (SELECT 1 FROM _storectl_history h WHERE h.entity = \(quoteLiteral(e.name)) AND h.pk = %PK%
+                        AND h.seq > \(exportToken) AND h.author <> \(quoteLiteral(MirrorState.importAuthor)))
+                """
+            let pendingImport = "(%C%.seq > \(importedUpTo) AND %C%.modified_by IS NOT \(quoteLiteral(device)))"
+
+            // Both sides hold the record.
+            for row in try db.query("""
+                SELECT l.pk, l.record_name, l.fields, c.fields,
+                       \(pendingExport.replacingText("%PK%", with: "l.pk")),
+                       \(pendingImport.replacingText("%C%", with: "c"))
+                FROM temp._storectl_verify_local l JOIN temp._storectl_verify_cloud c
+                  ON c.record_name = l.record_name AND c.deleted = 0
+                """)
+            {
+                let local = row[2].string ?? "{}"
+                let remote = row[3].string ?? "{}"
+                let columns = local == remote ? [] : try Self.differingColumns(db, local, remote)
+                if columns.isEmpty {
+                    table.matching += 1
+                    continue
+                }
+                table.differing += 1
+                all.append(.init(table: e.name, key: row[0].string.map(JSONValue.init(jsonText:)),
+                                 recordName: row[1].string ?? "", state: "differs", columns: columns,
+                                 pending: row[4].int64 == 1 ? "pending_export"
+                                    : row[5].int64 == 1 ? "pending_import" : nil))
+            }
+            // Rows with no live record: not exported yet, or deleted in the cloud.
+            for row in try db.query("""
+                SELECT l.pk, l.record_name, l.fields, \(pendingExport.replacingText("%PK%", with: "l.pk")),
+                       coalesce((SELECT \(pendingImport.replacingText("%C%", with: "c"))
+                                 FROM temp._storectl_verify_cloud c WHERE c.record_name = l.record_name), 0)
+                FROM temp._storectl_verify_local l
+                WHERE NOT EXISTS (SELECT 1 FROM temp._storectl_verify_cloud c
+                                  WHERE c.record_name = l.record_name AND c.deleted = 0)
+                """)
+            {
+                table.localOnly += 1
+                all.append(.init(table: e.name, key: row[0].string.map(JSONValue.init(jsonText:)),
+                                 recordName: row[1].string ?? "", state: "local_only",
+                                 columns: try Self.columns(db, row[2].string ?? "{}", local: true),
+                                 pending: row[3].int64 == 1 ? "pending_export"
+                                    : row[4].int64 == 1 ? "pending_import" : nil))
+            }
+            // Live records with no row: not imported yet, waiting for a parent, or deleted here.
+            for row in try db.query("""
+                SELECT c.record_name, c.fields, m.pk,
+                       CASE WHEN m.pk IS NULL THEN 0 ELSE \(pendingExport.replacingText("%PK%", with: "m.pk")) END,
+                       \(pendingImport.replacingText("%C%", with: "c")),
+                       EXISTS (SELECT 1 FROM _storectl_pending p WHERE p.record_name = c.record_name)
+                FROM temp._storectl_verify_cloud c
+                LEFT JOIN _storectl_records m ON m.record_name = c.record_name
+                WHERE c.record_type = ? AND c.deleted = 0
+                  AND NOT EXISTS (SELECT 1 FROM temp._storectl_verify_local l WHERE l.record_name = c.record_name)
+                """, [e.name])
+            {
+                table.cloudOnly += 1
+                let pending = row[3].int64 == 1 ? "pending_export" : row[4].int64 == 1 ? "pending_import"
+                    : row[5].int64 == 1 ? "waiting_for_parent" : nil
+                all.append(.init(table: e.name, key: row[2].string.map(JSONValue.init(jsonText:)),
+                                 recordName: row[0].string ?? "", state: "cloud_only",
+                                 columns: try Self.columns(db, row[1].string ?? "{}", local: false), pending: pending))
+            }
+            report.tables.append(table)
+        }
+        report.differenceCount = all.count
+        report.unexplainedCount = all.filter { $0.pending == nil }.count
+        report.inSync = all.isEmpty
+        // Unexplained differences first: they are what the user has to look at.
+        let ordered = all.filter { $0.pending == nil } + all.filter { $0.pending != nil }
+        report.differences = Array(ordered.prefix(max(limit, 0)))
+        report.truncated = ordered.count > report.differences.count
+        return report
+    }
+
+    /// The columns whose values differ between two fields objects, each with both values. Values compare by JSON
+    /// type and exact value (a REAL by its double, text by its bytes); key order does not matter.
+    static func differingColumns(_ db: Connection, _ local: String, _ cloud: String) throws -> [VerifyReport.Column] {
+        let shown = "CASE WHEN type IN ('object', 'array') THEN json(value) ELSE json_quote(value) END"
+        let exact = "CASE WHEN type IN ('object', 'array') THEN json(value) ELSE atom END"
+        return try db.query("""
+            SELECT k.key,
+                   (SELECT \(shown) FROM json_each(?1) WHERE key = k.key),
+                   (SELECT \(shown) FROM json_each(?2) WHERE key = k.key)
+            FROM (SELECT key FROM json_each(?1) UNION SELECT key FROM json_each(?2)) k
+            WHERE (SELECT type FROM json_each(?1) WHERE key = k.key) IS NOT (SELECT type FROM json_each(?2) WHERE key = k.key)
+               OR (SELECT \(exact) FROM json_each(?1) WHERE key = k.key) IS NOT (SELECT \(exact) FROM json_each(?2) WHERE key = k.key)
+            ORDER BY k.key
+            """, [local, cloud]).map { row in
+            VerifyReport.Column(column: row[0].string ?? "", local: row[1].string.map(JSONValue.init(jsonText:)),
+                                cloud: row[2].string.map(JSONValue.init(jsonText:)))
+        }
+    }
+
+    /// Every column of one side's fields.
+    static func columns(_ db: Connection, _ fields: String, local: Bool) throws -> [VerifyReport.Column] {
+        try db.query("""
+            SELECT key, CASE WHEN type IN ('object', 'array') THEN json(value) ELSE json_quote(value) END
+            FROM json_each(?) ORDER BY key
+            """, [fields]).map { row in
+            let value = row[1].string.map(JSONValue.init(jsonText:))
+            return VerifyReport.Column(column: row[0].string ?? "", local: local ? value : nil,
+                                       cloud: local ? nil : value)
+        }
+    }
+}
