@@ -124,6 +124,8 @@ public final class CommandContext {
     /// How the commands storectl prints must be written to work when pasted.
     public var invocation: Invocation {
         let explicit = configLocation.source == "option" || configLocation.source == "environment"
+        // The number of stores decides --store: read the config if no command has yet.
+        if loadedConfig == nil { _ = try? loadConfig() }
         return Invocation(configArgument: explicit ? configLocation.path : nil,
                           storeCount: loadedConfig?.stores.count,
                           commandNames: Set(CommandLineTool.commands.map { $0.name }))

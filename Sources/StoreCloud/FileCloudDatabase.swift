@@ -217,6 +217,9 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         return nil
     }
 
+    /// The DDL of a container file (`storectl cloud schema --format sql`).
+    public static var containerSQL: String { schemaSQL }
+
     static let schemaSQL = """
         CREATE TABLE container_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
         CREATE TABLE accounts(

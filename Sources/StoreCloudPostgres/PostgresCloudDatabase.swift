@@ -119,6 +119,14 @@ public final class PostgresCloudDatabase: CloudDatabase {
         PostgresSchema.grantSQL(container: container, role: role)
     }
 
+    /// The DDL of the container's schema: every migration's statements, oldest first (`storectl cloud schema
+    /// --format sql`).
+    public static func schemaSQL(container: String) -> [String] {
+        let schema = PostgresSchema.schemaName(for: container)
+        return ["CREATE SCHEMA \(PostgresSchema.quoted(schema))"]
+            + PostgresSchema.migrations.indices.flatMap { PostgresSchema.statements(migration: $0, schema: schema) }
+    }
+
     /// The schema version this release creates and expects.
     public static var schemaVersion: Int { PostgresSchema.currentVersion }
 

@@ -93,6 +93,22 @@ public enum CloudConnector {
         return PostgresCloudDatabase.grantSQL(container: settings.container, role: role)
     }
 
+    /// The DDL of the container the settings name: the container file's tables, or the PostgreSQL schema's
+    /// statements. Contacts nothing.
+    /// - Throws: `CloudError(.invalid)` for a URL that names no backend.
+    public static func containerSQL(settings: CloudSettings) throws -> String {
+        switch try backend(of: settings.url) {
+        case .postgres:
+            return PostgresCloudDatabase.schemaSQL(container: settings.container).map { $0 + ";" }
+                .joined(separator: "\n\n")
+        default:
+            return FileCloudDatabase.containerSQL
+        }
+    }
+
+    /// The DDL of a container file, for a store without cloud settings.
+    public static var containerSQLForFile: String { FileCloudDatabase.containerSQL }
+
     /// The account status of the configured account, with its reason. Never throws: a container that cannot be
     /// opened is itself a status (`couldNotDetermine`, `restricted` or `temporarilyUnavailable`).
     public static func accountStatus(settings: CloudSettings) -> AccountStatusReport {

@@ -249,7 +249,7 @@ final class HistoryCommandTests: XCTestCase {
         XCTAssertEqual(try sqlite3("SELECT group_concat(seq) FROM _storectl_history;", dir).stdout, "5,6\n")
         let none = try storectl(["history", "prune"], dir)
         XCTAssertEqual(none.status, 64)
-        XCTAssertTrue(none.stderr.hasPrefix("error: prune needs --before TOKEN or --older-than DURATION\n"), none.stderr)
+        XCTAssertTrue(none.stderr.hasPrefix("error: prune needs --before <token> or --older-than <duration>"), none.stderr)
     }
 
     func testTrackingFalseIsRefused() throws {

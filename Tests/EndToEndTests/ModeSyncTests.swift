@@ -170,7 +170,9 @@ class ModeSyncTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("data/a.sqlite")))
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("cloud/shared.container")))
         if try backend().isPostgres {
-            XCTAssertEqual(try run(dir, ["--store", "a", "sync"], expect: 78).stderr.contains("local mode"), true)
+            // The dry run created no store file, so sync finds none (exit 66) and creates none either.
+            XCTAssertEqual(try run(dir, ["--store", "a", "sync"], expect: 66).stderr.contains("does not exist"), true)
+            XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("data/a.sqlite")))
         }
         XCTAssertTrue(try dir.read("config.yaml").contains("mode: local"))
         XCTAssertFalse(try dir.read("config.yaml").contains("mode: cloud"))

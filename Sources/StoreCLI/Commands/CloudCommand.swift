@@ -20,4 +20,5 @@ let cloudSubcommands: [any Command.Type] = [
     CloudInitCommand.self,
     CloudCheckCommand.self,
     CloudPurgeCommand.self,
+    CloudSchemaCommand.self,
 ]

@@ -31,6 +31,15 @@ struct CloudInitCommand: Command {
             case container, url, created, owner
             case accountStatus = "account_status"
         }
+
+        func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(container, forKey: .container)
+            try c.encode(url, forKey: .url)
+            try c.encode(created, forKey: .created)
+            try c.encode(owner, forKey: .owner)
+            try c.encode(accountStatus, forKey: .accountStatus)
+        }
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {

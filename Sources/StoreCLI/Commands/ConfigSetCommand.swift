@@ -29,6 +29,20 @@ struct ConfigSetCommand: Command {
         var inserted: Bool
         var line: Int
         var path: String
+
+        enum CodingKeys: String, CodingKey { case key, old, new, changed, inserted, line, path }
+
+        /// Every key always, `old` null for an inserted key: one shape for scripts.
+        func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(key, forKey: .key)
+            try c.encode(old, forKey: .old)
+            try c.encode(new, forKey: .new)
+            try c.encode(changed, forKey: .changed)
+            try c.encode(inserted, forKey: .inserted)
+            try c.encode(line, forKey: .line)
+            try c.encode(path, forKey: .path)
+        }
     }
 
     /// Changing `stores.<name>.mode` alone would leave the store in its old mode (and sync going on): refused,

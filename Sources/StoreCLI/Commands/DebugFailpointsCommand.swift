@@ -28,6 +28,14 @@ struct DebugFailpointsCommand: Command {
         var failpoints: [Entry]
         /// The failpoint armed by STORECTL_FAILPOINT in this process's environment, if any.
         var armed: String?
+
+        enum CodingKeys: String, CodingKey { case failpoints, armed }
+
+        func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(failpoints, forKey: .failpoints)
+            try c.encode(armed, forKey: .armed)
+        }
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {

@@ -14,7 +14,12 @@ struct HelpCommand: Command {
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         let named = try HelpFormatter.resolve(args.positionals)
-        context.console.out(HelpFormatter.help(for: named.command, path: named.path))
+        let text = HelpFormatter.help(for: named.command, path: named.path)
+        if context.global.json {
+            context.console.json(["command": (["storectl"] + named.path).joined(separator: " "), "text": text])
+        } else {
+            context.console.out(text)
+        }
         return .ok
     }
 }

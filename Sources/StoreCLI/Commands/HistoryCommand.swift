@@ -175,7 +175,8 @@ struct HistoryDocument {
             out += "      \"tx\" : \(t.tx.map(String.init) ?? "null")\n"
             out += "    }"
         }
-        out += transactions.isEmpty ? "]\n" : "\n  ]\n"
+        out += transactions.isEmpty ? "],\n" : "\n  ],\n"
+        out += "  \"version\" : \(JSONContract.version)\n"
         out += "}\n"
         emit(out)
     }

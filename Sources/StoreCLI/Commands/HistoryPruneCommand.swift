@@ -62,8 +62,10 @@ struct HistoryPruneCommand: Command {
         let store = try context.openStore()
         if before == nil && olderThan == nil {
             guard let retention = store.settings.history.retention else {
-                throw UsageError("prune needs --before TOKEN or --older-than DURATION",
-                                 hint: "or set stores.\(store.settings.name).history.retention in the config")
+                throw UsageError("prune needs --before <token> or --older-than <duration>, and "
+                                 + "stores.\(store.settings.name).history.retention is not set",
+                                 hint: "e.g. 'storectl history prune --older-than 30d', or set "
+                                     + "stores.\(store.settings.name).history.retention in the config")
             }
             olderThan = retention
         }

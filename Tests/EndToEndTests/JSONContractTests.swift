@@ -1,0 +1,172 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// The JSON contract, pinned for every command: one object per run, `"version": 1`, snake_case keys, and the same
+/// shape whether the config holds one store or two.
+final class JSONContractTests: XCTestCase {
+    static func config(stores: [String]) -> String {
+        var text = "version: 1\nstores:\n"
+        for name in stores {
+            text += """
+                  \(name):
+                    path: data/\(name).sqlite
+                    schema: schema.sql
+                    entities:
+                      notes:
+                        unique: [uuid]
+                    seed:
+                      name: default-\(name)
+                      rows:
+                        notes:
+                          - {uuid: seeded-\(name), title: hello}
+                    cloud:
+                      container: iCloud.com.example.contract
+                      url: file:cloud/shared.container
+                      create_if_missing: true
+                      account: demo
+                      secret: ${CONTRACT_SECRET:-demo-secret}
+
+                """
+        }
+        return text
+    }
+
+    /// Each command, in the order it runs, with the top-level keys of its document (besides "version").
+    static let table: [(args: [String], keys: [String])] = [
+        (["--version"], ["storectl_version"]),
+        (["init"], ["created_file", "installed", "path", "schema", "schema_applied", "schema_hash", "store",
+                    "store_id", "tracked"]),
+        (["mode"], ["agrees", "config_mode", "mode", "store", "store_mode"]),
+        (["mode", "cloud", "--dry-run"], ["dry_run", "from", "steps", "store", "to"]),
+        (["mode", "cloud"], ["dry_run", "from", "steps", "store", "sync", "to"]),
+        (["status"], ["account", "cloud", "config_mode", "disagreements", "exists", "history", "last_sync", "mode",
+                      "path", "pending_export", "store", "tokens"]),
+        (["sync"], ["exported", "imported"]),
+        (["seed"], []),
+        (["history", "--limit", "5"], ["after", "history_gap", "latest_seq", "next_token", "store", "tracking",
+                                       "transactions"]),
+        (["history", "consumer", "add", "indexer", "--token", "0"], ["consumer", "created"]),
+        (["history", "consumer", "advance", "indexer", "latest"], ["advanced", "consumer", "previous_token"]),
+        (["history", "consumer", "list"], ["consumers", "latest_seq"]),
+        (["history", "consumer", "drop", "indexer"], ["dropped"]),
+        (["history", "prune", "--before", "1"], ["first_seq", "held_by", "last_seq", "limit", "remaining",
+                                                 "removed"]),
+        (["migrate"], ["before", "history_gap", "regenerated", "repaired", "schema_hash", "store", "tables"]),
+        (["dedupe", "--dry-run"], []),
+        (["config", "validate"], ["ok", "path", "stores", "warnings"]),
+        (["config", "get", "stores.a.mode"], ["key", "value"]),
+        (["config", "set", "stores.a.history.retention", "30d"], ["changed", "inserted", "key", "line", "new",
+                                                                   "old", "path"]),
+        (["config", "path"], ["absolute_path", "exists", "path", "searched", "source"]),
+        (["account", "status"], ["account", "container", "reason", "status", "store", "url"]),
+        (["account", "list"], ["accounts", "container"]),
+        (["account", "disable", "demo"], []),
+        (["cloud", "check"], ["entities"]),
+        (["cloud", "init"], ["account_status", "container", "created", "owner", "url"]),
+        (["cloud", "schema"], ["container", "record_types", "store", "zone"]),
+        (["cloud", "schema", "--format", "sql"], ["format", "sql"]),
+        (["doctor"], ["healthy", "stores"]),
+        (["debug", "failpoints"], ["armed", "failpoints"]),
+        (["completions", "bash"], ["script", "shell"]),
+        (["completions", "--list-stores"], ["stores"]),
+        (["man"], ["format", "page"]),
+        (["help", "mode"], ["command", "text"]),
+        (["cloud", "purge", "--yes"], ["container", "purged", "records", "zone"]),
+    ]
+
+    /// Every key path of a JSON value, array elements as `[]`, object keys sorted.
+    static func shape(_ value: Any, _ prefix: String = "") -> Set<String> {
+        var out: Set<String> = []
+        if let object = value as? [String: Any] {
+            for (key, v) in object {
+                out.insert(prefix + "." + key)
+                out.formUnion(shape(v, prefix + "." + key))
+            }
+        } else if let array = value as? [Any] {
+            for v in array { out.formUnion(shape(v, prefix + "[]")) }
+        }
+        return out
+    }
+
+    static func isSnakeCase(_ key: String) -> Bool {
+        !key.isEmpty && key.allSatisfy { ($0.isASCII && $0.isLowercase) || $0.isNumber || $0 == "_" }
+    }
+
+    /// Runs the table on a config of `stores`, always acting on store `a`; returns each document's shape.
+    func run(stores: [String]) throws -> [String: Set<String>] {
+        let dir = try TempDirectory()
+        try dir.write("config.yaml", Self.config(stores: stores))
+        try dir.write("schema.sql", "CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT);\n")
+        var shapes: [String: Set<String>] = [:]
+        for (args, keys) in Self.table {
+            let label = args.joined(separator: " ")
+            let r = try Binary.storectl(["--store", "a", "--json"] + args, in: dir.path)
+            let object = try XCTUnwrap(try? JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any],
+                                       "\(label) on \(stores): not one JSON object\n\(r)")
+            XCTAssertEqual(object["version"] as? Int, 1, "\(label): no version 1\n\(r)")
+            let shape = Self.shape(object)
+            for path in shape {
+                let key = String(path.split(separator: ".").last ?? "").replacingOccurrences(of: "[]", with: "")
+                XCTAssertTrue(Self.isSnakeCase(key), "\(label): key '\(path)' is not snake_case")
+            }
+            if r.status == 0 || object["error"] == nil {
+                XCTAssertNil(object["error"], "\(label)\n\(r)")
+                if !keys.isEmpty {
+                    XCTAssertEqual(object.keys.filter { $0 != "version" }.sorted(), keys, "\(label): the document's keys")
+                }
+            } else {
+                let error = try XCTUnwrap(object["error"] as? [String: Any], label)
+                XCTAssertEqual(error.keys.sorted(), ["code", "hint", "kind", "location", "message", "status", "store"],
+                               "\(label)")
+                XCTAssertEqual(error["code"] as? Int, Int(r.status), label)
+            }
+            shapes[label] = shape
+        }
+        return shapes
+    }
+
+    func testEveryCommandKeepsOneShapeWithOneAndWithTwoStores() throws {
+        let one = try run(stores: ["a"])
+        let two = try run(stores: ["a", "b"])
+        // The documents whose content is the config or the help may differ; every other shape is the same.
+        for (label, shape) in one where !["config validate", "completions --list-stores"].contains(label) {
+            XCTAssertEqual(shape, two[label], "\(label): the shape changed with a second store")
+        }
+    }
+
+    /// Without --store, commands about every store are `{"version": 1, "stores": [...]}` in every case.
+    func testStatusWithoutStoreIsAlwaysAStoresList() throws {
+        for stores in [["a"], ["a", "b"]] {
+            let dir = try TempDirectory()
+            try dir.write("config.yaml", Self.config(stores: stores))
+            try dir.write("schema.sql", "CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT);\n")
+            for command in [["status"], ["doctor"]] {
+                let r = try Binary.storectl(["--json"] + command, in: dir.path)
+                let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
+                XCTAssertEqual(doc["version"] as? Int, 1)
+                XCTAssertEqual((doc["stores"] as? [[String: Any]])?.count, stores.count, "\(command) \(r)")
+            }
+        }
+    }
+
+    /// An error document: code, kind, message, hint, store and the account status, every key present.
+    func testAnAccountErrorCarriesTheStoreAndTheStatus() throws {
+        let dir = try TempDirectory()
+        try dir.write("config.yaml", Self.config(stores: ["a", "b"]))
+        try dir.write("schema.sql", "CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT);\n")
+        // The container is made with the right secret; store b then names a wrong one.
+        XCTAssertEqual(try Binary.storectl(["--store", "a", "cloud", "init"], in: dir.path).status, 0)
+        let refused = try Binary.storectl(["--store", "b", "--json", "mode", "cloud"], in: dir.path,
+                                          environment: ["CONTRACT_SECRET": "wrong"])
+        XCTAssertEqual(refused.status, 69, "\(refused)")
+        let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(refused.stdout.utf8)) as? [String: Any])
+        let error = try XCTUnwrap(doc["error"] as? [String: Any])
+        XCTAssertEqual(doc["version"] as? Int, 1)
+        XCTAssertEqual(error["code"] as? Int, 69)
+        XCTAssertEqual(error["kind"] as? String, "unavailable")
+        XCTAssertEqual(error["store"] as? String, "b")
+        XCTAssertEqual(error["status"] as? String, "restricted")
+        XCTAssertFalse(refused.stdout.contains("wrong"), "a secret in the error document")
+    }
+}
