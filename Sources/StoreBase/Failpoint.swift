@@ -10,7 +10,13 @@ import Darwin
 /// Setting `STORECTL_FAILPOINT=NAME` (or `NAME:N`, meaning "on the Nth hit") makes the process die abruptly
 /// with SIGKILL at that exact point, as a `kill -9` would. Nothing is flushed and no cleanup runs.
 ///
-///     Failpoint.hit(.importBeforeCommit)
+/// `NAME:pause` (or `NAME:N:pause`) pauses the process there instead, with everything it holds still held (an
+/// open transaction, a saved batch not yet recorded): it prints `storectl: failpoint NAME paused (pid P)` on
+/// stderr and waits until `releasePauses()` is called, which `storectl watch` does when it receives SIGINT or
+/// SIGTERM; the process then goes on from that point. `NAME:pause=S` pauses S seconds whatever happens, so that a
+/// second signal can arrive while the round is still in progress.
+///
+///     Failpoint.hit("import.before-commit")
 public enum Failpoint {
     /// Every failpoint storectl has, with what state has and has not changed when it fires.
     public static let all: [(name: String, description: String)] = [
@@ -38,31 +44,83 @@ public enum Failpoint {
         ("move.after-fence", "migrate --to: after the old file refuses writes, before it is removed"),
     ]
 
-    private static let armed: (name: String, count: Int)? = {
+    /// What an armed failpoint does when it fires.
+    public enum Action: Equatable, Sendable {
+        /// Die with SIGKILL.
+        case kill
+        /// Wait until `releasePauses()` (nil), or for this many seconds.
+        case pause(seconds: Double?)
+    }
+
+    /// The failpoint `STORECTL_FAILPOINT` arms, if any: its name, the hit it fires on, and what it does.
+    private static let armed: (name: String, count: Int, action: Action)? = {
         guard let raw = getenv("STORECTL_FAILPOINT").map({ String(cString: $0) }), !raw.isEmpty else { return nil }
-        if let colon = raw.lastIndex(of: ":"), let n = Int(raw[raw.index(after: colon)...]), n > 0 {
-            return (String(raw[..<colon]), n)
-        }
-        return (raw, 1)
+        return parse(raw)
     }()
 
+    /// Parses `NAME`, `NAME:N`, `NAME:pause`, `NAME:N:pause` or `NAME:pause=S` (and `NAME:pause=S:N`).
+    public static func parse(_ raw: String) -> (name: String, count: Int, action: Action) {
+        var parts = raw.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+        var count = 1
+        var action = Action.kill
+        while parts.count > 1, let last = parts.last {
+            if let n = Int(last), n > 0 {
+                count = n
+            } else if last == "pause" {
+                action = .pause(seconds: nil)
+            } else if last.hasPrefix("pause="), let seconds = Double(last.dropFirst("pause=".count)), seconds >= 0 {
+                action = .pause(seconds: seconds)
+            } else {
+                break
+            }
+            parts.removeLast()
+        }
+        return (parts.joined(separator: ":"), count, action)
+    }
+
     private static let hits = Mutex<[String: Int]>([:])
+    private static let released = Atomic<Bool>(false)
+
+    /// Lets every failpoint paused with `NAME:pause` go on (and those hit later pass without pausing).
+    public static func releasePauses() {
+        released.store(true, ordering: .sequentiallyConsistent)
+    }
 
     /// The description of the failpoint `name`, or nil when there is no such failpoint.
     public static func describe(_ name: String) -> String? {
         all.first { $0.name == name }?.description
     }
 
-    /// Dies with SIGKILL if `name` is armed and this is the armed hit.
+    /// Dies with SIGKILL (or pauses) if `name` is armed and this is the armed hit.
     public static func hit(_ name: String) {
         guard let armed, armed.name == name else { return }
         let count: Int = hits.withLock { hits in
             hits[name, default: 0] += 1
             return hits[name, default: 0]
         }
-        if count == armed.count {
+        guard count == armed.count else { return }
+        switch armed.action {
+        case .kill:
             kill(getpid(), SIGKILL)
+        case .pause(let seconds):
+            pause(name, seconds: seconds)
         }
+    }
+
+    private static func pause(_ name: String, seconds: Double?) {
+        StandardStream.err("storectl: failpoint \(name) paused (pid \(getpid()))\n")
+        let step: UInt32 = 10_000  // microseconds
+        var waited = 0.0
+        while true {
+            if let seconds {
+                if waited >= seconds { break }
+            } else if released.load(ordering: .sequentiallyConsistent) {
+                break
+            }
+            usleep(step)
+            waited += Double(step) / 1e6
+        }
+        StandardStream.err("storectl: failpoint \(name) goes on\n")
     }
 }
 

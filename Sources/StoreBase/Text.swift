@@ -61,6 +61,16 @@ public struct DurationSpec: Equatable, Sendable, CustomStringConvertible {
         return nil
     }
 
+    /// `seconds` whole seconds, written `Ns`.
+    public static func seconds(_ n: Int) -> DurationSpec {
+        DurationSpec(seconds: Double(n), text: "\(n)s")
+    }
+
+    private init(seconds: Double, text: String) {
+        self.seconds = seconds
+        self.text = text
+    }
+
     public var description: String { text }
 }
 

@@ -72,6 +72,10 @@ final class LibPQ: @unchecked Sendable {
     let PQgetisnull: @convention(c) (OpaquePointer?, Int32, Int32) -> Int32
     let PQgetvalue: @convention(c) (OpaquePointer?, Int32, Int32) -> UnsafeMutablePointer<CChar>?
 
+    // Notifications (LISTEN/NOTIFY).
+    let PQconsumeInput: @convention(c) (OpaquePointer?) -> Int32
+    let PQnotifies: @convention(c) (OpaquePointer?) -> UnsafeMutablePointer<PGnotify>?
+
     /// The library's default name: the soname of libpq 5 (PostgreSQL 8.0 and later, pipeline mode since 14).
     #if canImport(Darwin)
     static let defaultLibrary = "libpq.5.dylib"
@@ -135,6 +139,8 @@ final class LibPQ: @unchecked Sendable {
         PQnfields = try symbol("PQnfields")
         PQgetisnull = try symbol("PQgetisnull")
         PQgetvalue = try symbol("PQgetvalue")
+        PQconsumeInput = try symbol("PQconsumeInput")
+        PQnotifies = try symbol("PQnotifies")
     }
 }
 

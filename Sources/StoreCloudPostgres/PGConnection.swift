@@ -173,6 +173,28 @@ final class PGConnection {
     /// The role the session authenticated as.
     var user: String? { pq.PQuser(handle).map { String(cString: $0) } }
 
+    /// The connection's socket, to wait on with poll(2) for notifications.
+    var socket: Int32 { pq.PQsocket(handle) }
+
+    /// Reads what the server sent and returns the notifications received so far: (channel, payload) pairs.
+    /// - Throws: `PGError` when the connection is lost.
+    func notifications() throws -> [(channel: String, payload: String)] {
+        // "PQconsumeInput normally returns 1 indicating 'no error', but returns 0 if there was some kind of trouble
+        // (in which case PQerrorMessage can be consulted)." "PQnotifies returns the next notification from a list
+        // of unhandled notification messages received from the server. It returns a null pointer if there are no
+        // pending notifications. Once a notification is returned from PQnotifies, it is considered handled and will
+        // be removed from the list of notifications. ... be sure to free it with PQfreemem."
+        guard pq.PQconsumeInput(handle) == 1 else { throw lostError(sql: nil) }
+        var result: [(channel: String, payload: String)] = []
+        while let notify = pq.PQnotifies(handle) {
+            let channel = notify.pointee.relname.map { String(cString: $0) } ?? ""
+            let payload = notify.pointee.extra.map { String(cString: $0) } ?? ""
+            pq.PQfreemem(notify)
+            result.append((channel, payload))
+        }
+        return result
+    }
+
     /// Runs one parameterised statement (`PQexecParams`, text format).
     /// - Throws: `PGError`.
     @discardableResult

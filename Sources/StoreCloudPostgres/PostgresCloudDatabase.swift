@@ -589,8 +589,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// The pipeline of a save: the zone lock, `statements`, the test delays; returns the lock's row and the
     /// results of `statements`.
     /// - Throws: `CloudError(.invalid)` when a record's fields are not a JSON object, `.zoneNotFound`; `PGError`.
-    private func pipelinedSave(_ c: PGConnection, zone: String, count: Int, _ statements: [PGQuery]) throws
-        -> (lastSeq: Int64, epoch: String, results: [PGResult])
+    private func pipelinedSave(_ c: PGConnection, zone: String, device: String, count: Int,
+                               _ statements: [PGQuery]) throws -> (lastSeq: Int64, epoch: String, results: [PGResult])
     {
         var queries: [PGQuery] = []
         if let delays = saveDelays, delays.beforeLock > 0 {
@@ -599,6 +599,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         queries.append(PGQuery("SELECT last_seq, epoch FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone]))
         let lockIndex = queries.count - 1
         queries += statements
+        // Wakes the `storectl watch` processes listening on the container (delivered when the save commits).
+        queries.append(PostgresChangeListener.notifyQuery(channel: schemaName, zone: zone, device: device))
         if let delays = saveDelays, delays.beforeCommit > 0 {
             queries.append(PGQuery("SELECT pg_sleep($1::float8)", [String(delays.beforeCommit)]))
         }
@@ -625,7 +627,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                          _ fields: String, _ deleted: String, _ device: String) throws -> [SaveOutcome]
     {
         let seq = "z.last_seq + i.ord"
-        let (lastSeq, epoch, _) = try pipelinedSave(c, zone: zone, count: count, [
+        let (lastSeq, epoch, _) = try pipelinedSave(c, zone: zone, device: device, count: count, [
             PGQuery("""
                 INSERT INTO \(s).records
                     (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
@@ -657,7 +659,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                                    _ device: String) throws -> [SaveOutcome]
     {
         let now = "extract(epoch FROM statement_timestamp())::float8"
-        let (lastSeq, epoch, results) = try pipelinedSave(c, zone: zone, count: saves.count, [PGQuery("""
+        let (lastSeq, epoch, results) = try pipelinedSave(c, zone: zone, device: device, count: saves.count, [PGQuery("""
             WITH decided AS MATERIALIZED (
                 SELECT i.ord, i.record_name, i.record_type, i.fields, i.deleted, r.rid,
                        r.change_tag IS NOT DISTINCT FROM i.expected_tag AS ok,

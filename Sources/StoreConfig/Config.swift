@@ -141,6 +141,13 @@ public struct CloudSettings: Sendable, Equatable {
     public var mergePolicy: MergePolicySetting = .propertyLocalWins
     /// An export that would delete more than this fraction of the zone stops (mass-delete breaker).
     public var maxDeleteFraction: Double = 0.5
+    /// `storectl watch`: whether imports that changed something are announced (the `import` events and the
+    /// `on_remote_change` command).
+    public var remoteChangeNotifications: Bool = true
+    /// `storectl watch`: a shell command run after each import that changed something.
+    public var onRemoteChange: String?
+    /// How long `on_remote_change` may run before it is stopped.
+    public var onRemoteChangeTimeout = DurationSpec.seconds(30)
 
     public init(container: String, url: String, createIfMissing: Bool = false, zone: String = "default",
                 account: String? = nil, secret: Secret? = nil, mergePolicy: MergePolicySetting = .propertyLocalWins,

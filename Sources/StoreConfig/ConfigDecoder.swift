@@ -342,6 +342,27 @@ struct ConfigDecoder {
             }
             cloud.maxDeleteFraction = fraction
         }
+        if let pair = keys["remote_change_notifications"] {
+            cloud.remoteChangeNotifications = try bool(pair.value, KeyPath.child(path, "remote_change_notifications"))
+        }
+        if let pair = keys["on_remote_change"], !pair.value.isNull {
+            let hookPath = KeyPath.child(path, "on_remote_change")
+            let command = try nonEmpty(pair.value, hookPath, "a shell command")
+            guard !command.utf8.contains(0) else {
+                throw fail(pair.value, hookPath, "the command holds a NUL character",
+                           hint: "write the command as plain text, like 'notify-send synced'")
+            }
+            cloud.onRemoteChange = command
+        }
+        if let pair = keys["on_remote_change_timeout"] {
+            let timeoutPath = KeyPath.child(path, "on_remote_change_timeout")
+            let value = try text(pair.value, timeoutPath, "a duration")
+            guard let spec = DurationSpec(value), spec.seconds > 0, spec.seconds <= 86400 else {
+                throw fail(pair.value, timeoutPath, "expected a duration from 1ms to 1d, like 30s or 2m, got '\(value)'",
+                           hint: "units: ms, s, m, h, d")
+            }
+            cloud.onRemoteChangeTimeout = spec
+        }
         return cloud
     }
 

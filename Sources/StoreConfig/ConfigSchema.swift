@@ -18,6 +18,7 @@ enum ConfigSchema {
     static let cloud: [(String, KeyShape)] = [
         ("container", .scalar), ("url", .scalar), ("create_if_missing", .scalar), ("zone", .scalar),
         ("account", .scalar), ("secret", .scalar), ("merge_policy", .scalar), ("max_delete_fraction", .scalar),
+        ("remote_change_notifications", .scalar), ("on_remote_change", .scalar), ("on_remote_change_timeout", .scalar),
     ]
     static let entity: [(String, KeyShape)] = [("unique", .list), ("keep", .scalar), ("tombstone", .list)]
     static let seed: [(String, KeyShape)] = [("name", .scalar), ("sql", .scalar), ("rows", .named("table", .list))]

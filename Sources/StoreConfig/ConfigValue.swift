@@ -127,6 +127,9 @@ extension ConfigValue {
             if cloud.secret != nil { c.append(Entry("secret", .string(redacted))) }
             c.append(Entry("merge_policy", .string(cloud.mergePolicy.rawValue)))
             c.append(Entry("max_delete_fraction", .double(cloud.maxDeleteFraction)))
+            c.append(Entry("remote_change_notifications", .bool(cloud.remoteChangeNotifications)))
+            if let hook = cloud.onRemoteChange { c.append(Entry("on_remote_change", .string(hook))) }
+            c.append(Entry("on_remote_change_timeout", .string(cloud.onRemoteChangeTimeout.text)))
             entries.append(Entry("cloud", .map(c)))
         }
         if !store.entities.isEmpty {

@@ -19,6 +19,11 @@ public struct StatusReport: Sendable, Codable {
         public var drift: [String]
         /// The newest history seq.
         public var lastSeq: Int64
+
+        enum CodingKeys: String, CodingKey {
+            case enabled, state, drift
+            case lastSeq = "last_seq"
+        }
     }
 
     public struct Tokens: Sendable, Codable {
@@ -61,6 +66,50 @@ public struct StatusReport: Sendable, Codable {
     public var cloud: Cloud?
     /// Every disagreement between config.yaml and the store, with the command that fixes it.
     public var disagreements: [String]
+    /// Whether the store has finished its first import from the cloud.
+    public var initialSyncComplete: Bool
+    /// When an export, and an import, last succeeded (ISO 8601).
+    public var lastExportAt: String?
+    public var lastImportAt: String?
+    /// The last failed sync round, unless a round succeeded after it.
+    public var lastError: SyncErrorRecord?
+    /// Whether a `storectl watch` process serves the store, and which.
+    public var watched: Bool
+    public var watcher: WatchLock.WatcherInfo?
+
+    enum CodingKeys: String, CodingKey {
+        case store, path, exists, mode, history, tokens, account, cloud, disagreements, watched, watcher
+        case configMode = "config_mode"
+        case pendingExport = "pending_export"
+        case lastSync = "last_sync"
+        case initialSyncComplete = "initial_sync_complete"
+        case lastExportAt = "last_export_at"
+        case lastImportAt = "last_import_at"
+        case lastError = "last_error"
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(store, forKey: .store)
+        try c.encode(path, forKey: .path)
+        try c.encode(exists, forKey: .exists)
+        try c.encode(mode, forKey: .mode)
+        try c.encode(configMode, forKey: .configMode)
+        try c.encode(history, forKey: .history)
+        try c.encode(pendingExport, forKey: .pendingExport)
+        try c.encodeIfPresent(lastSync, forKey: .lastSync)
+        try c.encode(tokens, forKey: .tokens)
+        try c.encodeIfPresent(account, forKey: .account)
+        try c.encodeIfPresent(cloud, forKey: .cloud)
+        try c.encode(disagreements, forKey: .disagreements)
+        // The sync state: every key always present, null when it has no value.
+        try c.encode(initialSyncComplete, forKey: .initialSyncComplete)
+        try c.encode(lastExportAt, forKey: .lastExportAt)
+        try c.encode(lastImportAt, forKey: .lastImportAt)
+        try c.encode(lastError, forKey: .lastError)
+        try c.encode(watched, forKey: .watched)
+        try c.encode(watcher, forKey: .watcher)
+    }
 }
 
 extension StoreHandle {
@@ -132,9 +181,12 @@ extension StoreHandle {
             cloud = .init(url: CloudConnector.redacted(settingsCloud.url), container: settingsCloud.container,
                           zone: settingsCloud.zone, reachable: reachable)
         }
+        let sync = try syncState()
         return StatusReport(store: settings.name, path: settings.path, exists: exists, mode: mode,
                             configMode: settings.mode.rawValue, history: history, pendingExport: pending,
                             lastSync: lastSync, tokens: tokens, account: account, cloud: cloud,
-                            disagreements: disagreements)
+                            disagreements: disagreements, initialSyncComplete: sync.initialSyncComplete,
+                            lastExportAt: sync.lastExportAt, lastImportAt: sync.lastImportAt,
+                            lastError: sync.lastError, watched: sync.watcher != nil, watcher: sync.watcher)
     }
 }

@@ -11,7 +11,9 @@ struct DebugFailpointsCommand: Command {
     static let discussion = """
         Each line is a failpoint name and what state has (and has not) changed when it fires. With
         STORECTL_FAILPOINT=NAME the process dies with SIGKILL (exit status 137 in a shell) at the first hit of
-        NAME; with NAME:N at the Nth hit. Nothing is flushed and no cleanup runs, as with `kill -9`.
+        NAME; with NAME:N at the Nth hit. Nothing is flushed and no cleanup runs, as with `kill -9`. With
+        NAME:pause the process pauses there instead, until `storectl watch` receives SIGINT or SIGTERM, then goes
+        on; NAME:pause=S pauses S seconds (see docs/watch.md).
         """
     static let examples = [
         "storectl debug failpoints",

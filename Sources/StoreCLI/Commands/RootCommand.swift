@@ -24,6 +24,7 @@ let registeredCommands: [any Command.Type] = [
     ModeCommand.self,
     StatusCommand.self,
     SyncCommand.self,
+    WatchCommand.self,
     VerifyCommand.self,
     InitCommand.self,
     HistoryCommand.self,

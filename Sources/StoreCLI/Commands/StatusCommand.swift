@@ -98,6 +98,14 @@ struct StatusCommand: Command {
             rows.append(("cloud", c.url))
             rows.append(("container", "\(c.container), zone \(c.zone)"))
             rows.append(("reachable", c.reachable.map { $0 ? "yes" : "no" } ?? "not checked (local mode)"))
+            rows.append(("first import", r.initialSyncComplete ? "done" : "not yet"))
+            rows.append(("last export", r.lastExportAt ?? "never"))
+            rows.append(("last import", r.lastImportAt ?? "never"))
+            if let e = r.lastError { rows.append(("last error", "\(e.at): \(e.message) (exit \(e.code))")) }
+            rows.append(("watched by", r.watcher.map { w in
+                "storectl watch (pid \(w.pid.map(String.init) ?? "unknown")"
+                    + (w.startedAt.map { ", since \($0)" } ?? "") + ")"
+            } ?? "no watch process"))
         }
         var lines = ["store " + console.paint(r.store, "1") + "  " + r.path]
         let width = (rows.map(\.0.count).max() ?? 0) + 2

@@ -1,0 +1,324 @@
+import FoundationEssentials
+import StoreBase
+import StoreCloudPostgres
+import StoreConfig
+import StoreHistory
+import StoreMirror
+import StoreSQLite
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// One store's life under `storectl watch`, on its own thread: wait for a reason, run a round, report it.
+///
+/// Not Sendable: it owns the store's connection (through its `StoreHandle`) and the PostgreSQL listener, which
+/// never leave the thread that made them (checked by `confinement`).
+final class StoreLoop {
+    private let store: String
+    private let config: Config
+    private let lock: WatchLock
+    private let options: WatchOptions
+    private let output: any WatchOutput
+    private let worker: StoreWorker
+    private let handle: StoreHandle
+    private let hook: RemoteChangeHook?
+    private let notify: Bool
+    private let confinement = ThreadConfinement()
+
+    /// The mode last seen in the store's meta: `local`, `cloud`, or `uninitialised`.
+    private var mode: String
+    private var dataVersion: Int64?
+    /// When the first and the last local change of the burst waiting for a round were seen.
+    private var burst: (first: Double, last: Double)?
+    /// When the listener said another device saved to the zone.
+    private var remoteWake: Double?
+    private var nextPoll = 0.0
+    private var backoff: WatchBackoff
+    private var retryAt: Double?
+    private var failing = false
+    private var listener: PostgresChangeListener?
+    private var listenerRetryAt = 0.0
+    private var device: String?
+
+    /// - Throws: `StoreError` when the config has no store `store`.
+    init(store: String, config: Config, lock: WatchLock, options: WatchOptions, environment: [String: String],
+         output: any WatchOutput, worker: StoreWorker) throws
+    {
+        self.store = store
+        self.config = config
+        self.lock = lock
+        self.options = options
+        self.output = output
+        self.worker = worker
+        self.handle = try StoreHandle(config: config, storeName: store)
+        let settings = handle.settings
+        self.backoff = WatchBackoff(initial: min(options.initialBackoff, options.maxBackoff), cap: options.maxBackoff)
+        let cloud = settings.cloud
+        self.notify = cloud?.remoteChangeNotifications ?? true
+        if let command = cloud?.onRemoteChange, notify {
+            let log: @Sendable (WatchLogLevel, String) -> Void = { [output] level, text in
+                output.log(level, store: store, text)
+            }
+            do {
+                self.hook = try RemoteChangeHook(command: command, timeout: cloud?.onRemoteChangeTimeout.seconds ?? 30,
+                                                 directory: config.directory, environment: environment, log: log)
+            } catch {
+                output.log(.error, store: store, "on_remote_change will not run: \(error)")
+                self.hook = nil
+            }
+        } else {
+            self.hook = nil
+        }
+        self.mode = "uninitialised"
+    }
+
+    func run() {
+        confinement.check("a store's watch loop")
+        mode = currentMode()
+        if mode != "cloud" {
+            output.log(.info, store: store, modeNote(mode))
+        } else {
+            output.log(.info, store: store, "in cloud mode: syncing")
+        }
+        if options.once {
+            if mode == "cloud" { round() }
+            finish()
+            return
+        }
+        nextPoll = 0
+        while !worker.stopRequested {
+            waitALittle()
+            if worker.stopRequested { break }
+            let now = monotonicNow()
+            checkLocal(now)
+            if isDue(now) { round() }
+        }
+        finish()
+    }
+
+    private func finish() {
+        listener = nil
+        hook?.stop(grace: options.hookGrace)
+        handle.close()
+    }
+
+    // MARK: - Waiting
+
+    /// Sleeps one check period, or less when the PostgreSQL listener hears from another device.
+    private func waitALittle() {
+        guard let listener, mode == "cloud" else {
+            usleep(useconds_t(options.checkEvery * 1e6))
+            return
+        }
+        do {
+            let zones = try listener.wait(timeout: options.checkEvery, excludingDevice: device)
+            if let zone = handle.settings.cloud?.zone, zones.contains(zone) {
+                remoteWake = remoteWake ?? monotonicNow()
+            }
+        } catch {
+            output.log(.warning, store: store, "stopped listening for changes (\(WatchErrorBody(error, store: store).message));"
+                       + " polling every \(WatchTime.seconds(options.interval)) until the next round succeeds")
+            self.listener = nil
+        }
+    }
+
+    /// Opens the PostgreSQL listener after a successful round, when the container is PostgreSQL.
+    private func ensureListener() {
+        guard listener == nil, let cloud = handle.settings.cloud, monotonicNow() >= listenerRetryAt,
+              case .postgres(let url) = try? CloudConnector.backend(of: cloud.url)
+        else { return }
+        do {
+            let db = try PostgresCloudDatabase(url: url, container: cloud.container, account: cloud.account,
+                                               password: cloud.secret?.value)
+            listener = try db.changeListener()
+        } catch {
+            listenerRetryAt = monotonicNow() + options.interval
+            output.log(.warning, store: store, "cannot listen for changes (\(WatchErrorBody(error, store: store).message));"
+                       + " polling every \(WatchTime.seconds(options.interval))")
+        }
+    }
+
+    // MARK: - Reasons for a round
+
+    /// The mode in the store's meta: it is the truth, whatever config.yaml says (another process may have
+    /// switched it).
+    private func currentMode() -> String {
+        (try? handle.storeMode())?.rawValue ?? "uninitialised"
+    }
+
+    private func modeNote(_ mode: String) -> String {
+        mode == "local" ? "in local mode: the cloud is not contacted until the store is switched to cloud mode"
+            : "the store is not initialised yet (run 'storectl init'): waiting for it"
+    }
+
+    /// Follows a mode switch made by another process.
+    private func followMode(_ now: Double) {
+        let current = currentMode()
+        guard current != mode else { return }
+        let previous = mode
+        mode = current
+        output.event(.mode(ModeEvent(store: store, at: WatchTime.now(), mode: current, previous: previous)))
+        output.log(.info, store: store, current == "cloud" ? "switched to cloud mode: syncing" : modeNote(current))
+        if current == "cloud" {
+            nextPoll = now
+            retryAt = nil
+            backoff.reset()
+        } else {
+            listener = nil
+            burst = nil
+            remoteWake = nil
+        }
+    }
+
+    /// Looks at the store: another connection committed (`PRAGMA data_version` moved) and left history to export,
+    /// or switched the mode.
+    private func checkLocal(_ now: Double) {
+        guard handle.exists, let db = try? handle.database() else {
+            if now >= nextPoll {
+                nextPoll = now + options.interval
+                followMode(now)
+            }
+            return
+        }
+        // "The integer values returned by two invocations of "PRAGMA data_version" from the same connection will
+        // be different if changes were committed to the database by any other connection in the interim."
+        let version = (try? db.scalar("PRAGMA data_version"))?.int64
+        let moved = version != dataVersion
+        dataVersion = version
+        if !moved {
+            if mode != "cloud", now >= nextPoll {
+                nextPoll = now + options.interval
+                followMode(now)
+            }
+            return
+        }
+        followMode(now)
+        guard mode == "cloud", hasLocalChanges(db) else { return }
+        burst = (burst?.first ?? now, now)
+    }
+
+    /// Whether history holds changes after the export token that did not come from the cloud.
+    private func hasLocalChanges(_ db: Connection) -> Bool {
+        guard let token = try? MirrorState.exportToken(db) else { return false }
+        let pending = try? db.scalar("SELECT 1 FROM _storectl_history WHERE seq > ? AND author <> ? LIMIT 1",
+                                     [token, MirrorState.importAuthor])
+        return pending != nil
+    }
+
+    private func isDue(_ now: Double) -> Bool {
+        guard mode == "cloud" else { return false }
+        if let retryAt { return now >= retryAt }
+        if now >= nextPoll { return true }
+        if let burst, now - burst.last >= options.debounce || now - burst.first >= options.maxDebounce { return true }
+        // A few batches of one export each notify: waiting a debounce takes them in one round.
+        if let remoteWake, now - remoteWake >= options.debounce { return true }
+        return false
+    }
+
+    // MARK: - A round
+
+    /// One sync round, reported: events for what it exported and imported, or an error and a retry.
+    private func round() {
+        confinement.check("a store's watch loop")
+        burst = nil
+        remoteWake = nil
+        retryAt = nil
+        let before = (try? handle.database()).flatMap { try? HistoryTracker(db: $0).latestSeq() } ?? 0
+        do {
+            let report = try handle.sync(SyncOptions())
+            succeeded(report, historyBefore: before)
+        } catch {
+            failed(error)
+        }
+        // What this round wrote on its own connection does not move data_version; what others wrote meanwhile does.
+        nextPoll = monotonicNow() + options.interval
+        if let retryAt, retryAt > nextPoll { nextPoll = retryAt }
+    }
+
+    private func succeeded(_ report: SyncReport, historyBefore: Int64) {
+        if failing {
+            failing = false
+            lock.record(lastError: nil)
+            output.log(.info, store: store, "sync works again after \(backoff.attempt) failed attempt(s)")
+        }
+        backoff.reset()
+        let e = report.exported
+        if e.saved + e.deleted > 0 {
+            let event = ExportEvent(store: store, at: WatchTime.now(), saved: e.saved, deleted: e.deleted,
+                                    conflictsResolved: e.conflictsResolved, baseline: e.baseline, token: e.token)
+            output.event(.exported(event))
+        }
+        if notify, let event = importEvent(after: historyBefore, report: report.imported) {
+            output.event(.imported(event))
+            hook?.enqueue(RemoteChangeJob(store: store, token: event.token, count: event.count,
+                                          entities: event.entities, serverToken: event.serverToken,
+                                          transaction: event.transaction))
+        }
+        if device == nil, let db = try? handle.database() { device = try? MirrorState.storeID(db) }
+        ensureListener()
+    }
+
+    /// The import's changes, read back from history: the rows authored `cloud-import` after `seq`.
+    private func importEvent(after seq: Int64, report: ImportReport) -> ImportEvent? {
+        guard let db = try? handle.database() else { return nil }
+        do {
+            guard let summary = try db.query("""
+                SELECT count(*), max(seq), max(tx) FROM _storectl_history WHERE seq > ? AND author = ?
+                """, [seq, MirrorState.importAuthor]).first, let count = summary[0].int64, count > 0
+            else { return nil }
+            let entities = try db.query("""
+                SELECT DISTINCT entity FROM _storectl_history WHERE seq > ? AND author = ? ORDER BY entity
+                """, [seq, MirrorState.importAuthor]).compactMap { $0[0].string }
+            let changes = try HistoryTracker(db: db).changes(after: seq, author: MirrorState.importAuthor,
+                                                             limit: options.maxChangesPerEvent)
+            return ImportEvent(
+                store: store, at: WatchTime.now(), author: MirrorState.importAuthor, token: summary[1].int64 ?? seq,
+                transaction: summary[2].int64, serverToken: report.token, count: Int(count), entities: entities,
+                changes: changes.map { change in
+                    ImportedChange(entity: change.entity, key: change.primaryKey.map(ImportedChange.KeyValue.init),
+                                   op: Self.word(change.op), seq: change.seq)
+                },
+                changesTruncated: Int(count) > changes.count, applied: report.applied, deleted: report.deleted)
+        } catch {
+            output.log(.warning, store: store, "imported changes, but cannot read them back from history: \(error)")
+            return nil
+        }
+    }
+
+    private static func word(_ op: HistoryChange.Operation) -> String {
+        switch op {
+        case .insert: return "insert"
+        case .update: return "update"
+        case .delete: return "delete"
+        }
+    }
+
+    private func failed(_ error: any Error) {
+        // The store may have been switched to local mode in the meantime: then this is no error.
+        handle.close()
+        dataVersion = nil
+        let now = monotonicNow()
+        followMode(now)
+        guard mode == "cloud" else { return }
+        let body = WatchErrorBody(error, store: store)
+        let ms = WatchTime.nowMilliseconds()
+        output.event(.error(ErrorEvent(store: store, at: WatchTime.iso(ms), error: body)))
+        let record = SyncErrorRecord(at: ms, error: body)
+        lock.record(lastError: record)
+        handle.recordSyncError(record)
+        handle.close()
+        failing = true
+        if options.once {
+            worker.fail(ExitCode(body.code))
+            return
+        }
+        let delay = backoff.next()
+        let next = ms + Int64(delay * 1000)
+        let retry = RetryEvent(store: store, at: WatchTime.iso(ms), attempt: backoff.attempt, delaySeconds: delay,
+                               nextAttemptAt: WatchTime.iso(next), reason: body.message, code: body.code)
+        output.event(.retry(retry))
+        retryAt = now + delay
+    }
+}
