@@ -187,8 +187,9 @@ extension StoreHandle {
             // 3. History tracking.
             let installed = try ensureInitialized()
             try requireTracking()
-            // 4. Schema fit.
+            // 4. Schema fit, and the columns entities: names.
             let db = try database()
+            try checkEntityColumns()
             let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: uniqueRules)
             guard check.ok else { throw CloudCheckError(report: check) }
             return (account, installed, db, check.entities.count)
