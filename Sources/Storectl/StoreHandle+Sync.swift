@@ -143,6 +143,8 @@ extension StoreHandle {
 
     /// Records the account and container the store syncs with; refuses another account unless `rebind`.
     func bind(db: Connection, cloud: CloudSettings, rebind: Bool) throws {
+        // A url, container or zone changed by hand is a new target, not a purge (StoreHandle+CloudMove).
+        try checkTarget(db: db, cloud: cloud, rebind: rebind)
         let bound = try MirrorState.meta(db, "bound_account")
         let boundContainer = try MirrorState.meta(db, "bound_container")
         let account = cloud.account ?? ""
@@ -160,6 +162,7 @@ extension StoreHandle {
             try MirrorState.setMeta(db, "bound_account", account)
             try MirrorState.setMeta(db, "bound_container", cloud.container)
             try MirrorState.setMeta(db, "bound_zone", cloud.zone)
+            try recordBoundURL(db: db, cloud: cloud)
         }
     }
 
@@ -280,6 +283,8 @@ extension StoreHandle {
             throw StoreError(.config, "store '\(settings.name)' is in local mode, and a store in local mode never contacts the cloud",
                              hint: "run 'storectl mode cloud' to enable sync")
         }
+        // A target edited by hand is said as such, before its account is looked at.
+        if !options.rebind, let moved = try targetChange(db: try database(), cloud: try cloudSettings()) { throw moved }
         _ = try requireAvailableAccount()
         let mirror = try openMirror(options)
         if options.reupload || options.rebind {
