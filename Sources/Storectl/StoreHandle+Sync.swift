@@ -143,6 +143,8 @@ extension StoreHandle {
 
     /// Records the account and container the store syncs with; refuses another account unless `rebind`.
     func bind(db: Connection, cloud: CloudSettings, rebind: Bool) throws {
+        // A url, container or zone changed by hand is a new target, not a purge (StoreHandle+CloudMove).
+        try checkTarget(db: db, cloud: cloud, rebind: rebind)
         let bound = try MirrorState.meta(db, "bound_account")
         let boundContainer = try MirrorState.meta(db, "bound_container")
         let account = cloud.account ?? ""
@@ -160,6 +162,7 @@ extension StoreHandle {
             try MirrorState.setMeta(db, "bound_account", account)
             try MirrorState.setMeta(db, "bound_container", cloud.container)
             try MirrorState.setMeta(db, "bound_zone", cloud.zone)
+            try recordBoundURL(db: db, cloud: cloud)
         }
     }
 
@@ -177,9 +180,23 @@ extension StoreHandle {
         // 1. The config is valid: it was validated when loaded.
         let cloud = try cloudSettings()
         step("config", "valid (\(config.path))")
-        // 2. The account, before anything changes anywhere.
-        let account = try requireAvailableAccount(dryRun: options.dryRun)
-        step("account", "\(account.account ?? "?") is \(account.status.rawValue)")
+        // Steps 2 to 4 may create the container file and the store file: a refusal removes them again.
+        let (account, installed, db, mirrored) = try leavingNothingBehind {
+            () -> (AccountStatusReport, Bool, Connection?, Int) in
+            // 2. The account, before anything changes anywhere.
+            let account = try requireAvailableAccount(dryRun: options.dryRun)
+            step("account", "\(account.account ?? "?") is \(account.status.rawValue)")
+            if options.dryRun { return (account, false, nil, 0) }
+            // 3. History tracking.
+            let installed = try ensureInitialized()
+            try requireTracking()
+            // 4. Schema fit, and the columns entities: names.
+            let db = try database()
+            try checkEntityColumns()
+            let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: uniqueRules)
+            guard check.ok else { throw CloudCheckError(report: check) }
+            return (account, installed, db, check.entities.count)
+        }
         if options.dryRun {
             let initialised = (try? storeMode()) != nil
             step("history", initialised ? "verify the triggers" : "initialise the store and install the triggers")
@@ -195,15 +212,9 @@ extension StoreHandle {
             step("mode", "write mode: cloud into the store and into \(config.path)")
             return ModeReport(store: settings.name, from: previous, to: "cloud", dryRun: true, steps: steps, sync: nil)
         }
-        // 3. History tracking.
-        let installed = try ensureInitialized()
-        try requireTracking()
+        guard let db else { throw StoreError(.software, "the store was not opened") }
         step("history", installed ? "initialised the store and installed the triggers" : "triggers verified")
-        // 4. Schema fit.
-        let db = try database()
-        let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: uniqueRules)
-        guard check.ok else { throw CloudCheckError(report: check) }
-        step("cloud check", "\(check.entities.count) table(s) can be mirrored")
+        step("cloud check", "\(mirrored) table(s) can be mirrored")
         // 5. Bind. The triggers were verified in step 3, in this process, moments ago.
         let mirror = try openMirror(options, trackingVerified: true)
         step("bind", "bound to account '\(cloud.account ?? "")' in \(cloud.container), zone '\(cloud.zone)'")
@@ -272,6 +283,8 @@ extension StoreHandle {
             throw StoreError(.config, "store '\(settings.name)' is in local mode, and a store in local mode never contacts the cloud",
                              hint: "run 'storectl mode cloud' to enable sync")
         }
+        // A target edited by hand is said as such, before its account is looked at.
+        if !options.rebind, let moved = try targetChange(db: try database(), cloud: try cloudSettings()) { throw moved }
         _ = try requireAvailableAccount()
         let mirror = try openMirror(options)
         if options.reupload || options.rebind {

@@ -60,8 +60,10 @@ struct WatchCommand: Command {
         let output = WatchConsoleOutput(console: context.console, json: context.global.json,
                                         invocation: context.invocation)
 
-        // Before any thread starts, so that only the signal thread receives them.
+        // Before any thread starts: only the signal thread receives the signals, and the threads share two malloc
+        // arenas, so that the process's memory stays flat over hours of rounds.
         ProcessSignals.block([SIGINT, SIGTERM, SIGHUP])
+        MemoryTuning.limitMallocArenas(2)
         // A reader of stdout that went away must not kill the process in the middle of a round.
         signal(SIGPIPE, SIG_IGN)
         let configLoader = ConfigReader(context: context)
