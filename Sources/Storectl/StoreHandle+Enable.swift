@@ -95,6 +95,7 @@ extension StoreHandle {
                     : "\(check.problemCount) table problem(s) would stop the switch (see 'storectl cloud check')"
             }, run: { _ in
                 let db = try self.database()
+                try self.checkEntityColumns()
                 let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: self.uniqueRules)
                 guard check.ok else { throw CloudCheckError(report: check) }
                 return "\(check.entities.count) table(s) can be mirrored"
@@ -175,10 +176,22 @@ extension StoreHandle {
                 throw StalePlanError(store: settings.name, expected: expectPlan, plan: plan)
             }
         }
-        for step in enableSteps {
-            let detail = options.dryRun ? try step.plan(run) : try step.run(run)
-            steps.append(PlanStep(step: step.name, detail: detail))
-            log("\(step.name): \(detail)")
+        let all = enableSteps
+        func walk(_ some: ArraySlice<EnableStep>) throws {
+            for step in some {
+                let detail = options.dryRun ? try step.plan(run) : try step.run(run)
+                steps.append(PlanStep(step: step.name, detail: detail))
+                log("\(step.name): \(detail)")
+            }
+        }
+        // The steps up to the schema check may create the container file and the store file: a refusal there
+        // removes them again.
+        let firstBind = all.firstIndex { $0.name == "snapshot" } ?? all.count
+        if options.dryRun {
+            try walk(all[...])
+        } else {
+            try leavingNothingBehind { try walk(all[..<firstBind]) }
+            try walk(all[firstBind...])
         }
         return ModeReport(store: settings.name, from: previous, to: "cloud", dryRun: options.dryRun, steps: steps,
                           sync: run.report, plan: run.plan, verified: run.verified)
