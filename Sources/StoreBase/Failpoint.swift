@@ -41,6 +41,20 @@ public enum Failpoint {
         ("move.after-check", "migrate --to: after the copy passed its check, before it is renamed into place"),
         ("move.after-rename", "migrate --to: after the copy is at the new path, before config.yaml is edited"),
         ("move.after-config", "migrate --to: after config.yaml names the new path, before the old file is fenced"),
+        ("cloud-move.after-final-sync", "migrate --cloud: after the last sync with the old target"),
+        ("cloud-move.after-account", "migrate --cloud: after the account was checked on the new target"),
+        ("cloud-move.after-export", "migrate --cloud: after the snapshot was exported into the new target, before "
+            + "it is verified"),
+        ("cloud-move.after-verify", "migrate --cloud: after the new target was verified, before the switch is staged"),
+        ("cloud-move.after-stage", "migrate --cloud: after the switch was staged in the store, before config.yaml "
+            + "is edited"),
+        ("cloud-move.after-config", "migrate --cloud: after config.yaml names the new target, before the switch "
+            + "is activated"),
+        ("cloud-move.before-activate-commit", "migrate --cloud: inside the transaction that activates the switch"),
+        ("switch.after-snapshot", "mode cloud: after the copy of the store was taken, before the account is bound"),
+        ("switch.before-restore", "mode cloud: after the content did not verify, before the store is put back"),
+        ("schema.before-commit", "migrate --sql: after the SQL ran, the triggers were regenerated and the record "
+            + "names kept, before the commit"),
         ("move.after-fence", "migrate --to: after the old file refuses writes, before it is removed"),
     ]
 

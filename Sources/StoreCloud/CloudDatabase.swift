@@ -385,6 +385,8 @@ public struct CloudError: DiagnosedError, Equatable {
         case temporary
         /// The backend refused for lack of privileges.
         case permission
+        /// The container's storage failed: its file system is full, reported an I/O error, or its file is damaged.
+        case io
         /// The request was malformed.
         case invalid
         /// Anything else.
@@ -408,6 +410,7 @@ public struct CloudError: DiagnosedError, Equatable {
         case .zoneNotFound: return .unavailable
         case .temporary: return .tempFail
         case .permission: return .noPermission
+        case .io: return .ioError
         case .other: return .software
         }
     }

@@ -86,6 +86,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                               busyTimeout: busyTimeout).database
         }
         guard FileManager.default.fileExists(atPath: path) else { throw missing(path: path, container: container) }
+        try refuseIfDamaged(path: path)
         let problem = writeProblem(path: path)
         let db = try connect(path: path, readOnly: problem != nil, busyTimeout: busyTimeout)
         let meta = try readMeta(db, path: path)
@@ -117,6 +118,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                                  hint: "check the permissions of its parent folder, or change cloud.url")
             }
         }
+        if FileManager.default.fileExists(atPath: path) { try refuseIfDamaged(path: path) }
         if FileManager.default.fileExists(atPath: path), let problem = writeProblem(path: path) {
             // An existing read-only container is fine to open; anything else needs writing.
             let db = try connect(path: path, readOnly: true, busyTimeout: busyTimeout)
@@ -429,6 +431,21 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         do {
             return try body()
         } catch let error as SQLiteError {
+            if error.isCorrupt {
+                // Whatever touched the damaged pages, nothing more is written into the file, by this process or any
+                // later one, until someone looks at it.
+                markDamaged(path: path, what: what, error: error)
+                throw damagedError(path: path, detail: "\(what): \(error.message)")
+            }
+            if error.isFull {
+                throw CloudError(.io, "the file system of the container \(path) is full (\(what))",
+                                 hint: "free disk space where \(Path.parent(path)) lives, then retry; the failed "
+                                     + "transaction was rolled back, so nothing was lost")
+            }
+            if error.isIOError {
+                throw CloudError(.io, "I/O error on the container \(path) (\(what)): \(error.message)",
+                                 hint: "check the disk and the file system that hold it (dmesg), then retry")
+            }
             if error.isBusy {
                 throw CloudError(.temporary, "the container \(path) is locked by another process (\(what))",
                                  hint: "retry later; another store is writing to it")
@@ -448,6 +465,32 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             throw CloudError(.other, "the container \(path): \(what) failed: SQLite error \(error.extendedCode): "
                                  + error.message)
         }
+    }
+
+    /// The file next to a container that says it reported damage: `notes.container-damaged`.
+    public static func damageMarker(path: String) -> String { path + "-damaged" }
+
+    /// Leaves the damage marker, with what was being done and SQLite's message. Best effort: a file system that
+    /// cannot take it still got the error.
+    private static func markDamaged(path: String, what: String, error: SQLiteError) {
+        let text = "storectl met a damaged page in \(path) while \(what): \(error.message) (SQLite error "
+            + "\(error.extendedCode)) at \(Date().timeIntervalSince1970)\n"
+        try? AtomicFile.write(Array(text.utf8), to: damageMarker(path: path))
+    }
+
+    private static func damagedError(path: String, detail: String) -> CloudError {
+        CloudError(.io, "the container \(path) is damaged (\(detail)); storectl writes nothing more into it",
+                   hint: "check it with 'sqlite3 \(path) \"PRAGMA integrity_check\"', restore it from a backup (or "
+                       + "move it away and run 'storectl sync --reupload' on each store), then remove "
+                       + "\(damageMarker(path: path))")
+    }
+
+    /// Refuses a container that reported damage before (its marker is there).
+    private static func refuseIfDamaged(path: String) throws {
+        guard FileManager.default.fileExists(atPath: damageMarker(path: path)) else { return }
+        let reason = (try? String(contentsOfFile: damageMarker(path: path), encoding: .utf8))?
+            .trimmingWhitespace() ?? "it reported damage before"
+        throw damagedError(path: path, detail: reason.isEmpty ? "it reported damage before" : reason)
     }
 
     private func translated<T>(_ what: String, _ body: () throws -> T) throws -> T {

@@ -34,6 +34,10 @@ public struct SQLiteError: DiagnosedError, Equatable {
     public var isCantOpen: Bool { primaryCode == SQLITE_CANTOPEN }
     /// SQLITE_FULL: the disk is full.
     public var isFull: Bool { primaryCode == SQLITE_FULL }
+    /// SQLITE_CORRUPT and its extended codes: a page of the file is damaged.
+    public var isCorrupt: Bool { primaryCode == SQLITE_CORRUPT }
+    /// SQLITE_IOERR and its extended codes: the operating system reported an I/O error.
+    public var isIOError: Bool { primaryCode == SQLITE_IOERR }
 
     public var exitCode: ExitCode {
         switch primaryCode {

@@ -7,6 +7,7 @@ extension StoreHandle {
     /// - Throws: `StoreError` when the store is missing or not initialised.
     public func cloudCheck() throws -> CloudCheckReport {
         let db = try database()
+        try checkEntityColumns()
         var tables = try db.tableExists("_storectl_meta") ? try Mirror.trackedTables(db) : []
         if tables.isEmpty {
             tables = settings.entities.isEmpty ? try historyTracker().userTables() : settings.entities.map(\.name)

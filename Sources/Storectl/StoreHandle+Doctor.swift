@@ -216,12 +216,15 @@ extension StoreHandle {
                 add("binding", "the store is bound to account '\(bound)' but \(config.path) names '\(cloud.account ?? "")'",
                     command("sync --rebind") + " to move to the new account (local rows are kept and uploaded), or "
                         + "set stores.\(name).cloud.account back to '\(bound)'", .unavailable)
+            } else if let moved = try targetChange(db: db, cloud: cloud) {
+                // Not a purge and not a missing container: the target was edited by hand.
+                add("binding", moved.summary, moved.hint ?? command("migrate --cloud URL"), .unavailable)
             } else if let boundContainer, boundContainer != cloud.container {
                 add("binding", "the store is bound to container '\(boundContainer)' but \(config.path) names "
                     + "'\(cloud.container)'", command("sync --rebind") + " to move to the new container, or set "
                         + "stores.\(name).cloud.container back to '\(boundContainer)'", .unavailable)
             }
-            if inCloud {
+            if inCloud, try targetChange(db: db, cloud: cloud) == nil {
                 checks.append("account")
                 let report = CloudConnector.accountStatus(settings: cloud)
                 switch report.status {

@@ -93,6 +93,7 @@ extension StoreHandle {
 
     /// The `unique:` rules in the sync engine's terms.
     public func mirrorRules() throws -> [String: UniqueRule] {
+        try checkEntityColumns()
         var rules: [String: UniqueRule] = [:]
         for e in settings.entities {
             guard let unique = e.unique, !unique.isEmpty else { continue }

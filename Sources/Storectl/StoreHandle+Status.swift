@@ -156,6 +156,9 @@ extension StoreHandle {
                     lastSync = ISOTime.string(unixMilliseconds: Int64(ms), fractional: false)
                 }
                 bound = try MirrorState.meta(db, "bound_account")
+                if let cloud = settings.cloud, let moved = try targetChange(db: db, cloud: cloud) {
+                    disagreements.append(moved.summary + "; " + (moved.hint ?? ""))
+                }
                 if let bound, let configured = settings.cloud?.account, bound != configured {
                     disagreements.append("the store is bound to account '\(bound)' but config.yaml names '\(configured)'; run 'storectl sync --rebind' to switch accounts")
                 }

@@ -16,14 +16,17 @@ extension StoreHandle {
         // A store that config.yaml has in cloud mode was made and synced before: missing now, it was moved or
         // deleted, and an empty store in its place would look to every other device like all its rows deleted.
         if !exists && settings.mode == .cloud { throw missingStoreError() }
-        let db = try database(create: true)
-        try db.transaction {
-            try runSchema(on: db)
-            _ = try HistoryTracker(db: db, options: trackingOptions).install()
+        // A store file made here and refused (its schema fails, an entity names a missing table) is removed.
+        return try leavingNothingBehind(container: false) {
+            let db = try database(create: true)
+            try db.transaction {
+                try runSchema(on: db)
+                _ = try HistoryTracker(db: db, options: trackingOptions).install()
+            }
+            try MirrorState.install(db)
+            try Self.enableWAL(db)
+            return true
         }
-        try MirrorState.install(db)
-        try Self.enableWAL(db)
-        return true
     }
 
     /// Runs the store's `schema:` SQL file, only while the database has no tables of its own. Returns whether it

@@ -24,6 +24,9 @@ public final class StoreHandle {
     /// This store's settings.
     public let settings: StoreSettings
     private var connection: Connection?
+    /// Open the store file read-only (`history`, `doctor`): a store the user may only read, or one on a read-only
+    /// file system, can still be inspected. Set it before the first `database()`.
+    public var readOnly = false
     /// The container `requireAvailableAccount()` opened and checked, for the `openMirror()` that follows it.
     var checkedCloud: (any CloudDatabase)?
     /// Where notes for the user go (a format upgrade, say); the CLI prints them on stderr.
@@ -47,7 +50,7 @@ public final class StoreHandle {
         if let connection { return connection }
         let path = settings.path
         if !FileManager.default.fileExists(atPath: path) {
-            guard create else { throw missingStoreError() }
+            guard create, !readOnly else { throw missingStoreError() }
             let dir = Path.parent(path)
             do {
                 try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -59,10 +62,11 @@ public final class StoreHandle {
         do {
             // WAL is switched on only for storectl's own stores: opening a file that turns out not to be one
             // must not rewrite its header.
-            let db = try Connection(path: path, mode: create ? .readWriteCreate : .readWrite, wal: false)
+            let mode: Connection.OpenMode = readOnly ? .readOnly : create ? .readWriteCreate : .readWrite
+            let db = try Connection(path: path, mode: mode, wal: false)
             try checkNotTruncated(db, path: path)
-            if try create || db.tableExists("_storectl_meta") { try Self.enableWAL(db) }
-            try upgradeFormat(db)
+            if !readOnly, try create || db.tableExists("_storectl_meta") { try Self.enableWAL(db) }
+            if !readOnly { try upgradeFormat(db) }
             connection = db
             return db
         } catch let error as SQLiteError {

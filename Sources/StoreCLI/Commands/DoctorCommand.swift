@@ -27,7 +27,9 @@ struct DoctorCommand: Command {
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         var reports: [DoctorReport] = []
         for name in try context.selectedStoreNames() {
-            var report = try context.openStore(name).doctor()
+            let store = try context.openStore(name)
+            store.readOnly = true
+            var report = try store.doctor()
             for i in report.findings.indices {
                 report.findings[i].fix = context.render(report.findings[i].fix, store: name)
             }

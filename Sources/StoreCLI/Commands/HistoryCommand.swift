@@ -49,6 +49,7 @@ struct HistoryCommand: Command {
         if let limit, limit <= 0 { throw UsageError("--limit expects a positive number, got \(limit)") }
 
         let store = try context.openStore()
+        store.readOnly = true
         let tracker = try store.historyTracker()
         let report = try tracker.inspect()
         switch report.state {

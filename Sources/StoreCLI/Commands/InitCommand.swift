@@ -68,22 +68,15 @@ struct InitCommand: Command {
         }
         let createdFile = !store.exists
         var schemaApplied = false
-        let report: InstallReport
-        do {
+        // A refusal leaves nothing behind: the file (and its folder) did not exist before this command.
+        let report: InstallReport = try store.leavingNothingBehind(container: false) {
             let tracker = try store.historyTracker(create: true)
-            report = try tracker.db.transaction(.immediate) {
+            return try tracker.db.transaction(.immediate) {
                 schemaApplied = try store.runSchema(on: tracker.db)
                 let installed = try tracker.install()
                 try MirrorState.recordStorePath(tracker.db)
                 return installed
             }
-        } catch {
-            if createdFile {
-                // Leave nothing behind: the file did not exist before this command.
-                store.close()
-                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: settings.path + suffix) }
-            }
-            throw error
         }
         let output = Output(store: settings.name, path: settings.path, createdFile: createdFile,
                             schema: settings.schema, schemaApplied: schemaApplied, installed: report.installed,
