@@ -69,13 +69,16 @@ public struct CloudRecord: Sendable, Equatable {
 
 /// One record to save: a new state, or a deletion.
 public struct RecordSave: Sendable, Equatable {
-    /// What a tombstone's fields are stored as: `{}` unless the saver gave an object (an alias).
-    public static func tombstoneFields(_ fields: String) -> String { fields.isEmpty ? "{}" : fields }
+    /// What a tombstone's fields are stored as: `{}`, unless they are an alias (`{"$alias": "NAME"}`: the record was
+    /// merged into NAME as a duplicate), which every backend keeps as it is.
+    public static func tombstoneFields(_ fields: String) -> String {
+        fields.hasPrefix("{\"$alias\":") && fields.hasSuffix("}") && !fields.contains(",") ? fields : "{}"
+    }
 
     public var recordName: String
     public var recordType: String
-    /// JSON object text. A deletion's fields are `{}`, or say where a merged record went: `{"$alias": "NAME"}`
-    /// (a duplicate merged into NAME); an empty text is stored as `{}`.
+    /// JSON object text. A deletion's fields are stored as `{}`, unless they say where a merged record went:
+    /// `{"$alias": "NAME"}` (a duplicate merged into NAME) is kept.
     public var fields: String
     public var deleted: Bool
     /// The change tag the saver last saw; nil when it believes the record does not exist yet.

@@ -202,6 +202,34 @@ struct Exporter {
                     WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(scope)
                       AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
                     """)
+                if !baseline {
+                    // A row deleted and then another inserted at its rowid before this export: the new row is not
+                    // the old record (which other devices may know merged into another, or link children to). The
+                    // old record's tombstone goes through the outbox, and the new row gets a new name.
+                    let reused = try db.query("""
+                        SELECT h.pk, r.record_name, r.change_tag FROM _storectl_history h
+                        JOIN _storectl_records r ON r.entity = h.entity AND r.pk = h.pk AND r.deleted = 0
+                        WHERE h.seq > ?1 AND h.entity = ?2 AND h.author <> ?3
+                        GROUP BY h.pk
+                        HAVING min(CASE WHEN h.op = 'D' THEN h.seq END) < max(CASE WHEN h.op = 'I' THEN h.seq END)
+                        """, [try MirrorState.exportToken(db), e.name, MirrorState.importAuthor])
+                    for row in reused {
+                        guard let pk = row[0].string, let old = row[1].string else { continue }
+                        if row[2].string != nil {
+                            try db.run("""
+                                INSERT OR REPLACE INTO _storectl_outbox(record_name, record_type, change_tag, reason,
+                                                                       created_at)
+                                VALUES (?, ?, ?, 'its row was deleted and its rowid reused by a new row',
+                                        CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+                                """, [old, e.name, row[2]])
+                        }
+                        try db.run("""
+                            UPDATE _storectl_records SET record_name = \(e.surrogateName("json_extract(pk, '$[0]')"))
+                                || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, extra = NULL
+                            WHERE entity = ? AND pk = ?
+                            """, [e.name, pk])
+                    }
+                }
                 // A row the map does not know, whose derived name another row of the map holds.
                 let source = baseline
                     ? "main.\(e.quotedName) t"

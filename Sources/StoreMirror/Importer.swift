@@ -293,6 +293,48 @@ struct Orphans {
             }
         }
         handled += try parkedOrphans()
+        handled += try strandedDuplicates()
+        return handled
+    }
+
+    /// Local rows whose record was merged elsewhere into another as a duplicate (its tombstone named the winner)
+    /// and kept until the winner arrives: merged into the winner now that it is here, or deleted when the winner
+    /// itself is deleted (a merged duplicate follows the row it became).
+    private func strandedDuplicates() throws -> Int {
+        var handled = 0
+        let rows = try db.query("""
+            SELECT r.entity, r.pk, r.record_name, a.target FROM _storectl_records r
+            JOIN _storectl_aliases a ON a.record_name = r.record_name WHERE r.deleted = 0
+            """)
+        for row in rows {
+            guard let table = row[0].string, let entity = entities[table], let pk = row[1].string,
+                  let name = row[2].string, var target = row[3].string, try applier.rowExists(entity, pk: pk)
+            else { continue }
+            if let winner = try db.scalar("SELECT pk FROM _storectl_records WHERE record_name = ? AND entity = ? "
+                                            + "AND deleted = 0", [target, table])?.string,
+               winner != pk, try applier.rowExists(entity, pk: winner)
+            {
+                try applier.repoint(entity, from: pk, to: winner)
+                try applier.deleteRow(entity, pk: pk)
+                try db.run("UPDATE _storectl_records SET deleted = 1, base = NULL WHERE record_name = ?", [name])
+                handled += 1
+                continue
+            }
+            var gone = false
+            for _ in 0..<8 {
+                guard let record = try cloud.fetchRecord(zone: zone, recordName: target) else { gone = true; break }
+                guard record.deleted else { break }
+                guard let next = try db.scalar("SELECT json_extract(?1, '$.\"$alias\"') WHERE json_valid(?1)",
+                                               [record.fields])?.string, next != target
+                else { gone = true; break }
+                target = next
+            }
+            if gone {
+                try applier.deleteRow(entity, pk: pk)
+                try db.run("UPDATE _storectl_records SET deleted = 1, base = NULL WHERE record_name = ?", [name])
+                handled += 1
+            }
+        }
         return handled
     }
 

@@ -8,7 +8,7 @@ extension EntityMap {
     public var localRecordsSQL: String {
         """
         SELECT \(pkJSON("t")) AS pk, coalesce(r.record_name, \(derivedName("t"))) AS record_name,
-               \(fieldsJSON("t")) AS fields
+               \(fieldsJSON("t", extra: "r.extra")) AS fields
         FROM main.\(quotedName) t
         LEFT JOIN _storectl_records r ON r.entity = \(quoteLiteral(name)) AND r.pk = \(pkJSON("t"))
         """

@@ -379,12 +379,24 @@ final class RecordApplier {
            target != record.recordName
         {
             // A duplicate merged into `target` elsewhere: its name now stands for the winner. A local row still
-            // mapped to it is merged when the winner arrives (the same rule picks the same winner here).
+            // mapped to it gives its children to the winner's row and goes, when the winner is here; otherwise it is
+            // merged when the winner arrives (the same rule picks the same winner here).
             try alias(record.recordName, to: target, entity: entity)
             hasParked = true
             if let entry, try rowExists(entity, pk: entry.pk) {
+                let winner = try db.scalar("""
+                    SELECT pk FROM _storectl_records WHERE record_name = ? AND entity = ? AND deleted = 0
+                    """, [target, entity.name])?.string
+                if let winner, winner != entry.pk, try rowExists(entity, pk: winner) {
+                    try repoint(entity, from: entry.pk, to: winner)
+                    try deleteRow(entity, pk: entry.pk)
+                    try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag,
+                               base: nil, extra: nil, deleted: true)
+                    return .deleted
+                }
                 try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag,
                            base: entry.base, extra: nil, deleted: false)
+                try note(entity, pk: entry.pk)
                 return .skipped
             }
         }
@@ -672,7 +684,7 @@ final class RecordApplier {
     }
 
     /// Points the children of the row `from` at the row `to` (single-column references to the primary key).
-    private func repoint(_ parent: EntityMap, from: String, to: String) throws {
+    func repoint(_ parent: EntityMap, from: String, to: String) throws {
         guard parent.primaryKey.count == 1 else { return }
         for child in entities.values {
             for fk in child.foreignKeys where fk.parentTable == parent.name && fk.columns.count == 1

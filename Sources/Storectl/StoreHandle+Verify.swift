@@ -165,6 +165,13 @@ extension StoreHandle {
             table.cloudRecords = Int(try db.scalar(
                 "SELECT count(*) FROM temp._storectl_verify_cloud WHERE record_type = ? AND deleted = 0",
                 [e.name])?.int64 ?? 0)
+            // The constant default of each column, as a JSON value.
+            var defaults: [String: JSONValue] = [:]
+            for column in try db.columns(of: e.name) {
+                guard let sql = column.defaultSQL, !sql.uppercased().hasPrefix("CURRENT_"), !sql.contains("("),
+                      let text = try? db.scalar("SELECT json_quote(\(sql))")?.string else { continue }
+                defaults[column.name] = JSONValue(jsonText: text)
+            }
             // A local change after the export token, by anyone but the import, is pending export.
             let pendingExport = """
                 EXISTS (SELECT 1 FROM _storectl_history h WHERE h.entity = \(quoteLiteral(e.name)) AND h.pk = %PK%
@@ -183,7 +190,11 @@ extension StoreHandle {
             {
                 let local = row[2].string ?? "{}"
                 let remote = row[3].string ?? "{}"
-                let columns = local == remote ? [] : try Self.differingColumns(db, local, remote)
+                // A field the record lacks says nothing about the column (the device that saved it has no such
+                // column): the row's NULL or the column's default is no difference.
+                let columns = local == remote ? [] : try Self.differingColumns(db, local, remote).filter { c in
+                    !(c.cloud == nil && (c.local == nil || c.local == .null || c.local == defaults[c.column]))
+                }
                 if columns.isEmpty {
                     table.matching += 1
                     continue
@@ -219,13 +230,23 @@ extension StoreHandle {
                     + "temp._storectl_verify_cloud p WHERE p.record_name = json_extract(c.fields, \(path)) "
                     + "AND p.deleted = 0))"
             }.joined(separator: " OR ") + ")"
+            // A record set aside here, a tombstone waiting in the outbox, a duplicate merged into another.
+            let setAside = """
+                CASE WHEN EXISTS (SELECT 1 FROM _storectl_quarantine q WHERE q.record_name = c.record_name)
+                     THEN 'set_aside'
+                     WHEN EXISTS (SELECT 1 FROM _storectl_outbox o WHERE o.record_name = c.record_name)
+                     THEN 'pending_export'
+                     WHEN EXISTS (SELECT 1 FROM _storectl_aliases a WHERE a.record_name = c.record_name)
+                     THEN 'merged_duplicate' END
+                """
             // Live records with no row: not imported yet, waiting for a parent, or deleted here.
             for row in try db.query("""
                 SELECT c.record_name, c.fields, m.pk,
                        CASE WHEN m.pk IS NULL THEN 0 ELSE \(pendingExport.replacingText("%PK%", with: "m.pk")) END,
                        \(pendingImport.replacingText("%C%", with: "c")),
                        EXISTS (SELECT 1 FROM _storectl_pending p WHERE p.record_name = c.record_name),
-                       \(orphan)
+                       \(orphan),
+                       \(setAside)
                 FROM temp._storectl_verify_cloud c
                 LEFT JOIN _storectl_records m ON m.record_name = c.record_name
                 WHERE c.record_type = ? AND c.deleted = 0
@@ -234,7 +255,8 @@ extension StoreHandle {
             {
                 table.cloudOnly += 1
                 let pending = row[3].int64 == 1 ? "pending_export" : row[4].int64 == 1 ? "pending_import"
-                    : row[5].int64 == 1 ? "waiting_for_parent" : row[6].int64 == 1 ? "parent_deleted" : nil
+                    : row[5].int64 == 1 ? "waiting_for_parent" : row[6].int64 == 1 ? "parent_deleted"
+                    : row[7].string
                 all.append(.init(table: e.name, key: row[2].string.map(JSONValue.init(jsonText:)),
                                  recordName: row[0].string ?? "", state: "cloud_only",
                                  columns: try Self.columns(db, row[1].string ?? "{}", local: false), pending: pending))
@@ -264,9 +286,10 @@ extension StoreHandle {
                 """)
             made.append("_storectl_records")
         }
-        if try !db.tableExists("_storectl_pending") {
-            try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_pending(record_name TEXT PRIMARY KEY) WITHOUT ROWID")
-            made.append("_storectl_pending")
+        for table in ["_storectl_pending", "_storectl_quarantine", "_storectl_outbox", "_storectl_aliases"]
+        where try !db.tableExists(table) {
+            try db.execute("CREATE TEMP TABLE IF NOT EXISTS \(table)(record_name TEXT PRIMARY KEY) WITHOUT ROWID")
+            made.append(table)
         }
         return {
             db.clearStatementCache()

@@ -326,9 +326,20 @@ class CloudConformanceTests: XCTestCase {
         XCTAssertEqual(tombstone.modifiedBy, "d2")
         XCTAssertEqual(try db.fetchRecord(zone: zone, recordName: "gone")?.deleted, true)
         XCTAssertEqual(try db.zoneInfo(zone)?.liveRecords, 1)
+        // A tombstone that names where a merged duplicate went keeps that alias, and only that.
+        let kept = try XCTUnwrap(try db.fetchRecord(zone: zone, recordName: "kept"))
+        _ = try db.save(zone: zone, [save("kept", #"{"$alias":"gone"}"#, deleted: true, expecting: kept.changeTag)],
+                        device: "d3")
+        XCTAssertEqual(try db.fetchRecord(zone: zone, recordName: "kept")?.fields, #"{"$alias":"gone"}"#)
+        _ = try db.save(zone: zone, [save("bad-alias", #"{"$alias":"x","more":1}"#, deleted: true, expecting: nil)],
+                        device: "d3")
+        XCTAssertEqual(try db.fetchRecord(zone: zone, recordName: "bad-alias")?.fields, "{}")
+        _ = try db.save(zone: zone, [save("kept", #"{"x":2}"#, expecting: try db.fetchRecord(zone: zone,
+                                                                                          recordName: "kept")?.changeTag)],
+                        device: "d3")
         // From the beginning, the tombstone is there too (a reader that never saw the record learns of it).
         XCTAssertEqual(try db.fetchChanges(zone: zone, since: nil, limit: 10).records.filter(\.deleted).map(\.recordName),
-                       ["gone"])
+                       ["gone", "bad-alias"])
 
         // A tombstone counts as existing: "must not exist" conflicts with it and returns it.
         let recreate = try db.save(zone: zone, [save("gone", #"{"x":2}"#, expecting: nil)], device: "d")
