@@ -136,10 +136,9 @@ extension PostgresCloudDatabase {
         guard let owner = try containerOwner(c) else {
             return report(.available, "role \(user) can log in at \(displayURL) and use container \(container)")
         }
-        let whose = owner.isMember ? "" : "; the container is owned by role \(owner.owner), not by \(user)"
+        let whose = owner.isMember ? " (its owner)" : ", which role \(owner.owner) owns"
         return AccountStatusReport(status: .available, reason: "role \(user) can log in at \(displayURL) and use "
-                                       + "container \(container) (owner: role \(owner.owner))" + whose,
-                                   account: role, owner: owner.owner)
+                                       + "container \(container)" + whose, account: role, owner: owner.owner)
     }
 
     /// The role that owns the container, and whether the configured role is it (or a member of it); nil when the
