@@ -7,6 +7,7 @@
 #   scripts/watch-soak.sh 60           # an hour
 #   STORECTL_BIN=.build/release/storectl scripts/watch-soak.sh 10
 #   STORECTL_SOAK_KEEP=/tmp/soak scripts/watch-soak.sh   # keep the folder (stores, events, log, RSS samples)
+#   STORECTL_SOAK_HOOK=0 scripts/watch-soak.sh            # without the on_remote_change command
 #
 # Exits 0 when the stores converged and the watcher stopped cleanly on SIGTERM; prints the RSS samples either way.
 set -euo pipefail
@@ -49,8 +50,8 @@ EOF
       account: demo
       secret: \${SOAK_SECRET:-demo-secret}
       merge_policy: property-local-wins
-      on_remote_change: 'echo "\$STORECTL_COUNT"'
 EOF
+        if [ "${STORECTL_SOAK_HOOK:-1}" = 1 ]; then echo "      on_remote_change: 'echo \"\$STORECTL_COUNT\"'"; fi
     done
 } > config.yaml
 chmod 600 config.yaml

@@ -113,3 +113,23 @@ public enum ProcessSignals {
         }
     }
 }
+
+/// Process-wide memory settings for long-running commands.
+public enum MemoryTuning {
+    /// Caps the number of glibc malloc arenas (`mallopt(M_ARENA_MAX, n)`). Call before any thread starts.
+    ///
+    /// glibc gives threads arenas of their own, up to 8 per core. A process whose threads come and go (the
+    /// export's save thread, the hook threads) then spreads its freed memory over many arenas, and its resident
+    /// size creeps up for hours although nothing leaks: `storectl watch --all` on three busy stores grew by about
+    /// 0.5 MB a minute with the default, and stayed flat with two arenas. Elsewhere this does nothing.
+    public static func limitMallocArenas(_ n: Int32) {
+        #if canImport(Glibc)
+        // mallopt(3) is declared in <malloc.h>, which Swift's Glibc module does not import; it is looked up in the
+        // process instead. "M_ARENA_MAX: the value of this parameter specifies the maximum number of arenas";
+        // <malloc.h> defines it as -8.
+        guard let address = dlsym(nil, "mallopt") else { return }
+        typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
+        _ = unsafeBitCast(address, to: Mallopt.self)(-8, n)
+        #endif
+    }
+}

@@ -67,6 +67,20 @@ public enum WatchEvent: Sendable, Encodable {
     }
 }
 
+/// The keys every event line starts with: `version`, `type`, `store`, `at`.
+enum WatchEventHeader {
+    private enum Keys: String, CodingKey { case version, type, store, at }
+
+    /// Writes the header into the event's object (the event's own keys go into the same object).
+    static func encode(to encoder: any Encoder, type: String, store: String, at: String) throws {
+        var c = encoder.container(keyedBy: Keys.self)
+        try c.encode(1, forKey: .version)
+        try c.encode(type, forKey: .type)
+        try c.encode(store, forKey: .store)
+        try c.encode(at, forKey: .at)
+    }
+}
+
 /// The time fields of events and log lines.
 public enum WatchTime {
     /// Unix milliseconds now.
@@ -153,17 +167,14 @@ public struct ImportEvent: Sendable, Encodable {
     public var deleted: Int
 
     enum CodingKeys: String, CodingKey {
-        case version, type, store, at, author, token, transaction, count, entities, changes, applied, deleted
+        case author, token, transaction, count, entities, changes, applied, deleted
         case serverToken = "server_token"
         case changesTruncated = "changes_truncated"
     }
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(1, forKey: .version)
-        try c.encode(Self.type, forKey: .type)
-        try c.encode(store, forKey: .store)
-        try c.encode(at, forKey: .at)
+        try WatchEventHeader.encode(to: encoder, type: Self.type, store: store, at: at)
         try c.encode(author, forKey: .author)
         try c.encode(token, forKey: .token)
         try c.encode(transaction, forKey: .transaction)
@@ -190,16 +201,13 @@ public struct ExportEvent: Sendable, Encodable {
     public var token: Int64
 
     enum CodingKeys: String, CodingKey {
-        case version, type, store, at, saved, deleted, baseline, token
+        case saved, deleted, baseline, token
         case conflictsResolved = "conflicts_resolved"
     }
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(1, forKey: .version)
-        try c.encode(Self.type, forKey: .type)
-        try c.encode(store, forKey: .store)
-        try c.encode(at, forKey: .at)
+        try WatchEventHeader.encode(to: encoder, type: Self.type, store: store, at: at)
         try c.encode(saved, forKey: .saved)
         try c.encode(deleted, forKey: .deleted)
         try c.encode(conflictsResolved, forKey: .conflictsResolved)
@@ -265,14 +273,11 @@ public struct ErrorEvent: Sendable, Encodable {
     public var at: String
     public var error: WatchErrorBody
 
-    enum CodingKeys: String, CodingKey { case version, type, store, at, error }
+    enum CodingKeys: String, CodingKey { case error }
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(1, forKey: .version)
-        try c.encode(Self.type, forKey: .type)
-        try c.encode(store, forKey: .store)
-        try c.encode(at, forKey: .at)
+        try WatchEventHeader.encode(to: encoder, type: Self.type, store: store, at: at)
         try c.encode(error, forKey: .error)
     }
 }
@@ -292,17 +297,14 @@ public struct RetryEvent: Sendable, Encodable {
     public var code: Int32
 
     enum CodingKeys: String, CodingKey {
-        case version, type, store, at, attempt, reason, code
+        case attempt, reason, code
         case delaySeconds = "delay_seconds"
         case nextAttemptAt = "next_attempt_at"
     }
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(1, forKey: .version)
-        try c.encode(Self.type, forKey: .type)
-        try c.encode(store, forKey: .store)
-        try c.encode(at, forKey: .at)
+        try WatchEventHeader.encode(to: encoder, type: Self.type, store: store, at: at)
         try c.encode(attempt, forKey: .attempt)
         try c.encode((delaySeconds * 1000).rounded() / 1000, forKey: .delaySeconds)
         try c.encode(nextAttemptAt, forKey: .nextAttemptAt)
@@ -321,14 +323,11 @@ public struct ModeEvent: Sendable, Encodable {
     /// The mode before.
     public var previous: String?
 
-    enum CodingKeys: String, CodingKey { case version, type, store, at, mode, previous }
+    enum CodingKeys: String, CodingKey { case mode, previous }
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(1, forKey: .version)
-        try c.encode(Self.type, forKey: .type)
-        try c.encode(store, forKey: .store)
-        try c.encode(at, forKey: .at)
+        try WatchEventHeader.encode(to: encoder, type: Self.type, store: store, at: at)
         try c.encode(mode, forKey: .mode)
         try c.encode(previous, forKey: .previous)
     }

@@ -232,6 +232,10 @@ final class StoreLoop {
         } catch {
             failed(error)
         }
+        // The connection lives as long as the watcher: give back the pages the round read, so that its memory
+        // follows what one round needs, not the size the store has grown to. "PRAGMA shrink_memory: This pragma
+        // causes the database connection on which it is invoked to free up as much memory as it can."
+        if handle.exists, let db = try? handle.database() { try? db.execute("PRAGMA shrink_memory") }
         // What this round wrote on its own connection does not move data_version; what others wrote meanwhile does.
         nextPoll = monotonicNow() + options.interval
         if let retryAt, retryAt > nextPoll { nextPoll = retryAt }

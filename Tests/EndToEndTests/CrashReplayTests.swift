@@ -77,7 +77,7 @@ extension CrashModel.Write {
             INSERT INTO old_id SELECT id FROM notes WHERE uuid = \(CrashModel.q(uuid));
             DELETE FROM notes WHERE uuid = \(CrashModel.q(uuid));
             INSERT INTO notes(id, uuid, title) VALUES (coalesce((SELECT id FROM old_id),
-                CASE WHEN NOT EXISTS (SELECT 1 FROM notes WHERE id = \(id)) THEN \(id) END), \(CrashModel.q(uuid)),
+                CASE WHEN \(id) > 0 AND NOT EXISTS (SELECT 1 FROM notes WHERE id = \(id)) THEN \(id) END), \(CrashModel.q(uuid)),
                 \(CrashModel.q(title)));
             """) { $0.notes[uuid] = (title, "") }
     }

@@ -499,6 +499,28 @@ class WatchTests: WatchTestCase {
         assertJSONLines(w)
     }
 
+    func testManualSyncsWhileTheWatcherRunsLoseAndDuplicateNothing() throws {
+        let dir = try TempDirectory()
+        try twoCloudStores(dir)
+        let a = try watch(dir, ["--store", "a", "--json"])
+        let b = try watch(dir, ["--store", "b", "--json"])
+        for i in 0..<6 {
+            _ = try sql(dir, "a", "INSERT INTO notes(uuid, title) VALUES ('a\(i)', 'v1'); "
+                        + "UPDATE notes SET title = 'v2' WHERE uuid = 'a\(max(0, i - 1))'")
+            _ = try sql(dir, "b", "INSERT INTO notes(uuid, title) VALUES ('b\(i)', 'v1')")
+            // Another process syncs the same stores at the same time as the watchers.
+            try run(dir, ["--store", i % 2 == 0 ? "a" : "b", "sync"], expect: nil)
+        }
+        _ = try sql(dir, "a", "DELETE FROM notes WHERE uuid = 'b0'")
+        let expected = (0..<6).map { "a\($0)|\($0 == 5 ? "v1" : "v2")" } + (1..<6).map { "b\($0)|v1" }
+        XCTAssertTrue(try eventually(30) {
+            try notes(dir, "a") == expected.joined(separator: "\n") + "\n"
+                && notes(dir, "b") == expected.joined(separator: "\n") + "\n"
+        }, "\(a.transcript)\n\(b.transcript)")
+        XCTAssertEqual(try sql(dir, "a", "SELECT count(*) FROM notes"), "11\n")
+        for w in [a, b] { XCTAssertFalse(w.jsonLines.contains { $0["type"] as? String == "error" }, w.transcript) }
+    }
+
     func testBadOptionsAreUsageErrors() throws {
         let dir = try TempDirectory()
         try makeConfig(dir)
@@ -513,9 +535,15 @@ class WatchTests: WatchTestCase {
         }
         let help = try run(dir, ["watch", "--help"])
         XCTAssertTrue(help.stdout.contains("storectl watch --all --once"), help.stdout)
+        // A store without a cloud: section has nothing to watch.
+        try dir.write("config.yaml", try dir.read("config.yaml") + "  local-only:\n    path: data/l.sqlite\n")
+        let noCloud = try run(dir, ["--store", "local-only", "watch"], expect: 78)
+        XCTAssertTrue(noCloud.stderr.contains("has no cloud: section"), noCloud.stderr)
         // A store that was never created: said so, with the command that creates it.
         let missing = try run(dir, ["--store", "a", "watch", "--once"], expect: 66)
         XCTAssertTrue(missing.stderr.contains("hint: run 'storectl --store a init' first"), missing.stderr)
+        let missingAll = try run(dir, ["watch", "--all", "--once"], expect: 66)
+        XCTAssertTrue(missingAll.stderr.contains("hint: run 'storectl --store a init' first"), missingAll.stderr)
     }
 }
 

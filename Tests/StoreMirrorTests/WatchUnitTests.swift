@@ -112,6 +112,39 @@ final class WatchUnitTests: XCTestCase {
         }
     }
 
+    func testTheHookRunsInItsFolderWithItsEnvironmentAndStopsOnTime() throws {
+        let dir = try TempDirectory()
+        let odd = dir.file("it's a folder; with $HOME in it")
+        try FileManager.default.createDirectory(atPath: odd, withIntermediateDirectories: true)
+        var lines: [String] = []
+        let done = try HookProcess.run(command: "pwd; echo \"count=$STORECTL_COUNT\"; echo to stderr >&2; exit 4",
+                                       directory: odd, environment: ["STORECTL_COUNT": "3", "PATH": "/usr/bin:/bin"],
+                                       timeout: 10, stopDeadline: { nil }, maxLines: 10, line: { lines.append($0) })
+        XCTAssertEqual(done, .exited(4))
+        XCTAssertEqual(lines, [odd, "count=3", "to stderr"])
+
+        // A command still running after its timeout is stopped, with its children.
+        let start = Date()
+        lines = []
+        let slow = try HookProcess.run(command: "sleep 30 & sleep 30", directory: dir.path, environment: [:],
+                                       timeout: 0.3, stopDeadline: { nil }, maxLines: 10, line: { lines.append($0) })
+        XCTAssertEqual(slow, .timedOut)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 5)
+
+        // A background child that keeps the output open does not hold the run.
+        let detached = Date()
+        let quick = try HookProcess.run(command: "(sleep 30 &); echo started", directory: dir.path, environment: [:],
+                                        timeout: 20, stopDeadline: { nil }, maxLines: 10, line: { _ in })
+        XCTAssertEqual(quick, .exited(0))
+        XCTAssertLessThan(Date().timeIntervalSince(detached), 5)
+
+        // Long output is cut: at most maxLines lines are passed on, then one line says so.
+        lines = []
+        _ = try HookProcess.run(command: "seq 1 50", directory: dir.path, environment: ["PATH": "/usr/bin:/bin"],
+                                timeout: 10, stopDeadline: { nil }, maxLines: 5, line: { lines.append($0) })
+        XCTAssertEqual(lines, ["1", "2", "3", "4", "5", "(more output not logged)"])
+    }
+
     func testConfinementIsChecked() throws {
         let confinement = ThreadConfinement()
         XCTAssertTrue(confinement.isOwner)

@@ -17,14 +17,7 @@ public final class BackgroundProcess: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: program)
         process.arguments = args
         process.currentDirectoryURL = URL(fileURLWithPath: directory)
-        var env: [String: String] = [:]
-        let inherited = ProcessInfo.processInfo.environment
-        for key in ["PATH", "HOME", "TMPDIR", "LANG", "STORECTL_TEST_PG_URL", "PGHOST", "PGPORT", "PGUSER"] {
-            if let v = inherited[key] { env[key] = v }
-        }
-        env["NO_COLOR"] = "1"
-        for (k, v) in environment { env[k] = v }
-        process.environment = env
+        process.environment = Binary.childEnvironment(adding: environment)
         let out = Pipe()
         let err = Pipe()
         process.standardOutput = out

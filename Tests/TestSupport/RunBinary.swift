@@ -35,6 +35,19 @@ public enum Binary {
         try run(storectl, args, in: directory, environment: environment, stdin: stdin)
     }
 
+    /// The environment a test's child process gets: PATH, HOME, TMPDIR, LANG, the PostgreSQL test server's
+    /// variables and NO_COLOR=1, plus `environment`.
+    public static func childEnvironment(adding environment: [String: String]) -> [String: String] {
+        var env: [String: String] = [:]
+        let inherited = ProcessInfo.processInfo.environment
+        for key in ["PATH", "HOME", "TMPDIR", "LANG", "STORECTL_TEST_PG_URL", "PGHOST", "PGPORT", "PGUSER"] {
+            if let v = inherited[key] { env[key] = v }
+        }
+        env["NO_COLOR"] = "1"
+        for (k, v) in environment { env[k] = v }
+        return env
+    }
+
     /// Runs `program args...`. The environment is PATH, HOME, TMPDIR plus `environment`.
     public static func run(_ program: String, _ args: [String], in directory: String,
                            environment: [String: String] = [:], stdin: String? = nil) throws -> ProcessResult
@@ -43,14 +56,7 @@ public enum Binary {
         process.executableURL = URL(fileURLWithPath: program)
         process.arguments = args
         process.currentDirectoryURL = URL(fileURLWithPath: directory)
-        var env: [String: String] = [:]
-        let inherited = ProcessInfo.processInfo.environment
-        for key in ["PATH", "HOME", "TMPDIR", "LANG", "STORECTL_TEST_PG_URL", "PGHOST", "PGPORT", "PGUSER"] {
-            if let v = inherited[key] { env[key] = v }
-        }
-        env["NO_COLOR"] = "1"
-        for (k, v) in environment { env[k] = v }
-        process.environment = env
+        process.environment = childEnvironment(adding: environment)
         let out = Pipe()
         let err = Pipe()
         let inPipe = Pipe()

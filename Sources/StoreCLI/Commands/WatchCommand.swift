@@ -10,7 +10,7 @@ import Glibc
 struct WatchCommand: Command {
     static let name = "watch"
     static let abstract = "Keep stores in cloud mode in sync, and report remote changes as they arrive."
-    static let arguments = "[--store NAME | --all] [--interval S] [--once]"
+    static let arguments = "[--store <name> | --all] [--interval <seconds>] [--once]"
     static let discussion = """
         Syncs a store soon after its history grows (a burst of writes is one round), and polls the cloud for
         remote changes every --interval seconds (a PostgreSQL container also wakes the watcher at once). A failed
@@ -34,9 +34,9 @@ struct WatchCommand: Command {
     ]
     static let options = [
         OptionSpec("all", help: "Serve every store of the config that has a cloud: section."),
-        OptionSpec("interval", value: "S", help: "Seconds between two polls of the cloud (default 10)."),
+        OptionSpec("interval", value: "seconds", help: "Seconds between two polls of the cloud (default 10)."),
         OptionSpec("once", help: "Do one round for each store, then exit."),
-        OptionSpec("max-backoff", value: "S", help: "The longest delay between two retries, in seconds (default 300)."),
+        OptionSpec("max-backoff", value: "seconds", help: "The longest delay between two retries, in seconds (default 300)."),
     ]
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
@@ -60,8 +60,10 @@ struct WatchCommand: Command {
         let output = WatchConsoleOutput(console: context.console, json: context.global.json,
                                         invocation: context.invocation)
 
-        // Before any thread starts, so that only the signal thread receives them.
+        // Before any thread starts: only the signal thread receives the signals, and the threads share two malloc
+        // arenas, so that the process's memory stays flat over hours of rounds.
         ProcessSignals.block([SIGINT, SIGTERM, SIGHUP])
+        MemoryTuning.limitMallocArenas(2)
         // A reader of stdout that went away must not kill the process in the middle of a round.
         signal(SIGPIPE, SIG_IGN)
         let configLoader = ConfigReader(context: context)
