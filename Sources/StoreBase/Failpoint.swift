@@ -53,6 +53,8 @@ public enum Failpoint {
         ("cloud-move.before-activate-commit", "migrate --cloud: inside the transaction that activates the switch"),
         ("switch.after-snapshot", "mode cloud: after the copy of the store was taken, before the account is bound"),
         ("switch.before-restore", "mode cloud: after the content did not verify, before the store is put back"),
+        ("schema.before-commit", "migrate --sql: after the SQL ran, the triggers were regenerated and the record "
+            + "names kept, before the commit"),
         ("move.after-fence", "migrate --to: after the old file refuses writes, before it is removed"),
     ]
 
