@@ -68,7 +68,7 @@ final class JSONContractTests: XCTestCase {
         (["config", "set", "stores.a.history.retention", "30d"], ["changed", "inserted", "key", "line", "new",
                                                                    "old", "path"]),
         (["config", "path"], ["absolute_path", "exists", "path", "searched", "source"]),
-        (["account", "status"], ["account", "container", "reason", "status", "store", "url"]),
+        (["account", "status"], ["account", "container", "owner", "reason", "status", "store", "url"]),
         (["account", "list"], ["accounts", "container"]),
         (["account", "disable", "demo"], []),
         (["cloud", "check"], ["entities"]),
