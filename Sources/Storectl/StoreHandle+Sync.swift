@@ -22,6 +22,8 @@ public struct SyncOptions: Sendable {
     public var allowMassDelete = false
     /// Forget record names and tokens and upload every row again (after a zone was purged elsewhere).
     public var reupload = false
+    /// PostgreSQL: sync into a container that this role does not own, owned by this role (`--accept-owner ROLE`).
+    public var acceptOwner: String?
 
     public init() {}
 }
@@ -137,6 +139,7 @@ extension StoreHandle {
         let backend = try checkedCloud ?? CloudConnector.open(settings: cloud)
         checkedCloud = nil
         let mirror = try Mirror(db: db, cloud: backend, options: try mirrorOptions(options))
+        try checkOwner(db: db, cloud: backend, settings: cloud, accept: options.acceptOwner)
         try bind(db: db, cloud: cloud, rebind: options.rebind)
         if options.reupload {
             try db.transaction { try MirrorState.resetSyncState(db, zone: cloud.zone) }
