@@ -33,7 +33,8 @@ let package = Package(
             "StoreHistory", "StoreCloud", "StoreCrypto", "StoreSQLite", "StoreBase",
         ]),
         .target(name: "Storectl", dependencies: [
-            "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud", "StoreCloudPostgres", "StoreSQLite", "StoreBase",
+            "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud", "StoreCloudPostgres", "StoreCrypto",
+            "StoreSQLite", "StoreBase",
         ]),
         .target(name: "StoreCLI", dependencies: [
             "Storectl", "StoreConfig", "StoreCloud", "StoreHistory", "StoreMirror", "StoreSQLite", "StoreBase",

@@ -2,7 +2,8 @@
 # Installs the Debian packages storectl builds and tests with, if any is missing.
 # Needs root (or sudo). Safe to run again: it does nothing when everything is there.
 set -euo pipefail
-packages=(libsqlite3-dev libyaml-dev libpq-dev libssl-dev postgresql sqlite3 python3)
+# zsh, fish, man-db and groff-base: the tests load the completion scripts and render the man page.
+packages=(libsqlite3-dev libyaml-dev libpq-dev libssl-dev postgresql sqlite3 python3 zsh fish man-db groff-base)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

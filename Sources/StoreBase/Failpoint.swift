@@ -51,6 +51,10 @@ public enum Failpoint {
         ("cloud-move.after-config", "migrate --cloud: after config.yaml names the new target, before the switch "
             + "is activated"),
         ("cloud-move.before-activate-commit", "migrate --cloud: inside the transaction that activates the switch"),
+        ("switch.after-snapshot", "mode cloud: after the copy of the store was taken, before the account is bound"),
+        ("switch.before-restore", "mode cloud: after the content did not verify, before the store is put back"),
+        ("schema.before-commit", "migrate --sql: after the SQL ran, the triggers were regenerated and the record "
+            + "names kept, before the commit"),
         ("move.after-fence", "migrate --to: after the old file refuses writes, before it is removed"),
     ]
 

@@ -22,6 +22,8 @@ public struct SyncOptions: Sendable {
     public var allowMassDelete = false
     /// Forget record names and tokens and upload every row again (after a zone was purged elsewhere).
     public var reupload = false
+    /// PostgreSQL: sync into a container that this role does not own, owned by this role (`--accept-owner ROLE`).
+    public var acceptOwner: String?
 
     public init() {}
 }
@@ -40,14 +42,22 @@ public struct ModeReport: Sendable, Codable {
     public var dryRun: Bool
     public var steps: [PlanStep]
     public var sync: SyncReport?
+    /// `mode cloud --dry-run` (and `--expect-plan`): the plan, with its id.
+    public var plan: SwitchPlan?
+    /// `mode cloud`: how the store compared with its zone after the switch.
+    public var verified: VerifyReport?
 
-    public init(store: String, from: String, to: String, dryRun: Bool, steps: [PlanStep], sync: SyncReport?) {
+    public init(store: String, from: String, to: String, dryRun: Bool, steps: [PlanStep], sync: SyncReport?,
+                plan: SwitchPlan? = nil, verified: VerifyReport? = nil)
+    {
         self.store = store
         self.from = from
         self.to = to
         self.dryRun = dryRun
         self.steps = steps
         self.sync = sync
+        self.plan = plan
+        self.verified = verified
     }
 }
 
@@ -129,6 +139,7 @@ extension StoreHandle {
         let backend = try checkedCloud ?? CloudConnector.open(settings: cloud)
         checkedCloud = nil
         let mirror = try Mirror(db: db, cloud: backend, options: try mirrorOptions(options))
+        try checkOwner(db: db, cloud: backend, settings: cloud, accept: options.acceptOwner)
         try bind(db: db, cloud: cloud, rebind: options.rebind)
         if options.reupload {
             try db.transaction { try MirrorState.resetSyncState(db, zone: cloud.zone) }
@@ -164,77 +175,6 @@ extension StoreHandle {
             try MirrorState.setMeta(db, "bound_zone", cloud.zone)
             try recordBoundURL(db: db, cloud: cloud)
         }
-    }
-
-    /// `storectl mode cloud`: the eight steps of enabling sync, in order.
-    /// - Throws: `AccountUnavailableError` (69/75) before anything changes; `StoreError`; sync errors.
-    public func enableCloud(_ options: SyncOptions, log: (String) -> Void = { _ in },
-                            progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws -> ModeReport
-    {
-        var steps: [PlanStep] = []
-        func step(_ name: String, _ detail: String) {
-            steps.append(PlanStep(step: name, detail: detail))
-            log("\(name): \(detail)")
-        }
-        let previous: String = (try? storeMode())??.rawValue ?? "uninitialised"
-        // 1. The config is valid: it was validated when loaded.
-        let cloud = try cloudSettings()
-        step("config", "valid (\(config.path))")
-        // Steps 2 to 4 may create the container file and the store file: a refusal removes them again.
-        let (account, installed, db, mirrored) = try leavingNothingBehind {
-            () -> (AccountStatusReport, Bool, Connection?, Int) in
-            // 2. The account, before anything changes anywhere.
-            let account = try requireAvailableAccount(dryRun: options.dryRun)
-            step("account", "\(account.account ?? "?") is \(account.status.rawValue)")
-            if options.dryRun { return (account, false, nil, 0) }
-            // 3. History tracking.
-            let installed = try ensureInitialized()
-            try requireTracking()
-            // 4. Schema fit, and the columns entities: names.
-            let db = try database()
-            try checkEntityColumns()
-            let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: uniqueRules)
-            guard check.ok else { throw CloudCheckError(report: check) }
-            return (account, installed, db, check.entities.count)
-        }
-        if options.dryRun {
-            let initialised = (try? storeMode()) != nil
-            step("history", initialised ? "verify the triggers" : "initialise the store and install the triggers")
-            step("cloud check", "check that every tracked table can be mirrored")
-            step("bind", "bind the store to account '\(cloud.account ?? "")' in \(cloud.container)")
-            if options.noSync {
-                step("sync", "skipped (--no-sync)")
-            } else {
-                let pending = initialised ? (try? MirrorState.pendingExportCount(try database())) ?? 0 : 0
-                step("export", initialised ? "export the baseline or the \(pending) pending change(s)" : "export a baseline of all rows")
-                step("import", "import the cloud's changes")
-            }
-            step("mode", "write mode: cloud into the store and into \(config.path)")
-            return ModeReport(store: settings.name, from: previous, to: "cloud", dryRun: true, steps: steps, sync: nil)
-        }
-        guard let db else { throw StoreError(.software, "the store was not opened") }
-        step("history", installed ? "initialised the store and installed the triggers" : "triggers verified")
-        step("cloud check", "\(mirrored) table(s) can be mirrored")
-        // 5. Bind. The triggers were verified in step 3, in this process, moments ago.
-        let mirror = try openMirror(options, trackingVerified: true)
-        step("bind", "bound to account '\(cloud.account ?? "")' in \(cloud.container), zone '\(cloud.zone)'")
-        // 6 and 7. First export, then import.
-        var report: SyncReport?
-        if options.noSync {
-            step("sync", "skipped (--no-sync)")
-        } else {
-            let exported = try mirror.exportChanges { progress("export", $0, $1) }
-            step("export", exported.baseline ? "baseline: \(exported.saved) record(s) saved"
-                 : "\(exported.saved) saved, \(exported.deleted) deleted")
-            let imported = try mirror.importChanges { progress("import", $0, $1) }
-            step("import", "\(imported.applied) applied, \(imported.deleted) deleted")
-            try MirrorState.setMeta(db, "last_sync_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
-            report = SyncReport(exported: exported, imported: imported)
-        }
-        // 8. The mode, in the store and then in config.yaml.
-        try writeMode(.cloud)
-        step("mode", "cloud")
-        return ModeReport(store: settings.name, from: previous, to: "cloud", dryRun: false, steps: steps, sync: report)
     }
 
     /// `storectl mode local`: a final export (unless `noFinalSync`), then `mode: local`. Data, history, the

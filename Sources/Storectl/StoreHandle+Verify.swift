@@ -50,7 +50,7 @@ public struct VerifyReport: Sendable, Codable, Equatable {
         public var columns: [Column]
         /// What explains it, when something does: `pending_export` (a local change not exported yet),
         /// `pending_import` (a cloud change not imported yet), `waiting_for_parent` (a record whose parent has
-        /// not arrived). Nil: nothing storectl knows of explains it (it was changed behind storectl's back).
+        /// not arrived), `parent_deleted` (a record whose parent the zone deleted, so no store can hold it). Nil: nothing storectl knows of explains it (it was changed behind storectl's back).
         public var pending: String?
 
         public func encode(to encoder: any Encoder) throws {
@@ -109,6 +109,8 @@ extension StoreHandle {
     static func compare(db: Connection, store: String, cloud: any CloudDatabase, url: String, zone: String,
                         limit: Int) throws -> VerifyReport
     {
+        let withdraw = try readableMirrorState(db)
+        defer { withdraw() }
         let entities = try Mirror.entityMaps(db)
         let device = try MirrorState.storeID(db)
         var report = VerifyReport(store: store, url: Redaction.connectionString(url), container: cloud.container, zone: zone,
@@ -209,12 +211,21 @@ extension StoreHandle {
                                  pending: row[3].int64 == 1 ? "pending_export"
                                     : row[4].int64 == 1 ? "pending_import" : nil))
             }
+            // A record that points at a parent the zone no longer holds alive cannot be a row anywhere: the
+            // parent's deletion removed its children on every store that applied it (ON DELETE CASCADE).
+            let orphan = e.references.isEmpty ? "0" : "(" + e.references.map { ref in
+                let path = quoteLiteral("$.\"" + ref.column.replacingText("\"", with: "\\\"") + "\".\"$ref\"")
+                return "(json_extract(c.fields, \(path)) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "
+                    + "temp._storectl_verify_cloud p WHERE p.record_name = json_extract(c.fields, \(path)) "
+                    + "AND p.deleted = 0))"
+            }.joined(separator: " OR ") + ")"
             // Live records with no row: not imported yet, waiting for a parent, or deleted here.
             for row in try db.query("""
                 SELECT c.record_name, c.fields, m.pk,
                        CASE WHEN m.pk IS NULL THEN 0 ELSE \(pendingExport.replacingText("%PK%", with: "m.pk")) END,
                        \(pendingImport.replacingText("%C%", with: "c")),
-                       EXISTS (SELECT 1 FROM _storectl_pending p WHERE p.record_name = c.record_name)
+                       EXISTS (SELECT 1 FROM _storectl_pending p WHERE p.record_name = c.record_name),
+                       \(orphan)
                 FROM temp._storectl_verify_cloud c
                 LEFT JOIN _storectl_records m ON m.record_name = c.record_name
                 WHERE c.record_type = ? AND c.deleted = 0
@@ -223,7 +234,7 @@ extension StoreHandle {
             {
                 table.cloudOnly += 1
                 let pending = row[3].int64 == 1 ? "pending_export" : row[4].int64 == 1 ? "pending_import"
-                    : row[5].int64 == 1 ? "waiting_for_parent" : nil
+                    : row[5].int64 == 1 ? "waiting_for_parent" : row[6].int64 == 1 ? "parent_deleted" : nil
                 all.append(.init(table: e.name, key: row[2].string.map(JSONValue.init(jsonText:)),
                                  recordName: row[0].string ?? "", state: "cloud_only",
                                  columns: try Self.columns(db, row[1].string ?? "{}", local: false), pending: pending))
@@ -238,6 +249,29 @@ extension StoreHandle {
         report.differences = Array(ordered.prefix(max(limit, 0)))
         report.truncated = ordered.count > report.differences.count
         return report
+    }
+
+    /// Lets a store that never synced be read like one that did, without writing to it: an empty record map and
+    /// pending table in the connection's temp schema stand in for the missing ones until `withdraw` is called
+    /// (they must not outlive the read: they would hide the real tables that sync creates).
+    static func readableMirrorState(_ db: Connection) throws -> () -> Void {
+        var made: [String] = []
+        if try !db.tableExists("_storectl_records") {
+            try db.execute("""
+                CREATE TEMP TABLE IF NOT EXISTS _storectl_records(entity TEXT NOT NULL, pk TEXT NOT NULL,
+                    record_name TEXT NOT NULL, change_tag TEXT, base TEXT, deleted INTEGER NOT NULL DEFAULT 0,
+                    PRIMARY KEY (entity, pk)) WITHOUT ROWID
+                """)
+            made.append("_storectl_records")
+        }
+        if try !db.tableExists("_storectl_pending") {
+            try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_pending(record_name TEXT PRIMARY KEY) WITHOUT ROWID")
+            made.append("_storectl_pending")
+        }
+        return {
+            db.clearStatementCache()
+            for table in made { try? db.execute("DROP TABLE IF EXISTS temp.\(table)") }
+        }
     }
 
     /// The columns whose values differ between two fields objects, each with both values. Values compare by JSON

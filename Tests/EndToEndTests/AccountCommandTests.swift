@@ -393,3 +393,37 @@ final class AccountCommandTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: containerPath(dir)), "it changes nothing")
     }
 }
+
+extension AccountCommandTests {
+    /// disable, enable and remove: an owner changes another account; the last enabled owner stays.
+    func testAccountEnableAndRemove() throws {
+        let dir = try TempDirectory()
+        try writeConfig(dir)
+        try initContainer(dir)
+        XCTAssertEqual(try run(["account", "add", "bob", "--secret-env", "BOB_SECRET"], in: dir).status, 0)
+        XCTAssertEqual(try run(["account", "disable", "bob"], in: dir).status, 0)
+        let enable = try run(["--json", "account", "enable", "bob"], in: dir)
+        XCTAssertEqual(enable.status, 0, "\(enable)")
+        let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(enable.stdout.utf8)) as? [String: Any])
+        XCTAssertEqual(doc["action"] as? String, "enabled")
+        XCTAssertEqual(doc["enabled"] as? Bool, true)
+        XCTAssertEqual(doc["account"] as? String, "bob")
+        let listed = try run(["--json", "account", "list"], in: dir)
+        let accounts = (try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [String: Any])?["accounts"]
+            as? [[String: Any]] ?? []
+        XCTAssertEqual(accounts.first { $0["id"] as? String == "bob" }?["disabled"] as? Bool, false)
+        let remove = try run(["account", "remove", "bob"], in: dir)
+        XCTAssertEqual(remove.status, 0, "\(remove)")
+        XCTAssertEqual(remove.stdout, "removed account 'bob' of container 'iCloud.com.example.notes'\n")
+        let after = try run(["--json", "account", "list"], in: dir)
+        XCTAssertFalse(after.stdout.contains("\"bob\""), after.stdout)
+        // The last enabled owner is never removed, and an unknown id is named.
+        let last = try run(["account", "remove", "alice"], in: dir)
+        XCTAssertEqual(last.status, 65, "\(last)")
+        XCTAssertTrue(last.stderr.contains("last enabled owner"), last.stderr)
+        XCTAssertTrue(last.stderr.contains("'storectl account add alice --role owner'"), last.stderr)
+        let unknown = try run(["account", "enable", "carol"], in: dir)
+        XCTAssertNotEqual(unknown.status, 0)
+        XCTAssertTrue(unknown.stderr.contains("no account 'carol'"), unknown.stderr)
+    }
+}

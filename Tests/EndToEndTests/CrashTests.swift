@@ -183,6 +183,8 @@ final class CrashTests: XCTestCase {
     /// the rerun), and where those tests are.
     static func killedElsewhere(_ failpoint: String) -> String? {
         if failpoint.hasPrefix("move.") { return "MigrateMoveTests.testAKillAtEveryStepOfAMoveLeavesAWorkingSetupAndARerunFinishes" }
+        if failpoint.hasPrefix("schema.") { return "MigrateSQLTests.testAKillBeforeTheCommitChangesNothing" }
+        if failpoint.hasPrefix("switch.") { return "SwitchPlanTests.testAKillDuringTheSwitchLeavesTheStoreLocal" }
         if failpoint.hasPrefix("cloud-move.") { return "MigrateCloudTests.testAKillAtEveryStepLeavesAWorkingSetup" }
         return nil
     }

@@ -4,19 +4,9 @@ import XCTest
 
 /// `storectl migrate --to`: moving and copying a store file, through the real binary.
 final class MigrateMoveTests: XCTestCase {
-    /// Two stores in cloud mode sharing a container, with rows on a that b has.
+    /// Two stores in cloud mode sharing a container, with rows on a that b has, and a history consumer on a.
     func synced() throws -> SharedStores {
-        let s = try SharedStores(label: "storectl-move")
-        try s.run("a", ["mode", "local"])
-        try s.sql("a", """
-            INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two');
-            INSERT INTO tags(name) VALUES ('red');
-            INSERT INTO note_tags SELECT n.id, t.id FROM notes n, tags t WHERE n.uuid = 'n1';
-            INSERT INTO settings VALUES ('theme', 'dark');
-            """)
-        try s.run("a", ["mode", "cloud"])
-        try s.run("b", ["mode", "cloud"])
-        s.modes = ["a": "cloud", "b": "cloud"]
+        let s = try SharedStores.inTheCloud(label: "storectl-move")
         try s.run("a", ["history", "consumer", "add", "search-index"])
         return s
     }
@@ -218,5 +208,23 @@ final class MigrateMoveTests: XCTestCase {
         // The fix, pasted, works.
         try s.run("a", ["config", "set", "stores.a.path", "elsewhere/a.sqlite"])
         try s.run("a", ["sync"])
+    }
+}
+
+extension SharedStores {
+    /// Stores a and b in cloud mode on one container file, with notes, a tag, a link and a setting made on a.
+    static func inTheCloud(label: String) throws -> SharedStores {
+        let s = try SharedStores(label: label)
+        try s.run("a", ["mode", "local"])
+        try s.sql("a", """
+            INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two');
+            INSERT INTO tags(name) VALUES ('red');
+            INSERT INTO note_tags SELECT n.id, t.id FROM notes n, tags t WHERE n.uuid = 'n1';
+            INSERT INTO settings VALUES ('theme', 'dark');
+            """)
+        try s.run("a", ["mode", "cloud"])
+        try s.run("b", ["mode", "cloud"])
+        s.modes = ["a": "cloud", "b": "cloud"]
+        return s
     }
 }

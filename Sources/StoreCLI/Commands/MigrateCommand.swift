@@ -29,6 +29,13 @@ struct MigrateCommand: Command {
         every row there, verifies the content, and only then switches cloud.* in config.yaml (one atomic edit) and
         the store's tokens. A failure at any step leaves the old setup working and config.yaml untouched. Every
         other store of the account follows with the same command.
+
+        --sql FILE runs a schema change ALTER TABLE cannot make (a column type change, a table rebuilt by copying
+        it into a new one) in ONE transaction, with foreign keys off and checked before the commit, then
+        regenerates the triggers and records the schema version (--schema-version N, default: one more than the
+        store's; a store at N or later does nothing, so every device can run the same file). Rows of a rebuilt
+        table keep their record names, so the cloud sees updates, never a mass delete and re-insert. The file may
+        not BEGIN or COMMIT, ATTACH, set pragmas, or touch storectl's own tables.
         """
     static let examples = [
         "storectl migrate                   # after ALTER TABLE notes ADD COLUMN pinned INTEGER",
@@ -37,6 +44,7 @@ struct MigrateCommand: Command {
         "storectl migrate --to backup/notes.sqlite --copy  # a copy with its own identity",
         "storectl migrate --cloud postgres://sync@db.example.com/notes --account sync --secret-env NOTES_PG_PASSWORD",
         "storectl migrate --cloud file:cloud/notes.container --zone archive",
+        "storectl migrate --sql migrations/0002-price-as-integer.sql --schema-version 2",
     ]
     static let options = [
         OptionSpec("force", help: "Reinstall missing triggers (tracking was lost) and record a history gap."),
@@ -49,6 +57,8 @@ struct MigrateCommand: Command {
         OptionSpec("secret-env", value: "VAR", help: "With --cloud: the variable holding the new account's secret."),
         OptionSpec("no-final-sync", help: "With --cloud: skip the last sync with the old target (it is gone)."),
         OptionSpec("allow-mass-delete", help: "With --cloud: let the export through the mass-delete breaker."),
+        OptionSpec("sql", value: "FILE", help: "Run the schema change in FILE in one transaction (see above)."),
+        OptionSpec("schema-version", value: "N", help: "With --sql: the schema version FILE brings the store to."),
     ]
 
     struct Output: Encodable {
@@ -86,6 +96,9 @@ struct MigrateCommand: Command {
         if let url = args.value("cloud") {
             return try moveCloud(to: url, args, context)
         }
+        if let file = args.value("sql") {
+            return try migrateSchema(file, args, context)
+        }
         let store = try context.openStore()
         let tracker = try store.historyTracker()
         let report = try tracker.migrate(force: args.flag("force"))
@@ -121,7 +134,7 @@ extension MigrateCommand {
         if args.flag("force") && args.value("to") != nil {
             throw UsageError("--force regenerates triggers; it does not go with --to")
         }
-        let modes = ["to", "cloud"].filter { args.value($0) != nil }
+        let modes = ["to", "cloud", "sql"].filter { args.value($0) != nil }
         if modes.count > 1 {
             throw UsageError("--\(modes[0]) and --\(modes[1]) do not go together", hint: "run one migration at a time")
         }
@@ -129,10 +142,19 @@ extension MigrateCommand {
         where (args.value(option) != nil || args.flag(option)) && args.value("cloud") == nil {
             throw UsageError("--\(option) goes with --cloud", hint: "write storectl migrate --cloud URL --\(option) ...")
         }
+        if args.value("schema-version") != nil && args.value("sql") == nil {
+            throw UsageError("--schema-version goes with --sql", hint: "write storectl migrate --sql FILE --schema-version N")
+        }
+        if let raw = args.value("schema-version"), Int(raw).map({ $0 > 0 }) != true {
+            throw UsageError("--schema-version must be a positive number, got '\(raw)'")
+        }
+        if args.flag("force") && args.value("sql") != nil {
+            throw UsageError("--force regenerates triggers; it does not go with --sql (which regenerates them too)")
+        }
         if args.flag("force") && args.value("cloud") != nil {
             throw UsageError("--force regenerates triggers; it does not go with --cloud")
         }
-        for option in ["cloud", "container", "zone", "account", "secret-env"] where args.value(option)?.isEmpty == true {
+        for option in ["cloud", "container", "zone", "account", "secret-env", "sql"] where args.value(option)?.isEmpty == true {
             throw UsageError("--\(option) needs a value")
         }
         if let to = args.value("to"), to.isEmpty {
@@ -191,6 +213,27 @@ extension MigrateCommand {
             context.console.out("Store '\(report.store)' already syncs with \(report.to); nothing to do.")
         } else {
             context.console.out("Store '\(report.store)' now syncs with \(report.to) (was \(report.from)).")
+        }
+        return .ok
+    }
+}
+
+extension MigrateCommand {
+    /// `migrate --sql FILE [--schema-version N]`.
+    static func migrateSchema(_ raw: String, _ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        let store = try context.openStore()
+        let path = raw.hasPrefix("/") ? raw : Path.join(context.workingDirectory, raw)
+        let report = try store.migrateSchema(sqlFile: path, version: args.value("schema-version").flatMap { Int($0) },
+                                             log: { line in
+            if !context.global.json { context.console.note("  " + line) }
+        })
+        if context.global.json {
+            context.console.json(report)
+        } else if report.applied {
+            context.console.out("Migrated store '\(report.store)' to schema version \(report.version) with \(raw); "
+                                + "\(report.keptRecordNames) rebuilt row(s) kept their record names.")
+        } else {
+            context.console.out("Store '\(report.store)' is at schema version \(report.version) already; nothing to do.")
         }
         return .ok
     }

@@ -10,7 +10,7 @@ import Glibc
 struct WatchCommand: Command {
     static let name = "watch"
     static let abstract = "Keep stores in cloud mode in sync, and report remote changes as they arrive."
-    static let arguments = "[--store NAME | --all] [--interval S] [--once]"
+    static let arguments = "[--store <name> | --all] [--interval <seconds>] [--once]"
     static let discussion = """
         Syncs a store soon after its history grows (a burst of writes is one round), and polls the cloud for
         remote changes every --interval seconds (a PostgreSQL container also wakes the watcher at once). A failed
@@ -34,9 +34,9 @@ struct WatchCommand: Command {
     ]
     static let options = [
         OptionSpec("all", help: "Serve every store of the config that has a cloud: section."),
-        OptionSpec("interval", value: "S", help: "Seconds between two polls of the cloud (default 10)."),
+        OptionSpec("interval", value: "seconds", help: "Seconds between two polls of the cloud (default 10)."),
         OptionSpec("once", help: "Do one round for each store, then exit."),
-        OptionSpec("max-backoff", value: "S", help: "The longest delay between two retries, in seconds (default 300)."),
+        OptionSpec("max-backoff", value: "seconds", help: "The longest delay between two retries, in seconds (default 300)."),
     ]
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {

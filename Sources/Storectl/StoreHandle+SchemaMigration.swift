@@ -1,0 +1,317 @@
+import FoundationEssentials
+import StoreBase
+import StoreCrypto
+import StoreHistory
+import StoreMirror
+import StoreSQLite
+
+/// What `storectl migrate --sql FILE` did. The JSON form is stable.
+public struct SchemaMigrationReport: Sendable, Codable, Equatable {
+    public var store: String
+    public var file: String
+    /// SHA-256 of the file's bytes.
+    public var sha256: String
+    /// The schema version before, and the one recorded now (the same when nothing was done).
+    public var previousVersion: Int
+    public var version: Int
+    /// Whether the SQL ran (false: the store is at `version` already).
+    public var applied: Bool
+    /// The tracked tables after the migration.
+    public var tables: [String]
+    /// Rows whose key changed in a rebuild (a table copied into a new one) and that kept their record names.
+    public var keptRecordNames: Int
+    /// Rows whose values the SQL changed where no trigger saw it (a table copy): recorded in history, so that the
+    /// next sync exports them as updates.
+    public var changedRows: Int
+    /// Rows that appeared where no trigger saw it: exported as new records.
+    public var newRows: Int
+    /// Synced rows that are gone and matched no new row: exported as deletions.
+    public var removedRows: Int
+}
+
+extension StoreHandle {
+    /// The author of the rows `migrate --sql` changes.
+    static let schemaMigrationAuthor = "migrate"
+
+    /// `storectl migrate --sql FILE [--version N]`: runs a schema change ALTER TABLE cannot make (a column type
+    /// change, a table rebuilt by copying it) in ONE transaction, with foreign keys off and checked before the
+    /// commit; regenerates the history triggers; keeps the record names of rebuilt rows; records the schema
+    /// version.
+    ///
+    /// The file may not control the transaction (BEGIN, COMMIT, ROLLBACK), ATTACH a database, set pragmas, or
+    /// touch storectl's own tables and triggers. Rows of a rebuilt table that got new keys are matched to the rows
+    /// they were copied from (same values, else same values as text over the columns both shapes have) and keep
+    /// their record names, so the cloud sees updates, never a mass delete and re-insert. Changes no trigger saw
+    /// are found by comparing each row with its record map entry, and recorded in history for the next export.
+    /// - Parameter version: the version the file brings the schema to; at or below the store's, nothing is done.
+    ///   Nil: the store's version plus one.
+    /// - Throws: `StoreError` 66 (no file or store), 65 (the SQL failed, a refused statement, a foreign key
+    ///   violated), 78 (tracking lost); nothing is changed then.
+    public func migrateSchema(sqlFile path: String, version requested: Int? = nil,
+                              log: (String) -> Void = { _ in }) throws -> SchemaMigrationReport
+    {
+        try requireExists()
+        guard let bytes = FileManager.default.contents(atPath: path).map({ [UInt8]($0) }),
+              let sql = String(validating: bytes, as: UTF8.self)
+        else {
+            throw StoreError(.noInput, "cannot read the SQL file \(path)", hint: "check the path; nothing was changed")
+        }
+        let db = try database()
+        let tracker = try historyTracker()
+        try tracker.requireInitialized()
+        if case .triggersMissing(let tables) = try tracker.verify() {
+            throw StoreError(.config, "history tracking is lost in \(settings.path): the triggers of "
+                             + tables.joined(separator: ", ") + " are missing",
+                             hint: "run 'storectl migrate --force' first (it records the gap), then migrate --sql")
+        }
+        let previous = Int(try MirrorState.meta(db, "schema_version") ?? "0") ?? 0
+        let version = requested ?? previous + 1
+        var report = SchemaMigrationReport(store: settings.name, file: path,
+                                           sha256: Hex.string(try Crypto.sha256(bytes)), previousVersion: previous,
+                                           version: previous, applied: false, tables: try Mirror.trackedTables(db),
+                                           keptRecordNames: 0, changedRows: 0, newRows: 0, removedRows: 0)
+        guard version > previous else {
+            log("version: store '\(settings.name)' is at schema version \(previous) already; nothing to do")
+            return report
+        }
+        let withdraw = try Self.readableMirrorState(db)
+        defer { withdraw() }
+        let before = try Mirror.entityMaps(db)
+        // "foreign key constraint enforcement ... cannot be enabled or disabled in the middle of a transaction":
+        // off before it starts, so that dropping a table in a rebuild cascades nowhere; checked before the commit.
+        try db.execute("PRAGMA foreign_keys = OFF")
+        defer { try? db.execute("PRAGMA foreign_keys = ON") }
+        try HistoryTracker(db: db, options: trackingOptions).transaction(author: Self.schemaMigrationAuthor) { tx in
+            try Self.snapshotSyncedRows(db, entities: before)
+            do {
+                try db.withAuthorizer(Self.schemaFileRule) { try db.execute(sql) }
+            } catch let refusal as AuthorizerRefusal {
+                throw StoreError(.dataError, "\(path): \(refusal.reason)", details: refusal.details,
+                                 hint: "change the file; nothing was changed")
+            } catch let error as SQLiteError {
+                throw StoreError(.dataError, "\(path) failed: \(error.message)", details: error.details,
+                                 hint: "fix the SQL; it ran in one transaction, which was rolled back: nothing was changed")
+            }
+            db.clearStatementCache()
+            let violations = try db.query("PRAGMA foreign_key_check")
+            guard violations.isEmpty else {
+                let lines = violations.prefix(10).map { row in
+                    "  \(row[0].string ?? "?") row \(row[1].description) points at a missing \(row[2].string ?? "?") row"
+                }
+                throw StoreError(.dataError, "\(path) leaves \(violations.count) foreign key violation(s)",
+                                 details: lines, hint: "fix the SQL; nothing was changed")
+            }
+            log("sql: ran \(path) in one transaction")
+            // The triggers, for the schema as it is now. Missing ones (a rebuilt table) are no gap: every row the
+            // SQL touched is reconciled below.
+            let gap = (try MirrorState.meta(db, "history_gap"), try MirrorState.meta(db, "history_gap_reason"))
+            let regenerated = try tracker.migrate(force: true)
+            try MirrorState.setMeta(db, "history_gap", gap.0)
+            try MirrorState.setMeta(db, "history_gap_reason", gap.1)
+            report.tables = regenerated.tables
+            log("triggers: regenerated for \(regenerated.tables.count) table(s)")
+            let after = try Mirror.entityMaps(db)
+            let synced = try MirrorState.meta(db, "baseline_container") != nil
+            // Parents first: a child's fields name its parent by record name, which the parent's pass may move.
+            for e in EntityMap.parentFirst(after) {
+                guard let old = before.first(where: { $0.name == e.name }) else { continue }
+                report.keptRecordNames += try Self.keepRecordNames(db, old: old, new: e)
+                if synced { try Self.recordUnseenChanges(db, e, tx: tx, report: &report) }
+            }
+            try MirrorState.setMeta(db, "schema_version", String(version))
+            try MirrorState.setMeta(db, "schema_version_sha256", report.sha256)
+            try MirrorState.setMeta(db, "schema_version_at", String(HistoryTracker.nowMilliseconds()))
+            Failpoint.hit("schema.before-commit")
+        }
+        try db.execute("DROP TABLE IF EXISTS temp._storectl_before")
+        report.version = version
+        report.applied = true
+        log("record names: \(report.keptRecordNames) rebuilt row(s) kept theirs; \(report.changedRows) changed, "
+            + "\(report.newRows) new and \(report.removedRows) removed row(s) recorded for the next export")
+        log("version: \(previous) -> \(version)")
+        return report
+    }
+
+    /// What a schema file may do: anything to the user's tables, but no transaction control, no ATTACH, no pragma
+    /// that sets something, nothing to storectl's own tables and triggers (the history triggers still write
+    /// history as the file changes tracked tables).
+    static func schemaFileRule(_ r: AuthorizerRequest) -> String? {
+        // DDL writes sqlite_master itself: that is the DDL's own request, judged as `.schema`.
+        let own = { (name: String?) in name.map { $0.lowercased().hasPrefix(StoreFormat.triggerPrefix) } ?? false }
+        switch r.kind {
+        case .transaction:
+            return "the file controls the transaction (BEGIN, COMMIT, ROLLBACK or END), but migrate --sql runs it in "
+                + "one transaction of its own: remove those statements"
+        case .attach:
+            return "the file attaches or detaches a database, which migrate --sql does not allow"
+        case .pragma where r.pragmaValue != nil && r.trigger == nil:
+            return "the file sets PRAGMA \(r.pragma ?? "?"); migrate --sql runs with foreign keys off and checks "
+                + "them before the commit, and allows no other pragma to be set"
+        case .write where r.trigger == nil && own(r.table):
+            return "the file writes storectl's own table \(r.table ?? "?")"
+        // The history triggers of a user table go with it when it is dropped (and come back, regenerated): only
+        // storectl's own tables (and their indexes) are refused.
+        case .schema where r.trigger == nil && own(r.table):
+            return "the file changes storectl's own \(r.object ?? r.table ?? "?")"
+        default:
+            return nil
+        }
+    }
+
+    /// Keeps, before the file runs, every synced row as the exporter encodes it (`temp._storectl_before`).
+    static func snapshotSyncedRows(_ db: Connection, entities: [EntityMap]) throws {
+        try db.execute("""
+            DROP TABLE IF EXISTS temp._storectl_before;
+            CREATE TEMP TABLE _storectl_before(entity TEXT, pk TEXT, record_name TEXT, fields TEXT);
+            """)
+        for e in entities {
+            try db.run("""
+                INSERT INTO temp._storectl_before SELECT ?, l.pk, l.record_name, l.fields FROM (\(e.localRecordsSQL)) l
+                WHERE EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = ? AND r.pk = l.pk AND r.deleted = 0)
+                """, [e.name, e.name])
+        }
+    }
+
+    /// Gives every synced row of a rebuilt table the record name of the row it was copied from, whatever key it
+    /// has now: a copy may give rows new keys (rowids given again in another order), and a key that is still there
+    /// may now hold another row. Rows are matched, one to one, by their fields; then by their values as text over
+    /// the columns both shapes of the table have (a column whose type changed); what is left is matched by key (a
+    /// row the file edited in place). A synced row that matched nothing is gone: its record name moves to a key
+    /// no row has, so that its deletion is exported. Returns how many rows kept their names under another key.
+    static func keepRecordNames(_ db: Connection, old: EntityMap, new e: EntityMap) throws -> Int {
+        let common = old.fieldColumns.filter { e.fieldColumns.contains($0) }
+        let keys = "(" + (common.isEmpty ? "NULL" : common.map { quoteLiteral($0) }.joined(separator: ", ")) + ")"
+        let loose = { (fields: String) in
+            "(SELECT group_concat(key || char(31) || coalesce(CAST(atom AS TEXT), json(value), char(0)), char(30)) "
+                + "FROM (SELECT key, atom, value FROM json_each(\(fields)) WHERE key IN \(keys) ORDER BY key))"
+        }
+        try db.execute("""
+            DROP TABLE IF EXISTS temp._storectl_was; DROP TABLE IF EXISTS temp._storectl_is;
+            DROP TABLE IF EXISTS temp._storectl_pairs;
+            CREATE TEMP TABLE _storectl_was(pk TEXT PRIMARY KEY, fields TEXT, loose TEXT);
+            CREATE TEMP TABLE _storectl_is(pk TEXT PRIMARY KEY, fields TEXT, loose TEXT);
+            CREATE TEMP TABLE _storectl_pairs(old_pk TEXT PRIMARY KEY, new_pk TEXT UNIQUE);
+            """)
+        defer {
+            try? db.execute("""
+                DROP TABLE IF EXISTS temp._storectl_was; DROP TABLE IF EXISTS temp._storectl_is;
+                DROP TABLE IF EXISTS temp._storectl_pairs;
+                """)
+        }
+        try db.run("""
+            INSERT INTO temp._storectl_was SELECT pk, fields, \(loose("fields")) FROM temp._storectl_before
+            WHERE entity = ?
+            """, [e.name])
+        guard try db.scalar("SELECT count(*) FROM temp._storectl_was")?.int64 ?? 0 > 0 else { return 0 }
+        try db.execute("""
+            INSERT INTO temp._storectl_is SELECT l.pk, l.fields, \(loose("l.fields")) FROM (\(e.localRecordsSQL)) l
+            """)
+        // One to one, by fields, then by values as text; among equals, in key order.
+        for column in ["fields", "loose"] {
+            try db.execute("""
+                INSERT INTO temp._storectl_pairs(old_pk, new_pk)
+                WITH v AS (SELECT pk, \(column) AS c, row_number() OVER (PARTITION BY \(column) ORDER BY pk) AS k
+                           FROM temp._storectl_was WHERE \(column) IS NOT NULL
+                             AND pk NOT IN (SELECT old_pk FROM temp._storectl_pairs)),
+                     n AS (SELECT pk, \(column) AS c, row_number() OVER (PARTITION BY \(column) ORDER BY pk) AS k
+                           FROM temp._storectl_is WHERE \(column) IS NOT NULL
+                             AND pk NOT IN (SELECT new_pk FROM temp._storectl_pairs))
+                SELECT v.pk, n.pk FROM v JOIN n ON v.c = n.c AND v.k = n.k
+                """)
+        }
+        // Then by key: a row the file edited where it is.
+        try db.execute("""
+            INSERT INTO temp._storectl_pairs(old_pk, new_pk)
+            SELECT w.pk, w.pk FROM temp._storectl_was w JOIN temp._storectl_is i ON i.pk = w.pk
+            WHERE w.pk NOT IN (SELECT old_pk FROM temp._storectl_pairs)
+              AND i.pk NOT IN (SELECT new_pk FROM temp._storectl_pairs)
+            """)
+        let moved = Int(try db.scalar("SELECT count(*) FROM temp._storectl_pairs WHERE old_pk <> new_pk")?.int64 ?? 0)
+        guard moved > 0 else { return 0 }
+        // Rewrite the record map in one go (the keys may be a permutation). A synced row that matched nothing and
+        // whose key another row now has keeps its record under a key no row can have, for its deletion.
+        let entity = quoteLiteral(e.name)
+        try db.execute("""
+            DROP TABLE IF EXISTS temp._storectl_moved;
+            CREATE TEMP TABLE _storectl_moved AS
+                SELECT r.record_name, r.change_tag, r.base, r.deleted,
+                       coalesce(p.new_pk, json_array('$gone', r.pk)) AS pk
+                FROM _storectl_records r LEFT JOIN temp._storectl_pairs p ON p.old_pk = r.pk
+                WHERE r.entity = \(entity) AND r.pk IN (SELECT pk FROM temp._storectl_was)
+                  AND (p.old_pk IS NOT NULL AND p.old_pk <> p.new_pk
+                       OR p.old_pk IS NULL AND r.pk IN (SELECT new_pk FROM temp._storectl_pairs));
+            DELETE FROM _storectl_records WHERE entity = \(entity)
+                AND (pk IN (SELECT old_pk FROM temp._storectl_pairs WHERE old_pk <> new_pk)
+                     OR pk IN (SELECT new_pk FROM temp._storectl_pairs WHERE old_pk <> new_pk)
+                     OR record_name IN (SELECT record_name FROM temp._storectl_moved));
+            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
+                SELECT \(entity), pk, record_name, change_tag, base, deleted FROM temp._storectl_moved;
+            DROP TABLE temp._storectl_moved;
+            """)
+        return moved
+    }
+
+    /// Records in history, for the next export, what the file changed where no trigger saw it (a table copy):
+    /// rows whose values differ from what their record last held, rows that are new, synced rows that are gone.
+    /// Rows the triggers recorded since the last export are left to them.
+    static func recordUnseenChanges(_ db: Connection, _ e: EntityMap, tx: Int64, report: inout SchemaMigrationReport)
+        throws
+    {
+        let token = try MirrorState.exportToken(db)
+        let author = schemaMigrationAuthor
+        let seen = """
+            EXISTS (SELECT 1 FROM _storectl_history h WHERE h.entity = ?1 AND h.pk = %PK% AND h.seq > \(token)
+                    AND h.author <> \(quoteLiteral(MirrorState.importAuthor)))
+            """
+        let insert = """
+            INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed, tombstone)
+            VALUES (?, ?, \(StoreFormat.nowMillisecondsSQL), ?, ?, ?, ?, ?)
+            """
+        // Changed values: the row differs from its record map base.
+        for row in try db.query("""
+            SELECT l.pk, r.base, l.fields FROM (\(e.localRecordsSQL)) l
+            JOIN _storectl_records r ON r.entity = ?1 AND r.pk = l.pk
+            WHERE r.deleted = 0 AND r.base IS NOT NULL AND r.base IS NOT l.fields
+              AND NOT \(seen.replacingText("%PK%", with: "l.pk"))
+            """, [e.name])
+        {
+            guard let pk = row[0].string, let base = row[1].string, let fields = row[2].string else { continue }
+            // Only values both hold: a key only the record has (a column another device added first) or only the
+            // row has (a column just added) is not a change of this row's values.
+            let columns = try differingColumns(db, base, fields).filter { $0.local != nil && $0.cloud != nil }
+                .map(\.column)
+            if columns.isEmpty { continue }
+            let changed = "[" + columns.map(JSONText.quoted).joined(separator: ",") + "]"
+            try db.run(insert, [tx, author, e.name, pk, "U", changed, Value.null])
+            report.changedRows += 1
+        }
+        // New rows.
+        for row in try db.query("""
+            SELECT l.pk FROM (\(e.localRecordsSQL)) l
+            WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = ?1 AND r.pk = l.pk)
+              AND NOT \(seen.replacingText("%PK%", with: "l.pk"))
+            """, [e.name])
+        {
+            guard let pk = row[0].string else { continue }
+            try db.run(insert, [tx, author, e.name, pk, "I", Value.null, Value.null])
+            report.newRows += 1
+        }
+        // Synced rows that are gone.
+        for row in try db.query("""
+            SELECT r.pk FROM _storectl_records r WHERE r.entity = ?1 AND r.deleted = 0 AND r.change_tag IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM main.\(quoteIdentifier(e.name)) t WHERE \(pkMatches(e, "t", "r.pk")))
+              AND NOT \(seen.replacingText("%PK%", with: "r.pk"))
+            """, [e.name])
+        {
+            guard let pk = row[0].string else { continue }
+            try db.run(insert, [tx, author, e.name, pk, "D", Value.null, "{}"])
+            report.removedRows += 1
+        }
+    }
+
+    /// `t."a" = json_extract(pk, '$[0]') AND ...`.
+    static func pkMatches(_ e: EntityMap, _ alias: String, _ json: String) -> String {
+        e.primaryKey.enumerated().map { i, c in "\(alias).\(quoteIdentifier(c)) = json_extract(\(json), '$[\(i)]')" }
+            .joined(separator: " AND ")
+    }
+}
