@@ -539,11 +539,13 @@ class WatchTests: WatchTestCase {
         try dir.write("config.yaml", try dir.read("config.yaml") + "  local-only:\n    path: data/l.sqlite\n")
         let noCloud = try run(dir, ["--store", "local-only", "watch"], expect: 78)
         XCTAssertTrue(noCloud.stderr.contains("has no cloud: section"), noCloud.stderr)
-        // A store that was never created: said so, with the command that creates it.
+        // A store file that is not at its path: said so, with the path and the fix (never a new, empty store).
+        let fix = "storectl --store a config set stores.a.path NEW_PATH"
         let missing = try run(dir, ["--store", "a", "watch", "--once"], expect: 66)
-        XCTAssertTrue(missing.stderr.contains("hint: run 'storectl --store a init' first"), missing.stderr)
+        XCTAssertTrue(missing.stderr.contains(fix) && missing.stderr.contains(dir.file("data/a.sqlite")), missing.stderr)
+        XCTAssertFalse(missing.stderr.contains(" init"), missing.stderr)
         let missingAll = try run(dir, ["watch", "--all", "--once"], expect: 66)
-        XCTAssertTrue(missingAll.stderr.contains("hint: run 'storectl --store a init' first"), missingAll.stderr)
+        XCTAssertTrue(missingAll.stderr.contains(fix), missingAll.stderr)
     }
 }
 
