@@ -191,12 +191,12 @@ public enum CommandLineTool {
             var wantsHelp = false
             var wantsVersion = false
             defer {
-                if global.noColor { console.color = false }
+                if global.noColor { console.color = false; console.colorOut = false }
                 console.quiet = global.quiet
             }
             try parse(tokens, global: &global, command: &command, path: &path, parsed: &parsed,
                       wantsHelp: &wantsHelp, wantsVersion: &wantsVersion)
-            if global.noColor { console.color = false }
+            if global.noColor { console.color = false; console.colorOut = false }
             console.quiet = global.quiet
             if wantsVersion {
                 if global.json {

@@ -10,25 +10,31 @@ public final class Console: @unchecked Sendable {
     private let writeErr: (String) -> Void
     /// Whether stderr is a terminal (progress bars appear only then).
     public let isTerminal: Bool
-    /// Whether colour is allowed (`NO_COLOR` and `--no-color` turn it off).
+    /// Whether colour is allowed on stderr: a terminal, and neither `NO_COLOR` nor `--no-color`.
     public var color: Bool
+    /// Whether colour is allowed on stdout: the same, for stdout (data piped into a file or a script never is).
+    public var colorOut: Bool
     /// `--quiet`: no progress or notes on stderr.
     public var quiet = false
 
-    public init(out: @escaping (String) -> Void, err: @escaping (String) -> Void, isTerminal: Bool, color: Bool) {
+    public init(out: @escaping (String) -> Void, err: @escaping (String) -> Void, isTerminal: Bool, color: Bool,
+                colorOut: Bool = false)
+    {
         self.writeOut = out
         self.writeErr = err
         self.isTerminal = isTerminal
         self.color = color
+        self.colorOut = colorOut
     }
 
     /// The process's own stdout and stderr.
     public static func standard() -> Console {
         let tty = isatty(2) == 1
+        // NO_COLOR: "when present and not an empty string" (no-color.org).
         let noColor = getenv("NO_COLOR").map { $0.pointee != 0 } ?? false
         // Straight to the file descriptors: FileHandle adds nothing here but start-up work in every process.
         return Console(out: { s in StandardStream.out(s) }, err: { s in StandardStream.err(s) }, isTerminal: tty,
-                       color: tty && !noColor)
+                       color: tty && !noColor, colorOut: isatty(1) == 1 && !noColor)
     }
 
     /// Writes a line of data to stdout.
@@ -78,7 +84,12 @@ public final class Console: @unchecked Sendable {
         return encoder
     }
 
-    /// Wraps `text` in an ANSI colour when colour is on.
+    /// Wraps `text`, bound for stdout, in an ANSI colour when stdout may be coloured.
+    public func paintOut(_ text: String, _ code: String) -> String {
+        colorOut ? "\u{1B}[\(code)m\(text)\u{1B}[0m" : text
+    }
+
+    /// Wraps `text`, bound for stderr, in an ANSI colour when stderr may be coloured.
     public func paint(_ text: String, _ code: String) -> String {
         color ? "\u{1B}[\(code)m\(text)\u{1B}[0m" : text
     }

@@ -24,11 +24,14 @@ public struct AccountStatusReport: Sendable, Codable, Equatable {
     public var reason: String
     /// The account id that was checked, if one was configured.
     public var account: String?
+    /// Who owns the container, when the backend can tell: on PostgreSQL the role that owns its schema.
+    public var owner: String?
 
-    public init(status: AccountStatus, reason: String, account: String?) {
+    public init(status: AccountStatus, reason: String, account: String?, owner: String? = nil) {
         self.status = status
         self.reason = reason
         self.account = account
+        self.owner = owner
     }
 }
 

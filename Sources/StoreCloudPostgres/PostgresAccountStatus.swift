@@ -133,6 +133,20 @@ extension PostgresCloudDatabase {
                 + missing.joined(separator: ", ") + "; a database owner can grant them with the SQL from "
                 + "'storectl cloud init --print-grants'")
         }
-        return report(.available, "role \(user) can log in at \(displayURL) and use container \(container)")
+        guard let owner = try containerOwner(c) else {
+            return report(.available, "role \(user) can log in at \(displayURL) and use container \(container)")
+        }
+        let whose = owner.isMember ? " (its owner)" : ", which role \(owner.owner) owns"
+        return AccountStatusReport(status: .available, reason: "role \(user) can log in at \(displayURL) and use "
+                                       + "container \(container)" + whose, account: role, owner: owner.owner)
+    }
+
+    /// The role that owns the container, and whether the configured role is it (or a member of it); nil when the
+    /// container does not exist.
+    /// - Throws: `CloudError` when the server cannot be asked.
+    public func ownership() throws -> (owner: String, isOwner: Bool)? {
+        try run("cannot read the owner of container \(container)") { c in
+            try containerOwner(c).map { ($0.owner, $0.isMember) }
+        }
     }
 }

@@ -233,7 +233,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// Runs `body` on the container's connection, turning libpq errors into `CloudError`s and dropping a
     /// connection that was lost.
     @discardableResult
-    private func run<T>(_ what: @autoclosure () -> String, _ body: (PGConnection) throws -> T) throws -> T {
+    func run<T>(_ what: @autoclosure () -> String, _ body: (PGConnection) throws -> T) throws -> T {
         let c = try database()
         do {
             return try body(c)
@@ -367,6 +367,15 @@ public final class PostgresCloudDatabase: CloudDatabase {
             connection = c
             return setup
         } catch let error as PGError {
+            if error.sqlState == "42501" {
+                // Creating the schema needs CREATE on the database, which --print-grants does not give.
+                let who = role ?? "the configured role"
+                throw CloudError(.permission, "cannot set up container \(container) in \(displayURL): \(error)",
+                                 hint: "creating a container needs CREATE on the database: a database owner runs "
+                                     + "'GRANT CREATE ON DATABASE <database> TO \(who)', or runs 'storectl cloud init' "
+                                     + "as a role that has it (then 'storectl cloud init --print-grants' gives the "
+                                     + "grants that let \(who) use the container)")
+            }
             throw cloudError(error, "cannot set up container \(container) in \(displayURL)")
         }
     }

@@ -247,7 +247,8 @@ public struct SourceText: Sendable {
             while caretByte < raw.count, raw[caretByte] & 0xC0 == 0x80 { caretByte += 1 }
             seen += 1
         }
-        let masks = secretRanges().compactMap { range -> Range<Int>? in
+        let lineEnd = line < lineStarts.count ? lineStarts[line] : bytes.count
+        let masks = secretRanges(before: lineEnd).compactMap { range -> Range<Int>? in
             let lower = max(range.lowerBound - start, 0)
             let upper = min(range.upperBound - start, raw.count)
             return lower < upper ? lower..<upper : nil

@@ -293,7 +293,7 @@ extension SourceText {
     /// a value on another line than its key, a block scalar or a flow mapping spread over lines is found too.
     /// Tokens are read up to the first syntax error; the text before it is all an excerpt can show reliably, and
     /// `redacted(_:)` covers the line of the error itself.
-    func secretRanges() -> [Range<Int>] {
+    func secretRanges(before limit: Int) -> [Range<Int>] {
         let parser = UnsafeMutablePointer<yaml_parser_t>.allocate(capacity: 1)
         defer { parser.deallocate() }
         guard yaml_parser_initialize(parser) == 1 else { return [] }
@@ -305,6 +305,9 @@ extension SourceText {
         var ranges: [Range<Int>] = []
         // KEY, SCALAR(secret), VALUE, SCALAR(the value): the state counts how far along that sequence we are.
         var state = 0
+        // libyaml's scanner checks every pending simple key at each token, so very deep flow nesting costs the
+        // square of its depth: stop at the depth the parser itself refuses, and at the end of the excerpt's line.
+        var depth = 0
         while true {
             var token = yaml_token_t()
             // "An application is responsible for freeing any buffers associated with the produced token object
@@ -313,6 +316,17 @@ extension SourceText {
             defer { yaml_token_delete(&token) }
             let type = token.type
             if type == YAML_STREAM_END_TOKEN || type == YAML_NO_TOKEN { break }
+            if byteOffset(ofCharacter: Int(token.start_mark.index)) >= limit { break }
+            if type == YAML_FLOW_SEQUENCE_START_TOKEN || type == YAML_FLOW_MAPPING_START_TOKEN
+                || type == YAML_BLOCK_SEQUENCE_START_TOKEN || type == YAML_BLOCK_MAPPING_START_TOKEN
+            {
+                depth += 1
+                if depth > YAMLParser.maximumDepth { break }
+            } else if type == YAML_FLOW_SEQUENCE_END_TOKEN || type == YAML_FLOW_MAPPING_END_TOKEN
+                || type == YAML_BLOCK_END_TOKEN
+            {
+                depth -= 1
+            }
             switch (state, type) {
             case (_, YAML_KEY_TOKEN):
                 state = 1

@@ -33,6 +33,8 @@ public struct UniqueRule: Sendable, Equatable, Codable {
 /// One group of rows that share a natural key.
 public struct DedupGroup: Sendable, Codable, Equatable {
     public var entity: String
+    /// The unique columns.
+    public var columns: [String] = []
     /// The shared key, as a JSON array of the unique columns' values.
     public var key: String
     /// The surviving row's record name and primary key.
@@ -40,6 +42,8 @@ public struct DedupGroup: Sendable, Codable, Equatable {
     public var winnerKey: String
     /// The record names of the rows that are (or, in a dry run, would be) deleted.
     public var losers: [String]
+    /// Their primary keys (JSON arrays), in the same order.
+    public var loserKeys: [String] = []
 }
 
 /// What a dedup pass did (or would do).
@@ -100,8 +104,10 @@ struct Deduplicator {
                 guard let winner = rows.first, rows.count > 1 else { continue }
                 let winnerKey = winner[0].string ?? "[]"
                 let losers = rows.dropFirst()
-                report.groups.append(DedupGroup(entity: e.name, key: key, winner: winner[1].string ?? "",
-                                                winnerKey: winnerKey, losers: losers.map { $0[1].string ?? "" }))
+                report.groups.append(DedupGroup(entity: e.name, columns: rule.columns, key: key,
+                                                winner: winner[1].string ?? "", winnerKey: winnerKey,
+                                                losers: losers.map { $0[1].string ?? "" },
+                                                loserKeys: losers.map { $0[0].string ?? "[]" }))
                 if dryRun { continue }
                 for loser in losers {
                     let loserKey = loser[0].string ?? "[]"

@@ -39,6 +39,8 @@ public struct StatusReport: Sendable, Codable {
         public var account: String?
         /// The account the store is bound to, if it ever synced.
         public var bound: String?
+        /// Who owns the container, when the backend tells (PostgreSQL: the role that owns its schema).
+        public var owner: String? = nil
     }
 
     public struct Cloud: Sendable, Codable {
@@ -196,7 +198,8 @@ extension StoreHandle {
                           zone: settingsCloud.zone, reachable: nil)
         } else if let settingsCloud = settings.cloud {
             let report = CloudConnector.accountStatus(settings: settingsCloud)
-            account = .init(status: report.status.rawValue, reason: report.reason, account: report.account, bound: bound)
+            account = .init(status: report.status.rawValue, reason: report.reason, account: report.account, bound: bound,
+                            owner: report.owner)
             let reachable = report.status == .available || report.status == .noAccount || report.status == .restricted
             cloud = .init(url: CloudConnector.redacted(settingsCloud.url), container: settingsCloud.container,
                           zone: settingsCloud.zone, reachable: reachable)

@@ -71,9 +71,10 @@ public final class WatchLock: Sendable {
             let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
             guard fd >= 0 else {
                 if errno == ENOENT {
-                    throw WatchLockError(.noInput, store: store, "store '\(store)': the folder "
-                                         + "\(Path.parent(storePath)) does not exist, so the store was never created",
-                                         hint: "run 'storectl init' first")
+                    throw WatchLockError(.noInput, store: store, "store '\(store)': \(storePath) does not exist "
+                                         + "(nor its folder \(Path.parent(storePath)))",
+                                         hint: "if the file was moved, point the config at its new place: "
+                                            + "'storectl config set stores.\(store).path NEW_PATH'")
                 }
                 let reason = String(cString: strerror(errno))
                 throw WatchLockError(.cantCreate, store: store,

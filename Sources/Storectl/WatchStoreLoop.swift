@@ -149,8 +149,13 @@ final class StoreLoop {
     }
 
     private func modeNote(_ mode: String) -> String {
-        mode == "local" ? "in local mode: the cloud is not contacted until the store is switched to cloud mode"
-            : "the store is not initialised yet (run 'storectl init'): waiting for it"
+        if mode == "local" { return "in local mode: the cloud is not contacted until the store is switched to cloud mode" }
+        // A file missing at its path was moved (or never made): the fix is the path, never a new, empty store.
+        if !handle.exists {
+            return "\(handle.settings.path) does not exist; if the file was moved, run 'storectl config set "
+                + "stores.\(handle.settings.name).path NEW_PATH': waiting for it"
+        }
+        return "the store is not initialised yet (run 'storectl init'): waiting for it"
     }
 
     /// Follows a mode switch made by another process.

@@ -180,4 +180,77 @@ final class CLIToolingTests: XCTestCase {
             XCTAssertNotNil(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
         }
     }
+
+    /// Colour only on a terminal, never under NO_COLOR or --no-color, and never in data piped from stdout.
+    func testColourOnlyOnATerminalAndNeverUnderNoColor() throws {
+        let dir = try TempDirectory()
+        try dir.write("config.yaml", "version: 1\nstores:\n  a:\n    path: a.sqlite\n")
+        XCTAssertEqual(try Binary.storectl(["init"], in: dir.path).status, 0)
+        let escape = "\u{1B}["
+        // script(1) gives the command a terminal for stdout and stderr.
+        func onTerminal(_ command: String, _ env: [String: String]) throws -> ProcessResult {
+            try Binary.run("/usr/bin/script", ["-qec", command, "/dev/null"], in: dir.path, environment: env)
+        }
+        let coloured = try onTerminal("\(Binary.storectl) status", ["NO_COLOR": ""])
+        XCTAssertTrue(coloured.stdout.contains(escape + "1mstore") || coloured.stdout.contains(escape + "1ma"),
+                      coloured.stdout)
+        XCTAssertFalse(try onTerminal("\(Binary.storectl) status", ["NO_COLOR": "1"]).stdout.contains(escape))
+        XCTAssertFalse(try onTerminal("\(Binary.storectl) --no-color status", ["NO_COLOR": ""]).stdout.contains(escape))
+        // stdout piped, stderr on the terminal: the data has no colour.
+        let piped = try onTerminal("\(Binary.storectl) status | cat -v", ["NO_COLOR": ""])
+        XCTAssertFalse(piped.stdout.contains("^["), piped.stdout)
+        let plain = try Binary.storectl(["status"], in: dir.path, environment: ["NO_COLOR": ""])
+        XCTAssertFalse(plain.stdout.contains(escape) || plain.stderr.contains(escape))
+    }
+
+    /// Human status: one aligned block per store, words instead of enum names, the last sync relative to now.
+    func testHumanStatusIsAnAlignedBlockInWords() throws {
+        let dir = try TempDirectory()
+        try dir.write("config.yaml", """
+            version: 1
+            stores:
+              a:
+                path: a.sqlite
+                cloud:
+                  container: iCloud.com.example.words
+                  url: file:c.container
+                  create_if_missing: true
+                  account: demo
+                  secret: ${W:-demo-secret}
+              b:
+                path: b.sqlite
+                cloud:
+                  container: iCloud.com.example.words
+                  url: file:c.container
+                  account: nobody
+                  secret: ${W:-demo-secret}
+            """)
+        XCTAssertEqual(try Binary.storectl(["--store", "a", "mode", "cloud"], in: dir.path).status, 0)
+        XCTAssertEqual(try Binary.storectl(["--store", "b", "init"], in: dir.path).status, 0)
+        let r = try Binary.storectl(["status", "--check-cloud"], in: dir.path)
+        XCTAssertEqual(r.status, 0, "\(r)")
+        let blocks = r.stdout.components(separatedBy: "\n\n")
+        XCTAssertEqual(blocks.count, 2, r.stdout)
+        XCTAssertTrue(blocks[0].hasPrefix("store a  "), r.stdout)
+        XCTAssertTrue(blocks[0].contains("\n  last sync       just now (20"), r.stdout)
+        XCTAssertTrue(blocks[0].contains("\n  account         demo: available\n"), r.stdout)
+        XCTAssertTrue(blocks[0].contains("\n  reachable       yes"), r.stdout)
+        XCTAssertTrue(blocks[1].contains("\n  account         nobody: no account\n"), r.stdout)
+        XCTAssertTrue(blocks[1].contains("\n  last sync       never\n"), r.stdout)
+        // Every labelled line of a block starts its value in the same column, and none runs past 120 characters.
+        for block in blocks {
+            let lines = block.split(separator: "\n").dropFirst().filter { !$0.hasPrefix("  !") }
+            let columns = Set(lines.compactMap { line -> Int? in
+                guard let value = line.dropFirst(2).firstRange(of: "  ") else { return nil }
+                var i = value.upperBound
+                while i < line.endIndex, line[i] == " " { i = line.index(after: i) }
+                return line.distance(from: line.startIndex, to: i)
+            })
+            XCTAssertEqual(columns.count, 1, block)
+            for line in block.split(separator: "\n") where !line.hasPrefix("  !") && !line.hasPrefix("store ") {
+                XCTAssertLessThanOrEqual(line.count, 120, String(line))
+            }
+        }
+        XCTAssertFalse(r.stdout.contains("noAccount") || r.stdout.contains("couldNotDetermine"), r.stdout)
+    }
 }

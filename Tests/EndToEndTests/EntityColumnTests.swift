@@ -16,7 +16,9 @@ final class EntityColumnTests: XCTestCase {
                                          + "      settings: {}\n", label: "storectl-entity")
             // The store exists: the columns can be checked.
             try s.run("a", ["init"])
-            for args in [["cloud", "check"], ["mode", "cloud"], ["dedupe"], ["--json", "cloud", "check"]] {
+            for args in [["cloud", "check"], ["mode", "cloud"], ["dedupe"], ["--json", "cloud", "check"],
+                         ["config", "validate"]]
+            {
                 let r = try s.run("a", args, expect: nil)
                 XCTAssertEqual(r.status, 78, "\(entity) \(args)\n\(r)")
                 XCTAssertTrue((r.stderr + r.stdout).contains(message), "\(entity) \(args)\n\(r)")

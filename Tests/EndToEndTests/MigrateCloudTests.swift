@@ -8,17 +8,7 @@ import XCTest
 final class MigrateCloudTests: XCTestCase {
     /// Two stores in cloud mode on one container file, with rows, and a change on a not exported yet.
     func synced(label: String = "storectl-cloud-move") throws -> SharedStores {
-        let s = try SharedStores(label: label)
-        try s.run("a", ["mode", "local"])
-        try s.sql("a", """
-            INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two');
-            INSERT INTO tags(name) VALUES ('red');
-            INSERT INTO note_tags SELECT n.id, t.id FROM notes n, tags t WHERE n.uuid = 'n1';
-            INSERT INTO settings VALUES ('theme', 'dark');
-            """)
-        try s.run("a", ["mode", "cloud"])
-        try s.run("b", ["mode", "cloud"])
-        s.modes = ["a": "cloud", "b": "cloud"]
+        let s = try SharedStores.inTheCloud(label: label)
         try s.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n3', 'pending on a')")
         return s
     }

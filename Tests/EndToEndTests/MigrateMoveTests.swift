@@ -4,19 +4,9 @@ import XCTest
 
 /// `storectl migrate --to`: moving and copying a store file, through the real binary.
 final class MigrateMoveTests: XCTestCase {
-    /// Two stores in cloud mode sharing a container, with rows on a that b has.
+    /// Two stores in cloud mode sharing a container, with rows on a that b has, and a history consumer on a.
     func synced() throws -> SharedStores {
-        let s = try SharedStores(label: "storectl-move")
-        try s.run("a", ["mode", "local"])
-        try s.sql("a", """
-            INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two');
-            INSERT INTO tags(name) VALUES ('red');
-            INSERT INTO note_tags SELECT n.id, t.id FROM notes n, tags t WHERE n.uuid = 'n1';
-            INSERT INTO settings VALUES ('theme', 'dark');
-            """)
-        try s.run("a", ["mode", "cloud"])
-        try s.run("b", ["mode", "cloud"])
-        s.modes = ["a": "cloud", "b": "cloud"]
+        let s = try SharedStores.inTheCloud(label: "storectl-move")
         try s.run("a", ["history", "consumer", "add", "search-index"])
         return s
     }
@@ -153,6 +143,40 @@ final class MigrateMoveTests: XCTestCase {
         XCTAssertEqual(try s.sql("b", "SELECT count(*) FROM notes WHERE uuid = 'written during the move'"), "1\n")
     }
 
+    /// Two moves of one store at once: one wins, the other changes nothing and says why.
+    func testTwoMovesAtOnceMoveTheStoreOnce() throws {
+        let s = try synced()
+        // Hold the write lock a moment, so that both moves start before either can take it.
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+        holder.arguments = ["-cmd", ".timeout 10000", s.dir.file("data/a.sqlite"), "BEGIN IMMEDIATE;", ".shell sleep 1",
+                            "COMMIT;"]
+        try holder.run()
+        Thread.sleep(forTimeInterval: 0.3)
+        let group = DispatchGroup()
+        let targets = ["one/a.sqlite", "two/a.sqlite"]
+        let results = ResultsBox(count: targets.count)
+        let dir = s.dir.path
+        for (i, target) in targets.enumerated() {
+            group.enter()
+            DispatchQueue.global().async {
+                results.set(i, try? Binary.storectl(["--store", "a", "migrate", "--to", target], in: dir))
+                group.leave()
+            }
+        }
+        group.wait()
+        holder.waitUntilExit()
+        let all = Array(zip(targets, results.values))
+        XCTAssertEqual(all.filter { $0.1?.status == 0 }.count, 1, "\(all.map { "\($0.0): \($0.1?.description ?? "?")" })")
+        let winner = try XCTUnwrap(all.first { $0.1?.status == 0 }?.0)
+        let loser = try XCTUnwrap(all.first { $0.1?.status != 0 })
+        XCTAssertEqual(loser.1?.status, 75, loser.1?.description ?? "")
+        XCTAssertTrue(s.config.contains("path: \(winner)   # the store file"), s.config)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: s.dir.file(loser.0)), "the loser left a file")
+        try s.run("a", ["sync"])
+        XCTAssertEqual(try s.sqlFile(s.dir.file(winner), "SELECT count(*) FROM notes"), "2\n")
+    }
+
     /// Killed at every step, the old setup (before the config edit) or the new one (after it) works, and the
     /// same command run again finishes the move without losing or duplicating anything.
     func testAKillAtEveryStepOfAMoveLeavesAWorkingSetupAndARerunFinishes() throws {
@@ -220,3 +244,22 @@ final class MigrateMoveTests: XCTestCase {
         try s.run("a", ["sync"])
     }
 }
+
+extension SharedStores {
+    /// Stores a and b in cloud mode on one container file, with notes, a tag, a link and a setting made on a.
+    static func inTheCloud(label: String) throws -> SharedStores {
+        let s = try SharedStores(label: label)
+        try s.run("a", ["mode", "local"])
+        try s.sql("a", """
+            INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two');
+            INSERT INTO tags(name) VALUES ('red');
+            INSERT INTO note_tags SELECT n.id, t.id FROM notes n, tags t WHERE n.uuid = 'n1';
+            INSERT INTO settings VALUES ('theme', 'dark');
+            """)
+        try s.run("a", ["mode", "cloud"])
+        try s.run("b", ["mode", "cloud"])
+        s.modes = ["a": "cloud", "b": "cloud"]
+        return s
+    }
+}
+

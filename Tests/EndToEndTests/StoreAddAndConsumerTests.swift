@@ -93,11 +93,44 @@ final class StoreAddAndConsumerTests: XCTestCase {
         XCTAssertEqual(doc["previous_token"] as? Int, 3)
         let pruned = try Binary.storectl(["--json", "history", "prune", "--before", "4"], in: dir.path)
         XCTAssertTrue(pruned.stdout.contains("\"removed\" : 3"), pruned.stdout)
+        // A filter on a table that is neither tracked nor in the history is a typo, not "no changes".
+        let typo = try Binary.storectl(["history", "--entity", "tt"], in: dir.path)
+        XCTAssertEqual(typo.status, 64, "\(typo)")
+        XCTAssertTrue(typo.stderr.contains("hint: did you mean '--entity t'?"), typo.stderr)
+        XCTAssertEqual(try Binary.storectl(["history", "--entity", "t"], in: dir.path).status, 0)
         for (args, code) in [(["history", "consumer", "advance", "nobody", "1"], 64),
                              (["history", "consumer", "advance", "cloud-export", "1"], 64),
                              (["history", "consumer", "advance", "indexer", "-1"], 64),
                              (["history", "consumer", "advance", "indexer", "abc"], 64)] {
             XCTAssertEqual(try Binary.storectl(args, in: dir.path).status, Int32(code), "\(args)")
         }
+    }
+
+    /// dedupe prints each key with its values, the row it keeps and the rows it deletes, by primary key.
+    func testDedupeShowsKeysAndRows() throws {
+        let dir = try TempDirectory()
+        try dir.write("config.yaml", """
+            version: 1
+            stores:
+              s:
+                path: s.sqlite
+                entities:
+                  notes:
+                    unique: [uuid]
+            """)
+        XCTAssertEqual(try Binary.run("/usr/bin/sqlite3", [dir.file("s.sqlite"),
+                                      "CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT);"], in: dir.path).status, 0)
+        XCTAssertEqual(try Binary.storectl(["init"], in: dir.path).status, 0)
+        _ = try Binary.run("/usr/bin/sqlite3", [dir.file("s.sqlite"),
+                           "INSERT INTO notes(uuid) VALUES ('a'), ('a'), ('a'), ('b')"], in: dir.path)
+        let dry = try Binary.storectl(["dedupe", "--dry-run"], in: dir.path)
+        XCTAssertEqual(dry.stdout, """
+            notes (uuid) = ["a"]: keep row [1], would delete 2 rows [2], [3]
+            dry run: 1 key with duplicates; nothing was changed
+
+            """)
+        let done = try Binary.storectl(["dedupe"], in: dir.path)
+        XCTAssertTrue(done.stdout.hasSuffix("1 key with duplicates: 2 rows deleted, 0 child rows re-pointed\n"),
+                      done.stdout)
     }
 }

@@ -11,7 +11,9 @@ final class PostgresAccountTests: PostgresTestCase {
         let report = db.accountStatus()
         XCTAssertEqual(report.status, .available, report.reason)
         XCTAssertEqual(report.account, "postgres")
-        XCTAssertEqual(report.reason, "role postgres can log in at \(db.displayURL) and use container \(db.container)")
+        XCTAssertEqual(report.reason, "role postgres can log in at \(db.displayURL) and use container \(db.container) "
+                           + "(its owner)")
+        XCTAssertEqual(report.owner, "postgres")
     }
 
     func testAMissingRoleIsNoAccount() throws {
@@ -77,7 +79,8 @@ final class PostgresAccountTests: PostgresTestCase {
         }
         report = db.accountStatus()
         XCTAssertEqual(report, AccountStatusReport(status: .available, reason: "role \(role) can log in at "
-            + "\(db.displayURL) and use container \(owner.container)", account: role))
+            + "\(db.displayURL) and use container \(owner.container), which role postgres owns", account: role,
+            owner: "postgres"))
         try db.ensureZone("z")
         let saved = try db.save(zone: "z", [RecordSave(recordName: "a", recordType: "T", fields: "{}",
                                                        expectedTag: nil)], device: "d")

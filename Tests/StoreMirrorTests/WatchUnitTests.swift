@@ -104,11 +104,12 @@ final class WatchUnitTests: XCTestCase {
         XCTAssertNil(WatchLock.holder(storePath: store))
         XCTAssertFalse(FileManager.default.fileExists(atPath: store + ".watch.lock"))
         XCTAssertNotNil(try WatchLock.acquire(store: "s", storePath: store))
-        // A folder that does not exist is a store that was never made.
+        // A folder that does not exist: the store is not where the config says (moved, or never made).
         XCTAssertThrowsError(try WatchLock.acquire(store: "t", storePath: dir.file("none/t.sqlite"))) { error in
             XCTAssertEqual((error as? WatchLockError)?.exitCode, .noInput)
             XCTAssertEqual((error as? WatchLockError)?.store, "t")
-            XCTAssertEqual((error as? WatchLockError)?.hint, "run 'storectl init' first")
+            XCTAssertEqual((error as? WatchLockError)?.hint, "if the file was moved, point the config at its new "
+                           + "place: 'storectl config set stores.t.path NEW_PATH'")
         }
     }
 

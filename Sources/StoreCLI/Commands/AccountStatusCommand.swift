@@ -27,6 +27,20 @@ struct AccountStatusCommand: Command {
         var account: String?
         var status: AccountStatus
         var reason: String
+        var owner: String?
+
+        enum CodingKeys: String, CodingKey { case store, container, url, account, status, reason, owner }
+
+        func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            try c.encode(store, forKey: .store)
+            try c.encode(container, forKey: .container)
+            try c.encode(url, forKey: .url)
+            try c.encode(account, forKey: .account)
+            try c.encode(status, forKey: .status)
+            try c.encode(reason, forKey: .reason)
+            try c.encode(owner, forKey: .owner)
+        }
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
@@ -35,14 +49,15 @@ struct AccountStatusCommand: Command {
         let url = CloudConnector.redacted(cloud.url)
         if context.global.json {
             context.console.json(Output(store: store.name, container: cloud.container, url: url,
-                                        account: report.account, status: report.status, reason: report.reason))
+                                        account: report.account, status: report.status, reason: report.reason,
+                                        owner: report.owner))
         } else {
             context.console.out("""
                 status: \(report.status.rawValue)
                 account: \(report.account ?? "(none)")
                 container: \(cloud.container) (\(url))
                 reason: \(report.reason)
-                """)
+                """ + (report.owner.map { "\nowner: \($0)" } ?? ""))
         }
         return report.status.exitCode
     }

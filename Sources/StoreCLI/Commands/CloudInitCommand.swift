@@ -66,9 +66,18 @@ struct CloudInitCommand: Command {
         }
         let (db, created) = try CloudConnector.initialize(settings: cloud)
         let status = db.accountStatus()
+        let isPostgres: Bool
+        if case .postgres = backend { isPostgres = true } else { isPostgres = false }
+        // On PostgreSQL the owner is the role that created the schema (it needs no secret in the config).
+        let owner = isPostgres ? status.owner : created ? cloud.account : nil
         if context.global.json {
             context.console.json(Output(container: cloud.container, url: db.displayURL, created: created,
-                                        owner: created ? cloud.account : nil, accountStatus: status.status))
+                                        owner: owner, accountStatus: status.status))
+        } else if created, isPostgres {
+            context.console.out("created container '\(cloud.container)' at \(db.displayURL); role "
+                                    + "'\(owner ?? cloud.account ?? "?")' owns it")
+            context.console.note("hint: other roles need grants to use it: run 'storectl cloud init --print-grants' "
+                                     + "for the SQL")
         } else if created {
             if let account = cloud.account, cloud.secret != nil {
                 context.console.out("created container '\(cloud.container)' at \(db.displayURL); "

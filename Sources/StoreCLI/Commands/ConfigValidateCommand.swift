@@ -1,5 +1,6 @@
 import StoreBase
 import StoreConfig
+import Storectl
 
 /// `storectl config validate`: checks the config and says which stores it defines.
 struct ConfigValidateCommand: Command {
@@ -28,6 +29,19 @@ struct ConfigValidateCommand: Command {
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         let config = try ConfigCommand.load(context).config
         ConfigCommand.printWarnings(config, context)
+        // Where a store file exists, the columns entities: names are checked against it too (read-only).
+        for store in config.stores {
+            let handle = try StoreHandle(config: config, storeName: store.name)
+            handle.readOnly = true
+            do {
+                try handle.checkEntityColumns()
+            } catch let error as StoreError where error.exitCode == .config {
+                throw error
+            } catch {
+                // A store that cannot be read is for the commands that use it to report; this checks the config.
+            }
+            handle.close()
+        }
         let names = config.stores.map(\.name)
         if context.global.json {
             context.console.json(Document(ok: true, path: config.path, stores: names, warnings: config.warnings))

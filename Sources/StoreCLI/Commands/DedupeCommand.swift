@@ -29,13 +29,18 @@ struct DedupeCommand: Command {
             context.console.json(report)
             return .ok
         }
+        // Per group: the table, the key columns and their shared values, the row kept and the rows deleted, by
+        // primary key (the record names are in --json).
         for g in report.groups {
-            context.console.out("\(g.entity) \(g.key): keep \(g.winner) (key \(g.winnerKey)), "
-                                + (report.dryRun ? "would delete " : "deleted ") + g.losers.joined(separator: ", "))
+            let columns = g.columns.isEmpty ? "" : " (" + g.columns.joined(separator: ", ") + ")"
+            context.console.out("\(g.entity)\(columns) = \(g.key): keep row \(g.winnerKey), "
+                                + (report.dryRun ? "would delete " : "deleted ")
+                                + Words.count(g.loserKeys.count, "row") + " " + g.loserKeys.joined(separator: ", "))
         }
         context.console.out(report.dryRun
-            ? "dry run: \(report.groups.count) group(s) of duplicates; nothing was changed"
-            : "\(report.groups.count) group(s): \(report.deleted) row(s) deleted, \(report.repointed) child row(s) re-pointed")
+            ? "dry run: \(Words.count(report.groups.count, "key")) with duplicates; nothing was changed"
+            : "\(Words.count(report.groups.count, "key")) with duplicates: \(Words.count(report.deleted, "row")) "
+                + "deleted, \(Words.count(report.repointed, "child row")) re-pointed")
         return .ok
     }
 }

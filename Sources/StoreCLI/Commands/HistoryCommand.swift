@@ -64,6 +64,7 @@ struct HistoryCommand: Command {
         case .ok:
             break
         }
+        if let entity = args.value("entity") { try checkEntity(entity, tracker: tracker, store: store.settings.name) }
         // One read transaction: the changes and the newest seq come from the same snapshot.
         // The JSON form copies the stored JSON as it is: nothing needs decoding.
         let (transactions, latest) = try tracker.db.transaction(.deferred) {
@@ -107,6 +108,19 @@ struct HistoryCommand: Command {
         }
         context.console.out("next token: \(next)")
         return .ok
+    }
+
+    /// --entity names a tracked table, or a table the history still holds changes of: otherwise "No changes"
+    /// would hide a typo.
+    /// - Throws: `UsageError` with the closest tracked table.
+    static func checkEntity(_ entity: String, tracker: HistoryTracker, store: String) throws {
+        let tracked = try tracker.trackedTables().map(\.name)
+        if tracked.contains(entity) { return }
+        let recorded = try tracker.db.scalar("SELECT 1 FROM _storectl_history WHERE entity = ? LIMIT 1", [entity])
+        if recorded != nil { return }
+        let hint = Suggest.closest(entity, in: tracked).map { "did you mean '--entity \($0)'?" }
+            ?? "the tracked tables are: " + (tracked.isEmpty ? "none" : tracked.joined(separator: ", "))
+        throw UsageError("store '\(store)' tracks no table '\(entity)', and its history has no change to it", hint: hint)
     }
 
     static func displayValue(_ value: Value) -> String {

@@ -38,6 +38,8 @@ struct ModeCommand: Command {
         OptionSpec("no-final-sync", help: "mode local: switch without the final export."),
         OptionSpec("yes", short: "y", help: "Answer yes to confirmations."),
         OptionSpec("rebind", help: "Bind the store to the configured account even if it is bound to another."),
+        OptionSpec("accept-owner", value: "ROLE",
+                   help: "PostgreSQL: bind to a container owned by ROLE, another role than the configured one."),
         OptionSpec("allow-mass-delete", help: "Let the export delete more than max_delete_fraction of the zone."),
         OptionSpec("expect-plan", value: "ID", help: "mode cloud: refuse (exit 75) unless the plan is still ID, "
                    + "the plan id a --dry-run printed."),
@@ -84,6 +86,7 @@ struct ModeCommand: Command {
         options.noSync = args.flag("no-sync")
         options.noFinalSync = args.flag("no-final-sync")
         options.rebind = args.flag("rebind")
+        options.acceptOwner = args.value("accept-owner")
         options.allowMassDelete = args.flag("allow-mass-delete")
         let progress = SyncProgress(context: context)
         let expectPlan = args.value("expect-plan")

@@ -75,7 +75,7 @@ struct StatusCommand: Command {
         switch r.history.state {
         case "ok": historyState = "on"
         case "drift": historyState = "on, but the schema changed since the triggers were made"
-        case "triggers-missing": historyState = console.paint("OFF: triggers are missing", "31;1")
+        case "triggers-missing": historyState = console.paintOut("OFF: triggers are missing", "31;1")
         default: historyState = "not set up (the store is not initialised)"
         }
         rows.append(("history", historyState + (r.history.lastSeq > 0 ? ", last change #\(r.history.lastSeq)" : "")))
@@ -107,16 +107,45 @@ struct StatusCommand: Command {
                     + (w.startedAt.map { ", since \($0)" } ?? "") + ")"
             } ?? "no watch process"))
         }
-        var lines = ["store " + console.paint(r.store, "1") + "  " + r.path]
+        var lines = ["store " + console.paintOut(r.store, "1") + "  " + r.path]
         let width = (rows.map(\.0.count).max() ?? 0) + 2
-        for (label, value) in rows { lines.append("  " + label.padded(to: width) + value) }
-        for d in r.disagreements { lines.append("  " + console.paint("!", "33;1") + " " + d) }
+        for (label, value) in rows {
+            for (i, piece) in Words.wrap(value, width: 110 - width).enumerated() {
+                lines.append("  " + (i == 0 ? label : "").padded(to: width) + piece)
+            }
+        }
+        for d in r.disagreements { lines.append("  " + console.paintOut("!", "33;1") + " " + d) }
         return lines.joined(separator: "\n")
     }
 }
 
 /// Words for people: counts with their noun, statuses, times relative to now.
 enum Words {
+    /// `text` cut at spaces into lines of at most `width` characters (a longer word, or a quoted command, stays
+    /// whole).
+    static func wrap(_ text: String, width: Int) -> [String] {
+        guard text.count > width, width > 20 else { return [text] }
+        // A quoted command ('storectl ...') stays on one line, so that it can be copied whole.
+        var words: [String] = []
+        var open = false
+        for word in text.split(separator: " ", omittingEmptySubsequences: false) {
+            if open, let last = words.popLast() { words.append(last + " " + word) } else { words.append(String(word)) }
+            if word.filter({ $0 == "'" }).count % 2 == 1 { open.toggle() }
+        }
+        var lines: [String] = []
+        var line = ""
+        for word in words {
+            if !line.isEmpty && line.count + 1 + word.count > width {
+                lines.append(line)
+                line = String(word)
+            } else {
+                line += (line.isEmpty ? "" : " ") + word
+            }
+        }
+        if !line.isEmpty { lines.append(line) }
+        return lines
+    }
+
     /// `0 rows`, `1 row`, `2 rows`.
     static func count(_ n: Int, _ noun: String, plural: String? = nil) -> String {
         "\(n) " + (n == 1 ? noun : plural ?? noun + "s")

@@ -17,6 +17,8 @@ struct SyncCommand: Command {
     ]
     static let options = [
         OptionSpec("rebind", help: "Sync into the configured account even though the store is bound to another."),
+        OptionSpec("accept-owner", value: "ROLE",
+                   help: "PostgreSQL: sync into a container owned by ROLE, another role than the configured one."),
         OptionSpec("allow-mass-delete", help: "Let the export delete more than max_delete_fraction of the zone."),
         OptionSpec("reupload", help: "Forget record names and tokens and upload every row again."),
     ]
@@ -25,6 +27,7 @@ struct SyncCommand: Command {
         let store = try context.openStore()
         var options = SyncOptions()
         options.rebind = args.flag("rebind")
+        options.acceptOwner = args.value("accept-owner")
         options.allowMassDelete = args.flag("allow-mass-delete")
         options.reupload = args.flag("reupload")
         let progress = SyncProgress(context: context)
