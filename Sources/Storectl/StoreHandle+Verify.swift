@@ -282,9 +282,18 @@ extension StoreHandle {
             try db.execute("""
                 CREATE TEMP TABLE IF NOT EXISTS _storectl_records(entity TEXT NOT NULL, pk TEXT NOT NULL,
                     record_name TEXT NOT NULL, change_tag TEXT, base TEXT, deleted INTEGER NOT NULL DEFAULT 0,
-                    PRIMARY KEY (entity, pk)) WITHOUT ROWID
+                    extra TEXT, PRIMARY KEY (entity, pk)) WITHOUT ROWID
                 """)
             made.append("_storectl_records")
+        }
+        if try db.tableExists("_storectl_records"),
+           try !db.columns(of: "_storectl_records").contains(where: { $0.name == "extra" })
+        {
+            // A store of format 1, read without writing (it is upgraded on its first write): it has no `extra`.
+            try db.execute("""
+                CREATE TEMP VIEW IF NOT EXISTS _storectl_records AS SELECT *, NULL AS extra FROM main._storectl_records
+                """)
+            made.append("view:_storectl_records")
         }
         for table in ["_storectl_pending", "_storectl_quarantine", "_storectl_outbox", "_storectl_aliases"]
         where try !db.tableExists(table) {
@@ -293,7 +302,13 @@ extension StoreHandle {
         }
         return {
             db.clearStatementCache()
-            for table in made { try? db.execute("DROP TABLE IF EXISTS temp.\(table)") }
+            for table in made {
+                if table.hasPrefix("view:") {
+                    try? db.execute("DROP VIEW IF EXISTS temp.\(table.dropFirst(5))")
+                } else {
+                    try? db.execute("DROP TABLE IF EXISTS temp.\(table)")
+                }
+            }
         }
     }
 
