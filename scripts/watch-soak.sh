@@ -55,7 +55,10 @@ EOF
     done
 } > config.yaml
 chmod 600 config.yaml
-for s in a b c; do "$bin" --store "$s" mode cloud --quiet > /dev/null; done
+for s in a b c; do
+    "$bin" --store "$s" init --quiet > /dev/null
+    "$bin" --store "$s" mode cloud --quiet > /dev/null
+done
 
 "$bin" watch --all --json --interval 2 > events.jsonl 2> watch.log &
 watcher=$!

@@ -132,4 +132,19 @@ public enum MemoryTuning {
         _ = unsafeBitCast(address, to: Mallopt.self)(-8, n)
         #endif
     }
+
+    /// Gives the memory malloc holds free back to the system (`malloc_trim(0)`).
+    ///
+    /// A long-running process that allocates and frees in many small pieces leaves free holes inside its heaps,
+    /// which still count in its resident size: heaptrack shows `storectl watch` on three busy stores with at most
+    /// 2 MB in use while its heaps grew by a few MB over ten minutes. "malloc_trim() attempts to release free memory
+    /// from the heap ... In glibc 2.8 and later, the function frees memory in all arenas and in all chunks with whole
+    /// free pages." Elsewhere this does nothing.
+    public static func returnFreeMemory() {
+        #if canImport(Glibc)
+        guard let address = dlsym(nil, "malloc_trim") else { return }
+        typealias MallocTrim = @convention(c) (Int) -> Int32
+        _ = unsafeBitCast(address, to: MallocTrim.self)(0)
+        #endif
+    }
 }

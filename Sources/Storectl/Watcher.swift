@@ -123,7 +123,13 @@ public final class Watcher: Sendable {
         output.log(.info, store: nil, "watching \(names.count) store(s): \(names.joined(separator: ", "))"
                    + (options.once ? " (one round each)" : ", polling the cloud every "
                       + WatchTime.seconds(options.interval)))
+        var trimmedAt = monotonicNow()
         while true {
+            if monotonicNow() - trimmedAt >= 30 {
+                // Memory freed by the rounds goes back to the system, so that the process stays flat for hours.
+                MemoryTuning.returnFreeMemory()
+                trimmedAt = monotonicNow()
+            }
             let (stop, reload) = requests.withLock { r -> (Bool, Bool) in
                 defer { r.reload = false }
                 return (r.stop, r.reload)

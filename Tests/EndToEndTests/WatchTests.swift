@@ -588,6 +588,45 @@ final class PostgresWatchTests: WatchTests {
         XCTAssertEqual(try notes(dir, "b"), "notified|\n")
     }
 
+    func testAServerThatStopsAndStartsAgainIsRetriedUntilItAnswers() throws {
+        guard let server = try ScratchPostgres.make() else { return }
+        let dir = try TempDirectory()
+        try dir.write("schema.sql", Self.schema)
+        var yaml = "version: 1\nstores:\n"
+        for name in ["a", "b"] {
+            yaml += """
+                  \(name):
+                    path: data/\(name).sqlite
+                    schema: schema.sql
+                    cloud:
+                      container: iCloud.com.example.restart
+                      url: \(server.url)
+                      account: postgres
+                      secret: ${STORECTL_SECRET:-x}
+
+                """
+        }
+        try dir.write("config.yaml", yaml)
+        try run(dir, ["--store", "a", "cloud", "init"])
+        try run(dir, ["--store", "a", "mode", "cloud"])
+        try run(dir, ["--store", "b", "mode", "cloud"])
+        let b = try watch(dir, ["--store", "b", "--json", "--max-backoff", "2"])
+        XCTAssertTrue(b.wait(upTo: 10) { b.stderr.contains("in cloud mode: syncing") })
+        Thread.sleep(forTimeInterval: 1.5)
+        try server.stop()
+        XCTAssertTrue(b.wait(upTo: 30) { b.jsonLines.filter { $0["type"] as? String == "retry" }.count >= 2 },
+                      b.transcript)
+        let retry = b.jsonLines.first { $0["type"] as? String == "retry" }
+        XCTAssertTrue([69, 75].contains(retry?["code"] as? Int ?? 0), "\(String(describing: retry))")
+        try server.start()
+        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('after the restart')")
+        try run(dir, ["--store", "a", "sync"])
+        XCTAssertTrue(try eventually(30) { try notes(dir, "b") == "after the restart|\n" }, b.transcript)
+        XCTAssertTrue(b.wait(upTo: 5) { b.stderr.contains("sync works again after") }, b.stderr)
+        b.send(SIGTERM)
+        XCTAssertEqual(b.waitForExit(upTo: 15), 0, b.transcript)
+    }
+
     func testALostPostgresConnectionRecoversByItself() throws {
         let dir = try TempDirectory()
         try twoCloudStores(dir)
@@ -690,5 +729,82 @@ final class WatchRecoveryTests: WatchTestCase {
         _ = try Binary.run("/usr/bin/sqlite3", [dir.file("cloud/shared.container"),
                                                 "UPDATE accounts SET disabled = 0 WHERE id = 'bob'"], in: dir.path)
         XCTAssertTrue(try eventually(20) { try notes(dir, "b") == "while bob was out|\n" }, b.transcript)
+    }
+}
+
+/// A PostgreSQL server of the test's own (trust logins on a unix socket), which it may stop and start without
+/// disturbing any other test.
+final class ScratchPostgres {
+    let directory: String
+    let bin: String
+    var url: String { "postgresql://postgres@/postgres?host=\(directory)" }
+
+    /// Nil (after failing the test when PostgreSQL is required) when no server binaries are found.
+    static func make(file: StaticString = #filePath, line: UInt = #line) throws -> ScratchPostgres? {
+        let env = ProcessInfo.processInfo.environment
+        var bin = env["STORECTL_TEST_PG_BIN"] ?? ""
+        if bin.isEmpty {
+            let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
+            if let newest = versions.compactMap({ Int($0) }).max() { bin = "/usr/lib/postgresql/\(newest)/bin" }
+        }
+        guard FileManager.default.isExecutableFile(atPath: bin + "/initdb") else {
+            if env["STORECTL_REQUIRE_PG"] == "1" {
+                XCTFail("STORECTL_REQUIRE_PG=1 but no PostgreSQL server binaries (set STORECTL_TEST_PG_BIN)",
+                        file: file, line: line)
+            }
+            return nil
+        }
+        return try ScratchPostgres(bin: bin)
+    }
+
+    private init(bin: String) throws {
+        self.bin = bin
+        var template = Array("/tmp/storectl-watchpg-XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { buf in buf.baseAddress.map { mkdtemp($0) != nil } ?? false }
+        guard made else { throw CocoaError(.fileWriteUnknown) }
+        directory = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if getuid() == 0, let pw = getpwnam("postgres") { chown(directory, pw.pointee.pw_uid, pw.pointee.pw_gid) }
+        try run(bin + "/initdb", ["-D", directory + "/data", "-U", "postgres", "-A", "trust", "--no-sync"])
+        try start()
+    }
+
+    deinit {
+        try? run(bin + "/pg_ctl", ["-D", directory + "/data", "-m", "immediate", "stop"])
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    func start() throws {
+        try run(bin + "/pg_ctl", ["-D", directory + "/data", "-l", directory + "/log", "-w", "-t", "60",
+                                  "-o", "-k \(directory) -c listen_addresses='' -c fsync=off", "start"])
+    }
+
+    func stop() throws {
+        try run(bin + "/pg_ctl", ["-D", directory + "/data", "-m", "fast", "-w", "stop"])
+    }
+
+    /// Runs a server program (as `postgres` when the test runs as root), spawned and reaped here: Foundation's
+    /// `Process` does not always see the exit of a `pg_ctl start` that leaves a daemon behind.
+    private func run(_ program: String, _ args: [String]) throws {
+        var argv = [program] + args
+        if getuid() == 0 { argv = ["/usr/sbin/runuser", "-u", "postgres", "--"] + argv }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, directory + "/commands.log", O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        let cArgs = argv.map { strdup($0) } + [nil]
+        defer { for p in cArgs { free(p) } }
+        var pid: pid_t = 0
+        guard posix_spawn(&pid, argv[0], &actions, nil, cArgs, environ) == 0 else {
+            throw CocoaError(.executableNotLoadable)
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        guard status == 0 else {
+            let log = (try? String(contentsOfFile: directory + "/commands.log", encoding: .utf8)) ?? ""
+            XCTFail("\(argv.joined(separator: " ")) failed (status \(status)):\n\(log)")
+            throw CocoaError(.executableLoad)
+        }
     }
 }
