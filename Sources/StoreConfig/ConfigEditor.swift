@@ -78,7 +78,8 @@ public enum ConfigEditor {
             _ = try ConfigLoader.load(bytes: newBytes, path: absolute, displayPath: display,
                                       environment: environment, expandEnvironment: expandEnvironment)
         } catch var error as ConfigError {
-            error.details.append("note: \(display) was not changed")
+            // The excerpt shows the text as the edit would write it (its lines may be past the end of the file).
+            error.details.append("note: that is \(display) as this edit would write it; \(display) was not changed")
             throw error
         }
         guard access(target, W_OK) == 0 else {

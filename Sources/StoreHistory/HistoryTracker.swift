@@ -364,7 +364,7 @@ public struct HistoryTracker {
             throw StoreError(.config, "history tracking cannot be turned off",
                              details: ["  history tracking is what lets data survive a switch between local and cloud modes"],
                              hint: "remove 'tracking: false' from the store's history: settings; "
-                                + "prune old history with 'storectl history prune' instead")
+                                + "prune old history with 'storectl history prune --older-than 30d' instead")
         }
     }
 

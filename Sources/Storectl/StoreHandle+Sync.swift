@@ -164,7 +164,8 @@ extension StoreHandle {
                 throw StoreError(.config,
                                  "store '\(settings.name)' is bound to account '\(bound)' in container '\(boundContainer ?? "?")',"
                                  + " but the config names account '\(account)' in '\(cloud.container)'",
-                                 hint: "to sync this store into the new account, run again with --rebind: local rows "
+                                 hint: "to sync this store into the new account, run 'storectl sync --rebind' (or 'storectl mode "
+                                 + "cloud --rebind' for a store in local mode): local rows "
                                  + "are kept and uploaded as a new baseline; nothing is deleted")
             }
             try db.transaction { try MirrorState.resetSyncState(db, zone: cloud.zone) }
@@ -268,7 +269,8 @@ public struct AccountUnavailableError: DiagnosedError {
     public var hint: String? {
         switch report.status {
         case .temporarilyUnavailable: return "retry later"
-        case .noAccount: return "configure cloud.account and cloud.secret, or add the account with 'storectl account add'"
+        case .noAccount: return report.account.map { "an owner of the container adds it with 'storectl account add \($0)'; or configure "
+                + "cloud.account and cloud.secret" } ?? "configure cloud.account and cloud.secret"
         case .restricted: return "check the secret and that the account is enabled and can write the container"
         case .couldNotDetermine: return "check cloud.url; for a container file run 'storectl cloud init'"
         case .available: return nil

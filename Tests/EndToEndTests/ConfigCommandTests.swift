@@ -88,7 +88,7 @@ final class ConfigCommandTests: XCTestCase {
             config.yaml:9:17: error: stores.notes.history.tracking: history tracking cannot be turned off
                 9 |       tracking: false                  # must stay true
                   |                 ^
-            note: config.yaml was not changed
+            note: that is config.yaml as this edit would write it; config.yaml was not changed
             hint: history tracking is what lets data survive a switch between local and cloud mode; \
             remove the line or write 'tracking: true'
 

@@ -116,6 +116,17 @@ final class HintPasteTests: XCTestCase {
                     .replacingOccurrences(of: "create_if_missing: true", with: "create_if_missing: false"))
                 _ = try self.storectl(d, ["--store", "a", "init"])
             }, args: ["--store", "a", "mode", "cloud"]),
+            Case(name: "bound to another account", setUp: { d in
+                _ = try self.storectl(d, ["--store", "a", "mode", "cloud"])
+                try self.sql(d, "a", "UPDATE _storectl_meta SET value = 'someone' WHERE key = 'bound_account'")
+            }, args: ["--store", "a", "sync"]),
+            Case(name: "an account the container does not know", setUp: { d in
+                _ = try self.storectl(d, ["--store", "a", "mode", "cloud"])
+                let text = try d.read("conf/app.yaml")
+                let at = try XCTUnwrap(text.range(of: "  b:"))
+                try d.write("conf/app.yaml", text[..<at.lowerBound]
+                    + text[at.lowerBound...].replacingOccurrences(of: "account: demo", with: "account: ghost"))
+            }, args: ["--store", "b", "mode", "cloud"]),
             Case(name: "not initialised, new identity", setUp: { _ in },
                  args: ["--store", "a", "init", "--new-identity"]),
             Case(name: "completions without a shell", setUp: { _ in }, args: ["completions"]),
@@ -151,7 +162,7 @@ final class HintPasteTests: XCTestCase {
                 let run = try Binary.run("/bin/sh", ["-c", command.replacingOccurrences(of: "storectl ",
                                                                                        with: Binary.storectl + " ",
                                                                                        options: .anchored)],
-                                         in: dir.path, stdin: "")
+                                         in: dir.path, stdin: "a-secret-for-a-new-account\n")
                 XCTAssertNotEqual(run.status, 64, "\(c.name): pasting '\(command)' exits 64\n\(run)")
                 pasted += 1
             }

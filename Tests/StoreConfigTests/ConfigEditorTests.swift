@@ -209,7 +209,7 @@ final class ConfigEditorTests: XCTestCase {
                 let e = error as? ConfigError
                 XCTAssertEqual(e?.firstLine, first)
                 XCTAssertEqual(e?.exitCode, .config)
-                XCTAssertEqual(e?.details.last, "note: config.yaml was not changed")
+                XCTAssertEqual(e?.details.last, "note: that is config.yaml as this edit would write it; config.yaml was not changed")
             }
             XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), before, key)
         }
