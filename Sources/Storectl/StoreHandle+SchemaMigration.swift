@@ -206,17 +206,29 @@ extension StoreHandle {
         try db.execute("""
             INSERT INTO temp._storectl_is SELECT l.pk, l.fields, \(loose("l.fields")) FROM (\(e.localRecordsSQL)) l
             """)
+        // The common case, a copy that kept every key: each synced row is where it was, with its values (as text).
+        let moved = try db.scalar("""
+            SELECT EXISTS (SELECT 1 FROM temp._storectl_was w LEFT JOIN temp._storectl_is i ON i.pk = w.pk
+                           WHERE i.pk IS NULL OR (i.fields IS NOT w.fields AND i.loose IS NOT w.loose))
+            """)?.int64 == 1
+        guard moved else { return 0 }
         // One to one, by fields, then by values as text; among equals, in key order.
         for column in ["fields", "loose"] {
+            // Numbered within each group of equal values, then joined through an index: linear in the rows.
             try db.execute("""
+                DROP TABLE IF EXISTS temp._storectl_v; DROP TABLE IF EXISTS temp._storectl_n;
+                CREATE TEMP TABLE _storectl_v AS
+                    SELECT pk, \(column) AS c, row_number() OVER (PARTITION BY \(column) ORDER BY pk) AS k
+                    FROM temp._storectl_was WHERE \(column) IS NOT NULL
+                      AND pk NOT IN (SELECT old_pk FROM temp._storectl_pairs);
+                CREATE TEMP TABLE _storectl_n AS
+                    SELECT pk, \(column) AS c, row_number() OVER (PARTITION BY \(column) ORDER BY pk) AS k
+                    FROM temp._storectl_is WHERE \(column) IS NOT NULL
+                      AND pk NOT IN (SELECT new_pk FROM temp._storectl_pairs);
+                CREATE INDEX temp._storectl_n_ck ON _storectl_n(c, k);
                 INSERT INTO temp._storectl_pairs(old_pk, new_pk)
-                WITH v AS (SELECT pk, \(column) AS c, row_number() OVER (PARTITION BY \(column) ORDER BY pk) AS k
-                           FROM temp._storectl_was WHERE \(column) IS NOT NULL
-                             AND pk NOT IN (SELECT old_pk FROM temp._storectl_pairs)),
-                     n AS (SELECT pk, \(column) AS c, row_number() OVER (PARTITION BY \(column) ORDER BY pk) AS k
-                           FROM temp._storectl_is WHERE \(column) IS NOT NULL
-                             AND pk NOT IN (SELECT new_pk FROM temp._storectl_pairs))
-                SELECT v.pk, n.pk FROM v JOIN n ON v.c = n.c AND v.k = n.k
+                    SELECT v.pk, n.pk FROM temp._storectl_v v JOIN temp._storectl_n n ON n.c = v.c AND n.k = v.k;
+                DROP TABLE temp._storectl_v; DROP TABLE temp._storectl_n;
                 """)
         }
         // Then by key: a row the file edited where it is.
@@ -226,8 +238,8 @@ extension StoreHandle {
             WHERE w.pk NOT IN (SELECT old_pk FROM temp._storectl_pairs)
               AND i.pk NOT IN (SELECT new_pk FROM temp._storectl_pairs)
             """)
-        let moved = Int(try db.scalar("SELECT count(*) FROM temp._storectl_pairs WHERE old_pk <> new_pk")?.int64 ?? 0)
-        guard moved > 0 else { return 0 }
+        let kept = Int(try db.scalar("SELECT count(*) FROM temp._storectl_pairs WHERE old_pk <> new_pk")?.int64 ?? 0)
+        guard kept > 0 else { return 0 }
         // Rewrite the record map in one go (the keys may be a permutation). A synced row that matched nothing and
         // whose key another row now has keeps its record under a key no row can have, for its deletion.
         let entity = quoteLiteral(e.name)
@@ -248,7 +260,7 @@ extension StoreHandle {
                 SELECT \(entity), pk, record_name, change_tag, base, deleted FROM temp._storectl_moved;
             DROP TABLE temp._storectl_moved;
             """)
-        return moved
+        return kept
     }
 
     /// Records in history, for the next export, what the file changed where no trigger saw it (a table copy):
@@ -267,24 +279,24 @@ extension StoreHandle {
             INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed, tombstone)
             VALUES (?, ?, \(StoreFormat.nowMillisecondsSQL), ?, ?, ?, ?, ?)
             """
-        // Changed values: the row differs from its record map base.
-        for row in try db.query("""
-            SELECT l.pk, r.base, l.fields FROM (\(e.localRecordsSQL)) l
-            JOIN _storectl_records r ON r.entity = ?1 AND r.pk = l.pk
-            WHERE r.deleted = 0 AND r.base IS NOT NULL AND r.base IS NOT l.fields
-              AND NOT \(seen.replacingText("%PK%", with: "l.pk"))
-            """, [e.name])
-        {
-            guard let pk = row[0].string, let base = row[1].string, let fields = row[2].string else { continue }
-            // Only values both hold: a key only the record has (a column another device added first) or only the
-            // row has (a column just added) is not a change of this row's values.
-            let columns = try differingColumns(db, base, fields).filter { $0.local != nil && $0.cloud != nil }
-                .map(\.column)
-            if columns.isEmpty { continue }
-            let changed = "[" + columns.map(JSONText.quoted).joined(separator: ",") + "]"
-            try db.run(insert, [tx, author, e.name, pk, "U", changed, Value.null])
-            report.changedRows += 1
-        }
+        // Changed values: the row differs from its record map base, in a value both hold (a key only the record
+        // has, a column another device added first, or only the row has, a column just added, is no change of
+        // this row's values). One statement for the whole table.
+        let exact = "CASE WHEN %.type IN ('object', 'array') THEN json(%.value) ELSE %.atom END"
+        let changed = """
+            (SELECT json_group_array(f.key) FROM json_each(l.fields) f JOIN json_each(r.base) b ON b.key = f.key
+             WHERE f.type IS NOT b.type OR \(exact.replacingText("%", with: "f")) IS NOT \(exact.replacingText("%", with: "b")))
+            """
+        try db.run("""
+            INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed, tombstone)
+            SELECT ?2, ?3, \(StoreFormat.nowMillisecondsSQL), ?1, pk, 'U', changed, NULL FROM (
+                SELECT l.pk AS pk, \(changed) AS changed FROM (\(e.localRecordsSQL)) l
+                JOIN _storectl_records r ON r.entity = ?1 AND r.pk = l.pk
+                WHERE r.deleted = 0 AND r.base IS NOT NULL AND r.base IS NOT l.fields
+                  AND NOT \(seen.replacingText("%PK%", with: "l.pk")))
+            WHERE changed <> '[]'
+            """, [e.name, tx, author])
+        report.changedRows += db.changes
         // New rows.
         for row in try db.query("""
             SELECT l.pk FROM (\(e.localRecordsSQL)) l

@@ -231,20 +231,32 @@ final class StoreLoop {
         remoteWake = nil
         retryAt = nil
         let before = (try? handle.database()).flatMap { try? HistoryTracker(db: $0).latestSeq() } ?? 0
+        // A round gets SQLite's default page cache (2,000 KiB); the checks between rounds, a small one.
+        if let db = try? handle.database() { try? db.execute("PRAGMA cache_size = -2000") }
         do {
             let report = try handle.sync(SyncOptions())
             succeeded(report, historyBefore: before)
         } catch {
             failed(error)
         }
-        // The connection lives as long as the watcher: give back the pages the round read, so that its memory
-        // follows what one round needs, not the size the store has grown to. "PRAGMA shrink_memory: This pragma
-        // causes the database connection on which it is invoked to free up as much memory as it can."
-        if handle.exists, let db = try? handle.database() { try? db.execute("PRAGMA shrink_memory") }
+        // The connection lives as long as the watcher: between rounds it keeps a small page cache, so that its
+        // memory follows what the checks need, not the size the store has grown to (a full cache per store made
+        // the soak's resident size creep up for its first half hour). "PRAGMA shrink_memory: This pragma causes the
+        // database connection on which it is invoked to free up as much memory as it can."
+        idleCache()
         // What this round wrote on its own connection does not move data_version; what others wrote meanwhile does.
         nextPoll = monotonicNow() + options.interval
         if let retryAt, retryAt > nextPoll { nextPoll = retryAt }
     }
+
+    /// Shrinks the store connection's page cache to what the checks between rounds need.
+    private func idleCache() {
+        guard handle.exists, let db = try? handle.database() else { return }
+        try? db.execute("PRAGMA cache_size = -\(Self.idleCacheKiB); PRAGMA shrink_memory")
+    }
+
+    /// The page cache between rounds, in KiB.
+    static let idleCacheKiB = 256
 
     private func succeeded(_ report: SyncReport, historyBefore: Int64) {
         if failing {
