@@ -119,7 +119,10 @@ struct Importer {
                     report.setAside += 1
                 }
                 report.orphans = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName,
-                                             applier: applier).resolve()
+                                             applier: applier).resolve { record, problem in
+                    try setAside(record, problem)
+                    report.setAside += 1
+                }
                 report.waitingForParent = try db.scalar("SELECT count(*) FROM _storectl_pending")?.int64.map(Int.init) ?? 0
                 if !options.uniqueRules.isEmpty {
                     // Dedup in the same transaction, so that no reader ever sees the duplicate. Its deletes and
@@ -280,14 +283,19 @@ struct Orphans {
     let applier: RecordApplier
 
     /// Resolves every orphan that this import made or brought; returns how many rows and records it handled.
-    func resolve() throws -> Int {
+    /// `setAside` receives the records of children whose parent is not here yet: they wait, reported.
+    func resolve(setAside: (CloudRecord, RecordProblem) throws -> Void = { _, _ in }) throws -> Int {
         var handled = 0
         for _ in 0..<16 {
             let rows = try orphanRows()
             if rows.isEmpty { break }
-            for (child, fk, pk) in rows {
-                try HistoryTracker(db: db).transaction(author: MirrorState.cascadeAuthor) { _ in
-                    try cutLoose(child, fk: fk, pk: pk)
+            for (child, fk, pk, parentGone) in rows {
+                if parentGone {
+                    try HistoryTracker(db: db).transaction(author: MirrorState.cascadeAuthor) { _ in
+                        try cutLoose(child, fk: fk, pk: pk)
+                    }
+                } else {
+                    try wait(child, fk: fk, pk: pk, setAside: setAside)
                 }
                 handled += 1
             }
@@ -338,9 +346,10 @@ struct Orphans {
         return handled
     }
 
-    /// Rows applied by this import whose parent is missing, and rows whose parent this import deleted.
-    private func orphanRows() throws -> [(EntityMap, ForeignKeyInfo, String)] {
-        var result: [(EntityMap, ForeignKeyInfo, String)] = []
+    /// Rows whose parent this import deleted (the parent is gone), and rows applied by this import whose parent is
+    /// missing: gone when its record is a tombstone, else not here yet.
+    private func orphanRows() throws -> [(EntityMap, ForeignKeyInfo, String, Bool)] {
+        var result: [(EntityMap, ForeignKeyInfo, String, Bool)] = []
         for child in entities.values {
             for fk in child.foreignKeys {
                 guard let parent = entities[fk.parentTable] else { continue }
@@ -353,19 +362,54 @@ struct Orphans {
                 let deletedMatch = zip(fk.columns, parentColumns).map {
                     "c.\(quoteIdentifier($0)) = json_extract(d.row, \(quoteLiteral(jsonPath($1))))"
                 }.joined(separator: " AND ")
+                // The parent's record name, when the key names it (a natural key referenced whole).
+                let names = !parent.isSurrogate && parentColumns == parent.primaryKey
+                    ? "\(quoteLiteral(parent.name + ":")) || json_array("
+                        + fk.columns.map { EntityMap.jsonValue("c.\(quoteIdentifier($0))") }.joined(separator: ", ") + ")"
+                    : "NULL"
                 let rows = try db.query("""
-                    SELECT \(child.pkJSON("c")) FROM temp._storectl_applied a
-                    CROSS JOIN main.\(child.quotedName) c
-                    WHERE a.entity = ?1 AND \(child.pkMatches("c", json: "a.pk")) AND \(set) AND \(missing)
-                    UNION
-                    SELECT \(child.pkJSON("c")) FROM temp._storectl_deleted_parents d
+                    SELECT \(child.pkJSON("c")), 1, NULL FROM temp._storectl_deleted_parents d
                     CROSS JOIN main.\(child.quotedName) c
                     WHERE d.entity = ?2 AND \(deletedMatch) AND \(missing)
+                    UNION
+                    SELECT \(child.pkJSON("c")), 0, \(names) FROM temp._storectl_applied a
+                    CROSS JOIN main.\(child.quotedName) c
+                    WHERE a.entity = ?1 AND \(child.pkMatches("c", json: "a.pk")) AND \(set) AND \(missing)
                     """, [child.name, parent.name])
-                for row in rows { if let pk = row[0].string { result.append((child, fk, pk)) } }
+                var seen: Set<String> = []
+                for row in rows {
+                    guard let pk = row[0].string, seen.insert(pk).inserted else { continue }
+                    var gone = row[1].int64 == 1
+                    if !gone, let name = row[2].string { gone = try parentIsGone(name, type: parent.name, absentIsGone: false) }
+                    result.append((child, fk, pk, gone))
+                }
             }
         }
         return result
+    }
+
+    /// A child applied by this import whose parent is not here (yet): the row is taken out again and its record
+    /// set aside, to be applied once the parent has arrived.
+    private func wait(_ child: EntityMap, fk: ForeignKeyInfo, pk: String,
+                      setAside: (CloudRecord, RecordProblem) throws -> Void) throws
+    {
+        guard let row = try db.query("SELECT record_name, change_tag, base FROM _storectl_records WHERE entity = ? AND pk = ?",
+                                     [child.name, pk]).first, let name = row[0].string
+        else {
+            try HistoryTracker(db: db).transaction(author: MirrorState.cascadeAuthor) { _ in
+                try cutLoose(child, fk: fk, pk: pk)
+            }
+            return
+        }
+        let record = CloudRecord(zone: zone, recordName: name, recordType: child.name, fields: row[2].string ?? "{}",
+                                 changeTag: row[1].string ?? "", seq: 0, deleted: false, modifiedBy: "", modifiedAt: 0)
+        try applier.deleteRow(child, pk: pk)
+        try db.run("DELETE FROM _storectl_records WHERE record_name = ?", [name])
+        try db.run("DELETE FROM temp._storectl_applied WHERE entity = ? AND pk = ?", [child.name, pk])
+        try setAside(record, RecordProblem(
+            reason: "its parent in '\(fk.parentTable)' (\(fk.columns.joined(separator: ", "))) is not here yet",
+            hint: "it is applied by the first sync after its parent arrives; if the parent was never saved, "
+                + "save it on the device that made this record"))
     }
 
     private func cutLoose(_ child: EntityMap, fk: ForeignKeyInfo, pk: String) throws {
@@ -395,7 +439,7 @@ struct Orphans {
             for (column, value) in decoded.values {
                 guard case .ref(let name?) = value, let ref = entity.reference(for: column),
                       try applier.parentKey(parent: ref.parent, recordName: name) == nil else { continue }
-                if try parentIsGone(name, type: ref.parent) { gone.append(column) } else { waiting = true }
+                if try parentIsGone(name, type: ref.parent, absentIsGone: false) { gone.append(column) } else { waiting = true }
             }
             guard !gone.isEmpty, !waiting else { continue }
             let loose = gone.allSatisfy { column in
@@ -428,16 +472,17 @@ struct Orphans {
         try db.scalar("SELECT pk FROM _storectl_records WHERE record_name = ?", [record.recordName])?.string
     }
 
-    /// Whether the parent record `name` is deleted: the record map says so, or the cloud has only its tombstone,
-    /// or nothing at all (and it is not waiting set aside here).
-    private func parentIsGone(_ name: String, type: String) throws -> Bool {
+    /// Whether the parent record `name` is deleted: the record map says so, or the cloud has its tombstone. A record
+    /// the cloud does not hold at all is not gone (unless `absentIsGone`): it may simply not be saved yet (its
+    /// device exports a table's rows in key order, so a child can come first).
+    private func parentIsGone(_ name: String, type: String, absentIsGone: Bool) throws -> Bool {
         if try db.scalar("SELECT 1 FROM _storectl_aliases WHERE record_name = ?", [name]) != nil { return false }
         if try db.scalar("SELECT 1 FROM _storectl_quarantine WHERE record_name = ?", [name]) != nil { return false }
         if try db.scalar("SELECT 1 FROM _storectl_pending WHERE record_name = ?", [name]) != nil { return false }
         if let deleted = try db.scalar("SELECT deleted FROM _storectl_records WHERE record_name = ?", [name])?.int64 {
             if deleted == 1 { return true }
         }
-        guard let record = try cloud.fetchRecord(zone: zone, recordName: name) else { return true }
+        guard let record = try cloud.fetchRecord(zone: zone, recordName: name) else { return absentIsGone }
         // A tombstone that names where its record went (a merged duplicate) is no deletion of the parent.
         return record.deleted && !record.fields.contains("\"$alias\"")
     }

@@ -206,7 +206,8 @@ struct Reconciler {
                     }
                 }
                 _ = try applier.retryPending { record, problem in try importer.setAside(record, problem) }
-                _ = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName, applier: applier).resolve()
+                _ = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName, applier: applier)
+                    .resolve { record, problem in try importer.setAside(record, problem) }
             }
             try MirrorState.setMeta(db, "export_serial", String(max(try MirrorState.exportSerial(db), state.mark.serial)))
             try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, state.lastSeq)

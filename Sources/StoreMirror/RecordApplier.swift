@@ -197,6 +197,16 @@ final class RecordApplier {
             return .applied
         }
         let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+        for reference in entity.references {
+            // A reference travels as a record name: a plain value there would be read as a local rowid, which
+            // names different rows on different stores.
+            if case .value(let v)? = decoded.values[reference.column], !v.isNull {
+                throw RecordProblem(reason: "field '\(reference.column)' holds the plain value \(v.sqlLiteral) where a "
+                                        + "reference to a '\(reference.parent)' record belongs",
+                                    hint: "a reference is {\"$ref\": \"RECORD NAME\"}; the device that saved it wrote "
+                                        + "a local key instead")
+            }
+        }
         // Resolve references to local keys; a missing parent parks the record until the parent arrives.
         var resolved: [String: Value] = [:]
         for (column, value) in decoded.values {
