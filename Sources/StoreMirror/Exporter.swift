@@ -661,6 +661,24 @@ struct Exporter {
                          upsert: Statement) throws -> Resolution
     {
         let e = item.entity
+        if server.deleted, let target = try applier.aliasTarget(of: server) {
+            // Not a deletion: another device merged this record into `target` as a duplicate. The row gives its
+            // children to the winner's row when that is here; otherwise it waits for it (the same rule merges them
+            // when it arrives).
+            try applier.alias(item.save.recordName, to: target, entity: e)
+            if let winner = try db.scalar("SELECT pk FROM _storectl_records WHERE record_name = ? AND entity = ? "
+                                            + "AND deleted = 0", [target, e.name])?.string,
+               winner != item.pk, try applier.rowExists(e, pk: winner)
+            {
+                try applier.repoint(e, from: item.pk, to: winner)
+                if try applier.rowExists(e, pk: item.pk) { try applier.deleteRow(e, pk: item.pk) }
+                try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true, upsert: upsert)
+            } else {
+                try markSaved(item, tag: server.changeTag, base: item.base, extra: item.extra, deleted: false,
+                              upsert: upsert)
+            }
+            return .resolved
+        }
         let local = try applier.localChanges(e, pk: item.pk)
             ?? MergeSide(deleted: item.save.deleted, changed: item.save.deleted ? [] : Set(e.fieldColumns))
         let serverSide = MergeSide(deleted: server.deleted, changed: server.deleted ? [] :

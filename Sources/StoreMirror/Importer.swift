@@ -31,6 +31,8 @@ public struct ImportReport: Sendable, Codable, Equatable {
     public var dedup = DedupReport()
     /// The records this import set aside (or found still set aside), each with its seq, reason and fix.
     public var setAsideRecords: [SetAsideRecord] = []
+    /// The records that wait for a parent record that has not arrived.
+    public var waitingRecords: [UnsettledReport.Waiting] = []
 
     public init() {}
 }
@@ -137,7 +139,9 @@ struct Importer {
                 try rememberUnknown(unknown)
             }
             try MirrorState.setMeta(db, "last_import_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
-            report.setAsideRecords = try MirrorState.unsettled(db).setAside
+            let unsettled = try MirrorState.unsettled(db)
+            report.setAsideRecords = unsettled.setAside
+            report.waitingRecords = unsettled.waitingForParent
             Failpoint.hit("import.before-commit")
         }
         Failpoint.hit("import.after-commit")

@@ -384,10 +384,7 @@ final class RecordApplier {
                                respectLocalChanges: Bool) throws -> Outcome
     {
         if hasParked { try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName]) }
-        if record.fields.utf8.count > 2,
-           let target = try db.scalar("SELECT json_extract(?1, '$.\"$alias\"') WHERE json_valid(?1)", [record.fields])?.string,
-           target != record.recordName
-        {
+        if let target = try aliasTarget(of: record) {
             // A duplicate merged into `target` elsewhere: its name now stands for the winner. A local row still
             // mapped to it gives its children to the winner's row and goes, when the winner is here; otherwise it is
             // merged when the winner arrives (the same rule picks the same winner here).
@@ -725,6 +722,13 @@ final class RecordApplier {
                     """, [Deduplicator.author, child.name, fk.columns[0], pk])
             }
         }
+    }
+
+    /// Where a tombstone says its record went (`{"$alias": "WINNER"}`: merged as a duplicate), or nil for a deletion.
+    func aliasTarget(of record: CloudRecord) throws -> String? {
+        guard record.deleted, record.fields.utf8.count > 2 else { return nil }
+        let target = try db.scalar("SELECT json_extract(?1, '$.\"$alias\"') WHERE json_valid(?1)", [record.fields])?.string
+        return target == record.recordName ? nil : target
     }
 
     func alias(_ name: String, to target: String, entity: EntityMap) throws {
