@@ -626,6 +626,17 @@ struct Exporter {
                             retry.append(again)
                             continue
                         }
+                        if server.deleted, !item.save.deleted, item.save.expectedTag == nil, item.entity.isSurrogate,
+                           let inserted = try insertTime(item), Double(inserted) > server.modifiedAt * 1000
+                        {
+                            // A new row whose derived name belongs to a record deleted before the row existed (its
+                            // rowid was reused, here or in an older copy of this store): not that record. It gets
+                            // a new name of its own.
+                            var again = item
+                            again.save.recordName = try freshName(item)
+                            retry.append(again)
+                            continue
+                        }
                         if server.deleted, item.save.deleted {
                             // Deleted on both sides: nothing to resolve.
                             try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true,
@@ -647,6 +658,22 @@ struct Exporter {
         Failpoint.hit("export.after-batch-commit")
         if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
         return retry
+    }
+
+    /// When the row of `item` was inserted here (its latest insert in history), in milliseconds.
+    private func insertTime(_ item: Pending) throws -> Int64? {
+        try db.scalar("""
+            SELECT max(ts) FROM _storectl_history WHERE entity = ? AND pk = ? AND op = 'I' AND author <> ?
+            """, [item.entity.name, item.pk, MirrorState.importAuthor])?.int64
+    }
+
+    /// Gives the row of `item` a new record name, stored before it is saved (a replay after a crash uses it).
+    private func freshName(_ item: Pending) throws -> String {
+        let e = item.entity
+        let name = try db.scalar("SELECT \(e.surrogateName("json_extract(?1, '$[0]')")) || '.' || lower(hex(randomblob(6)))",
+                                 [item.pk])?.string ?? item.save.recordName + ".1"
+        try RecordApplier.setMap(db, entity: e.name, pk: item.pk, name: name, tag: nil, base: nil, deleted: false)
+        return name
     }
 
     private enum Resolution {
