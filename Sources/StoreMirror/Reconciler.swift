@@ -39,11 +39,11 @@ struct Reconciler {
     func run() throws -> ReconcileReport? {
         let ownSeq = try MirrorState.ownSeq(db, container: cloud.container, zone: options.zone)
         guard let state = try cloud.exportState(zone: options.zone, device: device) else {
-            if try MirrorState.meta(db, "own_records_unchecked") != nil { return try checkOwnRecords() }
+            if try MirrorState.meta(db, .ownRecordsUnchecked) != nil { return try checkOwnRecords() }
             return nil
         }
-        if try MirrorState.meta(db, "own_records_unchecked") != nil {
-            try db.transaction { try MirrorState.setMeta(db, "own_records_unchecked", nil) }
+        if try MirrorState.meta(db, .ownRecordsUnchecked) != nil {
+            try db.transaction { try MirrorState.setMeta(db, .ownRecordsUnchecked, nil) }
         }
         guard state.lastSeq > ownSeq else { return nil }
         let serial = try MirrorState.exportSerial(db)
@@ -202,7 +202,7 @@ struct Reconciler {
         guard !behind.isEmpty else {
             try db.transaction {
                 try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, lastSeq)
-                try MirrorState.setMeta(db, "own_records_unchecked", nil)
+                try MirrorState.setMeta(db, .ownRecordsUnchecked, nil)
             }
             return nil
         }
@@ -210,7 +210,7 @@ struct Reconciler {
         let state = DeviceExportState(mark: ExportMark(serial: try MirrorState.exportSerial(db), historySeq: 0,
                                                        time: time), lastSeq: lastSeq)
         let report = try takeBackLaterRecords(after: 0, state: state, only: Set(behind.map(\.recordName)))
-        try db.transaction { try MirrorState.setMeta(db, "own_records_unchecked", nil) }
+        try db.transaction { try MirrorState.setMeta(db, .ownRecordsUnchecked, nil) }
         return report
     }
 
@@ -229,7 +229,7 @@ struct Reconciler {
             let exported = try db.scalar("SELECT max(seq) FROM _storectl_history WHERE ts <= ?", [state.mark.time])?
                 .int64 ?? 0
             if exported > (try MirrorState.exportToken(db)) { try MirrorState.setExportToken(db, exported) }
-            try MirrorState.setMeta(db, "restored_at", String(state.mark.time))
+            try MirrorState.setMeta(db, .restoredAt, String(state.mark.time))
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
                 let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy,
                                                 uniqueRules: options.uniqueRules)
@@ -251,9 +251,9 @@ struct Reconciler {
                 _ = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName, applier: applier)
                     .resolve { record, problem in try importer.setAside(record, problem) }
             }
-            try MirrorState.setMeta(db, "export_serial", String(max(try MirrorState.exportSerial(db), state.mark.serial)))
+            try MirrorState.setMeta(db, .exportSerial, String(max(try MirrorState.exportSerial(db), state.mark.serial)))
             try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, state.lastSeq)
-            try MirrorState.setMeta(db, "restore_detected_at", String(HistoryTracker.nowMilliseconds()))
+            try MirrorState.setMeta(db, .restoreDetectedAt, String(HistoryTracker.nowMilliseconds()))
         }
         return report
     }
