@@ -8,7 +8,7 @@ let package = Package(
     products: [
         .executable(name: "storectl", targets: ["storectl"]),
         .executable(name: "storectl-bench", targets: ["storectl-bench"]),
-        .library(name: "Storectl", targets: ["Storectl"]),
+        .library(name: "StoreControl", targets: ["StoreControl"]),
     ],
     targets: [
         // C libraries
@@ -32,12 +32,12 @@ let package = Package(
         .target(name: "StoreMirror", dependencies: [
             "StoreHistory", "StoreCloud", "StoreCrypto", "StoreSQLite", "StoreBase",
         ]),
-        .target(name: "Storectl", dependencies: [
+        .target(name: "StoreControl", dependencies: [
             "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud", "StoreCloudPostgres", "StoreCrypto",
             "StoreSQLite", "StoreBase",
         ]),
         .target(name: "StoreCLI", dependencies: [
-            "Storectl", "StoreConfig", "StoreCloud", "StoreHistory", "StoreMirror", "StoreSQLite", "StoreBase",
+            "StoreControl", "StoreConfig", "StoreCloud", "StoreHistory", "StoreMirror", "StoreSQLite", "StoreBase",
         ]),
         // Release builds link the Swift runtime and Foundation statically: the dynamic loader then maps and binds
         // a few system libraries rather than a dozen Swift ones, which halves the start time of every command
@@ -48,7 +48,7 @@ let package = Package(
                           linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(platforms: [.linux],
                                                                                    configuration: .release))]),
         .executableTarget(name: "storectl-bench", dependencies: [
-            "Storectl", "StoreHistory", "StoreMirror", "StoreCloud", "StoreConfig", "StoreSQLite", "StoreBase",
+            "StoreControl", "StoreHistory", "StoreMirror", "StoreCloud", "StoreConfig", "StoreSQLite", "StoreBase",
         ]),
 
         // Tests
@@ -59,9 +59,9 @@ let package = Package(
         .testTarget(name: "StoreCryptoTests", dependencies: ["StoreCrypto", "TestSupport"]),
         .testTarget(name: "StoreCloudTests", dependencies: ["StoreCloud", "StoreCloudPostgres", "StoreCrypto",
                                                             "TestSupport"]),
-        .testTarget(name: "StoreMirrorTests", dependencies: ["StoreMirror", "Storectl", "TestSupport"]),
+        .testTarget(name: "StoreMirrorTests", dependencies: ["StoreMirror", "StoreControl", "TestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: [
-            "TestSupport", "storectl", "Storectl", "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud",
+            "TestSupport", "storectl", "StoreControl", "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud",
             "StoreCloudPostgres", "StoreSQLite", "StoreBase",
         ]),
     ],

@@ -1,6 +1,6 @@
 import StoreBase
 import StoreConfig
-import Storectl
+import StoreControl
 
 extension CommandContext {
     /// Loads the config (from --config, $STORECTL_CONFIG, ./config.yaml or $XDG_CONFIG_HOME/storectl/config.yaml).

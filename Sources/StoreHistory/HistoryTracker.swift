@@ -52,27 +52,25 @@ public struct HistoryTracker {
                     throw trackingLostError(tables)
                 }
                 if report.state == .ok {
-                    return InstallReport(installed: false, storeID: try meta(StoreFormat.MetaKey.storeID) ?? "",
+                    return InstallReport(installed: false, storeID: try meta(MetaKey.storeID) ?? "",
                                          tables: try storedTrackedNames(),
-                                         schemaHash: try meta(StoreFormat.MetaKey.schemaHash) ?? "")
+                                         schemaHash: try meta(MetaKey.schemaHash) ?? "")
                 }
             }
             try db.execute(StoreFormat.createTablesSQL)
             let tables = try trackedTables()
             let now = String(Self.nowMilliseconds())
-            let defaults: [(String, String)] = [
-                (StoreFormat.MetaKey.formatVersion, StoreFormat.version),
-                (StoreFormat.MetaKey.storeID, UUID().uuidString.lowercased()),
-                (StoreFormat.MetaKey.mode, "local"),
-                (StoreFormat.MetaKey.nextTx, "1"),
-                (StoreFormat.MetaKey.createdAt, now),
+            let defaults: [(MetaKey, String)] = [
+                (MetaKey.formatVersion, StoreFormat.version),
+                (MetaKey.storeID, UUID().uuidString.lowercased()),
+                (MetaKey.mode, "local"),
+                (MetaKey.nextTx, "1"),
+                (MetaKey.createdAt, now),
             ]
-            for (key, value) in defaults {
-                try db.run("INSERT OR IGNORE INTO _storectl_meta(key, value) VALUES (?, ?)", [key, value])
-            }
+            for (key, value) in defaults { try StoreMeta.setIfAbsent(db, key, value) }
             try installTriggers(tables)
             let hash = try writeSchemaMeta(tables)
-            return InstallReport(installed: true, storeID: try meta(StoreFormat.MetaKey.storeID) ?? "",
+            return InstallReport(installed: true, storeID: try meta(MetaKey.storeID) ?? "",
                                  tables: tables.map(\.name).sorted(by: utf8Less), schemaHash: hash)
         }
     }
@@ -98,7 +96,7 @@ public struct HistoryTracker {
             if before.state == .ok && !force {
                 return MigrateReport(before: before.state, repaired: [], regenerated: false,
                                      tables: try storedTrackedNames(),
-                                     schemaHash: try meta(StoreFormat.MetaKey.schemaHash) ?? "", historyGap: nil)
+                                     schemaHash: try meta(MetaKey.schemaHash) ?? "", historyGap: nil)
             }
             let tables = try trackedTables()
             try installTriggers(tables)
@@ -108,8 +106,8 @@ public struct HistoryTracker {
             if case .triggersMissing(let lost) = before.state {
                 let seq = try latestSeq()
                 gap = seq
-                try setMeta(StoreFormat.MetaKey.historyGap, String(seq))
-                try setMeta(StoreFormat.MetaKey.historyGapReason,
+                try setMeta(MetaKey.historyGap, String(seq))
+                try setMeta(MetaKey.historyGapReason,
                             "triggers of \(lost.joined(separator: ", ")) were missing; reinstalled with --force at "
                                 + "\(Self.nowMilliseconds()) ms; changes made while they were missing were not recorded")
                 repaired.append(contentsOf: lost.map { "triggers of table \(quoteIdentifier($0)) reinstalled" })
@@ -273,10 +271,11 @@ public struct HistoryTracker {
 
     private func nextTransactionID() throws -> Int64 {
         let sql = """
-            UPDATE _storectl_meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'next_tx'
+            UPDATE _storectl_meta SET value = CAST(value AS INTEGER) + 1 WHERE key = ?
             RETURNING CAST(value AS INTEGER) - 1
             """
-        guard try db.tableExists("_storectl_meta"), let tx = try db.query(sql).first?[0].int64 else {
+        guard try db.tableExists("_storectl_meta"), let tx = try db.query(sql, [MetaKey.nextTx.rawValue]).first?[0].int64
+        else {
             throw notInitializedError()
         }
         return tx
@@ -286,18 +285,14 @@ public struct HistoryTracker {
 
     /// The value of meta `key`, or nil.
     /// - Throws: `SQLiteError` (when the store is not initialized, too).
-    public func meta(_ key: String) throws -> String? {
-        try db.scalar("SELECT value FROM _storectl_meta WHERE key = ?", [key])?.string
+    public func meta(_ key: MetaKey) throws -> String? {
+        try StoreMeta.value(db, key)
     }
 
     /// Sets meta `key` to `value`; nil removes it.
     /// - Throws: `SQLiteError`.
-    public func setMeta(_ key: String, _ value: String?) throws {
-        if let value {
-            try db.run("INSERT OR REPLACE INTO _storectl_meta(key, value) VALUES (?, ?)", [key, value])
-        } else {
-            try db.run("DELETE FROM _storectl_meta WHERE key = ?", [key])
-        }
+    public func setMeta(_ key: MetaKey, _ value: String?) throws {
+        try StoreMeta.set(db, key, value)
     }
 
     /// The opaque token `name` in `_storectl_tokens` (e.g. a server change token), or nil.
@@ -319,7 +314,7 @@ public struct HistoryTracker {
     /// The store id (meta `store_id`).
     /// - Throws: `StoreError` exit 78 when the store is not initialized.
     public func storeID() throws -> String {
-        guard try isInitialized(), let id = try meta(StoreFormat.MetaKey.storeID) else { throw notInitializedError() }
+        guard try isInitialized(), let id = try meta(MetaKey.storeID) else { throw notInitializedError() }
         return id
     }
 
@@ -333,7 +328,7 @@ public struct HistoryTracker {
     /// - Throws: `SQLiteError`.
     public func isInitialized() throws -> Bool {
         guard try db.tableExists("_storectl_meta") else { return false }
-        return try meta(StoreFormat.MetaKey.formatVersion) != nil
+        return try meta(MetaKey.formatVersion) != nil
     }
 
     /// The current time in unix milliseconds, as the triggers record it.
@@ -344,14 +339,14 @@ public struct HistoryTracker {
     // MARK: - Internals
 
     func storedTrackedNames() throws -> [String] {
-        guard let text = try meta(StoreFormat.MetaKey.tracked), let rows = try? db.query(
+        guard let text = try meta(MetaKey.tracked), let rows = try? db.query(
             "SELECT value FROM json_each(?1) WHERE json_type(?1) = 'array' ORDER BY key", [text])
         else { return [] }
         return rows.compactMap { $0[0].string }
     }
 
     func checkFormatVersion() throws {
-        let version = try meta(StoreFormat.MetaKey.formatVersion)
+        let version = try meta(MetaKey.formatVersion)
         guard version == StoreFormat.version else {
             if let number = Int(version ?? ""), number >= StoreFormat.oldestUpgradable,
                number < StoreFormat.currentVersion
@@ -423,7 +418,7 @@ public struct HistoryTracker {
 
     /// The store's format version as a number (0 when it has none or it is not a number).
     public func formatVersion() throws -> Int {
-        Int(try meta(StoreFormat.MetaKey.formatVersion) ?? "") ?? 0
+        Int(try meta(MetaKey.formatVersion) ?? "") ?? 0
     }
 
     func writeSchemaMeta(_ tables: [TableSchema]) throws -> String {
@@ -434,9 +429,9 @@ public struct HistoryTracker {
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let schema = String(decoding: try encoder.encode(description), as: UTF8.self)
         let tracked = String(decoding: try encoder.encode(tables.map(\.name).sorted(by: utf8Less)), as: UTF8.self)
-        try setMeta(StoreFormat.MetaKey.schemaHash, description.hash)
-        try setMeta(StoreFormat.MetaKey.tracked, tracked)
-        try setMeta(StoreFormat.MetaKey.schema, schema)
+        try setMeta(MetaKey.schemaHash, description.hash)
+        try setMeta(MetaKey.tracked, tracked)
+        try setMeta(MetaKey.schema, schema)
         return description.hash
     }
 }
@@ -488,8 +483,8 @@ extension HistoryTracker {
                 regenerated = tables.map(\.name).sorted(by: utf8Less)
             }
             try more(version)
-            try setMeta(StoreFormat.MetaKey.formatVersion, StoreFormat.version)
-            try setMeta("format_upgraded_from", String(version))
+            try setMeta(MetaKey.formatVersion, StoreFormat.version)
+            try setMeta(.formatUpgradedFrom, String(version))
             return FormatUpgradeReport(from: version, to: StoreFormat.currentVersion, backup: backupPath,
                                        regenerated: regenerated)
         }

@@ -13,9 +13,9 @@ extension HistoryTracker {
     /// - Throws: `SQLiteError`.
     public func inspect() throws -> TrackingReport {
         guard try isInitialized() else { return TrackingReport(state: .notInitialized) }
-        let gap = try meta(StoreFormat.MetaKey.historyGap).flatMap { Int64($0) }
+        let gap = try meta(MetaKey.historyGap).flatMap { Int64($0) }
         // The stored description is decoded only when something needs explaining (most calls find no drift).
-        let storedText = try meta(StoreFormat.MetaKey.schema)
+        let storedText = try meta(MetaKey.schema)
         var decoded: SchemaDescription?? = nil
         func stored() -> SchemaDescription? {
             if let decoded { return decoded }
@@ -23,7 +23,7 @@ extension HistoryTracker {
             decoded = .some(value)
             return value
         }
-        let storedHash = try meta(StoreFormat.MetaKey.schemaHash)
+        let storedHash = try meta(MetaKey.schemaHash)
         let storedTracked = Set(try storedTrackedNames())
         let tables = try trackedTables(strict: false)
         let current = SchemaDescription(

@@ -27,30 +27,7 @@ public enum StoreFormat {
     /// Every storectl trigger's name starts with this prefix.
     public static let triggerPrefix = "_storectl_"
 
-    /// The keys of `_storectl_meta`.
-    public enum MetaKey {
-        /// `'1'`.
-        public static let formatVersion = "format_version"
-        /// A random lowercase UUID, set once.
-        public static let storeID = "store_id"
-        /// `local` or `cloud`.
-        public static let mode = "mode"
-        /// FNV-1a 64 (16 lowercase hex digits) of the canonical description of the tracked tables and user tables.
-        public static let schemaHash = "schema_hash"
-        /// A JSON array of the tracked table names, sorted.
-        public static let tracked = "tracked"
-        /// The next transaction id `HistoryTracker.write` hands out (an integer).
-        public static let nextTx = "next_tx"
-        /// Set when tracking was lost and reinstalled with `--force`: the newest history seq at that moment.
-        /// Changes made while the triggers were missing were not recorded, so a sync must re-baseline.
-        public static let historyGap = "history_gap"
-        /// Why `history_gap` was set, in words.
-        public static let historyGapReason = "history_gap_reason"
-        /// When the store was initialized, in unix milliseconds.
-        public static let createdAt = "created_at"
-        /// The canonical description of the tracked tables and the user tables, as JSON (for drift details).
-        public static let schema = "schema"
-    }
+    /// The keys of `_storectl_meta` are `MetaKey`s.
 
     /// The SQL that creates the format tables. Every statement is `IF NOT EXISTS`, so it can run again.
     public static let createTablesSQL = """

@@ -81,7 +81,7 @@ public struct EntityMap: Sendable, Equatable {
             let columns = parts.compactMap { $0[1].string }
             if columns.sorted() != pk.map(\.name).sorted() && !unique.contains(columns) { unique.append(columns) }
         }
-        let storeID = try db.scalar("SELECT value FROM _storectl_meta WHERE key = 'store_id'")?.string ?? ""
+        let storeID = try StoreMeta.value(db, .storeID) ?? ""
         var map = EntityMap(name: table, columns: info.map(\.name), declaredTypes: info.map(\.declaredType),
                             primaryKey: pk.map(\.name), isSurrogate: surrogate, references: refs, parents: parents,
                             namePrefix: String(storeID.filter(\.isHexDigit).prefix(16)))

@@ -149,13 +149,13 @@ struct Exporter {
         try db.transaction {
             try MirrorState.setExportToken(db, upto)
             if baseline {
-                try MirrorState.setMeta(db, "baseline_container", cloud.container + "/" + options.zone)
-                try MirrorState.setMeta(db, "history_gap", nil)
+                try MirrorState.setMeta(db, .baselineContainer, cloud.container + "/" + options.zone)
+                try MirrorState.setMeta(db, .historyGap, nil)
             }
             for e in ordered {
-                try MirrorState.setMeta(db, "columns:" + e.name, try e.fieldColumnsJSON(db))
+                try MirrorState.setMeta(db, .columns(e.name), try e.fieldColumnsJSON(db))
             }
-            try MirrorState.setMeta(db, "last_export_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
+            try MirrorState.setMeta(db, .lastExportAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
         }
         Failpoint.hit("export.after-commit")
         report.token = upto

@@ -152,7 +152,7 @@ struct Importer {
                 try MirrorState.setServerToken(db, zone: options.zone, token?.rawValue)
                 try rememberUnknown(unknown)
             }
-            try MirrorState.setMeta(db, "last_import_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
+            try MirrorState.setMeta(db, .lastImportAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
             report.setAsideRecords = try MirrorState.unsettled(db).setAside
             Failpoint.hit("import.before-commit")
             tCommit = Trace.start()
@@ -291,10 +291,7 @@ struct Importer {
     private func rememberUnknown(_ unknown: [String: Int]) throws {
         guard !unknown.isEmpty else { return }
         for (type, count) in unknown {
-            try db.run("""
-                INSERT INTO _storectl_meta(key, value) VALUES (?1, ?2)
-                ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER)
-                """, ["unknown_type:" + type, String(count)])
+            try StoreMeta.add(db, .unknownType(type), count)
         }
     }
 }

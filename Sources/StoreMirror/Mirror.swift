@@ -99,15 +99,16 @@ public final class Mirror {
 
     /// The tracked tables, as the store's meta lists them.
     public static func trackedTables(_ db: Connection) throws -> [String] {
-        try db.query("SELECT value FROM json_each(coalesce((SELECT value FROM _storectl_meta WHERE key = 'tracked'), '[]'))")
+        try db.query("SELECT value FROM json_each(coalesce((SELECT value FROM _storectl_meta WHERE key = ?), '[]'))",
+                     [MetaKey.tracked.rawValue])
             .compactMap { $0[0].string }
     }
 
     /// Whether the next export must be a baseline of every row: the store never exported to this container and
     /// zone, or history has a gap.
     public func needsBaseline() throws -> Bool {
-        let mark = try MirrorState.meta(db, "baseline_container")
-        let gap = try MirrorState.meta(db, "history_gap")
+        let mark = try MirrorState.meta(db, .baselineContainer)
+        let gap = try MirrorState.meta(db, .historyGap)
         return mark != cloud.container + "/" + options.zone || (gap != nil && gap != "")
     }
 
@@ -156,17 +157,14 @@ public final class Mirror {
             }
             done.rescanned = try SchemaEvolution.rescan(db, entities: entities)
         }
-        let skipped = try db.query("""
-            SELECT substr(key, length('unknown_type:') + 1) FROM _storectl_meta
-            WHERE key LIKE 'unknown\\_type:%' ESCAPE '\\'
-            """).compactMap { $0[0].string }.filter { byName[$0] != nil }
+        let skipped = try StoreMeta.entries(db, .unknownType).map(\.name).filter { byName[$0] != nil }
         if !skipped.isEmpty {
             var importer = Importer(db: db, cloud: cloud, options: options, entities: entities, device: device)
             importer.onlyTypes = Set(skipped)
             let report = try importer.run(progress: { _, _ in })
             done.caughtUp = report.applied + report.deleted
             try db.transaction {
-                for type in skipped { try MirrorState.setMeta(db, "unknown_type:" + type, nil) }
+                for type in skipped { try MirrorState.setMeta(db, .unknownType(type), nil) }
             }
         }
         lastPreparation = done
@@ -256,7 +254,7 @@ public final class Mirror {
             exported.conflictsResolved += more.conflictsResolved
             exported.token = more.token
         }
-        try MirrorState.setMeta(db, "last_sync_at", String(Int64(Date().timeIntervalSince1970 * 1000)))
+        try MirrorState.setMeta(db, .lastSyncAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
         return SyncReport(exported: exported, imported: imported)
     }
 }

@@ -4,6 +4,7 @@ import Glibc
 #endif
 import StoreBase
 import StoreCloud
+import StoreHistory
 import StoreSQLite
 
 /// The sync engine's own state inside the store: the record map, pending references, tokens and meta keys.
@@ -84,23 +85,17 @@ public enum MirrorState {
     /// Records where the store was made, once: a copy elsewhere with the same store id is detected before it
     /// syncs (`StoreHandle.checkIdentity`).
     public static func recordStorePath(_ db: Connection) throws {
-        try db.run("INSERT OR IGNORE INTO _storectl_meta(key, value) VALUES ('store_path', ?)",
-                   [Path.standardized(db.path)])
+        try StoreMeta.setIfAbsent(db, .storePath, Path.standardized(db.path))
     }
 
     /// A meta value, or nil.
-    public static func meta(_ db: Connection, _ key: String) throws -> String? {
-        try db.scalar("SELECT value FROM _storectl_meta WHERE key = ?", [key])?.string
+    public static func meta(_ db: Connection, _ key: MetaKey) throws -> String? {
+        try StoreMeta.value(db, key)
     }
 
     /// Sets (or, with nil, removes) a meta value.
-    public static func setMeta(_ db: Connection, _ key: String, _ value: String?) throws {
-        if let value {
-            try db.run("INSERT INTO _storectl_meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                       [key, value])
-        } else {
-            try db.run("DELETE FROM _storectl_meta WHERE key = ?", [key])
-        }
+    public static func setMeta(_ db: Connection, _ key: MetaKey, _ value: String?) throws {
+        try StoreMeta.set(db, key, value)
     }
 
     /// The export token: the last history seq exported.
@@ -132,7 +127,7 @@ public enum MirrorState {
 
     /// The store id: this store's identity as a device.
     public static func storeID(_ db: Connection) throws -> String {
-        guard let id = try meta(db, "store_id") else {
+        guard let id = try meta(db, .storeID) else {
             throw StoreError(.dataError, "\(db.path) has no store id: it was not initialised by storectl",
                              hint: "run 'storectl init'")
         }
@@ -144,33 +139,28 @@ public enum MirrorState {
         try db.scalar("SELECT coalesce(max(seq), 0) FROM _storectl_history")?.int64 ?? 0
     }
 
-    /// The meta key of a value kept per container and zone.
-    static func zoneKey(_ name: String, container: String, zone: String) -> String {
-        name + ":" + container + "/" + zone
-    }
-
     /// The seq of the newest of this store's own saves in the zone that its record map reflects.
     static func ownSeq(_ db: Connection, container: String, zone: String) throws -> Int64 {
-        Int64(try meta(db, zoneKey("own_seq", container: container, zone: zone)) ?? "") ?? 0
+        Int64(try meta(db, .ownSeq(container: container, zone: zone)) ?? "") ?? 0
     }
 
     static func setOwnSeq(_ db: Connection, container: String, zone: String, _ seq: Int64) throws {
         try db.run("""
             INSERT INTO _storectl_meta(key, value) VALUES (?1, ?2)
             ON CONFLICT(key) DO UPDATE SET value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))
-            """, [zoneKey("own_seq", container: container, zone: zone), String(seq)])
+            """, [MetaKey.ownSeq(container: container, zone: zone).rawValue, String(seq)])
     }
 
     /// The serial of the latest export this store started (`ExportMark.serial`).
     static func exportSerial(_ db: Connection) throws -> Int64 {
-        Int64(try meta(db, "export_serial") ?? "") ?? 0
+        Int64(try meta(db, .exportSerial) ?? "") ?? 0
     }
 
     /// Starts a new export: the serial goes up by one and is committed before anything is saved.
     static func nextExportSerial(_ db: Connection) throws -> Int64 {
         try db.transaction(.immediate) {
             let next = try exportSerial(db) + 1
-            try setMeta(db, "export_serial", String(next))
+            try setMeta(db, .exportSerial, String(next))
             return next
         }
     }
@@ -201,10 +191,10 @@ public enum MirrorState {
             DELETE FROM _storectl_pending;
             DELETE FROM _storectl_outbox;
             DELETE FROM _storectl_quarantine;
-            DELETE FROM _storectl_meta WHERE key LIKE 'own\\_seq:%' ESCAPE '\\';
+            DELETE FROM _storectl_meta WHERE \(MetaKey.Family.ownSeq.sqlMatch);
             """)
         try setServerToken(db, zone: zone, nil)
-        try setMeta(db, "baseline_container", nil)
+        try setMeta(db, .baselineContainer, nil)
     }
 
     /// Gives a record name to every row that `source` (SQL with alias `t` for the table) selects and that has none
@@ -283,13 +273,10 @@ extension MirrorState {
                        reason: $0[3].string ?? "")
             }
         }
-        for row in try db.query("""
-            SELECT substr(key, length('unknown_type:') + 1), value FROM _storectl_meta
-            WHERE key LIKE 'unknown\\_type:%' ESCAPE '\\'
-            """) {
-            if let type = row[0].string { report.untrackedTypes[type] = Int(row[1].string ?? "") ?? 0 }
+        for (type, count) in try StoreMeta.entries(db, .unknownType) {
+            report.untrackedTypes[type] = Int(count ?? "") ?? 0
         }
-        if let ms = try meta(db, "restore_detected_at").flatMap(Int64.init) {
+        if let ms = try meta(db, .restoreDetectedAt).flatMap(Int64.init) {
             report.restoredAt = ISOTime.string(unixMilliseconds: ms, fractional: false)
         }
         return report

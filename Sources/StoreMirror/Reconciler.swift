@@ -187,7 +187,7 @@ struct Reconciler {
             let exported = try db.scalar("SELECT max(seq) FROM _storectl_history WHERE ts <= ?", [state.mark.time])?
                 .int64 ?? 0
             if exported > (try MirrorState.exportToken(db)) { try MirrorState.setExportToken(db, exported) }
-            try MirrorState.setMeta(db, "restored_at", String(state.mark.time))
+            try MirrorState.setMeta(db, .restoredAt, String(state.mark.time))
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
                 let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy,
                                                 uniqueRules: options.uniqueRules)
@@ -208,9 +208,9 @@ struct Reconciler {
                 _ = try applier.retryPending { record, problem in try importer.setAside(record, problem) }
                 _ = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName, applier: applier).resolve()
             }
-            try MirrorState.setMeta(db, "export_serial", String(max(try MirrorState.exportSerial(db), state.mark.serial)))
+            try MirrorState.setMeta(db, .exportSerial, String(max(try MirrorState.exportSerial(db), state.mark.serial)))
             try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, state.lastSeq)
-            try MirrorState.setMeta(db, "restore_detected_at", String(HistoryTracker.nowMilliseconds()))
+            try MirrorState.setMeta(db, .restoreDetectedAt, String(HistoryTracker.nowMilliseconds()))
         }
         return report
     }

@@ -101,7 +101,7 @@ final class RecordApplier {
         }
         self.cascadingParents = cascading
         self.referencedEntities = referenced
-        self.restoredAt = Int64(try MirrorState.meta(db, "restored_at") ?? "")
+        self.restoredAt = Int64(try MirrorState.meta(db, .restoredAt) ?? "")
     }
 
     /// Forgets the rows noted by the last import (`_storectl_applied`, `_storectl_deleted_parents`).

@@ -68,7 +68,7 @@ enum SchemaEvolution {
         var found = 0
         for e in entities {
             let now = try e.fieldColumnsJSON(db)
-            let before = try MirrorState.meta(db, "columns:" + e.name)
+            let before = try MirrorState.meta(db, .columns(e.name))
             if before == now { continue }
             if before == nil,
                try db.scalar("SELECT 1 FROM _storectl_records WHERE entity = ? LIMIT 1", [e.name]) == nil { continue }

@@ -33,18 +33,17 @@ public enum Seeder {
 
     /// Whether this store already holds the seed (inserted here, or known to be seeded elsewhere).
     public static func isDone(_ db: Connection, _ seed: SeedDefinition) throws -> Bool {
-        try MirrorState.meta(db, "seed_done:" + seed.name) != nil
+        try MirrorState.meta(db, .seedDone(seed.name)) != nil
     }
 
     /// Records that the seed is in this store (or was seeded elsewhere), without inserting anything.
     public static func markDone(_ db: Connection, _ seed: SeedDefinition, how: String) throws {
-        try MirrorState.setMeta(db, "seed_done:" + seed.name, how)
+        try MirrorState.setMeta(db, .seedDone(seed.name), how)
     }
 
     /// Seeds in local mode leave their cloud marker to be claimed when sync is enabled.
     public static func pendingMarkers(_ db: Connection) throws -> [String] {
-        try db.query("SELECT substr(key, length('seed_marker_pending:') + 1) FROM _storectl_meta WHERE key LIKE 'seed\\_marker\\_pending:%' ESCAPE '\\'")
-            .compactMap { $0[0].string }
+        try StoreMeta.entries(db, .seedMarkerPending).map(\.name)
     }
 
     /// Claims the pending markers of seeds made while local. Returns their names.
@@ -54,7 +53,7 @@ public enum Seeder {
         let names = try pendingMarkers(db)
         for name in names {
             _ = try cloud.createMarker(zone: zone, name: "seed:" + name, device: device, payload: "{}")
-            try MirrorState.setMeta(db, "seed_marker_pending:" + name, nil)
+            try MirrorState.setMeta(db, .seedMarkerPending(name), nil)
         }
         return names
     }
@@ -107,7 +106,7 @@ public enum Seeder {
                     """, [table, pk, name])
             }
             try markDone(db, seed, how: "seeded")
-            if markerPending { try MirrorState.setMeta(db, "seed_marker_pending:" + seed.name, "1") }
+            if markerPending { try MirrorState.setMeta(db, .seedMarkerPending(seed.name), "1") }
             Failpoint.hit("seed.before-commit")
             return inserted
         }

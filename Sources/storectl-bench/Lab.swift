@@ -4,7 +4,7 @@ import StoreCloud
 import StoreConfig
 import StoreMirror
 import StoreSQLite
-import Storectl
+import StoreControl
 
 #if canImport(Glibc)
 import Glibc

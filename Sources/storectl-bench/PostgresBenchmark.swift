@@ -2,7 +2,7 @@ import Foundation
 import StoreBase
 import StoreCloudPostgres
 import StoreSQLite
-import Storectl
+import StoreControl
 
 /// `storectl-bench postgres`: export of N rows to PostgreSQL against `COPY` of the same rows into a plain table,
 /// and import of them into an empty store against raw SQLite inserts of the same rows. Target: 50% each.

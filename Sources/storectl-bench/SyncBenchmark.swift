@@ -1,6 +1,6 @@
 import Foundation
 import StoreBase
-import Storectl
+import StoreControl
 
 /// `storectl-bench sync`: an incremental sync of 1,000 changes costs the same on an N-row store as on a
 /// 1,000-row store (cost follows changes, not size). Target: time ratio <= 1.5.

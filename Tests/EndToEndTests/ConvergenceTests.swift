@@ -4,7 +4,7 @@ import StoreCloudPostgres
 import StoreConfig
 import StoreHistory
 import StoreSQLite
-import Storectl
+import StoreControl
 import TestSupport
 import XCTest
 

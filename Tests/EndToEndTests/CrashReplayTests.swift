@@ -141,8 +141,9 @@ class CrashReplayCase: XCTestCase {
     }
 
     /// Two stores synced with the same base rows; returns the fleet and the model.
-    func base(_ backend: FleetBackend) throws -> (Fleet, CrashModel) {
-        let f = try Fleet(backend: backend, schema: CrashModel.schema, label: "storectl-crash")
+    func base(_ backend: FleetBackend, policy: String? = nil) throws -> (Fleet, CrashModel) {
+        let f = try Fleet(backend: backend, schema: CrashModel.schema,
+                          cloudExtra: policy.map { "      merge_policy: \($0)" } ?? "", label: "storectl-crash")
         var m = CrashModel()
         try f.cloudMode("a")
         try f.cloudMode("b")
@@ -201,10 +202,11 @@ class CrashReplayCase: XCTestCase {
 
     /// One cell of the matrix. `twice`: the resume is killed at the same point again, with more writes.
     func cell(_ backend: FleetBackend, failpoint: String, touch: Touch, twice: Bool, op: String = "sync",
-              file: StaticString = #filePath, line: UInt = #line) throws
+              policy: String? = nil, file: StaticString = #filePath, line: UInt = #line) throws
     {
         let what = "\(failpoint) during \(op), then \(touch.rawValue)\(twice ? ", killed twice" : "")"
-        let (f, base) = try self.base(backend)
+            + (policy.map { ", merge_policy \($0)" } ?? "")
+        let (f, base) = try self.base(backend, policy: policy)
         var m = base
         let isImport = failpoint.hasPrefix("import.")
         let env = ["STORECTL_FAILPOINT": failpoint, "STORECTL_BATCH_SIZE": "2", "STORECTL_PAGE_SIZE": "3"]

@@ -561,10 +561,14 @@ final class Fleet {
                        + "\(doctor)", file: file, line: line)
         let (status, _) = try self.status(store, file: file, line: line)
         for m in mentions {
-            XCTAssertTrue(doctor.stdout.contains(m), "[\(backend)] \(what): doctor --json of \(store) does not name "
-                          + "'\(m)'\n\(doctor.stdout)", file: file, line: line)
-            XCTAssertTrue(status.stdout.contains(m), "[\(backend)] \(what): status --json of \(store) does not name "
-                          + "'\(m)'\n\(status.stdout)", file: file, line: line)
+            // In JSON, a name's quotes and backslashes are escaped.
+            let escaped = m.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+                .replacingOccurrences(of: "/", with: "\\/")
+            let forms = [m, escaped, m.replacingOccurrences(of: "\"", with: "\\\"")]
+            XCTAssertTrue(forms.contains { doctor.stdout.contains($0) }, "[\(backend)] \(what): doctor --json of "
+                          + "\(store) does not name '\(m)'\n\(doctor.stdout.prefix(3000))", file: file, line: line)
+            XCTAssertTrue(forms.contains { status.stdout.contains($0) }, "[\(backend)] \(what): status --json of "
+                          + "\(store) does not name '\(m)'\n\(status.stdout.prefix(3000))", file: file, line: line)
         }
     }
 
@@ -652,5 +656,74 @@ enum Killer {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
         return process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
+    }
+}
+
+/// A record another machine writes straight into the container.
+struct PlantedRecord {
+    var name: String
+    var type: String
+    /// The fields as SQL text: a literal, or an expression (a 50 MB field is built by the SQL).
+    var fieldsSQL: String
+    var bad: Bool
+    var why: String
+    var seq: Int64 = 0
+}
+
+extension Fleet {
+    /// SQL for one text literal (the same in SQLite and PostgreSQL).
+    static func sqlLiteral(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "''") + "'" }
+
+    /// The last seq of the zone `default`.
+    func lastSeq() throws -> Int64 {
+        switch backend {
+        case .file:
+            return Int64(try containerSQL("SELECT last_seq FROM zones WHERE name = 'default'")
+                .trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        case .postgres:
+            return Int64(try psql("SELECT last_seq FROM \(pgSchema).zones WHERE name = 'default'")
+                .trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        }
+    }
+
+    /// Writes `records` into the zone the way a careless or hostile machine could: no check of the fields (the
+    /// container's own check is bypassed, as an older writer or a hand-edited container would). Each record gets
+    /// the next seq.
+    func plant(_ records: inout [PlantedRecord]) throws {
+        var seq = try lastSeq()
+        var statements: [String] = []
+        let q = Self.sqlLiteral
+        for i in records.indices {
+            seq += 1
+            records[i].seq = seq
+            let r = records[i]
+            let table = backend.isFile ? "records" : "\(pgSchema).records"
+            statements.append("""
+                INSERT INTO \(table)(zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by,
+                                     modified_at)
+                VALUES ('default', \(q(r.name)), \(q(r.type)), \(r.fieldsSQL), 'evil-\(seq)', \(seq),
+                        \(backend.isFile ? "0" : "false"), 'evil-device', 0)
+                ON CONFLICT (zone, record_name) DO UPDATE SET record_type = excluded.record_type,
+                    fields = excluded.fields, change_tag = excluded.change_tag, seq = excluded.seq,
+                    deleted = excluded.deleted, modified_by = excluded.modified_by;
+                """)
+        }
+        switch backend {
+        case .file:
+            try containerSQL("PRAGMA ignore_check_constraints = 1; BEGIN;" + statements.joined(separator: "\n")
+                             + "UPDATE zones SET last_seq = \(seq) WHERE name = 'default'; COMMIT;")
+        case .postgres:
+            try psql("ALTER TABLE \(pgSchema).records DROP CONSTRAINT IF EXISTS records_fields_object;"
+                     + "ALTER TABLE \(pgSchema).records DROP CONSTRAINT IF EXISTS records_fields_check;"
+                     + "BEGIN;" + statements.joined(separator: "\n")
+                     + "UPDATE \(pgSchema).zones SET last_seq = \(seq) WHERE name = 'default'; COMMIT;")
+        }
+    }
+}
+
+extension FleetBackend {
+    var isFile: Bool {
+        if case .file = self { return true }
+        return false
     }
 }

@@ -99,7 +99,7 @@ final class ConsumerPruneTests: XCTestCase {
         XCTAssertEqual(try f.tracker.token("server"), "abc")
         try f.tracker.setToken("server", nil)
         XCTAssertNil(try f.tracker.token("server"))
-        try f.tracker.setMeta("mode", "cloud")
-        XCTAssertEqual(try f.tracker.meta("mode"), "cloud")
+        try f.tracker.setMeta(.mode, "cloud")
+        XCTAssertEqual(try f.tracker.meta(.mode), "cloud")
     }
 }

@@ -35,7 +35,7 @@ final class DriftTests: XCTestCase {
         XCTAssertNoThrow(try f.tracker.requireTracking(), file: file, line: line)
         let after = try f.db.query("SELECT * FROM _storectl_history ORDER BY seq")
         XCTAssertEqual(Array(after.prefix(before.count)), before, "history was lost", file: file, line: line)
-        XCTAssertNil(try f.tracker.meta("history_gap"), file: file, line: line)
+        XCTAssertNil(try f.tracker.meta(.historyGap), file: file, line: line)
         // A second migrate has nothing to do.
         XCTAssertFalse(try f.tracker.migrate().regenerated, file: file, line: line)
     }
@@ -68,7 +68,7 @@ final class DriftTests: XCTestCase {
 
         try f.db.execute("DROP TABLE tags")
         try assertMigrateRepairs(f, [#"table "tags" dropped"#])
-        XCTAssertEqual(try f.tracker.meta("tracked"), #"["folders","notes"]"#)
+        XCTAssertEqual(try f.tracker.meta(.tracked), #"["folders","notes"]"#)
     }
 
     func testAnAddedTableWithoutAPrimaryKeyIsDriftThatMigrateRefusesByName() throws {
@@ -112,7 +112,7 @@ final class DriftTests: XCTestCase {
         XCTAssertEqual(forced.historyGap, 2)
         XCTAssertEqual(forced.repaired, [#"table "notes": column "body" dropped"#,
                                          #"triggers of table "notes" reinstalled"#])
-        XCTAssertEqual(try f.tracker.meta("history_gap"), "2")
+        XCTAssertEqual(try f.tracker.meta(.historyGap), "2")
         XCTAssertEqual(try f.tracker.inspect().historyGap, 2)
         XCTAssertEqual(try f.tracker.verify(), .ok)
         XCTAssertEqual(try f.db.query("SELECT * FROM _storectl_history ORDER BY seq"), historyBefore)
@@ -138,7 +138,7 @@ final class DriftTests: XCTestCase {
         }
         let report = try f.tracker.migrate(force: true)
         XCTAssertEqual(report.before, .triggersMissing(["tags"]))
-        XCTAssertEqual(try f.tracker.meta("history_gap"), "2")
+        XCTAssertEqual(try f.tracker.meta(.historyGap), "2")
         XCTAssertEqual(try f.tracker.verify(), .ok)
     }
 
@@ -157,7 +157,7 @@ final class DriftTests: XCTestCase {
     func testTheSchemaHashIsStableAndCoversTheUserTables() throws {
         let a = try makeStore()
         let b = try makeStore()
-        XCTAssertEqual(try a.tracker.meta("schema_hash"), try b.tracker.meta("schema_hash"))
+        XCTAssertEqual(try a.tracker.meta(.schemaHash), try b.tracker.meta(.schemaHash))
         // An untracked table (entities narrow the set) still changes the hash: adding one is drift.
         let c = try Fixture("CREATE TABLE notes(id INTEGER PRIMARY KEY)", options: TrackingOptions(entities: ["notes"]))
         try c.db.execute("CREATE TABLE scratch(x)")

@@ -10,7 +10,7 @@ final class FormatUpgradeTests: XCTestCase {
     /// Turns a freshly installed store back into what storectl's format 1 made.
     func makeFormat1(_ f: Fixture) throws {
         try f.db.transaction {
-            try f.tracker.setMeta(StoreFormat.MetaKey.formatVersion, "1")
+            try f.tracker.setMeta(MetaKey.formatVersion, "1")
             for table in try f.tracker.trackedTables() {
                 for trigger in try f.tracker.triggerSQL(for: table, format: 1).triggers {
                     try f.db.execute("DROP TRIGGER \(quoteIdentifier(trigger.name))")
@@ -35,7 +35,7 @@ final class FormatUpgradeTests: XCTestCase {
         })
         XCTAssertTrue(moreRan)
         XCTAssertEqual(report, FormatUpgradeReport(from: 1, to: 2, backup: backup, regenerated: ["readings"]))
-        XCTAssertEqual(try f.tracker.meta(StoreFormat.MetaKey.formatVersion), "2")
+        XCTAssertEqual(try f.tracker.meta(MetaKey.formatVersion), "2")
         XCTAssertEqual(try f.tracker.inspect().state, .ok)
         try f.tracker.write { try f.db.run("INSERT INTO readings VALUES (?, 'new')", [123456789.123456789]) }
         XCTAssertEqual(try f.db.query("SELECT pk FROM _storectl_history ORDER BY seq").map { $0[0].string ?? "" },
@@ -51,11 +51,11 @@ final class FormatUpgradeTests: XCTestCase {
 
     func testAStoreOfAFormatNewerThanThisStorectlIsRefusedUnchanged() throws {
         let f = try Fixture("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);")
-        try f.tracker.setMeta(StoreFormat.MetaKey.formatVersion, "9")
+        try f.tracker.setMeta(MetaKey.formatVersion, "9")
         XCTAssertThrowsError(try f.tracker.upgradeFormat(backupPath: f.dir.file("x.bak"))) { error in
             XCTAssertEqual((error as? StoreError)?.exitCode.rawValue, 65)
         }
-        XCTAssertEqual(try f.tracker.meta(StoreFormat.MetaKey.formatVersion), "9")
+        XCTAssertEqual(try f.tracker.meta(MetaKey.formatVersion), "9")
         XCTAssertFalse(FileManager.default.fileExists(atPath: f.dir.file("x.bak")))
     }
 }

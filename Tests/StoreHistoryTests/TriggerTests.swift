@@ -25,7 +25,7 @@ final class TriggerTests: XCTestCase {
         XCTAssertEqual(try f.count("SELECT count(*) FROM _storectl_context"), 0)
         try f.db.run("DELETE FROM notes WHERE id = 2")
         XCTAssertEqual(try f.rows(after: 3), [#"D notes [2] external nil tombstone={"id":2}"#])
-        XCTAssertEqual(try f.tracker.meta("next_tx"), "3")
+        XCTAssertEqual(try f.tracker.meta(.nextTx), "3")
     }
 
     func testAFailedWriteRecordsNothingAndConsumesNoTransactionID() throws {
@@ -36,7 +36,7 @@ final class TriggerTests: XCTestCase {
             throw Boom()
         })
         XCTAssertEqual(try f.rows(), [])
-        XCTAssertEqual(try f.tracker.meta("next_tx"), "1")
+        XCTAssertEqual(try f.tracker.meta(.nextTx), "1")
         XCTAssertEqual(try f.count("SELECT count(*) FROM _storectl_context"), 0)
     }
 

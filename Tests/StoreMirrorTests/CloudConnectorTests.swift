@@ -1,5 +1,5 @@
 import Foundation
-@testable import Storectl
+@testable import StoreControl
 import StoreBase
 import XCTest
 

@@ -2,7 +2,7 @@ import Foundation
 import StoreConfig
 import StoreHistory
 import StoreMirror
-import Storectl
+import StoreControl
 import TestSupport
 import XCTest
 

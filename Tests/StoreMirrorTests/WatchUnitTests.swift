@@ -2,7 +2,7 @@ import Foundation
 import StoreBase
 import StoreSQLite
 import Synchronization
-@testable import Storectl
+@testable import StoreControl
 import TestSupport
 import XCTest
 

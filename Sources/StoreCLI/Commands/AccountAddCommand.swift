@@ -5,7 +5,7 @@ import Glibc
 import StoreBase
 import StoreCloud
 import StoreConfig
-import Storectl
+import StoreControl
 
 /// `storectl account add`: registers an account in a container file.
 struct AccountAddCommand: Command {

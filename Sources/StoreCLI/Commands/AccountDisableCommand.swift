@@ -1,6 +1,6 @@
 import StoreBase
 import StoreCloud
-import Storectl
+import StoreControl
 
 /// `storectl account disable|enable|remove <id>`: one change to one account of a container file.
 protocol AccountChangeCommand: Command {

@@ -1,7 +1,7 @@
 import StoreBase
 import StoreCloud
 import StoreConfig
-import Storectl
+import StoreControl
 
 /// `storectl account list`: the accounts of a container file.
 struct AccountListCommand: Command {

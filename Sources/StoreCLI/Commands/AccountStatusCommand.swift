@@ -1,6 +1,6 @@
 import StoreBase
 import StoreCloud
-import Storectl
+import StoreControl
 
 /// `storectl account status`: the account's CKAccountStatus-style status, and why.
 struct AccountStatusCommand: Command {

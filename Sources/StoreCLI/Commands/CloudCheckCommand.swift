@@ -1,6 +1,6 @@
 import StoreBase
 import StoreMirror
-import Storectl
+import StoreControl
 
 /// `storectl cloud check`: can every tracked table be mirrored? The analogue of
 /// `initializeCloudKitSchema(options: .dryRun)`.

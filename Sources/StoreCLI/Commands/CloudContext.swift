@@ -5,7 +5,7 @@ import Glibc
 import StoreBase
 import StoreCloud
 import StoreConfig
-import Storectl
+import StoreControl
 
 extension CommandContext {
     /// The store's `cloud:` settings, for the `account` and `cloud` commands.

@@ -1,6 +1,6 @@
 import StoreBase
 import StoreCloud
-import Storectl
+import StoreControl
 
 /// `storectl cloud init`: creates the container and registers the configured account as its owner.
 struct CloudInitCommand: Command {

@@ -4,7 +4,7 @@ import Glibc
 #endif
 import StoreBase
 import StoreCloud
-import Storectl
+import StoreControl
 
 /// `storectl cloud purge`: deletes every record and marker of the store's zone, after confirmation.
 struct CloudPurgeCommand: Command {

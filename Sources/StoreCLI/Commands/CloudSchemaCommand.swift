@@ -2,7 +2,7 @@ import FoundationEssentials
 import StoreBase
 import StoreMirror
 import StoreSQLite
-import Storectl
+import StoreControl
 
 /// `storectl cloud schema --format ckdb|json|sql`: the record types the store's tables become in the cloud.
 struct CloudSchemaCommand: Command {

@@ -1,6 +1,6 @@
 import StoreBase
 import StoreConfig
-import Storectl
+import StoreControl
 
 /// `storectl config validate`: checks the config and says which stores it defines.
 struct ConfigValidateCommand: Command {

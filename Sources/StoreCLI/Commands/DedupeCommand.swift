@@ -1,6 +1,6 @@
 import StoreBase
 import StoreMirror
-import Storectl
+import StoreControl
 
 /// `storectl dedupe`: resolve duplicates of `unique:` keys that already exist.
 struct DedupeCommand: Command {

@@ -1,5 +1,5 @@
 import StoreBase
-import Storectl
+import StoreControl
 
 /// `storectl doctor`: diagnose the stores, changing nothing, and say how to fix each problem.
 struct DoctorCommand: Command {

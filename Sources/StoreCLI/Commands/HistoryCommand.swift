@@ -5,7 +5,7 @@ import Glibc
 import StoreBase
 import StoreHistory
 import StoreSQLite
-import Storectl
+import StoreControl
 
 /// `storectl history`: print the transactions recorded after a token.
 struct HistoryCommand: Command {

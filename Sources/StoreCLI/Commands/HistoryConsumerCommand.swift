@@ -4,7 +4,7 @@ import Glibc
 #endif
 import StoreBase
 import StoreHistory
-import Storectl
+import StoreControl
 
 /// `storectl history consumer`: the registered readers of the history, whose tokens hold it against pruning.
 struct HistoryConsumerCommand: Command {

@@ -1,6 +1,6 @@
 import StoreBase
 import StoreHistory
-import Storectl
+import StoreControl
 
 /// `storectl history prune`: remove history every consumer has processed.
 struct HistoryPruneCommand: Command {

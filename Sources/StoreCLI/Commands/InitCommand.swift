@@ -6,7 +6,7 @@ import StoreBase
 import StoreHistory
 import StoreMirror
 import StoreSQLite
-import Storectl
+import StoreControl
 
 /// `storectl init`: create or adopt the store file and install history tracking.
 struct InitCommand: Command {

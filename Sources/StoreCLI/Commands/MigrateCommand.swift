@@ -1,6 +1,6 @@
 import StoreBase
 import StoreHistory
-import Storectl
+import StoreControl
 
 /// `storectl migrate`: regenerate the history triggers after a schema change; move or copy the store file
 /// (`--to`).

@@ -2,7 +2,7 @@ import StoreBase
 import StoreCloud
 import StoreConfig
 import StoreMirror
-import Storectl
+import StoreControl
 
 /// `storectl mode [local|cloud]`: print or switch the store's mode.
 struct ModeCommand: Command {

@@ -3,7 +3,7 @@ import FoundationEssentials
 import Glibc
 #endif
 import StoreBase
-import Storectl
+import StoreControl
 
 /// `storectl seed`: insert the default data once across every device.
 struct SeedCommand: Command {

@@ -1,6 +1,6 @@
 import FoundationEssentials
 import StoreBase
-import Storectl
+import StoreControl
 
 /// `storectl status`: the state of each store.
 struct StatusCommand: Command {

@@ -1,6 +1,6 @@
 import StoreBase
 import StoreMirror
-import Storectl
+import StoreControl
 
 /// `storectl sync`: one round of export and import.
 struct SyncCommand: Command {

@@ -1,5 +1,5 @@
 import StoreBase
-import Storectl
+import StoreControl
 
 /// `storectl verify`: is the store in sync with its zone? Compares them table by table and names the rows that
 /// differ.

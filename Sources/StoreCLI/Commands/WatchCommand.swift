@@ -1,6 +1,6 @@
 import StoreBase
 import StoreConfig
-import Storectl
+import StoreControl
 import Synchronization
 #if canImport(Glibc)
 import Glibc

@@ -139,7 +139,7 @@ extension StoreHandle {
                 history.drift = state.details
                 history.enabled = state.name == "ok" || state.name == "drift"
                 history.lastSeq = try db.scalar("SELECT coalesce(max(seq), 0) FROM _storectl_history")?.int64 ?? 0
-                if let stored = try MirrorState.meta(db, "mode") {
+                if let stored = try MirrorState.meta(db, .mode) {
                     mode = stored
                     if stored != settings.mode.rawValue {
                         disagreements.append("config.yaml says mode: \(settings.mode.rawValue) but the store is in \(stored) mode; run 'storectl mode \(settings.mode.rawValue)' or 'storectl mode \(stored)'")
@@ -152,12 +152,12 @@ extension StoreHandle {
                 if try db.tableExists("_storectl_tokens"), let cloud = settings.cloud {
                     tokens.server = try MirrorState.serverToken(db, zone: cloud.zone)
                 }
-                if let ms = try MirrorState.meta(db, "last_sync_at").flatMap(Double.init) {
+                if let ms = try MirrorState.meta(db, .lastSyncAt).flatMap(Double.init) {
                     // The ISO 8601 format style gives what ISO8601DateFormatter gave (`2024-05-01T12:00:00Z`)
                     // without starting the ICU-backed formatter machinery.
                     lastSync = ISOTime.string(unixMilliseconds: Int64(ms), fractional: false)
                 }
-                bound = try MirrorState.meta(db, "bound_account")
+                bound = try MirrorState.meta(db, .boundAccount)
                 if let cloud = settings.cloud, let moved = try targetChange(db: db, cloud: cloud) {
                     disagreements.append(moved.summary + "; " + (moved.hint ?? ""))
                 }

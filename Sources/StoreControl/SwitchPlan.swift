@@ -141,8 +141,8 @@ extension StoreHandle {
         // The tables, their rows and content, and what the export would send.
         if let db, initialised {
             let entities = try Mirror.entityMaps(db)
-            let mark = try MirrorState.meta(db, "baseline_container")
-            let gap = try MirrorState.meta(db, "history_gap")
+            let mark = try MirrorState.meta(db, .baselineContainer)
+            let gap = try MirrorState.meta(db, .historyGap)
             plan.export.baseline = mark != cloud.container + "/" + cloud.zone || (gap != nil && gap != "")
             for e in entities.sorted(by: { utf8Less($0.name, $1.name) }) {
                 let (rows, hash) = try Self.contentHash(db, sql: e.localRecordsSQL + " ORDER BY 2")

@@ -64,7 +64,7 @@ extension StoreHandle {
                              + tables.joined(separator: ", ") + " are missing",
                              hint: "run 'storectl migrate --force' first (it records the gap), then migrate --sql")
         }
-        let previous = Int(try MirrorState.meta(db, "schema_version") ?? "0") ?? 0
+        let previous = Int(try MirrorState.meta(db, .schemaVersion) ?? "0") ?? 0
         let version = requested ?? previous + 1
         var report = SchemaMigrationReport(store: settings.name, file: path,
                                            sha256: Hex.string(try Crypto.sha256(bytes)), previousVersion: previous,
@@ -104,23 +104,23 @@ extension StoreHandle {
             log("sql: ran \(path) in one transaction")
             // The triggers, for the schema as it is now. Missing ones (a rebuilt table) are no gap: every row the
             // SQL touched is reconciled below.
-            let gap = (try MirrorState.meta(db, "history_gap"), try MirrorState.meta(db, "history_gap_reason"))
+            let gap = (try MirrorState.meta(db, .historyGap), try MirrorState.meta(db, .historyGapReason))
             let regenerated = try tracker.migrate(force: true)
-            try MirrorState.setMeta(db, "history_gap", gap.0)
-            try MirrorState.setMeta(db, "history_gap_reason", gap.1)
+            try MirrorState.setMeta(db, .historyGap, gap.0)
+            try MirrorState.setMeta(db, .historyGapReason, gap.1)
             report.tables = regenerated.tables
             log("triggers: regenerated for \(regenerated.tables.count) table(s)")
             let after = try Mirror.entityMaps(db)
-            let synced = try MirrorState.meta(db, "baseline_container") != nil
+            let synced = try MirrorState.meta(db, .baselineContainer) != nil
             // Parents first: a child's fields name its parent by record name, which the parent's pass may move.
             for e in EntityMap.parentFirst(after) {
                 guard let old = before.first(where: { $0.name == e.name }) else { continue }
                 report.keptRecordNames += try Self.keepRecordNames(db, old: old, new: e)
                 if synced { try Self.recordUnseenChanges(db, e, tx: tx, report: &report) }
             }
-            try MirrorState.setMeta(db, "schema_version", String(version))
-            try MirrorState.setMeta(db, "schema_version_sha256", report.sha256)
-            try MirrorState.setMeta(db, "schema_version_at", String(HistoryTracker.nowMilliseconds()))
+            try MirrorState.setMeta(db, .schemaVersion, String(version))
+            try MirrorState.setMeta(db, .schemaVersionSHA256, report.sha256)
+            try MirrorState.setMeta(db, .schemaVersionAt, String(HistoryTracker.nowMilliseconds()))
             Failpoint.hit("schema.before-commit")
         }
         try db.execute("DROP TABLE IF EXISTS temp._storectl_before")

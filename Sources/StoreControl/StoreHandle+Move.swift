@@ -4,6 +4,7 @@ import Glibc
 #endif
 import StoreBase
 import StoreConfig
+import StoreHistory
 import StoreMirror
 import StoreSQLite
 
@@ -93,10 +94,10 @@ extension StoreHandle {
             try requireExists()
             // The config names the target already: an earlier move stopped after its config edit.
             let db = try database()
-            report.storeID = try MirrorState.meta(db, "store_id")
+            report.storeID = try MirrorState.meta(db, .storeID)
             report.configPath = configValue(forPath: target)
             report.integrity = "not checked"
-            if let old = try MirrorState.meta(db, "moved_from") {
+            if let old = try MirrorState.meta(db, .movedFrom) {
                 close()
                 report.oldFileRemoved = try removeMovedFrom(old, to: target, step: step)
             }
@@ -110,7 +111,7 @@ extension StoreHandle {
                              hint: "name a path no store uses")
         }
         let folder = Path.parent(target)
-        let sourceID = try MirrorState.meta(try database(), "store_id")
+        let sourceID = try MirrorState.meta(try database(), .storeID)
         close()
         if FileManager.default.fileExists(atPath: target) {
             // At the target with this store's id, and the config still naming the old file: the copy of a move
@@ -215,7 +216,7 @@ extension StoreHandle {
         // The move is complete: the new file no longer needs to know where it came from.
         let moved = try Connection(path: target, mode: .readWrite, wal: false)
         if try moved.tableExists("_storectl_meta") {
-            try moved.transaction { try MirrorState.setMeta(moved, "moved_from", nil) }
+            try moved.transaction { try MirrorState.setMeta(moved, .movedFrom, nil) }
         }
         report.steps = steps
         return report
@@ -247,14 +248,14 @@ extension StoreHandle {
         guard try copyDB.tableExists("_storectl_meta") else { return }
         try copyDB.transaction {
             if copy {
-                try MirrorState.setMeta(copyDB, "store_id", UUID().uuidString.lowercased())
-                try MirrorState.setMeta(copyDB, "moved_from", nil)
+                try MirrorState.setMeta(copyDB, .storeID, UUID().uuidString.lowercased())
+                try MirrorState.setMeta(copyDB, .movedFrom, nil)
             } else {
-                try MirrorState.setMeta(copyDB, "moved_from", source)
+                try MirrorState.setMeta(copyDB, .movedFrom, source)
             }
-            try MirrorState.setMeta(copyDB, "store_path", target)
+            try MirrorState.setMeta(copyDB, .storePath, target)
         }
-        report.storeID = try MirrorState.meta(copyDB, "store_id")
+        report.storeID = try MirrorState.meta(copyDB, .storeID)
         step("identity", copy ? "the copy has a new store id \(report.storeID ?? "?")"
              : "the store keeps its id \(report.storeID ?? "?")")
     }
@@ -265,7 +266,7 @@ extension StoreHandle {
         let current = try? ConfigLoader.load(path: config.path, environment: ProcessInfo.processInfo.environment)
             .store(named: settings.name).path
         let movedTo = try lock.flatMap { db in
-            try db.tableExists("_storectl_meta") ? try MirrorState.meta(db, "moved_to") : nil
+            try db.tableExists("_storectl_meta") ? try MirrorState.meta(db, .movedTo) : nil
         }
         if let movedTo {
             throw StoreError(.tempFail, "store '\(settings.name)' was moved to \(movedTo) while this command started",
@@ -285,7 +286,7 @@ extension StoreHandle {
         else { return false }
         let lock = try Connection(path: old, mode: .readWrite, wal: false)
         try lock.transaction {
-            if try lock.tableExists("_storectl_meta"), try MirrorState.meta(lock, "moved_to") == nil {
+            if try lock.tableExists("_storectl_meta"), try MirrorState.meta(lock, .movedTo) == nil {
                 try Self.fence(lock, movedTo: target)
             }
         }
@@ -299,8 +300,7 @@ extension StoreHandle {
     /// plus meta `moved_to`. Runs inside the lock's transaction.
     static func fence(_ db: Connection, movedTo target: String) throws {
         if try db.tableExists("_storectl_meta") {
-            try db.run("INSERT INTO _storectl_meta(key, value) VALUES ('moved_to', ?) "
-                       + "ON CONFLICT(key) DO UPDATE SET value = excluded.value", [target])
+            try StoreMeta.set(db, .movedTo, target)
         }
         let message = "storectl: this store moved to \(target); open it there"
         let tables = try db.query("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'table' "
@@ -328,7 +328,7 @@ extension StoreHandle {
     /// The store id of the store file at `path`, or nil when it is not a storectl store.
     static func storeID(atPath path: String) -> String? {
         guard let db = try? Connection(path: path, mode: .readOnly, wal: false) else { return nil }
-        return try? db.scalar("SELECT value FROM _storectl_meta WHERE key = 'store_id'")?.string
+        return try? StoreMeta.value(db, .storeID)
     }
 
     /// Removes a database file and its journal, WAL and shared-memory files.

@@ -135,7 +135,7 @@ extension StoreHandle {
 
         // The mode: config.yaml against the store.
         checks.append("mode")
-        let storedMode = try MirrorState.meta(db, "mode").flatMap(StoreMode.init(rawValue:))
+        let storedMode = try MirrorState.meta(db, .mode).flatMap(StoreMode.init(rawValue:))
         if let storedMode, storedMode != settings.mode {
             add("mode", "\(config.path) says mode: \(settings.mode.rawValue) but the store is in "
                 + "\(storedMode.rawValue) mode", command("mode \(settings.mode.rawValue)")
@@ -209,8 +209,8 @@ extension StoreHandle {
         // The account and the cloud.
         let inCloud = storedMode == .cloud || settings.mode == .cloud
         if let cloud = settings.cloud {
-            let bound = try MirrorState.meta(db, "bound_account")
-            let boundContainer = try MirrorState.meta(db, "bound_container")
+            let bound = try MirrorState.meta(db, .boundAccount)
+            let boundContainer = try MirrorState.meta(db, .boundContainer)
             checks.append("binding")
             if let bound, bound != (cloud.account ?? "") {
                 add("binding", "the store is bound to account '\(bound)' but \(config.path) names '\(cloud.account ?? "")'",

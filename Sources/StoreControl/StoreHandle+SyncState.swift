@@ -1,5 +1,6 @@
 import FoundationEssentials
 import StoreBase
+import StoreHistory
 import StoreMirror
 import StoreSQLite
 
@@ -21,7 +22,7 @@ public struct SyncStateReport: Sendable, Equatable {
 
 extension StoreHandle {
     /// The meta key of the last failed round (a JSON `SyncErrorRecord`).
-    static let lastErrorMetaKey = "last_sync_error"
+    static let lastErrorMetaKey = MetaKey.lastSyncError
 
     /// Reads the sync state. Never contacts the cloud; never writes.
     /// - Throws: `SQLiteError` when the store cannot be read.
@@ -35,13 +36,13 @@ extension StoreHandle {
                 if let zone = settings.cloud?.zone, try db.tableExists("_storectl_tokens") {
                     state.initialSyncComplete = try MirrorState.serverToken(db, zone: zone) != nil
                 }
-                func time(_ key: String) throws -> (Int64, String)? {
+                func time(_ key: MetaKey) throws -> (Int64, String)? {
                     guard let ms = try MirrorState.meta(db, key).flatMap(Int64.init) else { return nil }
                     return (ms, WatchTime.iso(ms))
                 }
-                state.lastExportAt = try time("last_export_at")?.1
-                state.lastImportAt = try time("last_import_at")?.1
-                lastSuccess = try time("last_sync_at")?.0 ?? 0
+                state.lastExportAt = try time(.lastExportAt)?.1
+                state.lastImportAt = try time(.lastImportAt)?.1
+                lastSuccess = try time(.lastSyncAt)?.0 ?? 0
                 if let text = try MirrorState.meta(db, Self.lastErrorMetaKey),
                    let record = try? JSONDecoder().decode(SyncErrorRecord.self, from: Data(text.utf8))
                 {

@@ -93,7 +93,7 @@ extension StoreHandle {
         guard exists else { return nil }
         let db = try database()
         guard try db.tableExists("_storectl_meta") else { return nil }
-        return try MirrorState.meta(db, "mode").flatMap(StoreMode.init(rawValue:))
+        return try MirrorState.meta(db, .mode).flatMap(StoreMode.init(rawValue:))
     }
 
     /// Checks the account before anything changes. A missing container file with `create_if_missing: true` is
@@ -158,8 +158,8 @@ extension StoreHandle {
     func bind(db: Connection, cloud: CloudSettings, rebind: Bool) throws {
         // A url, container or zone changed by hand is a new target, not a purge (StoreHandle+CloudMove).
         try checkTarget(db: db, cloud: cloud, rebind: rebind)
-        let bound = try MirrorState.meta(db, "bound_account")
-        let boundContainer = try MirrorState.meta(db, "bound_container")
+        let bound = try MirrorState.meta(db, .boundAccount)
+        let boundContainer = try MirrorState.meta(db, .boundContainer)
         let account = cloud.account ?? ""
         if let bound, bound != account || (boundContainer != nil && boundContainer != cloud.container) {
             guard rebind else {
@@ -173,9 +173,9 @@ extension StoreHandle {
             try db.transaction { try MirrorState.resetSyncState(db, zone: cloud.zone) }
         }
         try db.transaction {
-            try MirrorState.setMeta(db, "bound_account", account)
-            try MirrorState.setMeta(db, "bound_container", cloud.container)
-            try MirrorState.setMeta(db, "bound_zone", cloud.zone)
+            try MirrorState.setMeta(db, .boundAccount, account)
+            try MirrorState.setMeta(db, .boundContainer, cloud.container)
+            try MirrorState.setMeta(db, .boundZone, cloud.zone)
             try recordBoundURL(db: db, cloud: cloud)
         }
     }
@@ -242,7 +242,7 @@ extension StoreHandle {
     /// Writes the mode into the store's meta, then into config.yaml (only that scalar changes).
     func writeMode(_ mode: StoreMode) throws {
         let db = try database()
-        try db.transaction { try MirrorState.setMeta(db, "mode", mode.rawValue) }
+        try db.transaction { try MirrorState.setMeta(db, .mode, mode.rawValue) }
         Failpoint.hit("mode.after-meta")
         if settings.mode != mode {
             try ConfigEditor.set(path: config.path, displayPath: nil, key: "stores.\(settings.name).mode",

@@ -86,18 +86,18 @@ public struct TargetChangedError: DiagnosedError {
 extension StoreHandle {
     /// Meta keys of a switch that `migrate --cloud` staged in the store before its config edit.
     enum StagedSwitch {
-        static let target = "switch_target"
-        static let exportToken = "switch_export_token"
-        static let serverToken = "switch_server_token"
-        static let snapshot = "switch_snapshot"
+        static let target = MetaKey.switchTarget
+        static let exportToken = MetaKey.switchExportToken
+        static let serverToken = MetaKey.switchServerToken
+        static let snapshot = MetaKey.switchSnapshot
         static let table = "_storectl_switch_records"
     }
 
     /// The target a store's meta says it syncs with, or nil when it never bound one.
     static func boundTarget(_ db: Connection) throws -> CloudTarget? {
-        guard let container = try MirrorState.meta(db, "bound_container") else { return nil }
-        return CloudTarget(url: try MirrorState.meta(db, "bound_url") ?? "", container: container,
-                           zone: try MirrorState.meta(db, "bound_zone") ?? "default")
+        guard let container = try MirrorState.meta(db, .boundContainer) else { return nil }
+        return CloudTarget(url: try MirrorState.meta(db, .boundURL) ?? "", container: container,
+                           zone: try MirrorState.meta(db, .boundZone) ?? "default")
     }
 
     /// The key a target is compared by.
@@ -129,13 +129,13 @@ extension StoreHandle {
         // A store bound before the URL was recorded: the URL is learnt now; the container and zone still count.
         let urlChanged = !bound.url.isEmpty && bound.url != configured.url
         guard urlChanged || bound.container != configured.container || bound.zone != configured.zone else { return nil }
-        if let account = try MirrorState.meta(db, "bound_account"), account != (cloud.account ?? "") { return nil }
+        if let account = try MirrorState.meta(db, .boundAccount), account != (cloud.account ?? "") { return nil }
         return TargetChangedError(store: settings.name, bound: bound, configured: configured)
     }
 
     /// Records the target the store now syncs with (next to `bound_account`, `bound_container`, `bound_zone`).
     func recordBoundURL(db: Connection, cloud: CloudSettings) throws {
-        try MirrorState.setMeta(db, "bound_url", Redaction.connectionString(cloud.url))
+        try MirrorState.setMeta(db, .boundURL, Redaction.connectionString(cloud.url))
     }
 
     /// `storectl migrate --cloud URL`: moves the store's sync target (another backend, container or zone).
@@ -226,8 +226,8 @@ extension StoreHandle {
         try snapshot.transaction {
             try MirrorState.resetSyncState(snapshot, zone: new.zone)
             try snapshot.run("DELETE FROM _storectl_tokens WHERE name LIKE 'server:%'")
-            try MirrorState.setMeta(snapshot, "history_gap", nil)
-            try MirrorState.setMeta(snapshot, "store_path", snapshotPath)
+            try MirrorState.setMeta(snapshot, .historyGap, nil)
+            try MirrorState.setMeta(snapshot, .storePath, snapshotPath)
         }
         var mirrorOptions = try self.mirrorOptions()
         mirrorOptions.zone = new.zone
@@ -334,15 +334,12 @@ extension StoreHandle {
     /// import times.
     static func syncFingerprint(_ db: Connection, zone: String) throws -> [String] {
         [String(try MirrorState.exportToken(db)), try MirrorState.serverToken(db, zone: zone) ?? "",
-         try MirrorState.meta(db, "last_export_at") ?? "", try MirrorState.meta(db, "last_import_at") ?? ""]
+         try MirrorState.meta(db, .lastExportAt) ?? "", try MirrorState.meta(db, .lastImportAt) ?? ""]
     }
 
     /// The seeds this store knows were made get their markers in the new zone too, so that no device seeds again.
     static func copySeedMarkers(_ db: Connection, to cloud: any CloudDatabase, zone: String, device: String) throws {
-        let names = try db.query("""
-            SELECT substr(key, length('seed_done:') + 1) FROM _storectl_meta
-            WHERE key LIKE 'seed\\_done:%' ESCAPE '\\'
-            """).compactMap { $0[0].string }
+        let names = try StoreMeta.entries(db, .seedDone).map(\.name)
         for name in names { _ = try cloud.createMarker(zone: zone, name: "seed:" + name, device: device, payload: "{}") }
     }
 
@@ -395,12 +392,12 @@ extension StoreHandle {
                 INSERT INTO _storectl_consumers(name, token, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
                 ON CONFLICT(name) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
                 """, [MirrorState.exportConsumer, upTo, now])
-            try MirrorState.setMeta(db, "baseline_container", configured.container + "/" + configured.zone)
-            try MirrorState.setMeta(db, "history_gap", nil)
-            try MirrorState.setMeta(db, "bound_account", settings.account ?? "")
-            try MirrorState.setMeta(db, "bound_container", configured.container)
-            try MirrorState.setMeta(db, "bound_zone", configured.zone)
-            try MirrorState.setMeta(db, "bound_url", configured.url)
+            try MirrorState.setMeta(db, .baselineContainer, configured.container + "/" + configured.zone)
+            try MirrorState.setMeta(db, .historyGap, nil)
+            try MirrorState.setMeta(db, .boundAccount, settings.account ?? "")
+            try MirrorState.setMeta(db, .boundContainer, configured.container)
+            try MirrorState.setMeta(db, .boundZone, configured.zone)
+            try MirrorState.setMeta(db, .boundURL, configured.url)
             try db.execute("DROP TABLE main.\(StagedSwitch.table)")
             for key in [StagedSwitch.target, StagedSwitch.exportToken, StagedSwitch.serverToken,
                         StagedSwitch.snapshot]

@@ -3,6 +3,7 @@ import FoundationEssentials
 import Glibc
 #endif
 import StoreBase
+import StoreHistory
 import StoreMirror
 import StoreSQLite
 
@@ -31,8 +32,8 @@ extension StoreHandle {
         if let copy = try copiedStore() { throw copy }
         let db = try database()
         let here = Path.standardized(settings.path)
-        if try MirrorState.meta(db, "store_path") != here {
-            try db.transaction { try MirrorState.setMeta(db, "store_path", here) }
+        if try MirrorState.meta(db, .storePath) != here {
+            try db.transaction { try MirrorState.setMeta(db, .storePath, here) }
         }
     }
 
@@ -41,11 +42,11 @@ extension StoreHandle {
     public func copiedStore() throws -> CopiedStoreError? {
         let db = try database()
         let here = Path.standardized(settings.path)
-        guard let recorded = try MirrorState.meta(db, "store_path"), recorded != here,
+        guard let recorded = try MirrorState.meta(db, .storePath), recorded != here,
               FileManager.default.fileExists(atPath: recorded) else { return nil }
         let ours = try MirrorState.storeID(db)
         let other = try? Connection(path: recorded, mode: .readOnly, wal: false)
-        let theirs = try other?.scalar("SELECT value FROM _storectl_meta WHERE key = 'store_id'")?.string
+        let theirs = try other.flatMap { try StoreMeta.value($0, .storeID) }
         return theirs == ours ? CopiedStoreError(path: here, original: recorded, storeID: ours) : nil
     }
 
@@ -59,8 +60,8 @@ extension StoreHandle {
         let db = try database()
         let id = UUID().uuidString.lowercased()
         try db.transaction {
-            try MirrorState.setMeta(db, "store_id", id)
-            try MirrorState.setMeta(db, "store_path", Path.standardized(settings.path))
+            try MirrorState.setMeta(db, .storeID, id)
+            try MirrorState.setMeta(db, .storePath, Path.standardized(settings.path))
         }
         return id
     }

@@ -17,7 +17,7 @@ extension StoreHandle {
         guard let postgres = cloud as? PostgresCloudDatabase, let (owner, isOwner) = try postgres.ownership(),
               !isOwner
         else { return }
-        let accepted = try MirrorState.meta(db, "accepted_owner")
+        let accepted = try MirrorState.meta(db, .acceptedOwner)
         if accepted == owner { return }
         let role = postgres.role ?? "?"
         guard accept == owner else {
@@ -29,6 +29,6 @@ extension StoreHandle {
                              hint: "if role \(owner) may hold this store's data, run again with --accept-owner "
                                  + "\(owner); otherwise ask a database owner to check the container")
         }
-        try db.transaction { try MirrorState.setMeta(db, "accepted_owner", owner) }
+        try db.transaction { try MirrorState.setMeta(db, .acceptedOwner, owner) }
     }
 }

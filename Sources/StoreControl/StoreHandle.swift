@@ -95,7 +95,7 @@ public final class StoreHandle {
             try MirrorState.install(db)
             // Every table is compared once with its last synced record: values that older formats wrote with
             // too few digits go out again in full.
-            try db.execute("DELETE FROM _storectl_meta WHERE key LIKE 'columns:%'")
+            try StoreMeta.removeAll(db, .columns)
         }) else { return }
         log("store '\(settings.name)': upgraded \(settings.path) from store format \(report.from) to \(report.to); "
             + "the copy taken before is \(report.backup)")

@@ -137,7 +137,7 @@ extension StoreHandle {
             }, run: { r in
                 guard !r.options.noSync, let mirror = r.mirror, let exported = r.exported else { return "skipped (--no-sync)" }
                 let imported = try mirror.importChanges { r.progress("import", $0, $1) }
-                try MirrorState.setMeta(try self.database(), "last_sync_at",
+                try MirrorState.setMeta(try self.database(), .lastSyncAt,
                                         String(Int64(Date().timeIntervalSince1970 * 1000)))
                 r.report = SyncReport(exported: exported, imported: imported)
                 return "\(imported.applied) applied, \(imported.deleted) deleted"
