@@ -311,6 +311,10 @@ public protocol CloudDatabase: AnyObject {
     func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int, excludingDevice: String?) throws
         -> ChangeBatch
 
+    /// Whether `fetchChanges` may run on a thread of its own while the caller works on its store (the import
+    /// fetches the next page while it applies one). False for a wrapper that reads the caller's own connection.
+    var fetchesConcurrently: Bool { get }
+
     /// The current state of one record, or nil.
     /// - Throws: `CloudError`.
     func fetchRecord(zone: String, recordName: String) throws -> CloudRecord?
@@ -355,6 +359,8 @@ public protocol CloudDatabase: AnyObject {
 }
 
 extension CloudDatabase {
+    public var fetchesConcurrently: Bool { true }
+
     /// The zone with its live record count, or nil when it does not exist.
     /// - Throws: `CloudError`.
     public func zoneInfo(_ zone: String) throws -> ZoneInfo? {

@@ -330,17 +330,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             throw CloudError(.notAContainer, "\(path) is a SQLite database but not a storectl container",
                              hint: "check cloud.url; storectl never writes into a file that is not its container")
         }
-        guard let version = meta["version"].flatMap({ Int($0) }), version <= formatVersion else {
-            throw CloudError(.notAContainer,
-                             "\(path) is a container of format version \(meta["version"] ?? "?"), newer than this "
-                                 + "storectl reads (\(formatVersion))",
-                             hint: "upgrade storectl on this machine")
-        }
-        guard meta["container"] == container else {
-            throw CloudError(.notAContainer,
-                             "\(path) holds container '\(meta["container"] ?? "?")', not '\(container)'",
-                             hint: "check cloud.container and cloud.url in the config")
-        }
+        try CloudContract.checkMeta(version: meta["version"], container: meta["container"], expected: container,
+                                    newest: formatVersion, place: path)
     }
 
     /// Upgrades a container of an older format in place: a copy of the file first (`VACUUM INTO`, consistent while
@@ -725,7 +716,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
 
     @discardableResult
     public func ensureZone(_ zone: String) throws -> ZoneInfo {
-        guard !zone.isEmpty else { throw CloudError(.invalid, "a zone name cannot be empty") }
+        try CloudContract.checkZone(zone)
         try requireWritable()
         return try translated("creating zone '\(zone)'") {
             try db.transaction(.immediate) {
@@ -777,7 +768,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     public func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int, excludingDevice: String?)
         throws -> ChangeBatch
     {
-        guard limit > 0 else { throw CloudError(.invalid, "the page size must be at least 1, got \(limit)") }
+        try CloudContract.checkPageSize(limit)
         try requireAccount()
         return try translated("fetching changes of zone '\(zone)'") {
             // One read transaction: the zone's epoch and its records come from the same snapshot.
@@ -787,13 +778,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                 }
                 let epoch = row[0].string ?? ""
                 let lastSeq = row[1].int64 ?? 0
-                if let token, token.epoch != epoch {
-                    throw CloudError(.zoneReset,
-                                     "zone '\(zone)' of container '\(container)' was purged or recreated since "
-                                         + "token \(token.rawValue)",
-                                     hint: "the store must start over with this zone: its local rows are kept and "
-                                         + "exported again on the next sync")
-                }
+                try CloudContract.checkToken(token, epoch: epoch, zone: zone, container: container)
                 let after = token?.seq ?? 0
                 let statement = try db.cached("""
                     SELECT \(Self.recordColumns) FROM records WHERE zone = ?1 AND seq > ?2 AND modified_by IS NOT ?4
@@ -818,8 +803,9 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                         }
                     }
                 }
-                let seq = moreComing ? (records.last?.seq ?? after) : max(after, lastSeq)
-                return ChangeBatch(records: records, token: ServerChangeToken(epoch: epoch, seq: seq),
+                return ChangeBatch(records: records,
+                                   token: CloudContract.nextToken(epoch: epoch, after: after, zoneLastSeq: lastSeq,
+                                                                  page: records, moreComing: moreComing),
                                    moreComing: moreComing)
             }
         }
@@ -839,12 +825,9 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?) throws
         -> [SaveOutcome]
     {
-        try requireWritable()
         if saves.isEmpty { return [] }
-        if let bad = saves.first(where: { $0.recordName.isEmpty || $0.recordType.isEmpty }) {
-            throw CloudError(.invalid, "a record to save has an empty name or type (name '\(bad.recordName)', "
-                                 + "type '\(bad.recordType)')")
-        }
+        try CloudContract.checkBatch(saves, zone: zone, device: device)
+        try requireWritable()
         return try translated("saving \(saves.count) records to zone '\(zone)'") {
             try db.transaction(.immediate) {
                 guard let zoneRow = try db.query("SELECT epoch, last_seq FROM zones WHERE name = ?", [zone]).first
@@ -865,7 +848,6 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                         modified_by = ?8, modified_at = ?9
                     WHERE zone = ?1 AND record_name = ?2 AND change_tag = ?10
                     """)
-                let tagSuffix = "-" + epoch.prefix(8)
                 var outcomes: [SaveOutcome] = []
                 outcomes.reserveCapacity(saves.count)
                 // The batch's constant values are bound once; each record binds only its own (a finished step
@@ -876,7 +858,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                     try statement.bind(.real(now), at: 9)
                 }
                 for save in saves {
-                    let tag = String(seq + 1, radix: 36) + tagSuffix
+                    let tag = CloudContract.changeTag(seq: seq + 1, epoch: epoch)
                     let statement = save.expectedTag == nil ? insert : update
                     do {
                         try statement.bind(.text(save.recordName), at: 2)
@@ -938,7 +920,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     public func fetchDeviceRecords(zone: String, device: String, after seq: Int64, limit: Int) throws
         -> (records: [DeviceRecord], moreComing: Bool)
     {
-        guard limit > 0 else { throw CloudError(.invalid, "the page size must be at least 1, got \(limit)") }
+        try CloudContract.checkPageSize(limit)
         try requireAccount()
         return try translated("fetching the records of device '\(device)'") {
             try db.transaction(.deferred) {
@@ -967,6 +949,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     public func createMarker(zone: String, name: String, device: String, payload: String) throws
         -> (created: Bool, marker: Marker)
     {
+        try CloudContract.checkDevice(device)
         try requireWritable()
         return try translated("creating marker '\(name)'") {
             try db.transaction(.immediate) {
@@ -1002,7 +985,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     // MARK: Devices
 
     public func registerDevice(storeID: String, name: String) throws {
-        guard !storeID.isEmpty else { throw CloudError(.invalid, "a device's store id cannot be empty") }
+        try CloudContract.checkDevice(storeID)
         try requireWritable()
         try translated("registering device '\(storeID)'") {
             try db.transaction(.immediate) {

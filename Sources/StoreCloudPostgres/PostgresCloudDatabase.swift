@@ -209,20 +209,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
 
     /// Checks the container's meta: its id and schema version.
     private func checkMeta(_ values: [String: String]) throws {
-        guard let versionText = values["schema_version"], let version = Int(versionText) else {
-            throw CloudError(.notAContainer, "schema \(schemaName) in \(displayURL) is not a storectl container "
-                + "(no schema_version in its meta table)",
-                hint: "check cloud.container; storectl did not change the schema")
-        }
-        if let stored = values["container"], stored != container {
-            throw CloudError(.notAContainer, "schema \(schemaName) in \(displayURL) holds container \(stored), "
-                + "not \(container)", hint: "check cloud.container; storectl did not change the schema")
-        }
-        if version > PostgresSchema.currentVersion {
-            throw CloudError(.notAContainer, "container \(container) in \(displayURL) has schema version \(version); "
-                + "this storectl knows versions up to \(PostgresSchema.currentVersion)",
-                hint: "upgrade storectl")
-        }
+        let version = try CloudContract.checkMeta(version: values["schema_version"], container: values["container"],
+                                                  expected: container, newest: PostgresSchema.currentVersion,
+                                                  place: "schema \(schemaName) in \(displayURL)")
         if version < PostgresSchema.currentVersion {
             throw CloudError(.containerMissing, "container \(container) in \(displayURL) has schema version "
                 + "\(version) and needs version \(PostgresSchema.currentVersion)",
@@ -409,6 +398,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
 
     @discardableResult
     public func ensureZone(_ zone: String) throws -> ZoneInfo {
+        try CloudContract.checkZone(zone)
         try run("cannot create zone \(zone) of \(container)") { c in
             try c.execute("""
                 INSERT INTO \(s).zones (name, epoch, last_seq, created_at)
@@ -481,9 +471,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
     public func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int, excludingDevice: String?)
         throws -> ChangeBatch
     {
-        guard limit > 0 else {
-            throw CloudError(.invalid, "cannot fetch changes of zone \(zone): the limit must be positive, not \(limit)")
-        }
+        try CloudContract.checkPageSize(limit)
         let after = token?.seq ?? 0
         // One statement, so one snapshot: the zone's last_seq and the records after the token are seen together.
         // Every transaction that assigned a seq ≤ last_seq is visible in that snapshot (see the type's comment).
@@ -509,10 +497,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
             ])[1]
         }
         guard r.rowCount > 0, let epoch = r.string(0, 0) else { throw zoneNotFound(zone) }
-        if let token, token.epoch != epoch {
-            throw CloudError(.zoneReset, "zone \(zone) of \(container) was purged or recreated since token \(token)",
-                             hint: "the zone's records must be fetched again from the start")
-        }
+        try CloudContract.checkToken(token, epoch: epoch, zone: zone, container: container)
         let lastSeq = r.int64(0, 1) ?? 0
         var records: [CloudRecord] = []
         for row in 0..<r.rowCount {
@@ -522,8 +507,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
         if moreComing { records.removeLast(records.count - limit) }
         // A complete page has seen everything up to last_seq, so the token may jump there; a partial page stops
         // at its last record.
-        let seq = moreComing ? (records.last?.seq ?? after) : max(after, lastSeq)
-        return ChangeBatch(records: records, token: ServerChangeToken(epoch: epoch, seq: seq),
+        return ChangeBatch(records: records,
+                           token: CloudContract.nextToken(epoch: epoch, after: after, zoneLastSeq: lastSeq,
+                                                          page: records, moreComing: moreComing),
                            moreComing: moreComing)
     }
 
@@ -535,14 +521,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         }
     }
 
-    /// The change tag of the record saved with `seq` in a zone of `epoch`: the seq in hex, `-`, and the epoch's
-    /// first 8 characters (`1f-3c9a0b12`). A zone never reuses a seq, and a purge (or a container made again)
-    /// gives it a new epoch, so a tag is never handed out twice. `tagSQL` computes the same on the server.
-    static func changeTag(seq: Int64, epoch: String) -> String {
-        String(seq, radix: 16) + "-" + epoch.prefix(8)
-    }
-
-    /// The SQL of `changeTag(seq:epoch:)` for the SQL expressions `seq` (bigint) and `epoch` (text).
+    /// The SQL of `CloudContract.changeTag(seq:epoch:)` for the SQL expressions `seq` (bigint) and `epoch` (text):
+    /// the server computes the tags of a batch in the statement that saves it (`to_hex` is lowercase hex).
     private static func tagSQL(seq: String, epoch: String) -> String {
         "to_hex(\(seq)) || '-' || left(\(epoch), 8)"
     }
@@ -570,17 +550,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         -> [SaveOutcome]
     {
         if saves.isEmpty { return [] }
-        if let bad = saves.first(where: { $0.recordName.isEmpty || $0.recordType.isEmpty }) {
-            throw CloudError(.invalid, "a record to save has an empty name or type (name '\(bad.recordName)', "
-                + "type '\(bad.recordType)')")
-        }
-        var seen = Set<String>()
-        seen.reserveCapacity(saves.count)
-        for save in saves where !seen.insert(save.recordName).inserted {
-            throw CloudError(.invalid,
-                             "cannot save to zone \(zone): record \(save.recordName) appears twice in one batch",
-                             hint: "save each record at most once per batch")
-        }
+        try CloudContract.checkBatch(saves, zone: zone, device: device)
         let names = PGConnInfo.textArrayLiteral(saves.map { $0.recordName })
         let types = PGConnInfo.textArrayLiteral(saves.map { $0.recordType })
         // The fields go as one text, split on the server. A value the split would not give back (empty, or with a
@@ -639,9 +609,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
     public func fetchDeviceRecords(zone: String, device: String, after seq: Int64, limit: Int) throws
         -> (records: [DeviceRecord], moreComing: Bool)
     {
-        guard limit > 0 else {
-            throw CloudError(.invalid, "cannot fetch records of zone \(zone): the limit must be positive, not \(limit)")
-        }
+        try CloudContract.checkPageSize(limit)
         let r = try run("cannot fetch the records of device \(device) in zone \(zone) of \(container)") { c in
             try c.execute("""
                 SELECT z.name, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted, r.modified_by,
@@ -725,7 +693,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
             PGQuery("UPDATE \(s).zones SET last_seq = last_seq + $2 WHERE name = $1", [zone, String(count)]),
         ] + (mark.map { [markQuery(zone: zone, device: device, mark: $0, count: count)] } ?? []))
         return (1...Int64(count)).map { k in
-            .saved(changeTag: Self.changeTag(seq: lastSeq + k, epoch: epoch), seq: lastSeq + k)
+            .saved(changeTag: CloudContract.changeTag(seq: lastSeq + k, epoch: epoch), seq: lastSeq + k)
         }
     }
 
@@ -819,7 +787,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 outcomes.append(.conflict(server: conflict))
             } else {
                 seq += 1
-                outcomes.append(.saved(changeTag: Self.changeTag(seq: seq, epoch: epoch), seq: seq))
+                outcomes.append(.saved(changeTag: CloudContract.changeTag(seq: seq, epoch: epoch), seq: seq))
             }
         }
         return outcomes
@@ -830,7 +798,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
     public func createMarker(zone: String, name: String, device: String, payload: String) throws
         -> (created: Bool, marker: Marker)
     {
-        try run("cannot create marker \(name) in zone \(zone)") { c in
+        try CloudContract.checkDevice(device)
+        return try run("cannot create marker \(name) in zone \(zone)") { c in
             let inserted: PGResult
             do {
                 inserted = try c.execute("""
@@ -871,6 +840,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
     // MARK: - Devices
 
     public func registerDevice(storeID: String, name: String) throws {
+        try CloudContract.checkDevice(storeID)
         try run("cannot register device \(storeID) in \(container)") { c in
             try c.execute("""
                 INSERT INTO \(s).devices AS d (store_id, name, account, first_seen, last_seen)

@@ -530,6 +530,8 @@ final class TakeInFilter: CloudDatabase {
         staleRecords += before - batch.records.count
         return batch
     }
+    /// Its filter reads the snapshot's connection, which the import uses meanwhile.
+    var fetchesConcurrently: Bool { false }
     func fetchRecord(zone: String, recordName: String) throws -> CloudRecord? {
         try base.fetchRecord(zone: zone, recordName: recordName)
     }

@@ -150,6 +150,18 @@ extension StoreHandle {
             }
         }
         let exportToken = try MirrorState.exportToken(db)
+        // The keys with a local change after the export token, by anyone but the import, read once: looked up
+        // per row, the history after the token (a whole import of it) would be read again for every row.
+        try db.execute("""
+            CREATE TEMP TABLE IF NOT EXISTS _storectl_verify_pending(entity TEXT, pk TEXT, PRIMARY KEY (entity, pk))
+                WITHOUT ROWID;
+            DELETE FROM temp._storectl_verify_pending;
+            """)
+        defer { try? db.execute("DROP TABLE IF EXISTS temp._storectl_verify_pending") }
+        try db.run("""
+            INSERT OR IGNORE INTO temp._storectl_verify_pending(entity, pk)
+            SELECT entity, pk FROM _storectl_history WHERE seq > ? AND author <> ?
+            """, [exportToken, MirrorState.importAuthor])
         let tracked = Set(entities.map(\.name))
         report.untrackedRecords = Int(try db.scalar(
             "SELECT count(*) FROM temp._storectl_verify_cloud WHERE deleted = 0 AND record_type NOT IN (SELECT value FROM json_each(?))",
@@ -174,8 +186,8 @@ extension StoreHandle {
             }
             // A local change after the export token, by anyone but the import, is pending export.
             let pendingExport = """
-                EXISTS (SELECT 1 FROM _storectl_history h WHERE h.entity = \(quoteLiteral(e.name)) AND h.pk = %PK%
-                        AND h.seq > \(exportToken) AND h.author <> \(quoteLiteral(MirrorState.importAuthor)))
+                EXISTS (SELECT 1 FROM temp._storectl_verify_pending h WHERE h.entity = \(quoteLiteral(e.name))
+                        AND h.pk = %PK%)
                 """
             let pendingImport = "(%C%.seq > \(importedUpTo) AND %C%.modified_by IS NOT \(quoteLiteral(device)))"
 

@@ -531,11 +531,6 @@ struct Exporter {
         }
     }
 
-    /// The cloud, handed to the save thread: the exporter uses it from one thread at a time.
-    private struct CloudBox: @unchecked Sendable {
-        let cloud: any CloudDatabase
-    }
-
     /// Starts saving `batch` in the background.
     private func startSave(_ batch: [Pending], serial: Int64) -> SaveFlight {
         Failpoint.hit("export.before-save")

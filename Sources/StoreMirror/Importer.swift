@@ -1,3 +1,4 @@
+import Dispatch
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -70,6 +71,7 @@ struct Importer {
         var report = ImportReport()
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
         var unknown: [String: Int] = [:]
+        var tCommit = 0.0
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             // A child may arrive in the same import as its parent, in any order: check at commit.
             try db.execute("PRAGMA defer_foreign_keys = ON")
@@ -79,13 +81,29 @@ struct Importer {
                                                 uniqueRules: options.uniqueRules)
                 try applier.resetNotes()
                 if onlyTypes == nil { try retrySetAside(applier, report: &report) }
+                let pages = try PageApplier(db: db, applier: applier)
+                // The next page is fetched (on a thread of its own, through the cloud's own connection) while
+                // this one is applied; nothing else uses the cloud until the last page is in.
+                let queue = cloud.fetchesConcurrently ? DispatchQueue(label: "storectl.import.fetch") : nil
+                let box = CloudBox(cloud: cloud)
+                let zone = options.zone, limit = options.pageSize, device = device
+                func fetch(after token: ServerChangeToken?) -> BackgroundCall<ChangeBatch> {
+                    BackgroundCall(on: queue) {
+                        let tFetch = Trace.start()
+                        defer { Trace.add("import.fetch", tFetch) }
+                        return try box.cloud.fetchChanges(zone: zone, since: token, limit: limit,
+                                                          excludingDevice: device)
+                    }
+                }
+                var inFlight: BackgroundCall<ChangeBatch>? = fetch(after: token)
+                defer { inFlight?.wait() }  // a failed apply leaves no fetch running
                 var first = true
                 var done = 0
-                while true {
-                    let tFetch = Trace.start()
-                    let batch = try cloud.fetchChanges(zone: options.zone, since: token, limit: options.pageSize,
-                                                       excludingDevice: device)
-                    Trace.add("import.fetch", tFetch)
+                while let flight = inFlight {
+                    let tWait = Trace.start()
+                    let batch = try flight.value()
+                    Trace.add("import.fetch-wait", tWait)
+                    inFlight = batch.moreComing ? fetch(after: batch.token) : nil
                     let tApply = Trace.start()
                     if first {
                         Failpoint.hit("import.before-apply")
@@ -108,14 +126,15 @@ struct Importer {
                             records.append(record)
                         }
                     }
-                    try applyPage(records, applier: applier, report: &report)
+                    try applyPage(records, applier: applier, pages: pages, report: &report)
                     Trace.add("import.apply", tApply)
                     done += batch.records.count
                     progress(done, nil)
                     token = batch.token
-                    if !batch.moreComing { break }
                 }
                 if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
+                let tSettle = Trace.start()
+                defer { Trace.add("import.settle", tSettle) }
                 report.waitingForParent = try applier.retryPending { record, problem in
                     try setAside(record, problem)
                     report.setAside += 1
@@ -143,7 +162,9 @@ struct Importer {
             report.setAsideRecords = unsettled.setAside
             report.waitingRecords = unsettled.waitingForParent
             Failpoint.hit("import.before-commit")
+            tCommit = Trace.start()
         }
+        Trace.add("import.commit", tCommit)
         Failpoint.hit("import.after-commit")
         report.token = token?.rawValue
         return report
@@ -151,16 +172,27 @@ struct Importer {
 
     /// Applies a page in a savepoint; when a record of it fails, the page is rolled back and applied again record
     /// by record, each in its own savepoint, and the failing ones are set aside.
-    private func applyPage(_ records: [CloudRecord], applier: RecordApplier, report: inout ImportReport) throws {
+    private func applyPage(_ records: [CloudRecord], applier: RecordApplier, pages: PageApplier,
+                           report: inout ImportReport) throws
+    {
         guard !records.isEmpty else { return }
         let conflictsBefore = applier.conflicts.count
         let hadSetAside = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_quarantine)")?.int64 == 1
         do {
             let counts = try db.transaction { () throws -> ImportReport in
                 var page = ImportReport()
-                for record in records {
-                    count(try applier.apply(record), into: &page)
-                    if hadSetAside { try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName]) }
+                let plain = options.applyPagesInBulk
+                    ? try pages.apply(records) { record in count(try applier.apply(record), into: &page) }
+                    : try records.reduce(into: PageApplier.Counts()) { _, record in
+                        count(try applier.apply(record), into: &page)
+                    }
+                page.applied += plain.applied
+                page.deleted += plain.deleted
+                page.skipped += plain.skipped
+                if hadSetAside {
+                    for record in records {
+                        try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
+                    }
                 }
                 return page
             }

@@ -25,6 +25,9 @@ public struct MirrorOptions: Sendable {
     public var allowMassDelete = false
     /// Natural keys per table (`entities.<table>.unique`), deduplicated inside every import.
     public var uniqueRules: [String: UniqueRule] = [:]
+    /// Applies the plain records of each fetched page with a few statements per table (`PageApplier`); false
+    /// applies every record on its own, the reference the set-based path is tested against.
+    public var applyPagesInBulk = true
 
     public init(zone: String = "default", mergePolicy: MergePolicy = .propertyLocalWins) {
         self.zone = zone
@@ -141,6 +144,8 @@ public final class Mirror {
     /// tables tracked since their records were skipped.
     /// - Throws: `CloudError`, `SQLiteError`.
     public func prepare() throws {
+        let tPrepare = Trace.start()
+        defer { Trace.add("sync.prepare", tPrepare) }
         _ = try checkZone()
         var done = Preparation()
         done.reconcile = try Reconciler(db: db, cloud: cloud, options: options, entities: entities, device: device).run()

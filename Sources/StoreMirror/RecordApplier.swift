@@ -49,9 +49,9 @@ final class RecordApplier {
     let uniqueRules: [String: UniqueRule]
     /// Entities that are parents of a foreign key with an action (`CASCADE`, `SET NULL`, `SET DEFAULT`): deleting
     /// one of their rows changes other rows, and those changes are local changes to export.
-    private let cascadingParents: Set<String>
+    let cascadingParents: Set<String>
     /// Entities that other tracked tables reference: their deleted rows are remembered for the orphan check.
-    private let referencedEntities: Set<String>
+    let referencedEntities: Set<String>
     /// The restore time, when this store was found to be an older copy of itself (see `Reconciler`): a row
     /// inserted after it is a new row, never the row an own record of the same rowid describes.
     var restoredAt: Int64?

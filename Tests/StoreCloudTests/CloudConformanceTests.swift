@@ -569,6 +569,99 @@ class CloudConformanceTests: XCTestCase {
         }
     }
 
+    // MARK: The contract both backends share (CloudContract): every edge where two backends once answered apart
+
+    func testARecordNamedTwiceInOneBatchRefusesTheWholeBatch() throws {
+        let db = try makeContainer().connect()
+        try db.ensureZone(zone)
+        let tag = savedTag(try db.save(zone: zone, [save("kept", expecting: nil)], device: "d").first)
+        for batch in [
+            [save("twice", expecting: nil), save("other", expecting: nil), save("twice", #"{"n":2}"#, expecting: nil)],
+            [save("kept", #"{"n":2}"#, expecting: tag), save("kept", #"{"n":3}"#, expecting: tag)],
+            [save("twice", expecting: nil), save("twice", deleted: true, expecting: nil)],
+        ] {
+            do {
+                _ = try db.save(zone: zone, batch, device: "d")
+                XCTFail("a batch that names a record twice must be refused, not half saved or a conflict")
+            } catch let error as CloudError {
+                XCTAssertEqual(error.kind, .invalid, "\(error)")
+                XCTAssertTrue(error.summary.contains("appears twice"), error.summary)
+            }
+        }
+        XCTAssertNil(try db.fetchRecord(zone: zone, recordName: "twice"), "nothing of a refused batch is saved")
+        XCTAssertNil(try db.fetchRecord(zone: zone, recordName: "other"))
+        XCTAssertEqual(try db.fetchRecord(zone: zone, recordName: "kept")?.changeTag, tag)
+        XCTAssertEqual(try db.zoneInfo(zone)?.lastSeq, 1, "a refused batch takes no seq")
+    }
+
+    func testEmptyNamesTypesZonesAndDevicesAreRefused() throws {
+        let db = try makeContainer().connect()
+        assertCloudError(.invalid) { _ = try db.ensureZone("") }
+        XCTAssertNil(try db.zoneInfo(""), "no zone without a name is created")
+        try db.ensureZone(zone)
+        assertCloudError(.invalid) { _ = try db.save(zone: zone, [save("", expecting: nil)], device: "d") }
+        assertCloudError(.invalid) { _ = try db.save(zone: zone, [save("n", type: "", expecting: nil)], device: "d") }
+        assertCloudError(.invalid) { _ = try db.save(zone: zone, [save("n", expecting: nil)], device: "") }
+        assertCloudError(.invalid) { try db.registerDevice(storeID: "", name: "laptop") }
+        assertCloudError(.invalid) { _ = try db.createMarker(zone: zone, name: "seed", device: "", payload: "") }
+        XCTAssertEqual(try db.devices(), [])
+        XCTAssertNil(try db.marker(zone: zone, name: "seed"))
+        XCTAssertEqual(try db.zoneInfo(zone)?.lastSeq, 0)
+        assertCloudError(.invalid) { _ = try db.fetchChanges(zone: zone, since: nil, limit: 0) }
+        assertCloudError(.invalid) { _ = try db.fetchDeviceRecords(zone: zone, device: "d", after: 0, limit: 0) }
+        // An empty batch is no request at all: it saves nothing and asks nothing.
+        XCTAssertEqual(try db.save(zone: zone, [], device: ""), [])
+    }
+
+    func testChangeTagsHaveOneFormat() throws {
+        let db = try makeContainer().connect()
+        let info = try db.ensureZone(zone)
+        // 40 records: seqs past 9 and past 15 tell base 10, 16 and 36 apart.
+        let first = try db.save(zone: zone, (0..<40).map { save("t\($0)", expecting: nil) }, device: "d")
+        var tags: [String: String] = [:]
+        for (index, outcome) in first.enumerated() {
+            guard case .saved(let tag, let seq) = outcome else { return XCTFail("\(outcome)") }
+            XCTAssertEqual(tag, CloudContract.changeTag(seq: seq, epoch: info.epoch))
+            tags["t\(index)"] = tag
+        }
+        XCTAssertEqual(tags["t30"], "1f-" + info.epoch.prefix(8), "lowercase hex seq, then the epoch's first 8")
+        // The conditional path (records that exist) hands out tags of the same format.
+        let again = try db.save(zone: zone, [save("t3", #"{"n":2}"#, expecting: tags["t3"]), save("new", expecting: nil)],
+                                device: "d")
+        for outcome in again {
+            guard case .saved(let tag, let seq) = outcome else { return XCTFail("\(outcome)") }
+            XCTAssertEqual(tag, CloudContract.changeTag(seq: seq, epoch: info.epoch))
+        }
+        for record in try db.fetchChanges(zone: zone, since: nil, limit: 100).records {
+            XCTAssertEqual(record.changeTag, CloudContract.changeTag(seq: record.seq, epoch: info.epoch),
+                           "a fetched record carries the tag its save returned")
+        }
+    }
+
+    func testTheTokenOfAPageFollowsOneRule() throws {
+        let db = try makeContainer().connect()
+        let info = try db.ensureZone(zone)
+        _ = try db.save(zone: zone, (0..<5).map { save("p\($0)", expecting: nil) }, device: "a")
+        _ = try db.save(zone: zone, (0..<3).map { save("q\($0)", expecting: nil) }, device: "b")
+        // A partial page stops at its last record.
+        let partial = try db.fetchChanges(zone: zone, since: nil, limit: 2)
+        XCTAssertTrue(partial.moreComing)
+        XCTAssertEqual(partial.token, ServerChangeToken(epoch: info.epoch, seq: 2))
+        // A complete page jumps to the zone's last seq, even when the records left out are another device's.
+        let rest = try db.fetchChanges(zone: zone, since: partial.token, limit: 100, excludingDevice: "b")
+        XCTAssertFalse(rest.moreComing)
+        XCTAssertEqual(rest.records.map(\.recordName), ["p2", "p3", "p4"])
+        XCTAssertEqual(rest.token, ServerChangeToken(epoch: info.epoch, seq: 8))
+        // Nothing new: the token stays where it is, never below it.
+        let empty = try db.fetchChanges(zone: zone, since: rest.token, limit: 10)
+        XCTAssertEqual(empty.records, [])
+        XCTAssertEqual(empty.token, rest.token)
+        // A token of another epoch is refused.
+        assertCloudError(.zoneReset) {
+            _ = try db.fetchChanges(zone: zone, since: ServerChangeToken(epoch: "other", seq: 1), limit: 10)
+        }
+    }
+
     // MARK: Purge
 
     func testPurgeGivesZoneResetForOldTokens() throws {

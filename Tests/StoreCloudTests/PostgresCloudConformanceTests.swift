@@ -75,6 +75,18 @@ final class PostgresCloudConformanceTests: CloudConformanceTests {
     override func testMarkersStayAtomicUnderConcurrentCreation() throws {
         try super.testMarkersStayAtomicUnderConcurrentCreation()
     }
+    override func testARecordNamedTwiceInOneBatchRefusesTheWholeBatch() throws {
+        try super.testARecordNamedTwiceInOneBatchRefusesTheWholeBatch()
+    }
+    override func testEmptyNamesTypesZonesAndDevicesAreRefused() throws {
+        try super.testEmptyNamesTypesZonesAndDevicesAreRefused()
+    }
+    override func testChangeTagsHaveOneFormat() throws {
+        try super.testChangeTagsHaveOneFormat()
+    }
+    override func testTheTokenOfAPageFollowsOneRule() throws {
+        try super.testTheTokenOfAPageFollowsOneRule()
+    }
     override func testPurgeGivesZoneResetForOldTokens() throws {
         try super.testPurgeGivesZoneResetForOldTokens()
     }
@@ -100,6 +112,10 @@ final class PostgresCloudConformanceTests: CloudConformanceTests {
         "testConcurrentWritersOfOneRecordConflictInsteadOfLosingUpdates",
         "testMarkersAreCreatedOnce",
         "testMarkersStayAtomicUnderConcurrentCreation",
+        "testARecordNamedTwiceInOneBatchRefusesTheWholeBatch",
+        "testEmptyNamesTypesZonesAndDevicesAreRefused",
+        "testChangeTagsHaveOneFormat",
+        "testTheTokenOfAPageFollowsOneRule",
         "testPurgeGivesZoneResetForOldTokens",
         "testExportMarksRecordWhereEachDeviceStands",
         "testDevicesRegistryRemembersWhenEachWasLastSeen",
