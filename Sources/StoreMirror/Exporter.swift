@@ -705,7 +705,10 @@ struct Exporter {
             ?? MergeSide(deleted: item.save.deleted, changed: item.save.deleted ? [] : Set(e.fieldColumns))
         let serverSide = MergeSide(deleted: server.deleted, changed: server.deleted ? [] :
             Set(try codec.differing(item.base, server.fields, columns: e.fieldColumns)))
-        switch options.mergePolicy.decide(local: local, server: serverSide, columns: e.fieldColumns) {
+        let holdsLocal = try !local.deleted && !server.deleted && !item.save.deleted
+            && codec.differing(item.save.fields, server.fields, columns: local.changed.sorted()).isEmpty
+        switch options.mergePolicy.decide(local: local, server: serverSide, columns: e.fieldColumns,
+                                          serverHoldsLocalValues: holdsLocal) {
         case .fail:
             return .failed(ConflictReport(entity: e.name, recordName: item.save.recordName,
                                           localColumns: local.changed.sorted(), serverDeleted: server.deleted))

@@ -82,6 +82,7 @@ struct Importer {
                 try applier.resetNotes()
                 if onlyTypes == nil { try retrySetAside(applier, report: &report) }
                 let pages = try PageApplier(db: db, applier: applier)
+                applier.defersUntilSettled = true
                 // The next page is fetched (on a thread of its own, through the cloud's own connection) while
                 // this one is applied; nothing else uses the cloud until the last page is in.
                 let queue = cloud.fetchesConcurrently ? DispatchQueue(label: "storectl.import.fetch") : nil
@@ -132,9 +133,13 @@ struct Importer {
                     progress(done, nil)
                     token = batch.token
                 }
-                if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
                 let tSettle = Trace.start()
                 defer { Trace.add("import.settle", tSettle) }
+                applier.defersUntilSettled = false
+                for record in try applier.takeDeferred(zone: options.zone) {
+                    try applyOne(record, applier: applier, report: &report)
+                }
+                if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
                 report.waitingForParent = try applier.retryPending { record, problem in
                     try setAside(record, problem)
                     report.setAside += 1
@@ -202,20 +207,23 @@ struct Importer {
         } catch let error as SQLiteError where error.isAboutValues {
         }
         applier.conflicts.removeLast(applier.conflicts.count - conflictsBefore)
-        for record in records {
-            do {
-                let outcome = try db.transaction { try applier.apply(record) }
-                var one = ImportReport()
-                count(outcome, into: &one)
-                add(one, to: &report)
-                try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
-            } catch let problem as RecordProblem {
-                try setAside(record, problem)
-                report.setAside += 1
-            } catch let error as SQLiteError where error.isAboutValues {
-                try setAside(record, Self.problem(for: error, record: record))
-                report.setAside += 1
-            }
+        for record in records { try applyOne(record, applier: applier, report: &report) }
+    }
+
+    /// Applies one record in a savepoint of its own; a record that fails is set aside.
+    func applyOne(_ record: CloudRecord, applier: RecordApplier, report: inout ImportReport) throws {
+        do {
+            let outcome = try db.transaction { try applier.apply(record) }
+            var one = ImportReport()
+            count(outcome, into: &one)
+            add(one, to: &report)
+            try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
+        } catch let problem as RecordProblem {
+            try setAside(record, problem)
+            report.setAside += 1
+        } catch let error as SQLiteError where error.isAboutValues {
+            try setAside(record, Self.problem(for: error, record: record))
+            report.setAside += 1
         }
     }
 
@@ -231,7 +239,7 @@ struct Importer {
         case .applied: report.applied += 1
         case .deleted: report.deleted += 1
         case .skipped: report.skipped += 1
-        case .pending, .conflict: break
+        case .pending, .deferred, .conflict: break
         case .unknownType: report.unknownType += 1
         }
     }

@@ -235,17 +235,20 @@ struct Reconciler {
                                                 uniqueRules: options.uniqueRules)
                 try applier.resetNotes()
                 let importer = Importer(db: db, cloud: cloud, options: options, entities: entities, device: device)
+                var applied = ImportReport()
+                // The later self's export order is not an order this copy passed through (a row inserted again
+                // under a UNIQUE value is saved before the old row's tombstone): as in an import, tombstones of
+                // cascading parents and UNIQUE collisions wait until the other records are in.
+                applier.defersUntilSettled = true
                 try ownRecords(after: ownSeq) { records in
                     for own in records where only?.contains(own.record.recordName) ?? true {
-                        do {
-                            _ = try db.transaction { try applier.apply(own.record) }
-                        } catch let problem as RecordProblem {
-                            try importer.setAside(own.record, problem)
-                        } catch let error as SQLiteError where error.isAboutValues {
-                            try importer.setAside(own.record, Importer.problem(for: error, record: own.record))
-                        }
+                        try importer.applyOne(own.record, applier: applier, report: &applied)
                         report.records += 1
                     }
+                }
+                applier.defersUntilSettled = false
+                for record in try applier.takeDeferred(zone: options.zone) {
+                    try importer.applyOne(record, applier: applier, report: &applied)
                 }
                 _ = try applier.retryPending { record, problem in try importer.setAside(record, problem) }
                 _ = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName, applier: applier)
