@@ -88,8 +88,8 @@ public struct RowsNotSentError: DiagnosedError {
 /// Pushes local changes to the cloud.
 ///
 /// The phases, in order: start a new export serial (committed before anything is saved), collect the changed
-/// rows from history, give fresh record names to rows at reused keys, check the mass-delete breaker, export every
-/// table parent first in conditional batches, send the outbox's tombstones, and advance the export token.
+/// rows from history, give fresh record names to rows at reused keys, check the mass-delete breaker, send the
+/// outbox's tombstones, export every table parent first in conditional batches, and advance the export token.
 struct Exporter {
     let db: Connection
     let cloud: any CloudDatabase
@@ -137,13 +137,16 @@ struct Exporter {
             ? try ordered.reduce(0) { $0 + Int(try db.scalar("SELECT count(*) FROM main.\($1.quotedName)")?.int64 ?? 0) }
             : Int(try db.scalar("SELECT count(*) FROM temp._storectl_changes")?.int64 ?? 0)
         var done = 0
+        // Tombstones of records no row stands for go first: a row inserted again at a reused rowid (under the
+        // same UNIQUE value) must never be in the cloud beside its old record's live copy, even when this export
+        // stops between batches, or another device would merge the two as duplicates.
+        try sendOutbox(serial: serial, report: &report)
         for e in ordered {
             try exportEntity(e, baseline: baseline, serial: serial, report: &report) { count in
                 done += count
                 progress(done, total)
             }
         }
-        try sendOutbox(serial: serial, report: &report)
 
         Failpoint.hit("export.before-commit")
         try db.transaction {

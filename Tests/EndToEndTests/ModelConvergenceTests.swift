@@ -476,7 +476,9 @@ final class ModelRun {
             // A tree (and cycles) of this store's own folders: a parent may get a higher rowid than its child, so
             // an export in key order can save a child before its parent.
             if restrictedToInserts && !insert { return }
-            let mineAll = owned(store, "folders")
+            // A restored file lacks the folders it made after the backup until it syncs: a parent comes from
+            // what it holds.
+            let mineAll = restrictedToInserts ? [] : owned(store, "folders")
             let parentName: String? = rng.chance(25) ? nil : pick(mineAll).map { String($0.dropFirst(8)) }
             if insert {
                 let name = fresh("\(store)-f")

@@ -2,8 +2,9 @@ import Foundation
 import TestSupport
 import XCTest
 
-// Tests that still fail on main (see /work/team/notes/core-failures.md); each moves back to its own file, and
-// lands, once it passes.
+// The order in which the cloud hands records over is not an order any store passed through: a child saved before
+// its parent (a kill between batches), a child moved away from a parent whose deletion cascades, a row deleted and
+// inserted again under a UNIQUE value, duplicates merged while a store was away. Each case on both backends.
 
 extension ResilienceCaseTests {
     /// A child can be in the cloud before its parent: a self-referencing table exports in key order, and a kill
