@@ -139,12 +139,13 @@ public final class E2EProject {
     }
 
     /// Runs `statement` on a store file with the real `sqlite3` shell (a writer that knows nothing of storectl)
-    /// and returns what it printed.
+    /// and returns what it printed. It waits up to 10 s for a lock a storectl process holds (a watcher's round).
     @discardableResult
     public func sql(_ store: String, _ statement: String, file: StaticString = #filePath, line: UInt = #line) throws
         -> String
     {
-        let r = try Binary.run("/usr/bin/sqlite3", [storePath(store), statement], in: dir.path)
+        let r = try Binary.run("/usr/bin/sqlite3", ["-cmd", ".timeout 10000", storePath(store), statement],
+                               in: dir.path)
         XCTAssertEqual(r.status, 0, "\(statement)\n\(r)", file: file, line: line)
         return r.stdout
     }
