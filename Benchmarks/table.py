@@ -18,6 +18,8 @@ def fmt(value, unit):
         return "%.1f ms" % value
     if unit == "MiB":
         return "%.1f MiB" % value
+    if unit == "B":
+        return "%.0f B" % value
     return str(value)
 
 

@@ -351,9 +351,10 @@ struct Orphans {
     /// itself is deleted (a merged duplicate follows the row it became).
     private func strandedDuplicates() throws -> Int {
         var handled = 0
+        // The aliases (few) drive the join: each is looked up in the record map by name.
         let rows = try db.query("""
-            SELECT r.entity, r.pk, r.record_name, a.target FROM _storectl_records r
-            JOIN _storectl_aliases a ON a.record_name = r.record_name WHERE r.deleted = 0
+            SELECT r.entity, r.pk, r.record_name, a.target FROM _storectl_aliases a
+            CROSS JOIN _storectl_records r ON r.record_name = a.record_name WHERE r.deleted = 0
             """)
         for row in rows {
             guard let table = row[0].string, let entity = entities[table], let pk = row[1].string,

@@ -27,8 +27,10 @@ enum SchemaEvolution {
                 }
                 if let value = try? db.scalar("SELECT \(sql)") { defaults[column.name] = value }
             }
+            // Through the partial index of the rows that have extra fields (few, or none): the primary key, which
+            // the planner would take for `entity = ?1`, reads every row of the table.
             let rows = try db.query("""
-                SELECT r.pk, r.extra FROM _storectl_records r
+                SELECT r.pk, r.extra FROM _storectl_records r INDEXED BY _storectl_records_extra
                 WHERE r.entity = ?1 AND r.extra IS NOT NULL AND r.deleted = 0
                   AND EXISTS (SELECT 1 FROM json_each(r.extra) x WHERE x.key IN (SELECT value FROM json_each(?2)))
                 """, [e.name, try e.fieldColumnsJSON(db)])

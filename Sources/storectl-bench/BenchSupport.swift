@@ -118,6 +118,7 @@ enum Unit: String, Encodable {
     case ratio
     case milliseconds = "ms"
     case mebibytes = "MiB"
+    case bytes = "B"
 
     func format(_ value: Double) -> String {
         switch self {
@@ -125,6 +126,7 @@ enum Unit: String, Encodable {
         case .ratio: return String(format: "%.2fx", value)
         case .milliseconds: return String(format: "%.1f ms", value)
         case .mebibytes: return String(format: "%.1f MiB", value)
+        case .bytes: return String(format: "%.0f B", value)
         }
     }
 }

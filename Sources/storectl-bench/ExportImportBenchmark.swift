@@ -19,10 +19,11 @@ enum ExportImportBenchmark {
         usage: storectl-bench import [--rows N] [--json]
 
         Import of N records from a container file into an empty store (Mirror.importChanges), against one
-        statement across ATTACH into an empty store with the same table and no triggers:
+        statement across ATTACH into an empty store with history tracking installed (the triggers fire on each
+        row, as they do in the import, whose changes are history by author cloud-import):
           INSERT INTO notes SELECT json_extract(fields, ...) FROM c.records
-        Figure: reference seconds / engine seconds. Target: >= 40%. The detail also shows the same statement into
-        a store with history tracking installed (the triggers then fire on each row, as they do in the import).
+        Figure: reference seconds / engine seconds. Target: >= 60%. The detail also shows the same statement into
+        a store without triggers.
         """
 
     static func exportMain(_ argv: [String]) throws {
@@ -50,11 +51,11 @@ enum ExportImportBenchmark {
     }
 
     static func importFigure(_ p: Lab.Pair) -> Figure {
-        Figure(id: "import.file", what: "import from the file container into an empty store",
-               value: p.importReference / p.importSeconds, unit: .percent, target: .atLeast(0.4),
-               detail: "engine \(secs(p.importSeconds)) (\(rate(p.rows, p.importSeconds))), one statement "
-                   + "\(secs(p.importReference)) (\(rate(p.rows, p.importReference))); the same statement into a "
-                   + "tracked store \(secs(p.importReferenceTracked))",
+        Figure(id: "import.file", what: "import from the file container vs INSERT ... SELECT into a tracked store",
+               value: p.importReferenceTracked / p.importSeconds, unit: .percent, target: .atLeast(0.6),
+               detail: "engine \(secs(p.importSeconds)) (\(rate(p.rows, p.importSeconds))), one statement into a "
+                   + "tracked store \(secs(p.importReferenceTracked)) (\(rate(p.rows, p.importReferenceTracked))); "
+                   + "the same into a store without triggers \(secs(p.importReference))",
                numbers: ["rows": Double(p.rows), "engine_seconds": p.importSeconds,
                          "reference_seconds": p.importReference,
                          "reference_tracked_seconds": p.importReferenceTracked,

@@ -34,7 +34,13 @@ enum HistoryBenchmark {
         var operations: Int
         var plainSeconds: Double
         var trackedSeconds: Double
+        /// tracked / plain.
         var ratio: Double
+        /// Inserts only: the same inserts with a trigger that inserts a row of constants into the same history
+        /// table (the trigger mechanism's floor), and tracked / that.
+        var floorSeconds: Double?
+        var floorRatio: Double?
+        /// The bound on `floorRatio` for inserts, on `ratio` for updates and deletes.
         var target: Double?
         var met: Bool?
 
@@ -42,6 +48,23 @@ enum HistoryBenchmark {
             case name, operations, ratio, target, met
             case plainSeconds = "plain_seconds"
             case trackedSeconds = "tracked_seconds"
+            case floorSeconds = "floor_seconds"
+            case floorRatio = "floor_ratio"
+        }
+    }
+
+    /// Instructions per inserted row inside `sqlite3_step` (callgrind), for the three kinds of table.
+    struct Instructions: Encodable {
+        var rows: Int
+        var plain: Double
+        var floor: Double
+        var tracked: Double
+
+        var floorRatio: Double { tracked / floor }
+        var plainRatio: Double { tracked / plain }
+
+        enum CodingKeys: String, CodingKey {
+            case rows, plain, floor, tracked
         }
     }
 
@@ -67,9 +90,11 @@ enum HistoryBenchmark {
         var repeats: Int
         var phases: [Phase]
         var widths: [Width]
+        /// Nil when valgrind is not installed.
+        var instructions: Instructions?
 
         enum CodingKeys: String, CodingKey {
-            case phases, widths, repeats
+            case phases, widths, repeats, instructions
             case sqliteVersion = "sqlite_version"
         }
     }
@@ -79,9 +104,24 @@ enum HistoryBenchmark {
                                       [--dir PATH] [--json]
 
         Measures, in one run, the cost of history tracking: the same inserts, updates and deletes on a table
-        without triggers and on one with storectl's history triggers. Each figure is the best of --repeat runs
-        (default 3). Targets: tracked/plain <= 1.5 for inserts and <= 2.0 for updates and deletes.
+        without triggers and on one with storectl's history triggers, and the inserts once more on a table whose
+        trigger inserts a row of constants into the same history table: the floor of any trigger that writes a
+        history row. Each figure is the best of --repeat runs (default 3). With valgrind installed, the inserts
+        are also counted in instructions inside sqlite3_step (callgrind, 20,000 rows, exact whatever the load).
+        Targets: tracked / floor <= 1.10 for inserts (time and instructions; tracked / plain shown beside), and
+        tracked / plain <= 1.7 for updates and deletes.
         """
+
+    /// The trigger of the floor: one row of constants into the history table, whatever the row inserted.
+    static let floorTrigger = """
+        CREATE TRIGGER bench_floor AFTER INSERT ON notes BEGIN
+            INSERT INTO _storectl_history(tx, author, ts, entity, pk, op) VALUES (1, 'a', 0, 'notes', '[1]', 'I');
+        END;
+        """
+
+    enum Kind: String, CaseIterable {
+        case plain, floor, tracked
+    }
 
     static func main(_ argv: [String]) throws {
         var options = Options()
@@ -147,11 +187,14 @@ enum HistoryBenchmark {
             let order = round % 2 == 0 ? [false, true] : [true, false]
             var results: [Bool: [Double]] = [:]
             for tracked in order {
-                results[tracked] = try notesWorkload(dir: dir, tracked: tracked, options: options)
+                results[tracked] = try notesWorkload(dir: dir, kind: tracked ? .tracked : .plain, options: options)
             }
             for (index, name) in ["inserts", "updates", "deletes"].enumerated() {
                 keep(name, plain: results[false]?[index] ?? .infinity, tracked: results[true]?[index] ?? .infinity)
             }
+            note("round \(round + 1)/\(options.repeats): notes table with the constant trigger")
+            let floor = try notesWorkload(dir: dir, kind: .floor, options: options)[0]
+            keep("floor", plain: floor, tracked: floor)
             for width in options.widths {
                 note("round \(round + 1)/\(options.repeats): \(width)-column table")
                 var seconds: [Bool: Double] = [:]
@@ -162,13 +205,18 @@ enum HistoryBenchmark {
                 keep("width-\(width)", plain: seconds[false] ?? .infinity, tracked: seconds[true] ?? .infinity)
             }
         }
-        let targets: [String: Double] = ["inserts": 1.5, "updates": 2.0, "deletes": 2.0]
+        let targets: [String: Double] = ["inserts": 1.10, "updates": 1.7, "deletes": 1.7]
+        let floor = best["floor"]?.plain
         let counts = ["inserts": options.rows, "updates": options.updates, "deletes": options.deletes]
         let phases = ["inserts", "updates", "deletes"].map { name -> Phase in
             let (p, t) = best[name] ?? (0, 0)
             let ratio = t / p
+            let floorSeconds = name == "inserts" ? floor : nil
+            let floorRatio = floorSeconds.map { t / $0 }
+            let judged = floorRatio ?? ratio
             return Phase(name: name, operations: counts[name] ?? 0, plainSeconds: p, trackedSeconds: t, ratio: ratio,
-                         target: targets[name], met: targets[name].map { ratio <= $0 })
+                         floorSeconds: floorSeconds, floorRatio: floorRatio, target: targets[name],
+                         met: targets[name].map { judged <= $0 })
         }
         let widths = options.widths.map { w -> Width in
             let (p, t) = best["width-\(w)"] ?? (0, 0)
@@ -176,7 +224,59 @@ enum HistoryBenchmark {
                          overheadMicroseconds: (t - p) / Double(options.updates) * 1_000_000)
         }
         return Report(sqliteVersion: Connection.libraryVersion, repeats: options.repeats, phases: phases,
-                      widths: widths)
+                      widths: widths, instructions: try instructions(dir: dir))
+    }
+
+    static let instructionRows = 20_000
+
+    /// Counts the instructions per inserted row inside `sqlite3_step` for each kind of table, running
+    /// `storectl-bench trigger-cost KIND` under callgrind; nil when valgrind is not installed.
+    static func instructions(dir: String) throws -> Instructions? {
+        guard let valgrind = ProcessBenchmarks.which("valgrind") else {
+            note("valgrind is not installed (apt-get install valgrind): no instruction counts")
+            return nil
+        }
+        var perRow: [Kind: Double] = [:]
+        for kind in Kind.allCases {
+            note("instructions per insert, \(kind.rawValue) (callgrind)")
+            let run = try Child.check([valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                                       "--toggle-collect=sqlite3_step", CommandLine.arguments[0], "trigger-cost",
+                                       kind.rawValue, "--rows", String(instructionRows), "--dir", dir], in: dir)
+            // callgrind's summary on stderr: "==PID== Collected : 123456789".
+            guard let line = run.stderr.split(separator: "\n").first(where: { $0.contains("Collected :") }),
+                  let count = line.split(separator: " ").last.flatMap({ Double($0) })
+            else {
+                throw StoreError(.software, "callgrind printed no instruction count", hint: String(run.stderr.suffix(500)))
+            }
+            perRow[kind] = count / Double(instructionRows)
+        }
+        return Instructions(rows: instructionRows, plain: perRow[.plain] ?? 0, floor: perRow[.floor] ?? 0,
+                            tracked: perRow[.tracked] ?? 0)
+    }
+
+    /// `storectl-bench trigger-cost plain|floor|tracked [--rows N] [--dir PATH]`: only the inserts, for callgrind.
+    static func triggerCostMain(_ argv: [String]) throws {
+        guard let kind = argv.first.flatMap(Kind.init(rawValue:)) else {
+            throw StoreError(.usage, "usage: storectl-bench trigger-cost plain|floor|tracked [--rows N] [--dir PATH]")
+        }
+        var options = Options()
+        options.rows = instructionRows
+        var dir = NSTemporaryDirectory()
+        var i = 1
+        while i + 1 < argv.count {
+            switch argv[i] {
+            case "--rows": options.rows = Int(argv[i + 1]) ?? options.rows
+            case "--dir": dir = argv[i + 1]
+            default: throw StoreError(.usage, "unknown option '\(argv[i])'")
+            }
+            i += 2
+        }
+        options.updates = 0
+        options.deletes = 0
+        let folder = (dir as NSString).appendingPathComponent("trigger-cost-\(getpid())")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        _ = try notesWorkload(dir: folder, kind: kind, options: options)
     }
 
     static func note(_ text: String) {
@@ -184,13 +284,19 @@ enum HistoryBenchmark {
     }
 
     /// Opens a fresh store in `dir`; with `tracked`, installs history tracking.
-    static func freshStore(_ dir: String, _ name: String, schema: String, tracked: Bool) throws
-        -> (Connection, HistoryTracker?)
+    static func freshStore(_ dir: String, _ name: String, schema: String, tracked: Bool, floor: Bool = false)
+        throws -> (Connection, HistoryTracker?)
     {
-        let path = (dir as NSString).appendingPathComponent(name + (tracked ? "-tracked" : "-plain") + ".sqlite")
+        let suffix = tracked ? "-tracked" : floor ? "-floor" : "-plain"
+        let path = (dir as NSString).appendingPathComponent(name + suffix + ".sqlite")
         for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
         let db = try Connection(path: path)
         try db.execute(schema)
+        if floor {
+            // storectl's own history table, written by the constant trigger.
+            try db.execute(StoreFormat.createTablesSQL)
+            try db.execute(floorTrigger)
+        }
         guard tracked else { return (db, nil) }
         let tracker = HistoryTracker(db: db, options: TrackingOptions(author: "bench"))
         try tracker.install()
@@ -213,11 +319,12 @@ enum HistoryBenchmark {
     static let body = String(repeating: "Lorem ipsum dolor sit amet, consectetur adipiscing elit. ", count: 4)
 
     /// Seconds for the inserts, the updates and the deletes.
-    static func notesWorkload(dir: String, tracked: Bool, options: Options) throws -> [Double] {
+    static func notesWorkload(dir: String, kind: Kind, options: Options) throws -> [Double] {
+        let tracked = kind == .tracked
         let (db, tracker) = try freshStore(dir, "notes", schema: """
             CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT NOT NULL, body TEXT,
                                updated_at INTEGER NOT NULL)
-            """, tracked: tracked)
+            """, tracked: tracked, floor: kind == .floor)
         let insert = try db.prepare("INSERT INTO notes(id, uuid, title, body, updated_at) VALUES (?, ?, ?, ?, ?)")
         let inserts = try timed(db, tracker) {
             for i in 1...options.rows {
@@ -230,6 +337,7 @@ enum HistoryBenchmark {
                 try insert.step()
             }
         }
+        if kind == .floor || (options.updates == 0 && options.deletes == 0) { return [inserts] }
         // Spread the updated and deleted rows over the table with a fixed stride.
         let stride = max(1, options.rows / max(options.updates, options.deletes))
         let update = try db.prepare("UPDATE notes SET title = ?, updated_at = ? WHERE id = ?")
@@ -289,12 +397,20 @@ enum HistoryBenchmark {
     static func render(_ report: Report) -> String {
         func f(_ x: Double, _ digits: Int = 3) -> String { String(format: "%.\(digits)f", x) }
         var lines = ["History tracking overhead (SQLite \(report.sqliteVersion), best of \(report.repeats))", ""]
-        lines.append("phase      operations   plain s  tracked s   ratio  target")
+        lines.append("phase      operations   plain s  tracked s   ratio   floor s  / floor  target")
         for p in report.phases {
-            let target = p.target.map { "<= \(f($0, 1)) " + (p.met == true ? "ok" : "MISSED") } ?? ""
+            let target = p.target.map { "<= \(f($0, 2)) " + (p.met == true ? "ok" : "MISSED") } ?? ""
             lines.append(p.name.padding(toLength: 10, withPad: " ", startingAt: 0)
                          + String(p.operations).leftPad(11) + f(p.plainSeconds).leftPad(10)
-                         + f(p.trackedSeconds).leftPad(11) + f(p.ratio, 2).leftPad(8) + "  " + target)
+                         + f(p.trackedSeconds).leftPad(11) + f(p.ratio, 2).leftPad(8)
+                         + (p.floorSeconds.map { f($0) } ?? "").leftPad(10)
+                         + (p.floorRatio.map { f($0, 2) } ?? "").leftPad(9) + "  " + target)
+        }
+        if let i = report.instructions {
+            lines.append("")
+            lines.append("instructions per insert inside sqlite3_step (callgrind, \(i.rows) rows): plain "
+                         + "\(Int(i.plain)), constant trigger \(Int(i.floor)), storectl's trigger \(Int(i.tracked)): "
+                         + "\(f(i.floorRatio, 2))x the floor (target <= 1.10), \(f(i.plainRatio, 2))x plain")
         }
         lines.append("")
         lines.append("single-column updates by table width (trigger cost must grow linearly):")

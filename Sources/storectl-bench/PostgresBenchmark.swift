@@ -4,8 +4,9 @@ import StoreCloudPostgres
 import StoreSQLite
 import StoreControl
 
-/// `storectl-bench postgres`: export of N rows to PostgreSQL against `COPY` of the same rows into a plain table,
-/// and import of them into an empty store against raw SQLite inserts of the same rows. Target: 50% each.
+/// `storectl-bench postgres`: export of N rows to PostgreSQL against `COPY` of the same rows into a plain table
+/// (target 50%), and import of them into an empty store against the engine's import of the same rows from the
+/// file container (target 70%).
 enum PostgresBenchmark {
     static let help = """
         usage: storectl-bench postgres [--rows N] [--json]
@@ -15,9 +16,10 @@ enum PostgresBenchmark {
           export: Mirror.exportChanges of a copy of an N-row store into a new container (its own schema, made as
                   'storectl cloud init' makes it), against psql '\\copy' of the same N records, as CSV written
                   beforehand, into a plain table LIKE the container's records table (no keys, no indexes).
-          import: Mirror.importChanges of the N records into an empty store, against raw SQLite insert speed: one
-                  INSERT INTO notes SELECT ... of the same rows from another SQLite file into an empty table.
-        Figures: reference seconds / engine seconds. Target: >= 50% each.
+          import: Mirror.importChanges of the N records into an empty store, against the same import of the same
+                  rows from a container file (the 'import' benchmark's engine run); raw SQLite insert speed (one
+                  INSERT INTO notes SELECT ... into an empty table) is shown beside.
+        Figures: reference seconds / engine seconds. Targets: export >= 50%, import >= 70%.
         """
 
     static func main(_ argv: [String]) throws {
@@ -29,8 +31,8 @@ enum PostgresBenchmark {
     static func skipped(_ reason: String) -> [Figure] {
         [Figure(id: "export.postgres", what: "PostgreSQL export vs COPY into a plain table", unit: .percent,
                 target: .atLeast(0.5), skipped: reason),
-         Figure(id: "import.postgres", what: "import from PostgreSQL vs raw SQLite inserts", unit: .percent,
-                target: .atLeast(0.5), skipped: reason)]
+         Figure(id: "import.postgres", what: "import from PostgreSQL vs the file-container import", unit: .percent,
+                target: .atLeast(0.7), skipped: reason)]
     }
 
     static func figures(_ lab: Lab, _ options: BenchOptions) throws -> [Figure] {
@@ -48,7 +50,7 @@ enum PostgresBenchmark {
         }
         let template = try lab.template(rows: rows)
         let a = try lab.copyStore(template, to: "pg-a-\(rows)", url: url, account: "postgres", container: container)
-        _ = try CloudConnector.initialize(settings: try a.cloudSettings())
+        _ = try CloudConnector.initialize(settings: try a.cloudSettings(), environment: a.environment)
         defer { try? sql("DROP SCHEMA IF EXISTS \(schema) CASCADE") }
 
         Output.note("export of \(rows) rows to PostgreSQL (engine)")
@@ -90,6 +92,7 @@ enum PostgresBenchmark {
         }
         let insert = median(inserts)
         Output.note("  raw inserts \(secs(insert))")
+        let fileImport = try lab.pair(rows: rows).importSeconds
         Trace.report()  // STORECTL_TRACE=1: where the engine's export and import spent their time
         return [
             Figure(id: "export.postgres", what: "PostgreSQL export vs COPY into a plain table",
@@ -97,11 +100,12 @@ enum PostgresBenchmark {
                    detail: "engine \(secs(export)) (\(rate(rows, export))), psql \\copy \(secs(copy)) "
                        + "(\(rate(rows, copy)))",
                    numbers: ["rows": Double(rows), "engine_seconds": export, "reference_seconds": copy]),
-            Figure(id: "import.postgres", what: "import from PostgreSQL vs raw SQLite inserts",
-                   value: insert / imported, unit: .percent, target: .atLeast(0.5),
-                   detail: "engine \(secs(imported)) (\(rate(rows, imported))), INSERT ... SELECT \(secs(insert)) "
-                       + "(\(rate(rows, insert)))",
-                   numbers: ["rows": Double(rows), "engine_seconds": imported, "reference_seconds": insert]),
+            Figure(id: "import.postgres", what: "import from PostgreSQL vs the file-container import",
+                   value: fileImport / imported, unit: .percent, target: .atLeast(0.7),
+                   detail: "engine \(secs(imported)) (\(rate(rows, imported))), from the file container "
+                       + "\(secs(fileImport)) (\(rate(rows, fileImport))); raw INSERT ... SELECT \(secs(insert))",
+                   numbers: ["rows": Double(rows), "engine_seconds": imported, "reference_seconds": fileImport,
+                             "raw_insert_seconds": insert]),
         ]
     }
 

@@ -19,6 +19,10 @@ let benchmarks: [(name: String, abstract: String, run: ([String]) throws -> Void
     ("history-read", "10k changes after a token out of 10 x N history rows", HistoryReadBenchmark.main),
     ("postgres", "PostgreSQL export vs COPY, import vs raw SQLite inserts", PostgresBenchmark.main),
     ("scaling", "export and import time at 10k, 100k and N rows", ScalingBenchmark.main),
+    ("storage", "bytes of sync metadata per row after the N-row sync, history pruned", StorageBenchmark.main),
+    ("idle", "CPU and memory of 1,000 idle sync rounds (as watch runs them) on the N-row store",
+     StorageBenchmark.idleMain),
+    ("trigger-cost", "only the inserts of 'history' (plain|floor|tracked), for callgrind", HistoryBenchmark.triggerCostMain),
     ("all", "everything above in one run: one table, one JSON document", AllBenchmark.main),
 ]
 
