@@ -248,6 +248,49 @@ struct Exporter {
                       AND EXISTS (SELECT 1 FROM _storectl_records o WHERE o.record_name = \(e.derivedName("t")))
                     """)
             }
+            // After every parent with a rowid has its name.
+            for e in ordered where !e.isSurrogate && !baseline
+                && e.primaryKey.contains(where: { e.reference(for: $0) != nil })
+            {
+                try renameReusedReferenceKeys(e)
+            }
+        }
+    }
+
+    /// A key that holds a reference to a parent with a rowid (`links(note_id, label)`) names the parent's record.
+    /// When the parent was deleted and a new parent inserted at its rowid (so it has a record name of its own, see
+    /// above), a child deleted and inserted again at the same key, or brought back over its tombstone, is a child
+    /// of the new parent: a new record under the name its key gives now. The old record, when live, is deleted
+    /// through the outbox. (Called parent first, so the parent's new name is in the map already. A child moved to
+    /// another parent changes its key, and is not concerned; a child of a merged duplicate keeps its name.)
+    private func renameReusedReferenceKeys(_ e: EntityMap) throws {
+        let rows = try db.query("""
+            SELECT m.pk, m.record_name, m.change_tag, m.deleted, \(e.naturalName("t")) AS wanted
+            FROM temp._storectl_changes c
+            JOIN _storectl_records m ON m.entity = c.entity AND m.pk = c.pk
+            JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
+            WHERE c.entity = ?1 AND m.record_name IS NOT wanted
+              AND (m.deleted = 1 OR (SELECT min(CASE WHEN h.op = 'D' THEN h.seq END)
+                                             < max(CASE WHEN h.op = 'I' THEN h.seq END)
+                                     FROM _storectl_history h
+                                     WHERE h.seq > ?2 AND h.entity = c.entity AND h.pk = c.pk AND h.author <> ?3))
+            """, [e.name, try MirrorState.exportToken(db), MirrorState.importAuthor])
+        for row in rows {
+            guard let pk = row[0].string, let old = row[1].string, let wanted = row[4].string else { continue }
+            if row[3].int64 == 0, let tag = row[2].string {
+                try db.run("""
+                    INSERT OR REPLACE INTO _storectl_outbox(record_name, record_type, change_tag, reason, created_at)
+                    VALUES (?, ?, ?, 'its row belongs to a new parent inserted at the old parent''s rowid',
+                            CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+                    """, [old, e.name, tag])
+            }
+            let taken = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_records WHERE record_name = ?)",
+                                      [wanted])?.int64 == 1
+            try db.run("""
+                UPDATE _storectl_records SET record_name = ?1 || CASE WHEN ?2 THEN '.' || lower(hex(randomblob(6)))
+                    ELSE '' END, change_tag = NULL, base = NULL, extra = NULL, deleted = 0
+                WHERE entity = ?3 AND pk = ?4
+                """, [wanted, taken, e.name, pk])
         }
     }
 

@@ -239,3 +239,42 @@ extension ResilienceGuardTests {
     func testReinsertThenRestoreFile() throws { try reinsertThenRestore(.file) }
     func testReinsertThenRestorePostgres() throws { try onPostgres(reinsertThenRestore) }
 }
+
+extension ResilienceGuardTests {
+    /// A note deleted and inserted again at its rowid (its links go by `ON DELETE CASCADE`), then linked again
+    /// under the same key, and the export stopped right after the old note's tombstone: another store applies the
+    /// tombstone alone (its links go too) before the rest arrives. The new link is a link of the new note, a record
+    /// of its own: no conflict, even under `merge_policy: error`, and every store ends with the new note and link.
+    func relinkAfterReinsert(_ backend: FleetBackend, policy: String) throws {
+        let f = try Fleet(backend: backend, schema: ResilienceGuardTests.uniqueSchema,
+                          cloudExtra: "      merge_policy: \(policy)", label: "storectl-case4")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'); "
+                  + "INSERT INTO tags SELECT id, 'x' FROM notes WHERE uuid = 'n1'")
+        try f.syncRounds(1, ["a", "b"])
+        try f.sql("a", """
+            BEGIN;
+            CREATE TEMP TABLE old_id AS SELECT id FROM notes WHERE uuid = 'n1';
+            DELETE FROM notes WHERE uuid = 'n1';
+            INSERT INTO notes(id, uuid, title) VALUES ((SELECT id FROM old_id), 'n1', 'one reborn');
+            INSERT INTO tags SELECT id, 'x' FROM notes WHERE uuid = 'n1';
+            COMMIT;
+            """)
+        try f.run("a", ["sync"], env: ["STORECTL_BATCH_SIZE": "1", "STORECTL_FAILPOINT": "export.after-batch-commit:1"],
+                  expect: 137)
+        try f.run("b", ["sync"])
+        try f.syncRounds(3, ["a", "b"])
+        try f.assertRows(["notes|title=t:'one reborn'|uuid=t:'n1'", "tags|note_id=->notes{title=t:'one reborn',uuid=t:'n1'}|tag=t:'x'"],
+                         tables: ["notes", "tags"], "a note inserted again at its rowid and linked again (\(policy))")
+        for s in f.stores { try f.assertHealthy(s, "relinked after a re-insert (\(policy))") }
+    }
+
+    func testRelinkAfterReinsertFile() throws {
+        for policy in ["error", "property-local-wins"] { try relinkAfterReinsert(.file, policy: policy) }
+    }
+
+    func testRelinkAfterReinsertPostgres() throws {
+        try onPostgres { try relinkAfterReinsert($0, policy: "error") }
+    }
+}
