@@ -537,7 +537,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
     ///    true until the commit.
     /// 2. The batch, as arrays (`unnest`; the fields as one text split with `string_to_array`). When no record of
     ///    the batch expects a tag (a first export), a plain `INSERT` (`saveNew`): no lookups; a record that exists
-    ///    after all makes it fail with a unique violation, and the batch is sent again the general way. Otherwise
+    ///    after all makes it fail with a unique violation, and the batch is sent again the general way. Such a
+    ///    batch of `copyThreshold` records or more first goes through `COPY` into a temporary table, before the
+    ///    lock (`saveNewByCopy`), and the `INSERT` reads it from there. Otherwise
     ///    one statement (`saveConditionally`) looks each record up by its key, inserts the new ones, updates the
     ///    matching ones in place, raises `last_seq`, and returns the conflicts only.
     ///
@@ -551,24 +553,39 @@ public final class PostgresCloudDatabase: CloudDatabase {
     {
         if saves.isEmpty { return [] }
         try CloudContract.checkBatch(saves, zone: zone, device: device)
-        let names = PGConnInfo.textArrayLiteral(saves.map { $0.recordName })
-        let types = PGConnInfo.textArrayLiteral(saves.map { $0.recordType })
-        // The fields go as one text, split on the server. A value the split would not give back (empty, or with a
-        // control character) is no JSON object anyway.
-        guard let fields = PGConnInfo.separatedText(saves.map { $0.deleted ? RecordSave.tombstoneFields($0.fields) : $0.fields }) else {
-            let bad = saves.first { !$0.deleted && ($0.fields.isEmpty || $0.fields.utf8.contains(0x1e)) }
+        let texts = saves.map { $0.deleted ? RecordSave.tombstoneFields($0.fields) : $0.fields }
+        // The fields go as one text split on the server, or as COPY rows. A value the split would not give back
+        // (empty, or with a control character) is no JSON object anyway; both paths refuse it the same way.
+        if let bad = texts.indices.first(where: {
+            texts[$0].isEmpty || texts[$0].utf8.contains(PGConnInfo.recordSeparator)
+        }) {
             throw CloudError(.invalid, "cannot save \(saves.count) records to zone \(zone): the fields of record "
-                + "\(bad?.recordName ?? "?") are not a JSON object (empty, or a control character outside a "
+                + "\(saves[bad].recordName) are not a JSON object (empty, or a control character outside a "
                 + "string); nothing of the batch was saved",
                 hint: "fields must be JSON object text, e.g. {\"title\":\"hi\"}")
         }
-        let deleted = PGConnInfo.boolArray(saves.map { $0.deleted })
         let what = "cannot save \(saves.count) records to zone \(zone) of \(container)"
+        // The batch as arrays, for the statements that take it so (built only when one of them runs).
+        func arrays() -> (names: String, types: String, fields: String, deleted: String) {
+            (PGConnInfo.textArrayLiteral(saves.map { $0.recordName }),
+             PGConnInfo.textArrayLiteral(saves.map { $0.recordType }), PGConnInfo.separatedText(texts) ?? "",
+             PGConnInfo.boolArray(saves.map { $0.deleted }))
+        }
         if saves.allSatisfy({ $0.expectedTag == nil }) {
+            // A large batch goes through COPY, unless a value holds a NUL byte (COPY's text format cannot carry
+            // it; the arrays path reports it).
+            let copyRows = saves.count < Self.copyThreshold ? nil : PGConnInfo.copyText(saves.indices.map { k in
+                [String(k + 1), saves[k].recordName, saves[k].recordType, texts[k], saves[k].deleted ? "t" : "f"]
+            })
             let inserted = try run(what) { c -> [SaveOutcome]? in
                 do {
-                    return try saveNew(c, zone: zone, count: saves.count, names, types, fields, deleted, device,
-                                       mark)
+                    if let copyRows {
+                        return try saveNewByCopy(c, zone: zone, count: saves.count, rows: copyRows, device: device,
+                                                 mark: mark)
+                    }
+                    let a = arrays()
+                    return try saveNew(c, zone: zone, count: saves.count, a.names, a.types, a.fields, a.deleted,
+                                       device, mark)
                 } catch let error as PGError where error.sqlState == "23505" {
                     return nil  // a record exists after all; rolled back, nothing was saved
                 }
@@ -576,8 +593,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
             if let inserted { return inserted }
         }
         let expected = PGConnInfo.textArrayLiteral(saves.map { $0.expectedTag })
+        let a = arrays()
         return try run(what) { c in
-            try saveConditionally(c, zone: zone, saves, names, types, fields, deleted, expected, device, mark)
+            try saveConditionally(c, zone: zone, saves, a.names, a.types, a.fields, a.deleted, expected, device, mark)
         }
     }
 
@@ -692,8 +710,56 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 """, [zone, names, types, fields, deleted, device]),
             PGQuery("UPDATE \(s).zones SET last_seq = last_seq + $2 WHERE name = $1", [zone, String(count)]),
         ] + (mark.map { [markQuery(zone: zone, device: device, mark: $0, count: count)] } ?? []))
-        return (1...Int64(count)).map { k in
-            .saved(changeTag: CloudContract.changeTag(seq: lastSeq + k, epoch: epoch), seq: lastSeq + k)
+        return Self.saved(count, after: lastSeq, epoch: epoch)
+    }
+
+    /// New records in batches of at least this many go through `COPY` (`saveNewByCopy`); a smaller batch goes as
+    /// arrays in one round trip (`saveNew`), which costs less for a few records than COPY's extra round trips.
+    static let copyThreshold = 100
+
+    /// The connection whose session holds the temporary batch table (it lives as long as the session; a new
+    /// connection is a new object, so the table is made again on it).
+    private(set) weak var copyTableConnection: PGConnection?
+
+    /// `saveNew` through `COPY ... FROM STDIN`: the batch goes into a temporary table (`ON COMMIT DELETE ROWS`),
+    /// then one `INSERT ... SELECT` under the zone's lock gives the records their seqs `last_seq + 1...` and tags,
+    /// in the same transaction as the zone's `last_seq`, the export mark and the notification. `rows` is the
+    /// batch in COPY's text format: position (from 1), name, type, fields, deleted (`t`/`f`).
+    /// - Throws: `PGError` (23505 when a record exists after all: nothing was saved), `CloudError`.
+    private func saveNewByCopy(_ c: PGConnection, zone: String, count: Int, rows: [UInt8], device: String,
+                               mark: ExportMark?) throws -> [SaveOutcome]
+    {
+        if copyTableConnection !== c {
+            // Made outside the save's transaction, so that a save rolled back does not take the table with it.
+            try c.execute("""
+                CREATE TEMP TABLE IF NOT EXISTS storectl_batch (ord bigint NOT NULL, record_name text NOT NULL,
+                    record_type text NOT NULL, fields text NOT NULL, deleted boolean NOT NULL) ON COMMIT DELETE ROWS
+                """)
+            copyTableConnection = c
+        }
+        return try c.transaction {
+            try c.copyIn("COPY pg_temp.storectl_batch (ord, record_name, record_type, fields, deleted) FROM STDIN",
+                         rows)
+            let seq = "z.last_seq + i.ord"
+            let (lastSeq, epoch, _) = try pipelinedSave(c, zone: zone, device: device, count: count, [
+                PGQuery("""
+                    INSERT INTO \(s).records
+                        (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
+                    SELECT $1, i.record_name, i.record_type, i.fields, \(Self.tagSQL(seq: seq, epoch: "z.epoch")),
+                           \(seq), i.deleted, $2, extract(epoch FROM statement_timestamp())::float8
+                    FROM \(s).zones z, pg_temp.storectl_batch i
+                    WHERE z.name = $1
+                    """, [zone, device]),
+                PGQuery("UPDATE \(s).zones SET last_seq = last_seq + $2 WHERE name = $1", [zone, String(count)]),
+            ] + (mark.map { [markQuery(zone: zone, device: device, mark: $0, count: count)] } ?? []))
+            return Self.saved(count, after: lastSeq, epoch: epoch)
+        }
+    }
+
+    /// The outcomes of `count` records all saved, with seqs after `lastSeq`.
+    private static func saved(_ count: Int, after lastSeq: Int64, epoch: String) -> [SaveOutcome] {
+        (1...Int64(count)).map { k in
+            SaveOutcome.saved(changeTag: CloudContract.changeTag(seq: lastSeq + k, epoch: epoch), seq: lastSeq + k)
         }
     }
 
