@@ -62,16 +62,20 @@ extension PGConnInfo {
     /// Rows in the text format of `COPY ... FROM STDIN`: columns separated by a tab, rows ended by a newline,
     /// and in a value a backslash, tab, newline or carriage return escaped with a backslash ("Backslash
     /// characters (\\) can be used in the COPY data to quote data characters that might otherwise be taken as
-    /// row or column delimiters"). Nil when a value holds a NUL byte, which no PostgreSQL text can.
-    static func copyText(_ rows: [[String]]) -> [UInt8]? {
+    /// row or column delimiters"); a nil value is `\N` (NULL). Nil when a value holds a NUL byte, which no
+    /// PostgreSQL text can.
+    static func copyText(_ rows: [[String?]]) -> [UInt8]? {
         var out: [UInt8] = []
-        out.reserveCapacity(rows.reduce(0) { $0 + $1.reduce(0) { $0 + $1.utf8.count + 1 } + 1 })
+        out.reserveCapacity(rows.reduce(0) { $0 + $1.reduce(0) { $0 + ($1?.utf8.count ?? 2) + 1 } + 1 })
         let backslash = UInt8(ascii: "\\"), tab = UInt8(ascii: "\t"), newline = UInt8(ascii: "\n"),
             carriageReturn = UInt8(ascii: "\r")
         for row in rows {
             for (index, field) in row.enumerated() {
                 if index > 0 { out.append(tab) }
-                var value = field
+                guard var value = field else {
+                    out.append(contentsOf: [backslash, UInt8(ascii: "N")])
+                    continue
+                }
                 let ok = value.withUTF8 { bytes -> Bool in
                     var start = 0
                     for position in 0..<bytes.count {

@@ -394,6 +394,60 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
         XCTAssertEqual(try db.zoneInfo("z")?.lastSeq, Int64(2 * count - 1))
     }
 
+    /// A large batch of updates through COPY is saved on the same conditions as through arrays: a matching tag
+    /// updates in place, a stale one or one for a record the server lacks is a conflict with the server's record
+    /// (or none), a new record is inserted, and the seqs follow batch order without gaps.
+    func testAConditionalBatchThroughCopyKeepsTheConditionsAndTheBytes() throws {
+        guard let db = try makeContainer("copycond") else { return }
+        try db.ensureZone("z")
+        let count = PostgresCloudDatabase.copyThreshold + 50
+        let first = (0..<count).map { RecordSave(recordName: "r-\($0)", recordType: "T", fields: fields($0),
+                                                 expectedTag: nil) }
+        // In two halves, each under the threshold: only the batch below goes through COPY.
+        let half = count / 2
+        let tags = try (db.save(zone: "z", Array(first[..<half]), device: "a")
+                        + db.save(zone: "z", Array(first[half...]), device: "a")).map { o -> String? in
+            if case .saved(let tag, _) = o { return tag } else { return nil }
+        }
+        XCTAssertNil(db.copyTableConnection)
+        let awkward = #"{"s":"tab\t \\ \"q\" \n\u0009",\#t"n":\#r\#n"\#u{e9}"}"#
+        let batch = (0..<count).map { k -> RecordSave in
+            switch k % 4 {
+            case 0: return RecordSave(recordName: "r-\(k)", recordType: "T\tU", fields: k == 0 ? awkward : fields(-k),
+                                      expectedTag: tags[k])
+            case 1: return RecordSave(recordName: "r-\(k)", recordType: "T", fields: fields(-k), expectedTag: "1-stale")
+            case 2: return RecordSave(recordName: "new-\(k)", recordType: "T", fields: fields(-k), expectedTag: nil)
+            default: return RecordSave(recordName: "gone-\(k)", recordType: "T", fields: fields(-k),
+                                       expectedTag: "2-missing")
+            }
+        }
+        let outcomes = try db.save(zone: "z", batch, device: "b")
+        XCTAssertNotNil(db.copyTableConnection, "the batch went through COPY")
+        var seq = Int64(count)
+        for (k, outcome) in outcomes.enumerated() {
+            switch (k % 4, outcome) {
+            case (0, .saved(_, let s)), (2, .saved(_, let s)):
+                seq += 1
+                XCTAssertEqual(s, seq, "record \(k) in batch order")
+            case (1, .conflict(let server?)):
+                XCTAssertEqual(server.fields, fields(k))
+                XCTAssertEqual(server.changeTag, tags[k])
+            case (3, .conflict(nil)):
+                break
+            default:
+                XCTFail("record \(k): \(outcome)")
+            }
+        }
+        XCTAssertEqual(try db.zoneInfo("z")?.lastSeq, seq)
+        let feed = try db.fetchChanges(zone: "z", since: ServerChangeToken(epoch: try XCTUnwrap(db.zoneInfo("z")).epoch,
+                                                                           seq: Int64(count)), limit: count)
+        XCTAssertEqual(feed.records.map(\.recordName), batch.indices.filter { $0 % 4 == 0 || $0 % 4 == 2 }
+            .map { batch[$0].recordName })
+        XCTAssertEqual(feed.records.first?.fields, awkward)
+        XCTAssertEqual(feed.records.first?.recordType, "T\tU")
+        XCTAssertEqual(Set(feed.records.map(\.modifiedBy)), ["b"])
+    }
+
     /// A NUL byte, which COPY's text format cannot carry, sends a large batch the arrays way, which refuses it
     /// as it refuses a small one: nothing of either batch is saved, and the next batch through COPY is whole.
     func testABatchWithANulByteIsRefusedAsASmallOneIsAndCopyGoesOnAfterIt() throws {
