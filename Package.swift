@@ -48,7 +48,8 @@ let package = Package(
                           linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(platforms: [.linux],
                                                                                    configuration: .release))]),
         .executableTarget(name: "storectl-bench", dependencies: [
-            "StoreControl", "StoreHistory", "StoreMirror", "StoreCloud", "StoreConfig", "StoreSQLite", "StoreBase",
+            "StoreControl", "StoreHistory", "StoreMirror", "StoreCloud", "StoreCloudPostgres", "StoreConfig",
+            "StoreSQLite", "StoreBase",
         ]),
 
         // Tests
@@ -61,7 +62,7 @@ let package = Package(
                                                             "TestSupport"]),
         .testTarget(name: "StoreMirrorTests", dependencies: ["StoreMirror", "StoreControl", "TestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: [
-            "TestSupport", "storectl", "StoreControl", "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud",
+            "TestSupport", "storectl", "StoreCLI", "StoreControl", "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud",
             "StoreCloudPostgres", "StoreSQLite", "StoreBase",
         ]),
     ],

@@ -80,21 +80,47 @@ public struct UsageError: DiagnosedError {
 }
 
 /// The options and arguments a command was given, after parsing.
+///
+/// A command reads its options by name; every name it asks for must be in its declared `options` table (or be a
+/// global option). Asking for another name is a bug in storectl: it stops a debug build (the test suite runs one)
+/// and reads as "not given" in a release build. `undeclaredQueries` lists such names for tests.
 public struct ParsedArguments: Sendable {
     public var flags: Set<String> = []
     public var values: [String: [String]] = [:]
     public var positionals: [String] = []
+    /// The option names the command declared; nil when built by hand (no check).
+    public var declared: Set<String>?
+    /// The command's name, for the message of an undeclared query.
+    public var commandName = ""
 
     public init() {}
 
+    /// The arguments of `command`, checked against its declared options.
+    public init(declaredBy command: any Command.Type) {
+        declared = Set(command.options.map(\.name))
+        commandName = command.name
+    }
+
+    /// Whether `name` may be asked for: declared by the command, or global.
+    public func isDeclared(_ name: String) -> Bool {
+        guard let declared else { return true }
+        return declared.contains(name) || GlobalOptions.specs.contains { $0.name == name }
+    }
+
+    private func checked(_ name: String) -> Bool {
+        if isDeclared(name) { return true }
+        assertionFailure("command '\(commandName)' reads option --\(name), which its options table does not declare")
+        return false
+    }
+
     /// Whether the flag `--name` was given.
-    public func flag(_ name: String) -> Bool { flags.contains(name) }
+    public func flag(_ name: String) -> Bool { checked(name) && flags.contains(name) }
 
     /// The last value of `--name VALUE`, if given.
-    public func value(_ name: String) -> String? { values[name]?.last }
+    public func value(_ name: String) -> String? { checked(name) ? values[name]?.last : nil }
 
     /// Every value of a repeatable `--name VALUE`.
-    public func all(_ name: String) -> [String] { values[name] ?? [] }
+    public func all(_ name: String) -> [String] { checked(name) ? values[name] ?? [] : [] }
 
     /// The value of `--name` as an integer.
     /// - Throws: `UsageError` when it is not one.

@@ -4,6 +4,7 @@ import Glibc
 #endif
 import StoreBase
 import StoreConfig
+import StoreControl
 
 /// The version storectl reports with --version.
 public let storectlVersion = "0.1.0"
@@ -149,8 +150,9 @@ public enum CommandLineTool {
 
     /// Runs storectl with `argv` (without the program name) on the process's own console and environment.
     public static func main(_ argv: [String]) -> ExitCode {
-        run(argv, console: Console.standard(), environment: processEnvironment(),
-            workingDirectory: currentDirectory())
+        let environment = processEnvironment()
+        return run(argv, console: Console.standard(environment: environment), environment: environment,
+                   workingDirectory: currentDirectory())
     }
 
     /// The process environment, read from `environ` directly: what `ProcessInfo.processInfo.environment` gives,
@@ -186,19 +188,22 @@ public enum CommandLineTool {
         var command: any Command.Type = RootCommand.self
         var context: CommandContext?
         do {
-            let tokens = ArgumentTokenizer.tokenize(argv)
-            var parsed = ParsedArguments()
-            var wantsHelp = false
-            var wantsVersion = false
             defer {
                 if global.noColor { console.color = false; console.colorOut = false }
                 console.quiet = global.quiet
             }
-            try parse(tokens, global: &global, command: &command, path: &path, parsed: &parsed,
-                      wantsHelp: &wantsHelp, wantsVersion: &wantsVersion)
+            let line: ParseResult
+            do {
+                line = try parse(ArgumentTokenizer.tokenize(argv))
+            } catch let failure as ParseFailure {
+                (global, command, path) = (failure.reached.global, failure.reached.command, failure.reached.path)
+                throw failure.error
+            }
+            (global, command, path) = (line.global, line.command, line.path)
+            let parsed = line.arguments
             if global.noColor { console.color = false; console.colorOut = false }
             console.quiet = global.quiet
-            if wantsVersion {
+            if line.wantsVersion {
                 if global.json {
                     console.json(VersionDocument(storectlVersion: storectlVersion))
                 } else {
@@ -206,7 +211,7 @@ public enum CommandLineTool {
                 }
                 return .ok
             }
-            if wantsHelp {
+            if line.wantsHelp {
                 console.out(HelpFormatter.help(for: command, path: path))
                 return .ok
             }
@@ -229,9 +234,9 @@ public enum CommandLineTool {
             console.err("error: internal: \(error)")
             console.err("hint: this is a bug in storectl; please report it with the command you ran")
             if global.json {
-                console.json(ErrorDocument(code: ExitCode.software.rawValue, kind: ExitCode.software.kind,
-                                           message: "internal: \(error)", hint: nil, store: nil, status: nil,
-                                           location: nil))
+                console.json(ErrorDocument(error: WatchErrorBody(code: ExitCode.software.rawValue,
+                                                                 kind: ExitCode.software.kind,
+                                                                 message: "internal: \(error)", hint: nil, store: nil)))
             }
             return .software
         }
@@ -256,9 +261,9 @@ public enum CommandLineTool {
         if let hint { console.err(console.paint("hint:", "1") + " " + hint) }
         if isUsage { console.err("usage: " + HelpFormatter.usageLine(for: command, path: path)) }
         if context.global.json {
-            console.json(ErrorDocument(code: error.exitCode.rawValue, kind: error.exitCode.kind,
-                                       message: error.summary, hint: hint, store: store,
-                                       status: error.accountStatus, location: error.location))
+            console.json(ErrorDocument(error: WatchErrorBody(code: error.exitCode.rawValue, kind: error.exitCode.kind,
+                                                             message: error.summary, hint: hint, store: store,
+                                                             status: error.accountStatus, location: error.location)))
         }
     }
 
@@ -267,139 +272,176 @@ public enum CommandLineTool {
         var storectlVersion: String
     }
 
-    /// `{"version": 1, "error": {...}}`: every key is always present (null when unknown).
+    /// `{"version": 1, "error": {...}}`: every key of the body is always present (null when unknown). The body is
+    /// the one `storectl watch` puts in its `error` events.
     struct ErrorDocument: Encodable {
-        var code: Int32
-        var kind: String
-        var message: String
-        var hint: String?
-        var store: String?
-        var status: String?
-        var location: String?
+        var error: WatchErrorBody
+    }
 
-        enum CodingKeys: String, CodingKey { case error }
-        enum BodyKeys: String, CodingKey { case code, kind, message, hint, store, status, location }
+    /// What the command line says: the global options, the command reached and the words that named it, its
+    /// arguments, and whether help or the version was asked for.
+    struct ParseResult {
+        var global = GlobalOptions()
+        var command: any Command.Type = RootCommand.self
+        var path: [String] = []
+        var arguments = ParsedArguments()
+        var wantsHelp = false
+        var wantsVersion = false
+    }
 
-        func encode(to encoder: any Encoder) throws {
-            var outer = encoder.container(keyedBy: CodingKeys.self)
-            var c = outer.nestedContainer(keyedBy: BodyKeys.self, forKey: .error)
-            try c.encode(code, forKey: .code)
-            try c.encode(kind, forKey: .kind)
-            try c.encode(message, forKey: .message)
-            try c.encode(hint, forKey: .hint)
-            try c.encode(store, forKey: .store)
-            try c.encode(status, forKey: .status)
-            try c.encode(location, forKey: .location)
+    /// A usage error met while parsing, with what was read up to it: the error names the usage of the deepest
+    /// command reached, and `--json` given before it still applies.
+    struct ParseFailure: Error {
+        var error: UsageError
+        var reached: ParseResult
+    }
+
+    /// Reads the tokens into the command and its arguments, in two phases: each token in turn (`readToken`), then
+    /// the counts (`checkCounts`).
+    /// - Throws: `ParseFailure`.
+    static func parse(_ tokens: [ArgumentToken]) throws -> ParseResult {
+        var reader = ArgumentReader(tokens: tokens)
+        do {
+            while reader.i < tokens.count {
+                try reader.readToken()
+                reader.i += 1
+            }
+            try reader.checkCounts()
+        } catch let error as UsageError {
+            throw ParseFailure(error: error, reached: reader.result)
+        }
+        return reader.result
+    }
+}
+
+/// The state of one parse: the tokens, the position, and what was read so far.
+private struct ArgumentReader {
+    let tokens: [ArgumentToken]
+    var i = 0
+    var sawPositional = false
+    var result = CommandLineTool.ParseResult()
+
+    init(tokens: [ArgumentToken]) {
+        self.tokens = tokens
+        result.arguments = ParsedArguments(declaredBy: RootCommand.self)
+    }
+
+    mutating func readToken() throws {
+        let token = tokens[i]
+        switch token.kind {
+        case .value(let word): try readWord(word, token)
+        case .long(let name, let attached): try readLong(name, attached, token)
+        case .short(let c): try readShort(c, token)
         }
     }
 
-    /// Reads the tokens into the command and its arguments. The command and path are updated as the words are
-    /// read, so that an error names the usage of the deepest command reached.
-    static func parse(_ tokens: [ArgumentToken], global: inout GlobalOptions, command: inout any Command.Type,
-                      path: inout [String], parsed: inout ParsedArguments, wantsHelp: inout Bool,
-                      wantsVersion: inout Bool) throws
-    {
-        var i = 0
-        var sawPositional = false
-
-        func takeValue(_ spec: OptionSpec, attached: String?, display: String) throws -> String {
-            if let attached { return attached }
-            if i + 1 < tokens.count, case .value(let v) = tokens[i + 1].kind {
-                i += 1
-                return v
-            }
-            throw UsageError("missing value for \(display)", hint: "write \(display) <\((spec.valueName ?? "value").lowercased())>")
+    /// A subcommand's name (while no positional came yet), else a positional argument.
+    private mutating func readWord(_ word: String, _ token: ArgumentToken) throws {
+        let command = result.command
+        let path = result.path
+        if !sawPositional, let sub = command.subcommands.first(where: { $0.name == word }) {
+            result.command = sub
+            result.path.append(word)
+            var arguments = ParsedArguments(declaredBy: sub)
+            arguments.flags = result.arguments.flags
+            arguments.values = result.arguments.values
+            result.arguments = arguments
+        } else if !sawPositional, !command.subcommands.isEmpty, command.positionalRange.upperBound == 0 {
+            let names = command.subcommands.map { $0.name }
+            var hint = "run 'storectl \((path + ["--help"]).joined(separator: " "))' to see the commands"
+            if let near = Suggest.closest(word, in: names) { hint = "did you mean '\(near)'?" }
+            let what = path.isEmpty ? "command" : "subcommand of '\(path.joined(separator: " "))'"
+            throw UsageError("unknown \(what) '\(word)' (argument \(token.index + 1))", hint: hint)
+        } else {
+            sawPositional = true
+            result.arguments.positionals.append(word)
         }
+    }
 
-        func applyGlobal(_ spec: OptionSpec, _ value: String?) {
-            switch spec.name {
-            case "config": global.configPath = value
-            case "store": global.storeName = value
-            case "json": global.json = true
-            case "quiet": global.quiet = true
-            case "verbose": global.verbose = true
-            case "no-color": global.noColor = true
-            case "no-expand-env": global.noExpandEnv = true
-            case "help": wantsHelp = true
-            case "version": wantsVersion = true
-            default: break
+    /// `--name` or `--name=value`: a global option, else one of the command's.
+    private mutating func readLong(_ name: String, _ attached: String?, _ token: ArgumentToken) throws {
+        if let spec = GlobalOptions.specs.first(where: { $0.name == name }) {
+            if spec.isFlag {
+                if attached != nil { throw UsageError("--\(name) takes no value") }
+                applyGlobal(spec, nil)
+            } else {
+                applyGlobal(spec, try takeValue(spec, attached: attached, display: "--\(name)"))
             }
+        } else if let spec = result.command.options.first(where: { $0.name == name }) {
+            if spec.isFlag {
+                if attached != nil { throw UsageError("--\(name) takes no value") }
+                result.arguments.flags.insert(name)
+            } else {
+                result.arguments.values[name, default: []].append(
+                    try takeValue(spec, attached: attached, display: "--\(name)"))
+            }
+        } else {
+            let names = (result.command.options + GlobalOptions.specs).map { $0.name }
+            let hint = Suggest.closest(name, in: names).map { "did you mean '--\($0)'?" }
+                ?? "run 'storectl \((result.path + ["--help"]).joined(separator: " "))' to see the options"
+            throw UsageError("unknown option '--\(name)' (argument \(token.index + 1))", hint: hint)
         }
+    }
 
-        while i < tokens.count {
-            let token = tokens[i]
-            switch token.kind {
-            case .value(let word):
-                if !sawPositional, let sub = command.subcommands.first(where: { $0.name == word }) {
-                    command = sub
-                    path.append(word)
-                } else if !sawPositional, !command.subcommands.isEmpty, command.positionalRange.upperBound == 0 {
-                    let names = command.subcommands.map { $0.name }
-                    var hint = "run 'storectl \((path + ["--help"]).joined(separator: " "))' to see the commands"
-                    if let near = Suggest.closest(word, in: names) { hint = "did you mean '\(near)'?" }
-                    let what = path.isEmpty ? "command" : "subcommand of '\(path.joined(separator: " "))'"
-                    throw UsageError("unknown \(what) '\(word)' (argument \(token.index + 1))", hint: hint)
-                } else {
-                    sawPositional = true
-                    parsed.positionals.append(word)
-                }
-            case .long(let name, let attached):
-                if let spec = GlobalOptions.specs.first(where: { $0.name == name }) {
-                    if spec.isFlag {
-                        if attached != nil { throw UsageError("--\(name) takes no value") }
-                        applyGlobal(spec, nil)
-                    } else {
-                        applyGlobal(spec, try takeValue(spec, attached: attached, display: "--\(name)"))
-                    }
-                } else if let spec = command.options.first(where: { $0.name == name }) {
-                    if spec.isFlag {
-                        if attached != nil { throw UsageError("--\(name) takes no value") }
-                        parsed.flags.insert(name)
-                    } else {
-                        parsed.values[name, default: []].append(
-                            try takeValue(spec, attached: attached, display: "--\(name)"))
-                    }
-                } else {
-                    let names = (command.options + GlobalOptions.specs).map { $0.name }
-                    let hint = Suggest.closest(name, in: names).map { "did you mean '--\($0)'?" }
-                        ?? "run 'storectl \((path + ["--help"]).joined(separator: " "))' to see the options"
-                    throw UsageError("unknown option '--\(name)' (argument \(token.index + 1))", hint: hint)
-                }
-            case .short(let c):
-                let all = command.options + GlobalOptions.specs
-                guard let spec = all.first(where: { $0.short == c }) else {
-                    throw UsageError("unknown option '-\(c)' (argument \(token.index + 1))",
-                                     hint: "run 'storectl \((path + ["--help"]).joined(separator: " "))' to see the options")
-                }
-                let isGlobal = GlobalOptions.specs.contains { $0.name == spec.name }
-                var value: String?
-                if !spec.isFlag {
-                    // `-sNAME` is not supported; the value is the next argument.
-                    value = try takeValue(spec, attached: nil, display: "-\(c)")
-                }
-                if isGlobal {
-                    applyGlobal(spec, value)
-                } else if let value {
-                    parsed.values[spec.name, default: []].append(value)
-                } else {
-                    parsed.flags.insert(spec.name)
-                }
-            }
+    /// One letter of `-abc`; a letter that takes a value takes the next argument (`-sNAME` is not supported).
+    private mutating func readShort(_ c: Character, _ token: ArgumentToken) throws {
+        let all = result.command.options + GlobalOptions.specs
+        guard let spec = all.first(where: { $0.short == c }) else {
+            throw UsageError("unknown option '-\(c)' (argument \(token.index + 1))",
+                             hint: "run 'storectl \((result.path + ["--help"]).joined(separator: " "))' to see the options")
+        }
+        let isGlobal = GlobalOptions.specs.contains { $0.name == spec.name }
+        var value: String?
+        if !spec.isFlag { value = try takeValue(spec, attached: nil, display: "-\(c)") }
+        if isGlobal {
+            applyGlobal(spec, value)
+        } else if let value {
+            result.arguments.values[spec.name, default: []].append(value)
+        } else {
+            result.arguments.flags.insert(spec.name)
+        }
+    }
+
+    private mutating func takeValue(_ spec: OptionSpec, attached: String?, display: String) throws -> String {
+        if let attached { return attached }
+        if i + 1 < tokens.count, case .value(let v) = tokens[i + 1].kind {
             i += 1
+            return v
         }
-        if !wantsHelp && !wantsVersion {
-            let range = command.positionalRange
-            if parsed.positionals.count > range.upperBound {
-                let extra = parsed.positionals[range.upperBound]
-                throw UsageError("unexpected argument '\(extra)'")
-            }
-            if parsed.positionals.count < range.lowerBound {
-                throw UsageError("missing argument: \(command.arguments)")
-            }
-            for spec in command.options where !spec.repeatable {
-                if let values = parsed.values[spec.name], values.count > 1 {
-                    throw UsageError("--\(spec.name) was given \(values.count) times")
-                }
+        throw UsageError("missing value for \(display)",
+                         hint: "write \(display) <\((spec.valueName ?? "value").lowercased())>")
+    }
+
+    private mutating func applyGlobal(_ spec: OptionSpec, _ value: String?) {
+        switch spec.name {
+        case "config": result.global.configPath = value
+        case "store": result.global.storeName = value
+        case "json": result.global.json = true
+        case "quiet": result.global.quiet = true
+        case "verbose": result.global.verbose = true
+        case "no-color": result.global.noColor = true
+        case "no-expand-env": result.global.noExpandEnv = true
+        case "help": result.wantsHelp = true
+        case "version": result.wantsVersion = true
+        default: break
+        }
+    }
+
+    /// The positional count the command takes, and options given more than once that may not be.
+    func checkCounts() throws {
+        guard !result.wantsHelp && !result.wantsVersion else { return }
+        let command = result.command
+        let arguments = result.arguments
+        let range = command.positionalRange
+        if arguments.positionals.count > range.upperBound {
+            throw UsageError("unexpected argument '\(arguments.positionals[range.upperBound])'")
+        }
+        if arguments.positionals.count < range.lowerBound {
+            throw UsageError("missing argument: \(command.arguments)")
+        }
+        for spec in command.options where !spec.repeatable {
+            if let values = arguments.values[spec.name], values.count > 1 {
+                throw UsageError("--\(spec.name) was given \(values.count) times")
             }
         }
     }

@@ -27,11 +27,11 @@ public final class Console: @unchecked Sendable {
         self.colorOut = colorOut
     }
 
-    /// The process's own stdout and stderr.
-    public static func standard() -> Console {
+    /// The process's own stdout and stderr; `environment` is the one storectl was started with (for `NO_COLOR`).
+    public static func standard(environment: [String: String]) -> Console {
         let tty = isatty(2) == 1
         // NO_COLOR: "when present and not an empty string" (no-color.org).
-        let noColor = getenv("NO_COLOR").map { $0.pointee != 0 } ?? false
+        let noColor = environment["NO_COLOR"].map { !$0.isEmpty } ?? false
         // Straight to the file descriptors: FileHandle adds nothing here but start-up work in every process.
         return Console(out: { s in StandardStream.out(s) }, err: { s in StandardStream.err(s) }, isTerminal: tty,
                        color: tty && !noColor, colorOut: isatty(1) == 1 && !noColor)

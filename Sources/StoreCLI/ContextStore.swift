@@ -42,7 +42,7 @@ extension CommandContext {
                              + "choose one with --store",
                              hint: "run '\(words.joined(separator: " "))'")
         }
-        let store = try StoreHandle(config: config, storeName: chosen)
+        let store = try StoreHandle(config: config, storeName: chosen, environment: environment)
         let console = console
         store.log = { console.note($0) }
         activeStore = store.settings.name

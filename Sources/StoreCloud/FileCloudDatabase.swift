@@ -36,6 +36,9 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// The account this connection acts as.
     public let account: String?
     private let secret: String?
+    /// Where secrets verified by earlier processes are remembered (nil: in this process only). Passed in by the
+    /// caller, who knows the user's environment; never looked up here.
+    private let secretCache: VerifiedSecretCache?
     private let busyTimeout: Int32
     private let db: Connection
     /// Whether the file and its folder may be written (checked from the permission bits too, since root ignores
@@ -58,13 +61,14 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
 
     public var displayURL: String { "file:" + path }
 
-    private init(path: String, container: String, account: String?, secret: String?, busyTimeout: Int32,
-                 db: Connection, writeProblem: String?)
+    private init(path: String, container: String, account: String?, secret: String?,
+                 secretCache: VerifiedSecretCache?, busyTimeout: Int32, db: Connection, writeProblem: String?)
     {
         self.path = path
         self.container = container
         self.account = account
         self.secret = secret
+        self.secretCache = secretCache
         self.busyTimeout = busyTimeout
         self.db = db
         self.writeProblem = writeProblem
@@ -77,13 +81,15 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     ///
     /// - Throws: `CloudError`: `.containerMissing` (exit 69, hint: `storectl cloud init`), `.notAContainer` for any
     ///   other file or another container's file, `.temporary` when it stays locked beyond the busy timeout.
+    /// - Parameter secretCache: where verified secrets are remembered across processes
+    ///   (`VerifiedSecretCache.forUser(environment:)`); nil keeps them in this process only.
     public static func open(path: String, container: String, account: String?, secret: String?,
-                            createIfMissing: Bool = false, busyTimeout: Int32 = defaultBusyTimeout) throws
-        -> FileCloudDatabase
+                            createIfMissing: Bool = false, busyTimeout: Int32 = defaultBusyTimeout,
+                            secretCache: VerifiedSecretCache? = nil) throws -> FileCloudDatabase
     {
         if createIfMissing {
             return try create(path: path, container: container, account: account, secret: secret,
-                              busyTimeout: busyTimeout).database
+                              busyTimeout: busyTimeout, secretCache: secretCache).database
         }
         guard FileManager.default.fileExists(atPath: path) else { throw missing(path: path, container: container) }
         try refuseIfDamaged(path: path)
@@ -94,7 +100,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         try check(meta, path: path, container: container)
         if problem == nil { try upgrade(db, path: path, meta: meta) }
         return FileCloudDatabase(path: path, container: container, account: account, secret: secret,
-                                 busyTimeout: busyTimeout, db: db, writeProblem: problem)
+                                 secretCache: secretCache, busyTimeout: busyTimeout, db: db, writeProblem: problem)
     }
 
     /// Creates the container at `path` (and its folder) and registers `account` as its owner. When the container
@@ -105,7 +111,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     ///   `.other` when it cannot be created).
     public static func create(path: String, container: String, account: String?, secret: String?,
                               iterations: Int = PasswordHash.defaultIterations,
-                              busyTimeout: Int32 = defaultBusyTimeout) throws
+                              busyTimeout: Int32 = defaultBusyTimeout,
+                              secretCache: VerifiedSecretCache? = nil) throws
         -> (database: FileCloudDatabase, created: Bool)
     {
         if let account, let secret, !secret.isEmpty { try validateAccountID(account) }
@@ -128,7 +135,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             }
             try check(meta, path: path, container: container)
             return (FileCloudDatabase(path: path, container: container, account: account, secret: secret,
-                                      busyTimeout: busyTimeout, db: db, writeProblem: problem), false)
+                                      secretCache: secretCache, busyTimeout: busyTimeout, db: db, writeProblem: problem), false)
         }
         let db = try connect(path: path, readOnly: false, busyTimeout: busyTimeout, create: true)
         if let meta = try readMeta(db, path: path) {
@@ -159,7 +166,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             }
         }
         return (FileCloudDatabase(path: path, container: container, account: account, secret: secret,
-                                  busyTimeout: busyTimeout, db: db, writeProblem: nil), created)
+                                  secretCache: secretCache, busyTimeout: busyTimeout, db: db, writeProblem: nil), created)
     }
 
     /// The account status for a container that may not even exist: never throws, always explains.
@@ -168,7 +175,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// with `account` as its owner. Checking never creates anything.
     public static func accountStatus(path: String, container: String, account: String?, secret: String?,
                                      createIfMissing: Bool = false,
-                                     busyTimeout: Int32 = defaultBusyTimeout) -> AccountStatusReport
+                                     busyTimeout: Int32 = defaultBusyTimeout,
+                                     secretCache: VerifiedSecretCache? = nil) -> AccountStatusReport
     {
         if let report = configurationStatus(account: account, secret: secret) { return report }
         if createIfMissing && !FileManager.default.fileExists(atPath: path) {
@@ -188,7 +196,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         }
         do {
             let cloud = try open(path: path, container: container, account: account, secret: secret,
-                                 busyTimeout: busyTimeout)
+                                 busyTimeout: busyTimeout, secretCache: secretCache)
             return cloud.accountStatus()
         } catch let error as CloudError {
             return statusReport(for: error, account: account)
@@ -564,7 +572,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                                          hint: "an owner can register it with 'storectl account add \(account)'"))
         }
         let stored = row[0].string ?? ""
-        guard try PasswordHash.verify(secret: secret, stored: stored) else {
+        guard try PasswordHash.verify(secret: secret, stored: stored, cache: secretCache) else {
             return .restricted(CloudError(.account,
                                           "the secret configured for account '\(account)' does not match the one "
                                               + "registered in container '\(container)'",
@@ -592,7 +600,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                        [upgraded, account, stored])
             return db.changes > 0
         }
-        if changed == true { PasswordHash.remember(secret: secret, stored: upgraded) }
+        if changed == true { PasswordHash.remember(secret: secret, stored: upgraded, cache: secretCache) }
     }
 
     /// The configured account's role, once its credentials are checked (once per connection).
@@ -758,7 +766,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     static let recordColumns =
         "zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at"
 
-    private static func record(_ s: Statement) -> CloudRecord {
+    fileprivate static func record(_ s: Statement) -> CloudRecord {
         CloudRecord(zone: s.string(0) ?? "", recordName: s.string(1) ?? "", recordType: s.string(2) ?? "",
                     fields: s.string(3) ?? "{}", changeTag: s.string(4) ?? "", seq: s.int64(5) ?? 0,
                     deleted: (s.int64(6) ?? 0) != 0, modifiedBy: s.string(7) ?? "",
@@ -822,6 +830,10 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         }
     }
 
+    /// Saves the batch in one `BEGIN IMMEDIATE` transaction, in three phases: take the zone (`SaveBatch.init`:
+    /// its epoch and last seq under the write lock, the statements prepared), write each record on the condition of
+    /// its expected tag (`SaveBatch.write`), then raise the zone's last seq and record the export mark
+    /// (`SaveBatch.finish`).
     public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?) throws
         -> [SaveOutcome]
     {
@@ -830,76 +842,103 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         try requireWritable()
         return try translated("saving \(saves.count) records to zone '\(zone)'") {
             try db.transaction(.immediate) {
-                guard let zoneRow = try db.query("SELECT epoch, last_seq FROM zones WHERE name = ?", [zone]).first
-                else { throw zoneNotFound(zone) }
-                let epoch = zoneRow[0].string ?? ""
-                var seq = zoneRow[1].int64 ?? 0
-                let now = Date().timeIntervalSince1970
-                let select = try db.cached(
-                    "SELECT \(Self.recordColumns) FROM records WHERE zone = ? AND record_name = ?")
-                // The write is itself the check: an insert that must not find the record, or an update that must
-                // find the expected tag. Only a write that changed nothing reads the server's record back.
-                let insert = try db.cached("""
-                    INSERT INTO records(\(Self.recordColumns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                    ON CONFLICT(zone, record_name) DO NOTHING
-                    """)
-                let update = try db.cached("""
-                    UPDATE records SET record_type = ?3, fields = ?4, change_tag = ?5, seq = ?6, deleted = ?7,
-                        modified_by = ?8, modified_at = ?9
-                    WHERE zone = ?1 AND record_name = ?2 AND change_tag = ?10
-                    """)
+                guard var batch = try SaveBatch(db: db, zone: zone, device: device) else { throw zoneNotFound(zone) }
                 var outcomes: [SaveOutcome] = []
                 outcomes.reserveCapacity(saves.count)
-                // The batch's constant values are bound once; each record binds only its own (a finished step
-                // resets the statement and keeps its bindings).
-                for statement in [insert, update] {
-                    try statement.bind(.text(zone), at: 1)
-                    try statement.bind(.text(device), at: 8)
-                    try statement.bind(.real(now), at: 9)
-                }
-                for save in saves {
-                    let tag = CloudContract.changeTag(seq: seq + 1, epoch: epoch)
-                    let statement = save.expectedTag == nil ? insert : update
-                    do {
-                        try statement.bind(.text(save.recordName), at: 2)
-                        try statement.bind(.text(save.recordType), at: 3)
-                        try statement.bind(.text(save.deleted ? RecordSave.tombstoneFields(save.fields) : save.fields),
-                                           at: 4)
-                        try statement.bind(.text(tag), at: 5)
-                        try statement.bind(.integer(seq + 1), at: 6)
-                        try statement.bind(.integer(save.deleted ? 1 : 0), at: 7)
-                        if let expected = save.expectedTag { try statement.bind(.text(expected), at: 10) }
-                        while try statement.step() {}
-                    } catch let error as SQLiteError where error.isConstraint {
-                        throw CloudError(.invalid, "record '\(save.recordName)': its fields are not a JSON object; "
-                                             + "nothing of the batch was saved",
-                                         hint: "fields must be JSON object text, e.g. {\"title\":\"hi\"}")
-                    }
-                    if db.changes == 1 {
-                        seq += 1
-                        outcomes.append(.saved(changeTag: tag, seq: seq))
-                        continue
-                    }
-                    var current: CloudRecord?
-                    try select.bind([zone, save.recordName])
-                    if try select.step() {
-                        current = Self.record(select)
-                        try select.reset()
-                    }
-                    outcomes.append(.conflict(server: current))
-                }
-                try db.run("UPDATE zones SET last_seq = ? WHERE name = ?", [seq, zone])
-                if let mark, seq > (zoneRow[1].int64 ?? 0) {
-                    try db.run("DELETE FROM export_marks WHERE zone = ? AND device = ? AND serial < ?",
-                               [zone, device, mark.serial])
-                    try db.run("""
-                        INSERT OR REPLACE INTO export_marks(zone, device, last_seq, first_seq, serial, history_seq,
-                                                            saved_at)
-                        VALUES (?, ?, ?, ?, ?, ?, ?)
-                        """, [zone, device, seq, (zoneRow[1].int64 ?? 0) + 1, mark.serial, mark.historySeq, mark.time])
-                }
+                for save in saves { outcomes.append(try batch.write(save)) }
+                try batch.finish(mark: mark)
                 return outcomes
             }
+        }
+    }
+
+    /// One save batch inside its transaction: the zone's state and the prepared statements.
+    private struct SaveBatch {
+        let db: Connection
+        let zone: String
+        let device: String
+        let epoch: String
+        /// The zone's last seq when the batch started, and as the batch's records take seqs.
+        let firstSeq: Int64
+        var seq: Int64
+        let select: Statement
+        let insert: Statement
+        let update: Statement
+
+        /// Takes the zone; nil when it does not exist.
+        init?(db: Connection, zone: String, device: String) throws {
+            guard let zoneRow = try db.query("SELECT epoch, last_seq FROM zones WHERE name = ?", [zone]).first
+            else { return nil }
+            self.db = db
+            self.zone = zone
+            self.device = device
+            epoch = zoneRow[0].string ?? ""
+            firstSeq = zoneRow[1].int64 ?? 0
+            seq = firstSeq
+            select = try db.cached("SELECT \(FileCloudDatabase.recordColumns) FROM records WHERE zone = ? AND record_name = ?")
+            // The write is itself the check: an insert that must not find the record, or an update that must
+            // find the expected tag. Only a write that changed nothing reads the server's record back.
+            insert = try db.cached("""
+                INSERT INTO records(\(FileCloudDatabase.recordColumns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                ON CONFLICT(zone, record_name) DO NOTHING
+                """)
+            update = try db.cached("""
+                UPDATE records SET record_type = ?3, fields = ?4, change_tag = ?5, seq = ?6, deleted = ?7,
+                    modified_by = ?8, modified_at = ?9
+                WHERE zone = ?1 AND record_name = ?2 AND change_tag = ?10
+                """)
+            // The batch's constant values are bound once; each record binds only its own (a finished step
+            // resets the statement and keeps its bindings).
+            let now = Date().timeIntervalSince1970
+            for statement in [insert, update] {
+                try statement.bind(.text(zone), at: 1)
+                try statement.bind(.text(device), at: 8)
+                try statement.bind(.real(now), at: 9)
+            }
+        }
+
+        /// Writes one record if its expected tag matches; otherwise reads the server's record for the conflict.
+        mutating func write(_ save: RecordSave) throws -> SaveOutcome {
+            let tag = CloudContract.changeTag(seq: seq + 1, epoch: epoch)
+            let statement = save.expectedTag == nil ? insert : update
+            do {
+                try statement.bind(.text(save.recordName), at: 2)
+                try statement.bind(.text(save.recordType), at: 3)
+                try statement.bind(.text(save.deleted ? RecordSave.tombstoneFields(save.fields) : save.fields), at: 4)
+                try statement.bind(.text(tag), at: 5)
+                try statement.bind(.integer(seq + 1), at: 6)
+                try statement.bind(.integer(save.deleted ? 1 : 0), at: 7)
+                if let expected = save.expectedTag { try statement.bind(.text(expected), at: 10) }
+                while try statement.step() {}
+            } catch let error as SQLiteError where error.isConstraint {
+                throw CloudError(.invalid, "record '\(save.recordName)': its fields are not a JSON object; "
+                                     + "nothing of the batch was saved",
+                                 hint: "fields must be JSON object text, e.g. {\"title\":\"hi\"}")
+            }
+            if db.changes == 1 {
+                seq += 1
+                return .saved(changeTag: tag, seq: seq)
+            }
+            var current: CloudRecord?
+            try select.bind([zone, save.recordName])
+            if try select.step() {
+                current = FileCloudDatabase.record(select)
+                try select.reset()
+            }
+            return .conflict(server: current)
+        }
+
+        /// Raises the zone's last seq; with `mark`, when the batch saved anything, records where the device's
+        /// export stands and forgets its marks of older serials.
+        func finish(mark: ExportMark?) throws {
+            try db.run("UPDATE zones SET last_seq = ? WHERE name = ?", [seq, zone])
+            guard let mark, seq > firstSeq else { return }
+            try db.run("DELETE FROM export_marks WHERE zone = ? AND device = ? AND serial < ?",
+                       [zone, device, mark.serial])
+            try db.run("""
+                INSERT OR REPLACE INTO export_marks(zone, device, last_seq, first_seq, serial, history_seq, saved_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """, [zone, device, seq, firstSeq + 1, mark.serial, mark.historySeq, mark.time])
         }
     }
 

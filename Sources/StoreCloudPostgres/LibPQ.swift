@@ -101,21 +101,18 @@ final class LibPQ: @unchecked Sendable {
     /// Opens `library` and resolves every function storectl uses.
     /// - Throws: `LibPQUnavailableError` when the file cannot be loaded or lacks a function (a libpq older than 14).
     init(library: String) throws(LibPQUnavailableError) {
-        // "RTLD_NOW: all undefined symbols in the shared object are resolved before dlopen() returns";
-        // "RTLD_LOCAL: symbols defined in this shared object are not made available to resolve references in
-        // subsequently loaded shared objects." The handle is never closed.
-        guard let handle = dlopen(library, RTLD_NOW | RTLD_LOCAL) else {
-            let reason = dlerror().map { String(cString: $0) } ?? "dlopen failed"
-            throw LibPQUnavailableError(library: library, reason: reason)
+        let lib: DynamicLibrary
+        do {
+            lib = try DynamicLibrary.open(library)
+        } catch {
+            throw LibPQUnavailableError(library: library, reason: error.reason)
         }
         func symbol<F>(_ name: String) throws(LibPQUnavailableError) -> F {
-            // "dlsym() returns the address of the code or data location specified by the null-terminated
-            // character string symbol"; NULL when it is not found.
-            guard let address = dlsym(handle, name) else {
-                throw LibPQUnavailableError(library: library, reason: "it has no function \(name) (libpq 14 or "
-                    + "later is needed)")
+            do {
+                return try lib.function(name)
+            } catch {
+                throw LibPQUnavailableError(library: library, reason: error.reason + " (libpq 14 or later is needed)")
             }
-            return unsafeBitCast(address, to: F.self)
         }
         self.library = library
         PQconnectStartParams = try symbol("PQconnectStartParams")

@@ -79,9 +79,11 @@ public final class PostgresCloudDatabase: CloudDatabase {
     ///   - password: the role's password (from the config's secret). When nil, libpq looks in the URL,
     ///     `PGPASSWORD` and `~/.pgpass`, as it always does.
     ///   - timeout: seconds to wait for the server to answer a connection, unless the URL sets `connect_timeout`.
+    ///   - environment: the caller's environment; its `PGUSER` names the role when neither `account` nor the URL
+    ///     does (libpq itself still reads its own variables, `PGPASSWORD`, `PGHOST` and the rest, as it always does).
     /// - Throws: `CloudError(.invalid)` when `url` is not a valid connection string.
     public init(url: String, container: String, account: String? = nil, password: String? = nil,
-                timeout: Double = 10) throws
+                timeout: Double = 10, environment: [String: String] = [:]) throws
     {
         self.url = url
         self.container = container
@@ -105,7 +107,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         } else if let user = options["user"], !user.isEmpty {
             self.role = user
         } else {
-            self.role = ProcessInfo.processInfo.environment["PGUSER"].flatMap { $0.isEmpty ? nil : $0 }
+            self.role = environment["PGUSER"].flatMap { $0.isEmpty ? nil : $0 }
         }
     }
 
@@ -164,17 +166,22 @@ public final class PostgresCloudDatabase: CloudDatabase {
         return c
     }
 
+    /// A new connection, a libpq failure turned into the `CloudError` that explains it.
+    /// - Throws: `CloudError`.
+    private func connectOrExplain() throws -> PGConnection {
+        do {
+            return try connect()
+        } catch let error as PGError {
+            throw cloudError(error, "cannot connect to \(displayURL)")
+        }
+    }
+
     /// The open connection to a verified container, opened (again) when needed.
     /// - Throws: `CloudError`.
     private func database() throws -> PGConnection {
         if let connection, connection.isHealthy { return connection }
         connection = nil
-        let c: PGConnection
-        do {
-            c = try connect()
-        } catch let error as PGError {
-            throw cloudError(error, "cannot connect to \(displayURL)")
-        }
+        let c = try connectOrExplain()
         let meta: PGResult
         do {
             meta = try c.execute("SELECT key, value FROM \(s).meta WHERE key IN ('schema_version', 'container')")
@@ -295,12 +302,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
     @discardableResult
     public func initializeContainer() throws -> PostgresContainerSetup {
         connection = nil
-        let c: PGConnection
-        do {
-            c = try connect()
-        } catch let error as PGError {
-            throw cloudError(error, "cannot connect to \(displayURL)")
-        }
+        let c = try connectOrExplain()
         do {
             let setup = try c.transaction { () throws -> PostgresContainerSetup in
                 try c.execute("SELECT pg_advisory_xact_lock(hashtext($1))", ["storectl:" + schemaName])

@@ -67,21 +67,11 @@ public indirect enum ConfigValue: Sendable, Equatable, Encodable {
         case .null:
             var c = encoder.singleValueContainer()
             try c.encodeNil()
-        case .bool(let b):
-            var c = encoder.singleValueContainer()
-            try c.encode(b)
-        case .int(let i):
-            var c = encoder.singleValueContainer()
-            try c.encode(i)
-        case .double(let d):
-            var c = encoder.singleValueContainer()
-            try c.encode(d)
-        case .string(let s):
-            var c = encoder.singleValueContainer()
-            try c.encode(s)
-        case .list(let items):
-            var c = encoder.unkeyedContainer()
-            for item in items { try c.encode(item) }
+        case .bool(let b): try b.encode(to: encoder)
+        case .int(let i): try i.encode(to: encoder)
+        case .double(let d): try d.encode(to: encoder)
+        case .string(let s): try s.encode(to: encoder)
+        case .list(let items): try items.encode(to: encoder)
         case .map(let entries):
             var c = encoder.container(keyedBy: DynamicKey.self)
             for entry in entries { try c.encode(entry.value, forKey: DynamicKey(entry.key)) }

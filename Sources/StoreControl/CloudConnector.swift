@@ -49,31 +49,36 @@ public enum CloudConnector {
     /// - Parameter createIfMissing: overrides `cloud.create_if_missing` when not nil.
     /// - Throws: `CloudError` (a missing container is exit 69 with a hint to run `storectl cloud init`),
     ///   `StoreError` for a bad URL or an unavailable backend.
-    public static func open(settings: CloudSettings, createIfMissing: Bool? = nil) throws -> any CloudDatabase {
+    public static func open(settings: CloudSettings, environment: [String: String], createIfMissing: Bool? = nil)
+        throws -> any CloudDatabase
+    {
         switch try backend(of: settings.url) {
         case .file(let path):
             return try FileCloudDatabase.open(path: path, container: settings.container, account: settings.account,
                                               secret: settings.secret?.value,
-                                              createIfMissing: createIfMissing ?? settings.createIfMissing)
+                                              createIfMissing: createIfMissing ?? settings.createIfMissing,
+                                              secretCache: VerifiedSecretCache.forUser(environment: environment))
         case .postgres(let url):
             return try PostgresCloudDatabase(url: url, container: settings.container, account: settings.account,
-                                             password: settings.secret?.value)
+                                             password: settings.secret?.value, environment: environment)
         }
     }
 
     /// Creates the container (`storectl cloud init`) and registers the configured account as its owner.
     /// Returns the container, and whether this call created it.
     /// - Throws: `CloudError` or `StoreError`.
-    public static func initialize(settings: CloudSettings) throws -> (database: any CloudDatabase, created: Bool) {
+    public static func initialize(settings: CloudSettings, environment: [String: String]) throws -> (database: any CloudDatabase, created: Bool) {
         switch try backend(of: settings.url) {
         case .file(let path):
             let (db, created) = try FileCloudDatabase.create(path: path, container: settings.container,
                                                              account: settings.account,
-                                                             secret: settings.secret?.value)
+                                                             secret: settings.secret?.value,
+                                                             secretCache: VerifiedSecretCache.forUser(
+                                                                environment: environment))
             return (db, created)
         case .postgres(let url):
             let db = try PostgresCloudDatabase(url: url, container: settings.container, account: settings.account,
-                                               password: settings.secret?.value)
+                                               password: settings.secret?.value, environment: environment)
             let setup = try db.initializeContainer()
             return (db, setup.created)
         }
@@ -83,9 +88,12 @@ public enum CloudConnector {
     /// (`storectl cloud init --print-grants`); nil for a container file, which needs no grants.
     /// - Parameter role: the role to grant to; by default `cloud.account`, else the user in `cloud.url`.
     /// - Throws: `CloudError(.invalid)` for a malformed URL, `.account` when no role is known.
-    public static func grantSQL(settings: CloudSettings, role: String? = nil) throws -> String? {
+    public static func grantSQL(settings: CloudSettings, environment: [String: String], role: String? = nil) throws
+        -> String?
+    {
         guard case .postgres(let url) = try backend(of: settings.url) else { return nil }
-        let db = try PostgresCloudDatabase(url: url, container: settings.container, account: settings.account)
+        let db = try PostgresCloudDatabase(url: url, container: settings.container, account: settings.account,
+                                           environment: environment)
         guard let role = role ?? db.role else {
             throw CloudError(.account, "no PostgreSQL role to grant to for \(db.displayURL)",
                              hint: "set cloud.account, or put the user in cloud.url (postgres://USER@HOST/DATABASE)")
@@ -111,7 +119,7 @@ public enum CloudConnector {
 
     /// The account status of the configured account, with its reason. Never throws: a container that cannot be
     /// opened is itself a status (`couldNotDetermine`, `restricted` or `temporarilyUnavailable`).
-    public static func accountStatus(settings: CloudSettings) -> AccountStatusReport {
+    public static func accountStatus(settings: CloudSettings, environment: [String: String]) -> AccountStatusReport {
         let account = settings.account
         let backend: Backend
         do {
@@ -126,11 +134,12 @@ public enum CloudConnector {
         case .file(let path):
             return FileCloudDatabase.accountStatus(path: path, container: settings.container, account: account,
                                                    secret: settings.secret?.value,
-                                                   createIfMissing: settings.createIfMissing)
+                                                   createIfMissing: settings.createIfMissing,
+                                                   secretCache: VerifiedSecretCache.forUser(environment: environment))
         case .postgres(let url):
             do {
                 return try PostgresCloudDatabase(url: url, container: settings.container, account: account,
-                                                 password: settings.secret?.value).accountStatus()
+                                                 password: settings.secret?.value, environment: environment).accountStatus()
             } catch let error as CloudError {
                 return FileCloudDatabase.statusReport(for: error, account: account)
             } catch let error as any DiagnosedError {
@@ -147,25 +156,27 @@ public enum CloudConnector {
     /// The account status, as `accountStatus(settings:)` gives it, and the container it opened to find it out, so
     /// that a caller about to use the container does not open it (and check the account's secret) again. The
     /// container is nil when it could not be opened, or when it does not exist yet (`create_if_missing`).
-    public static func accountStatusAndContainer(settings: CloudSettings)
+    public static func accountStatusAndContainer(settings: CloudSettings, environment: [String: String])
         -> (report: AccountStatusReport, container: (any CloudDatabase)?)
     {
-        guard let backend = try? self.backend(of: settings.url) else { return (accountStatus(settings: settings), nil) }
+        guard let backend = try? self.backend(of: settings.url) else { return (accountStatus(settings: settings, environment: environment), nil) }
         switch backend {
         case .file(let path):
             guard FileManager.default.fileExists(atPath: path),
                   let cloud = try? FileCloudDatabase.open(path: path, container: settings.container,
-                                                          account: settings.account, secret: settings.secret?.value)
+                                                          account: settings.account, secret: settings.secret?.value,
+                                                          secretCache: VerifiedSecretCache.forUser(
+                                                            environment: environment))
             else {
                 // Missing or not openable: the status explains why, exactly as without the container.
-                return (accountStatus(settings: settings), nil)
+                return (accountStatus(settings: settings, environment: environment), nil)
             }
             return (cloud.accountStatus(), cloud)
         case .postgres(let url):
             guard let cloud = try? PostgresCloudDatabase(url: url, container: settings.container,
                                                          account: settings.account,
-                                                         password: settings.secret?.value)
-            else { return (accountStatus(settings: settings), nil) }
+                                                         password: settings.secret?.value, environment: environment)
+            else { return (accountStatus(settings: settings, environment: environment), nil) }
             return (cloud.accountStatus(), cloud)
         }
     }

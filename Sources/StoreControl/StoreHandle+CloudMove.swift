@@ -192,15 +192,15 @@ extension StoreHandle {
         Failpoint.hit("cloud-move.after-final-sync")
 
         // 2. The account on the new target, before anything is written there.
-        let (status, opened) = CloudConnector.accountStatusAndContainer(settings: new)
+        let (status, opened) = CloudConnector.accountStatusAndContainer(settings: new, environment: environment)
         guard status.status == .available else { throw AccountUnavailableError(report: status) }
         var target: any CloudDatabase
         do {
-            target = try opened ?? CloudConnector.open(settings: new, createIfMissing: false)
+            target = try opened ?? CloudConnector.open(settings: new, environment: environment, createIfMissing: false)
             _ = try target.zoneInfo(new.zone, countLive: false)
         } catch let error as CloudError where error.kind == .containerMissing {
             // A new container (a PostgreSQL schema, or a container file) is made with the account as its owner.
-            target = try CloudConnector.initialize(settings: new).database
+            target = try CloudConnector.initialize(settings: new, environment: environment).database
             step("container", "created container '\(new.container)' at \(to.url)")
         }
         step("account", "\(status.account ?? "?") is available on \(to)")
@@ -235,7 +235,7 @@ extension StoreHandle {
         // What the new target holds is taken in first, except records the old target has a later version of (a
         // target this store's account used before and left: its records are stale).
         let filter = try TakeInFilter(base: target, db: snapshot)
-        if report.finalSync != nil { try filter.learn(old: try CloudConnector.open(settings: old), zone: old.zone) }
+        if report.finalSync != nil { try filter.learn(old: try CloudConnector.open(settings: old, environment: environment), zone: old.zone) }
         let mirror = try Mirror(db: snapshot, cloud: filter, options: mirrorOptions)
         try target.registerDevice(storeID: mirror.device, name: settings.name)
         report.imported = try mirror.importChanges { progress("import", $0, $1) }
@@ -287,7 +287,7 @@ extension StoreHandle {
             edits.append(("stores.\(settings.name).cloud.secret", "${\(variable)}"))
         }
         try ConfigEditor.edit(path: config.path, displayPath: nil,
-                              environment: ProcessInfo.processInfo.environment) { bytes, display in
+                              environment: environment) { bytes, display in
             var text = bytes
             for edit in edits {
                 text = try ConfigEditor.render(bytes: text, key: edit.key, value: edit.value, displayPath: display).bytes
@@ -321,7 +321,7 @@ extension StoreHandle {
         if let zone = options.zone { new.zone = zone }
         if let account = options.account { new.account = account }
         if let variable = options.secretVariable {
-            guard let value = ProcessInfo.processInfo.environment[variable], !value.isEmpty else {
+            guard let value = environment[variable], !value.isEmpty else {
                 throw StoreError(.config, "the environment variable \(variable) (--secret-env) is not set",
                                  hint: "export \(variable) with the new account's secret, then run the command again")
             }

@@ -83,37 +83,73 @@ extension StoreHandle {
     /// container; a zone purged elsewhere; duplicates of `unique:` keys; history kept beyond `history.retention`.
     /// - Throws: `StoreError` only when the store file exists but is not a SQLite database or cannot be opened.
     public func doctor() throws -> DoctorReport {
-        var checks: [String] = []
-        var findings: [DoctorFinding] = []
-        let name = settings.name
-        func add(_ check: String, _ problem: String, _ fix: String, _ code: ExitCode) {
-            findings.append(DoctorFinding(check: check, problem: problem, fix: fix, exitCode: code))
-        }
-        // Commands are written plainly; the CLI adds --config and --store as the user invoked it.
-        func command(_ words: String) -> String { "storectl \(words)" }
+        var run = DoctorRun(store: self)
+        run.checkHistorySetting()
+        guard let db = try run.checkStoreFile() else { return run.report }
+        try run.checkTriggers()
+        try run.checkIdentity()
+        let storedMode = try run.checkMode(db)
+        try run.checkRecords(db)
+        try run.checkDuplicates(db)
+        try run.checkRetention(db)
+        try run.checkCloud(db, storedMode: storedMode)
+        return run.report
+    }
+}
 
-        // History tracking, as configured.
+/// One run of `storectl doctor`: the checks in the order they run, each a function that records its name and
+/// what it finds.
+private struct DoctorRun {
+    let store: StoreHandle
+    var checks: [String] = []
+    var findings: [DoctorFinding] = []
+
+    init(store: StoreHandle) { self.store = store }
+
+    var name: String { store.settings.name }
+    var settings: StoreSettings { store.settings }
+    var configPath: String { store.config.path }
+    var report: DoctorReport {
+        DoctorReport(store: name, path: settings.path, checks: checks, findings: findings)
+    }
+
+    mutating func add(_ check: String, _ problem: String, _ fix: String, _ code: ExitCode) {
+        findings.append(DoctorFinding(check: check, problem: problem, fix: fix, exitCode: code))
+    }
+
+    /// Commands are written plainly; the CLI adds --config and --store as the user invoked it.
+    func command(_ words: String) -> String { "storectl \(words)" }
+
+    /// History tracking, as configured: it cannot be turned off.
+    mutating func checkHistorySetting() {
         checks.append("history")
         if !settings.history.tracking {
             add("history", "stores.\(name).history.tracking is false, but history tracking cannot be turned off "
                 + "(it is what lets data survive a mode switch)",
-                "set stores.\(name).history.tracking: true in \(config.path)", .dataError)
+                "set stores.\(name).history.tracking: true in \(configPath)", .dataError)
         }
+    }
 
-        // The store file.
+    /// The store file exists and is initialised; the connection to it, or nil when the checks stop here.
+    mutating func checkStoreFile() throws -> Connection? {
         checks.append("store")
-        guard exists else {
-            add("store", "the store file \(settings.path) does not exist (stores.\(name).path in \(config.path))",
+        guard store.exists else {
+            add("store", "the store file \(settings.path) does not exist (stores.\(name).path in \(configPath))",
                 command("config set stores.\(name).path NEW_PATH") + " if the file was moved "
                     + "('storectl migrate --to' moves a store and its config together)", .noInput)
-            return DoctorReport(store: name, path: settings.path, checks: checks, findings: findings)
+            return nil
         }
-        let db = try database()
+        let db = try store.database()
         guard try db.tableExists("_storectl_meta") else {
             add("store", "the store is not initialised: it has no history tracking", command("init"), .dataError)
-            return DoctorReport(store: name, path: settings.path, checks: checks, findings: findings)
+            return nil
         }
-        let tracking = try historyTracker().inspect()
+        return db
+    }
+
+    /// The history triggers match the schema and are all there.
+    mutating func checkTriggers() throws {
+        let tracking = try store.historyTracker().inspect()
         switch tracking.state {
         case .ok, .notInitialized:
             break
@@ -125,24 +161,31 @@ extension StoreHandle {
                 + tables.map { "'\($0)'" }.joined(separator: ", ") + " are missing",
                 command("migrate --force") + " (then 'storectl sync' re-baselines)", .dataError)
         }
+    }
 
-        // A copy of another store file: sync refuses it, so doctor reports it.
+    /// A copy of another store file: sync refuses it, so doctor reports it.
+    mutating func checkIdentity() throws {
         checks.append("identity")
-        if let copy = try copiedStore() {
+        if let copy = try store.copiedStore() {
             add("identity", copy.summary, command("init --new-identity")
                 + " (the copy keeps its rows and their record names), or remove one of the two files", .dataError)
         }
+    }
 
-        // The mode: config.yaml against the store.
+    /// The mode: config.yaml against the store. Returns the store's.
+    mutating func checkMode(_ db: Connection) throws -> StoreMode? {
         checks.append("mode")
         let storedMode = try MirrorState.meta(db, .mode).flatMap(StoreMode.init(rawValue:))
         if let storedMode, storedMode != settings.mode {
-            add("mode", "\(config.path) says mode: \(settings.mode.rawValue) but the store is in "
+            add("mode", "\(configPath) says mode: \(settings.mode.rawValue) but the store is in "
                 + "\(storedMode.rawValue) mode", command("mode \(settings.mode.rawValue)")
                 + " (or 'storectl mode \(storedMode.rawValue)' to keep the store's mode)", .dataError)
         }
+        return storedMode
+    }
 
-        // Records that did not land: set aside, waiting for a parent, tombstones not sent, rows too large.
+    /// Records that did not land: set aside, waiting for a parent, tombstones not sent, rows too large.
+    mutating func checkRecords(_ db: Connection) throws {
         checks.append("records")
         let unsettled = try MirrorState.unsettled(db)
         for record in unsettled.setAside {
@@ -160,105 +203,118 @@ extension StoreHandle {
         }
         for row in unsettled.unsent {
             add("records", "row \(row.key) of table '\(row.entity)' is not sent: \(row.reason)",
-                row.bytes != nil ? "make the row smaller, or raise stores.\(name).cloud.max_record_size in \(config.path)"
+                row.bytes != nil ? "make the row smaller, or raise stores.\(name).cloud.max_record_size in \(configPath)"
                     : "give the row a key of valid UTF-8 text", .dataError)
         }
-
-        // Duplicates of unique: keys.
-        let rules = try mirrorRules()
-        if !rules.isEmpty {
-            checks.append("duplicates")
-            for table in rules.keys.sorted(by: { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }) {
-                guard let rule = rules[table], try db.tableExists(table) else { continue }
-                let cols = rule.columns.map(quoteIdentifier)
-                let notNull = cols.map { "\($0) IS NOT NULL" }.joined(separator: " AND ")
-                let row = try db.query("""
-                    SELECT count(*), coalesce(sum(n - 1), 0) FROM (
-                        SELECT count(*) AS n FROM main.\(quoteIdentifier(table)) WHERE \(notNull)
-                        GROUP BY \(cols.joined(separator: ", ")) HAVING count(*) > 1)
-                    """).first
-                let groups = row?[0].int64 ?? 0
-                let extra = row?[1].int64 ?? 0
-                if groups > 0 {
-                    add("duplicates", "table '\(table)' has \(extra) duplicate row(s) of its unique key "
-                        + "(\(rule.columns.joined(separator: ", "))) in \(groups) group(s)",
-                        command("dedupe --entity \(table)"), .dataError)
-                }
-            }
-        }
-
-        // History kept beyond its retention.
-        if let retention = settings.history.retention {
-            checks.append("retention")
-            let cutoff = HistoryTracker.nowMilliseconds() - Int64(retention.seconds * 1000)
-            let old = try db.scalar("SELECT count(*) FROM _storectl_history WHERE ts < ?", [cutoff])?.int64 ?? 0
-            if old > 0 {
-                var fix = command("history prune --older-than \(retention.text)")
-                let consumers = try historyTracker().consumers()
-                let oldest = try db.scalar("SELECT min(seq) FROM _storectl_history WHERE ts < ?", [cutoff])?.int64
-                if let oldest, let holder = consumers.min(by: { $0.token < $1.token }), holder.token < oldest {
-                    fix = holder.name == MirrorState.exportConsumer
-                        ? command("sync") + " (the export has not caught up), then " + fix
-                        : command("history consumer drop \(holder.name)") + " or advance its token, then " + fix
-                }
-                add("retention", "\(old) history row(s) are older than history.retention \(retention.text)", fix,
-                    .dataError)
-            }
-        }
-
-        // The account and the cloud.
-        let inCloud = storedMode == .cloud || settings.mode == .cloud
-        if let cloud = settings.cloud {
-            let bound = try MirrorState.meta(db, .boundAccount)
-            let boundContainer = try MirrorState.meta(db, .boundContainer)
-            checks.append("binding")
-            if let bound, bound != (cloud.account ?? "") {
-                add("binding", "the store is bound to account '\(bound)' but \(config.path) names '\(cloud.account ?? "")'",
-                    command("sync --rebind") + " to move to the new account (local rows are kept and uploaded), or "
-                        + "set stores.\(name).cloud.account back to '\(bound)'", .unavailable)
-            } else if let moved = try targetChange(db: db, cloud: cloud) {
-                // Not a purge and not a missing container: the target was edited by hand.
-                add("binding", moved.summary, moved.hint ?? command("migrate --cloud URL"), .unavailable)
-            } else if let boundContainer, boundContainer != cloud.container {
-                add("binding", "the store is bound to container '\(boundContainer)' but \(config.path) names "
-                    + "'\(cloud.container)'", command("sync --rebind") + " to move to the new container, or set "
-                        + "stores.\(name).cloud.container back to '\(boundContainer)'", .unavailable)
-            }
-            if inCloud, try targetChange(db: db, cloud: cloud) == nil {
-                checks.append("account")
-                let report = CloudConnector.accountStatus(settings: cloud)
-                switch report.status {
-                case .available:
-                    checks.append("zone")
-                    findings += zoneFindings(db: db, cloud: cloud, command: command)
-                case .noAccount:
-                    add("account", "account '\(report.account ?? "(none)")' is noAccount: \(report.reason)",
-                        cloud.account == nil || cloud.secret == nil
-                            ? "set stores.\(name).cloud.account and secret in \(config.path)"
-                            : command("account add \(cloud.account ?? "")") + " (as an owner of the container)",
-                        .unavailable)
-                case .restricted:
-                    add("account", "account '\(report.account ?? "(none)")' is restricted: \(report.reason)",
-                        "check stores.\(name).cloud.secret (and the variable it names); "
-                            + command("account status") + " shows the reason", .unavailable)
-                case .couldNotDetermine, .temporarilyUnavailable:
-                    add("cloud", "the cloud is unreachable (\(report.status.rawValue)): \(report.reason)",
-                        report.status == .temporarilyUnavailable ? "retry later: " + command("sync")
-                            : "check stores.\(name).cloud.url; for a container file run "
-                                + command("cloud init"), .unavailable)
-                }
-            }
-        } else if settings.mode == .cloud || storedMode == .cloud {
-            add("account", "the store is in cloud mode but \(config.path) has no stores.\(name).cloud section",
-                "add stores.\(name).cloud, or run '\(command("mode local --no-final-sync"))'", .unavailable)
-        }
-        return DoctorReport(store: name, path: settings.path, checks: checks, findings: findings)
     }
 
+    /// Duplicates of unique: keys.
+    mutating func checkDuplicates(_ db: Connection) throws {
+        let rules = try store.mirrorRules()
+        guard !rules.isEmpty else { return }
+        checks.append("duplicates")
+        for table in rules.keys.sorted(by: { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }) {
+            guard let rule = rules[table], try db.tableExists(table) else { continue }
+            let cols = rule.columns.map(quoteIdentifier)
+            let notNull = cols.map { "\($0) IS NOT NULL" }.joined(separator: " AND ")
+            let row = try db.query("""
+                SELECT count(*), coalesce(sum(n - 1), 0) FROM (
+                    SELECT count(*) AS n FROM main.\(quoteIdentifier(table)) WHERE \(notNull)
+                    GROUP BY \(cols.joined(separator: ", ")) HAVING count(*) > 1)
+                """).first
+            let groups = row?[0].int64 ?? 0
+            let extra = row?[1].int64 ?? 0
+            if groups > 0 {
+                add("duplicates", "table '\(table)' has \(extra) duplicate row(s) of its unique key "
+                    + "(\(rule.columns.joined(separator: ", "))) in \(groups) group(s)",
+                    command("dedupe --entity \(table)"), .dataError)
+            }
+        }
+    }
+
+    /// History kept beyond its retention.
+    mutating func checkRetention(_ db: Connection) throws {
+        guard let retention = settings.history.retention else { return }
+        checks.append("retention")
+        let cutoff = HistoryTracker.nowMilliseconds() - Int64(retention.seconds * 1000)
+        let old = try db.scalar("SELECT count(*) FROM _storectl_history WHERE ts < ?", [cutoff])?.int64 ?? 0
+        guard old > 0 else { return }
+        var fix = command("history prune --older-than \(retention.text)")
+        let consumers = try store.historyTracker().consumers()
+        let oldest = try db.scalar("SELECT min(seq) FROM _storectl_history WHERE ts < ?", [cutoff])?.int64
+        if let oldest, let holder = consumers.min(by: { $0.token < $1.token }), holder.token < oldest {
+            fix = holder.name == MirrorState.exportConsumer
+                ? command("sync") + " (the export has not caught up), then " + fix
+                : command("history consumer drop \(holder.name)") + " or advance its token, then " + fix
+        }
+        add("retention", "\(old) history row(s) are older than history.retention \(retention.text)", fix, .dataError)
+    }
+
+    /// The account and the cloud: the binding, then (in cloud mode) the account and the zone.
+    mutating func checkCloud(_ db: Connection, storedMode: StoreMode?) throws {
+        let inCloud = storedMode == .cloud || settings.mode == .cloud
+        guard let cloud = settings.cloud else {
+            if inCloud {
+                add("account", "the store is in cloud mode but \(configPath) has no stores.\(name).cloud section",
+                    "add stores.\(name).cloud, or run '\(command("mode local --no-final-sync"))'", .unavailable)
+            }
+            return
+        }
+        try checkBinding(db, cloud: cloud)
+        if inCloud, try store.targetChange(db: db, cloud: cloud) == nil { checkAccount(db, cloud: cloud) }
+    }
+
+    /// The account and container the store is bound to, against the config's.
+    mutating func checkBinding(_ db: Connection, cloud: CloudSettings) throws {
+        let bound = try MirrorState.meta(db, .boundAccount)
+        let boundContainer = try MirrorState.meta(db, .boundContainer)
+        checks.append("binding")
+        if let bound, bound != (cloud.account ?? "") {
+            add("binding", "the store is bound to account '\(bound)' but \(configPath) names '\(cloud.account ?? "")'",
+                command("sync --rebind") + " to move to the new account (local rows are kept and uploaded), or "
+                    + "set stores.\(name).cloud.account back to '\(bound)'", .unavailable)
+        } else if let moved = try store.targetChange(db: db, cloud: cloud) {
+            // Not a purge and not a missing container: the target was edited by hand.
+            add("binding", moved.summary, moved.hint ?? command("migrate --cloud URL"), .unavailable)
+        } else if let boundContainer, boundContainer != cloud.container {
+            add("binding", "the store is bound to container '\(boundContainer)' but \(configPath) names "
+                + "'\(cloud.container)'", command("sync --rebind") + " to move to the new container, or set "
+                    + "stores.\(name).cloud.container back to '\(boundContainer)'", .unavailable)
+        }
+    }
+
+    /// The account's status, and when it is available the zone.
+    mutating func checkAccount(_ db: Connection, cloud: CloudSettings) {
+        checks.append("account")
+        let report = CloudConnector.accountStatus(settings: cloud, environment: store.environment)
+        switch report.status {
+        case .available:
+            checks.append("zone")
+            findings += store.zoneFindings(db: db, cloud: cloud, command: command)
+        case .noAccount:
+            add("account", "account '\(report.account ?? "(none)")' is noAccount: \(report.reason)",
+                cloud.account == nil || cloud.secret == nil
+                    ? "set stores.\(name).cloud.account and secret in \(configPath)"
+                    : command("account add \(cloud.account ?? "")") + " (as an owner of the container)",
+                .unavailable)
+        case .restricted:
+            add("account", "account '\(report.account ?? "(none)")' is restricted: \(report.reason)",
+                "check stores.\(name).cloud.secret (and the variable it names); "
+                    + command("account status") + " shows the reason", .unavailable)
+        case .couldNotDetermine, .temporarilyUnavailable:
+            add("cloud", "the cloud is unreachable (\(report.status.rawValue)): \(report.reason)",
+                report.status == .temporarilyUnavailable ? "retry later: " + command("sync")
+                    : "check stores.\(name).cloud.url; for a container file run "
+                        + command("cloud init"), .unavailable)
+        }
+    }
+}
+
+extension StoreHandle {
     /// A zone purged or deleted elsewhere since this store last imported.
-    private func zoneFindings(db: Connection, cloud: CloudSettings, command: (String) -> String) -> [DoctorFinding] {
+    fileprivate func zoneFindings(db: Connection, cloud: CloudSettings, command: (String) -> String) -> [DoctorFinding] {
         do {
-            let backend = try CloudConnector.open(settings: cloud, createIfMissing: false)
+            let backend = try CloudConnector.open(settings: cloud, environment: environment, createIfMissing: false)
             if try backend.zoneInfo(cloud.zone, countLive: false) != nil,
                try MirrorState.unrecordedOwnSaves(db, cloud: backend, zone: cloud.zone)
             {

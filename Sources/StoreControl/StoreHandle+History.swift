@@ -23,10 +23,4 @@ extension StoreHandle {
     public func historyTracker(create: Bool = false) throws -> HistoryTracker {
         HistoryTracker(db: try database(create: create), options: settings.trackingOptions)
     }
-
-    /// The state of history tracking, with drift details, for `status`-style reports.
-    /// - Throws: `StoreError` (66 when the file is missing) or `SQLiteError`.
-    public func trackingReport() throws -> TrackingReport {
-        try historyTracker().inspect()
-    }
 }

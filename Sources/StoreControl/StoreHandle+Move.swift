@@ -76,7 +76,7 @@ extension StoreHandle {
     public func move(to target: String, copy: Bool, log: (String) -> Void = { _ in },
                      progress: (_ done: Int, _ total: Int) -> Void = { _, _ in }) throws -> MoveReport
     {
-        let target = Path.standardized(target)
+        let target = Path.standardized(target, home: environment["HOME"])
         let source = Path.standardized(settings.path)
         var steps: [PlanStep] = []
         func step(_ name: String, _ detail: String) {
@@ -196,7 +196,7 @@ extension StoreHandle {
         }
         let value = configValue(forPath: target)
         try ConfigEditor.set(path: config.path, displayPath: nil, key: "stores.\(settings.name).path", value: value,
-                             environment: ProcessInfo.processInfo.environment)
+                             environment: environment)
         configEdited = true
         report.configPath = value
         step("config", "stores.\(settings.name).path: \(value) in \(config.path) (comments kept)")
@@ -263,7 +263,7 @@ extension StoreHandle {
     /// Refuses a move whose source changed between loading the config and taking the lock: another storectl moved
     /// the store meanwhile.
     private func checkStillAt(_ source: String, lock: Connection?) throws {
-        let current = try? ConfigLoader.load(path: config.path, environment: ProcessInfo.processInfo.environment)
+        let current = try? ConfigLoader.load(path: config.path, environment: environment)
             .store(named: settings.name).path
         let movedTo = try lock.flatMap { db in
             try db.tableExists("_storectl_meta") ? try MirrorState.meta(db, .movedTo) : nil

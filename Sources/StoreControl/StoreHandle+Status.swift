@@ -197,7 +197,7 @@ extension StoreHandle {
             cloud = .init(url: CloudConnector.redacted(settingsCloud.url), container: settingsCloud.container,
                           zone: settingsCloud.zone, reachable: nil)
         } else if let settingsCloud = settings.cloud {
-            let report = CloudConnector.accountStatus(settings: settingsCloud)
+            let report = CloudConnector.accountStatus(settings: settingsCloud, environment: environment)
             account = .init(status: report.status.rawValue, reason: report.reason, account: report.account, bound: bound,
                             owner: report.owner)
             let reachable = report.status == .available || report.status == .noAccount || report.status == .restricted

@@ -82,7 +82,7 @@ extension StoreHandle {
         m.allowMassDelete = options.allowMassDelete
         m.uniqueRules = try mirrorRules()
         // Tuning knobs for large stores and tests: records per cloud save and per fetched page.
-        let env = ProcessInfo.processInfo.environment
+        let env = environment
         if let n = env["STORECTL_BATCH_SIZE"].flatMap(Int.init), n > 0 { m.batchSize = n }
         if let n = env["STORECTL_PAGE_SIZE"].flatMap(Int.init), n > 0 { m.pageSize = n }
         return m
@@ -112,16 +112,16 @@ extension StoreHandle {
         if !dryRun, cloud.createIfMissing, case .file(let path) = try CloudConnector.backend(of: cloud.url),
            !FileManager.default.fileExists(atPath: path)
         {
-            _ = try CloudConnector.initialize(settings: cloud)
+            _ = try CloudConnector.initialize(settings: cloud, environment: environment)
         }
         checkedCloud = nil
         // The container the check opens is kept for the openMirror() that follows, rather than opened again.
-        let (report, opened) = CloudConnector.accountStatusAndContainer(settings: cloud)
+        let (report, opened) = CloudConnector.accountStatusAndContainer(settings: cloud, environment: environment)
         if report.status != .available { throw AccountUnavailableError(report: report) }
         if !dryRun {
             // The container itself must exist before anything changes (a PostgreSQL container is made by
             // `storectl cloud init`).
-            checkedCloud = try opened ?? CloudConnector.open(settings: cloud)
+            checkedCloud = try opened ?? CloudConnector.open(settings: cloud, environment: environment)
         }
         return report
     }
@@ -138,7 +138,7 @@ extension StoreHandle {
         let db = try database()
         if !trackingVerified { try requireTracking() }
         try checkIdentity()
-        let backend = try checkedCloud ?? CloudConnector.open(settings: cloud)
+        let backend = try checkedCloud ?? CloudConnector.open(settings: cloud, environment: environment)
         checkedCloud = nil
         let mirror = try Mirror(db: db, cloud: backend, options: try mirrorOptions(options))
         try checkOwner(db: db, cloud: backend, settings: cloud, accept: options.acceptOwner)
@@ -246,7 +246,7 @@ extension StoreHandle {
         Failpoint.hit("mode.after-meta")
         if settings.mode != mode {
             try ConfigEditor.set(path: config.path, displayPath: nil, key: "stores.\(settings.name).mode",
-                                 value: mode.rawValue, environment: ProcessInfo.processInfo.environment)
+                                 value: mode.rawValue, environment: environment)
         }
         Failpoint.hit("mode.after-config")
     }

@@ -96,9 +96,9 @@ extension StoreHandle {
         let cloud = try cloudSettings()
         let db = try database()
         try historyTracker().requireInitialized()
-        let (status, opened) = CloudConnector.accountStatusAndContainer(settings: cloud)
+        let (status, opened) = CloudConnector.accountStatusAndContainer(settings: cloud, environment: environment)
         if status.status != .available { throw AccountUnavailableError(report: status) }
-        let backend = try opened ?? CloudConnector.open(settings: cloud, createIfMissing: false)
+        let backend = try opened ?? CloudConnector.open(settings: cloud, environment: environment, createIfMissing: false)
         return try Self.compare(db: db, store: settings.name, cloud: backend, url: cloud.url, zone: cloud.zone,
                                 limit: limit)
     }

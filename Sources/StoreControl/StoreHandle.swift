@@ -16,13 +16,20 @@ import Darwin
 
 /// One configured store, opened: the entry point of the storectl library.
 ///
-///     let config = try ConfigLoader.load(path: "config.yaml", environment: ProcessInfo.processInfo.environment)
-///     let store = try StoreHandle(config: config, storeName: "notes")
+///     let environment = ProcessInfo.processInfo.environment
+///     let config = try ConfigLoader.load(path: "config.yaml", environment: environment)
+///     let store = try StoreHandle(config: config, storeName: "notes", environment: environment)
+///
+/// The library never reads the process environment itself: what it needs of it (the tuning variables
+/// `STORECTL_BATCH_SIZE` and `STORECTL_PAGE_SIZE`, the variables a config edit expands, `--secret-env`, `PGUSER`)
+/// comes from `environment`, which the CLI fills from the environment it was started with.
 public final class StoreHandle {
     /// The whole config the store came from.
     public let config: Config
     /// This store's settings.
     public let settings: StoreSettings
+    /// The environment variables of the process that opened the store, as the CLI was started with them.
+    public let environment: [String: String]
     private var connection: Connection?
     /// Open the store file read-only (`history`, `doctor`): a store the user may only read, or one on a read-only
     /// file system, can still be inspected. Set it before the first `database()`.
@@ -34,9 +41,10 @@ public final class StoreHandle {
 
     /// Picks the store `storeName` (or the only one) from `config`. The file is opened on first use.
     /// - Throws: `StoreError` (exit 64) when the store name is unknown.
-    public init(config: Config, storeName: String?) throws {
+    public init(config: Config, storeName: String?, environment: [String: String]) throws {
         self.config = config
         self.settings = try config.store(named: storeName)
+        self.environment = environment
     }
 
     /// Whether the store file exists.

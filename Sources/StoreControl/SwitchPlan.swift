@@ -125,7 +125,7 @@ extension StoreHandle {
     public func switchPlan() throws -> SwitchPlan {
         let cloud = try cloudSettings()
         if !exists && settings.mode == .cloud { throw missingStoreError() }
-        let status = CloudConnector.accountStatus(settings: cloud)
+        let status = CloudConnector.accountStatus(settings: cloud, environment: environment)
         var plan = SwitchPlan(
             planID: "", store: settings.name, mode: (try storeMode())?.rawValue ?? "uninitialised",
             account: .init(account: status.account, status: status.status.rawValue, reason: status.reason),
@@ -169,7 +169,7 @@ extension StoreHandle {
         }
 
         // What the import would bring in, and which of it meets a local change.
-        if status.status == .available, let backend = try? CloudConnector.open(settings: cloud, createIfMissing: false) {
+        if status.status == .available, let backend = try? CloudConnector.open(settings: cloud, environment: environment, createIfMissing: false) {
             try planImport(&plan, db: initialised ? db : nil, cloud: backend, zone: cloud.zone)
         } else if status.status == .available {
             // The container does not exist yet (it is created on the switch): nothing to import.

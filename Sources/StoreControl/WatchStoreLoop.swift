@@ -52,7 +52,7 @@ final class StoreLoop {
         self.options = options
         self.output = output
         self.worker = worker
-        self.handle = try StoreHandle(config: config, storeName: store)
+        self.handle = try StoreHandle(config: config, storeName: store, environment: environment)
         let settings = handle.settings
         self.backoff = WatchBackoff(initial: min(options.initialBackoff, options.maxBackoff), cap: options.maxBackoff)
         let cloud = settings.cloud
@@ -131,7 +131,7 @@ final class StoreLoop {
         else { return }
         do {
             let db = try PostgresCloudDatabase(url: url, container: cloud.container, account: cloud.account,
-                                               password: cloud.secret?.value)
+                                               password: cloud.secret?.value, environment: handle.environment)
             listener = try db.changeListener()
         } catch {
             listenerRetryAt = monotonicNow() + options.interval

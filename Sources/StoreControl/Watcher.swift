@@ -183,7 +183,7 @@ public final class Watcher: Sendable {
         switch selection {
         case .store(let name):
             let settings = try config.store(named: name)
-            _ = try StoreHandle(config: config, storeName: settings.name).cloudSettings()
+            _ = try StoreHandle(config: config, storeName: settings.name, environment: environment).cloudSettings()
             return [settings.name]
         case .all:
             var names: [String] = []

@@ -64,18 +64,19 @@ final class LibCrypto: @unchecked Sendable {
     /// Opens `library` and resolves every function storectl uses.
     /// - Throws: `LibCryptoUnavailableError` when the file cannot be loaded or lacks a function.
     init(library: String) throws(LibCryptoUnavailableError) {
-        // "RTLD_NOW: all undefined symbols in the shared object are resolved before dlopen() returns". The handle
-        // is never closed: the function pointers stay valid for the life of the process.
-        guard let handle = dlopen(library, RTLD_NOW | RTLD_LOCAL) else {
-            let reason = dlerror().map { String(cString: $0) } ?? "dlopen failed"
-            throw LibCryptoUnavailableError(library: library, reason: reason)
+        let lib: DynamicLibrary
+        do {
+            lib = try DynamicLibrary.open(library)
+        } catch {
+            throw LibCryptoUnavailableError(library: library, reason: error.reason)
         }
         func symbol<F>(_ name: String) throws(LibCryptoUnavailableError) -> F {
-            guard let address = dlsym(handle, name) else {
-                throw LibCryptoUnavailableError(library: library, reason: "it has no function \(name) (OpenSSL 1.1 "
-                    + "or later is needed)")
+            do {
+                return try lib.function(name)
+            } catch {
+                throw LibCryptoUnavailableError(library: library,
+                                                reason: error.reason + " (OpenSSL 1.1 or later is needed)")
             }
-            return unsafeBitCast(address, to: F.self)
         }
         self.library = library
         let evpSHA1: @convention(c) () -> OpaquePointer? = try symbol("EVP_sha1")

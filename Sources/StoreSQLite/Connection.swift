@@ -6,8 +6,8 @@ import Glibc
 
 /// One open SQLite database connection.
 ///
-/// A connection is not `Sendable`: it has one owner at a time. To share one between tasks, wrap it in a
-/// `DatabaseQueue`, which serializes access.
+/// A connection is not `Sendable`: it has one owner at a time. Each task (each watcher thread, each test thread)
+/// opens its own; SQLite's locks and the busy timeout order their writes.
 ///
 ///     let db = try Connection(path: "notes.sqlite")
 ///     try db.transaction {
@@ -176,11 +176,6 @@ public final class Connection {
     deinit {
         statementCache.removeAll()
         sqlite3_close_v2(handle)
-    }
-
-    /// Sets how long, in milliseconds, to wait for a lock held by another connection.
-    public func setBusyTimeout(_ milliseconds: Int32) {
-        sqlite3_busy_timeout(handle, milliseconds)
     }
 
     /// Runs one or more SQL statements separated by semicolons, with no parameters and no results.

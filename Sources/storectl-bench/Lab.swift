@@ -108,7 +108,7 @@ final class Lab {
         var environment = ProcessInfo.processInfo.environment
         environment[Self.secretVariable] = Self.secret
         let config = try ConfigLoader.load(path: configPath(name), environment: environment)
-        return try StoreHandle(config: config, storeName: "notes")
+        return try StoreHandle(config: config, storeName: "notes", environment: environment)
     }
 
     func configPath(_ name: String) -> String { path(name + "/config.yaml") }
@@ -197,7 +197,7 @@ final class Lab {
             Output.note("export of \(rows) rows to a container file (engine, run \(run + 1))")
             try remove(container)
             let storeA = try copyStore(template, to: a, url: fileURL(container))
-            _ = try CloudConnector.initialize(settings: try storeA.cloudSettings())
+            _ = try CloudConnector.initialize(settings: try storeA.cloudSettings(), environment: storeA.environment)
             let mirror = try storeA.openMirror()
             var saved = 0
             exports.append(try Clock.seconds { saved = try mirror.exportChanges().saved })

@@ -50,7 +50,7 @@ enum PostgresBenchmark {
         }
         let template = try lab.template(rows: rows)
         let a = try lab.copyStore(template, to: "pg-a-\(rows)", url: url, account: "postgres", container: container)
-        _ = try CloudConnector.initialize(settings: try a.cloudSettings())
+        _ = try CloudConnector.initialize(settings: try a.cloudSettings(), environment: a.environment)
         defer { try? sql("DROP SCHEMA IF EXISTS \(schema) CASCADE") }
 
         Output.note("export of \(rows) rows to PostgreSQL (engine)")

@@ -139,7 +139,7 @@ final class ConvergenceTests: XCTestCase {
         chmod(configPath, 0o600)
         func handle(_ store: String) throws -> StoreHandle {
             let config = try ConfigLoader.load(path: configPath, environment: [:])
-            return try StoreHandle(config: config, storeName: store)
+            return try StoreHandle(config: config, storeName: store, environment: [:])
         }
         var options = SyncOptions()
         options.allowMassDelete = true  // the breaker has its own tests; random deletes trip it by design

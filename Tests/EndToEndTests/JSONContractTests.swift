@@ -5,31 +5,18 @@ import XCTest
 /// The JSON contract, pinned for every command: one object per run, `"version": 1`, snake_case keys, and the same
 /// shape whether the config holds one store or two.
 final class JSONContractTests: XCTestCase {
-    static func config(stores: [String]) -> String {
-        var text = "version: 1\nstores:\n"
-        for name in stores {
-            text += """
-                  \(name):
-                    path: data/\(name).sqlite
-                    schema: schema.sql
-                    entities:
-                      notes:
-                        unique: [uuid]
-                    seed:
-                      name: default-\(name)
-                      rows:
-                        notes:
-                          - {uuid: seeded-\(name), title: hello}
-                    cloud:
-                      container: iCloud.com.example.contract
-                      url: file:cloud/shared.container
-                      create_if_missing: true
-                      account: demo
-                      secret: ${CONTRACT_SECRET:-demo-secret}
-
-                """
-        }
-        return text
+    /// A project whose stores (`data/NAME.sqlite`) share one container file, each with a seed of one note.
+    static func project(stores: [String]) throws -> E2EProject {
+        let p = try E2EProject()
+        try p.writeSchema()
+        try p.writeConfig(stores.map { name in
+            E2EProject.Store(name, path: "data/\(name).sqlite",
+                             before: ["entities:", "  notes:", "    unique: [uuid]",
+                                      "seed:", "  name: default-\(name)", "  rows:", "    notes:",
+                                      "      - {uuid: seeded-\(name), title: hello}"],
+                             cloud: .file("iCloud.com.example.contract", secret: "${CONTRACT_SECRET:-demo-secret}"))
+        })
+        return p
     }
 
     /// Each command, in the order it runs, with the top-level keys of its document (besides "version").
@@ -104,13 +91,11 @@ final class JSONContractTests: XCTestCase {
 
     /// Runs the table on a config of `stores`, always acting on store `a`; returns each document's shape.
     func run(stores: [String]) throws -> [String: Set<String>] {
-        let dir = try TempDirectory()
-        try dir.write("config.yaml", Self.config(stores: stores))
-        try dir.write("schema.sql", "CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT);\n")
+        let p = try Self.project(stores: stores)
         var shapes: [String: Set<String>] = [:]
         for (args, keys) in Self.table {
             let label = args.joined(separator: " ")
-            let r = try Binary.storectl(["--store", "a", "--json"] + args, in: dir.path)
+            let r = try p.run(["--store", "a", "--json"] + args, expect: nil)
             let object = try XCTUnwrap(try? JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any],
                                        "\(label) on \(stores): not one JSON object\n\(r)")
             XCTAssertEqual(object["version"] as? Int, 1, "\(label): no version 1\n\(r)")
@@ -147,11 +132,9 @@ final class JSONContractTests: XCTestCase {
     /// Without --store, commands about every store are `{"version": 1, "stores": [...]}` in every case.
     func testStatusWithoutStoreIsAlwaysAStoresList() throws {
         for stores in [["a"], ["a", "b"]] {
-            let dir = try TempDirectory()
-            try dir.write("config.yaml", Self.config(stores: stores))
-            try dir.write("schema.sql", "CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT);\n")
+            let p = try Self.project(stores: stores)
             for command in [["status"], ["doctor"]] {
-                let r = try Binary.storectl(["--json"] + command, in: dir.path)
+                let r = try p.run(["--json"] + command, expect: nil)
                 let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
                 XCTAssertEqual(doc["version"] as? Int, 1)
                 XCTAssertEqual((doc["stores"] as? [[String: Any]])?.count, stores.count, "\(command) \(r)")
@@ -161,14 +144,11 @@ final class JSONContractTests: XCTestCase {
 
     /// An error document: code, kind, message, hint, store and the account status, every key present.
     func testAnAccountErrorCarriesTheStoreAndTheStatus() throws {
-        let dir = try TempDirectory()
-        try dir.write("config.yaml", Self.config(stores: ["a", "b"]))
-        try dir.write("schema.sql", "CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT);\n")
+        let p = try Self.project(stores: ["a", "b"])
         // The container is made with the right secret; store b then names a wrong one.
-        XCTAssertEqual(try Binary.storectl(["--store", "a", "cloud", "init"], in: dir.path).status, 0)
-        let refused = try Binary.storectl(["--store", "b", "--json", "mode", "cloud"], in: dir.path,
-                                          environment: ["CONTRACT_SECRET": "wrong"])
-        XCTAssertEqual(refused.status, 69, "\(refused)")
+        try p.run(["--store", "a", "cloud", "init"])
+        let refused = try p.run(["--store", "b", "--json", "mode", "cloud"], expect: 69,
+                                env: ["CONTRACT_SECRET": "wrong"])
         let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(refused.stdout.utf8)) as? [String: Any])
         let error = try XCTUnwrap(doc["error"] as? [String: Any])
         XCTAssertEqual(doc["version"] as? Int, 1)

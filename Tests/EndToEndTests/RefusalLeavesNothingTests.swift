@@ -18,32 +18,22 @@ final class RefusalLeavesNothingTests: XCTestCase {
         return result
     }
 
-    func config(_ store: String, cloud: String = "", extra: String = "") -> String {
-        """
-        version: 1
-        stores:
-          notes:
-            path: \(store)
-            schema: schema.sql
-        \(extra)    cloud:
-              container: iCloud.com.example.notes
-              url: file:cloud/notes.container
-              create_if_missing: true
-              account: demo
-              secret: demo-secret
-        \(cloud)
-        """
+    /// The config of one store `notes` at `store` on the container file cloud/notes.container; `extra` are YAML
+    /// lines of the store before its `cloud:` section.
+    func config(_ store: String, extra: [String] = []) -> String {
+        E2EProject.yaml([E2EProject.Store("notes", path: store, before: extra,
+                                          cloud: .file("iCloud.com.example.notes", url: "file:cloud/notes.container",
+                                                       secret: "demo-secret"))])
     }
 
-    /// Runs storectl and checks the exit code and that nothing under `dir` changed.
-    func expectNothingChanged(_ dir: TempDirectory, _ args: [String], code: Int32, message: String,
+    /// Runs storectl and checks the exit code and that nothing in the project's folder changed.
+    func expectNothingChanged(_ p: E2EProject, _ args: [String], code: Int32, message: String,
                               env: [String: String] = [:], file: StaticString = #filePath, line: UInt = #line) throws
     {
-        let before = Self.listing(dir)
-        let r = try Binary.storectl(args, in: dir.path, environment: env)
-        XCTAssertEqual(r.status, code, "storectl \(args.joined(separator: " "))\n\(r)", file: file, line: line)
+        let before = Self.listing(p.dir)
+        let r = try p.run(args, expect: code, env: env, file: file, line: line)
         XCTAssertTrue(r.stderr.contains(message), "stderr lacks '\(message)'\n\(r)", file: file, line: line)
-        let after = Self.listing(dir)
+        let after = Self.listing(p.dir)
         XCTAssertEqual(Set(after.keys), Set(before.keys), "files created or removed\n\(r)", file: file, line: line)
         for (path, data) in before where after[path] != data {
             XCTFail("\(path) changed\n\(r)", file: file, line: line)
@@ -51,31 +41,32 @@ final class RefusalLeavesNothingTests: XCTestCase {
     }
 
     func testAFailedModeCloudRemovesTheFilesItCreated() throws {
-        let dir = try TempDirectory("storectl-nothing")
-        try dir.write("schema.sql", "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, title TEXT);")
+        let p = try E2EProject(label: "storectl-nothing")
+        try p.writeSchema("CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, title TEXT);")
         // The store path is a folder: exit 73, and the container it would have created is not there.
-        try FileManager.default.createDirectory(atPath: dir.file("data/notes.sqlite"), withIntermediateDirectories: true)
-        try dir.write("config.yaml", config("data/notes.sqlite"))
-        try expectNothingChanged(dir, ["mode", "cloud"], code: 73, message: "notes.sqlite")
-        try FileManager.default.removeItem(atPath: dir.file("data"))
+        try FileManager.default.createDirectory(atPath: p.dir.file("data/notes.sqlite"),
+                                                withIntermediateDirectories: true)
+        try p.dir.write("config.yaml", config("data/notes.sqlite"))
+        try expectNothingChanged(p, ["mode", "cloud"], code: 73, message: "notes.sqlite")
+        try FileManager.default.removeItem(atPath: p.dir.file("data"))
         // An entity names a table that does not exist: exit 78, and neither the store nor the container (nor their
         // folders) stays.
-        try dir.write("config.yaml", config("data/notes.sqlite", extra: "    entities:\n      missing: {}\n"))
-        try expectNothingChanged(dir, ["mode", "cloud"], code: 78, message: "missing")
-        try expectNothingChanged(dir, ["sync"], code: 66, message: "does not exist")
+        try p.dir.write("config.yaml", config("data/notes.sqlite", extra: ["entities:", "  missing: {}"]))
+        try expectNothingChanged(p, ["mode", "cloud"], code: 78, message: "missing")
+        try expectNothingChanged(p, ["sync"], code: 66, message: "does not exist")
         // The schema SQL fails: exit 65.
-        try dir.write("config.yaml", config("data/notes.sqlite"))
-        try dir.write("schema.sql", "CREATE TABLE notes(id INTEGER PRIMARY KEY); THIS IS NOT SQL;")
-        try expectNothingChanged(dir, ["mode", "cloud"], code: 65, message: "schema")
-        try expectNothingChanged(dir, ["init"], code: 65, message: "schema")
+        try p.dir.write("config.yaml", config("data/notes.sqlite"))
+        try p.writeSchema("CREATE TABLE notes(id INTEGER PRIMARY KEY); THIS IS NOT SQL;")
+        try expectNothingChanged(p, ["mode", "cloud"], code: 65, message: "schema")
+        try expectNothingChanged(p, ["init"], code: 65, message: "schema")
         // The same config, fixed, works.
-        try dir.write("schema.sql", "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, title TEXT);")
-        XCTAssertEqual(try Binary.storectl(["mode", "cloud"], in: dir.path).status, 0)
+        try p.writeSchema("CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, title TEXT);")
+        try p.run(["mode", "cloud"])
     }
 
     func testBadValuesAreRefusedBeforeAnythingIsCreated() throws {
-        let dir = try TempDirectory("storectl-nothing")
-        try dir.write("schema.sql", "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, title TEXT);")
+        let p = try E2EProject(label: "storectl-nothing")
+        try p.writeSchema("CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, title TEXT);")
         let cases: [(String, [String: String], String)] = [
             (config("\"data/no\\0tes.sqlite\""), [:], "control character U+0000"),
             (config("${DIR}/notes.sqlite"), ["DIR": "data\nevil"], "control character U+000A"),
@@ -88,37 +79,35 @@ final class RefusalLeavesNothingTests: XCTestCase {
                                                               with: "url: postgres://u@db:99999/x"),
              [:], "'99999' is not a port number"),
             (config("~bob/notes.sqlite"), [:], "'~user' paths are not supported"),
-            (config("data/notes.sqlite", extra: "    history: {retention: 200000000000d}\n"), [:], "retention"),
+            (config("data/notes.sqlite", extra: ["history: {retention: 200000000000d}"]), [:], "retention"),
         ]
         for (text, env, message) in cases {
-            try dir.write("config.yaml", text)
+            try p.dir.write("config.yaml", text)
             for args in [["config", "validate"], ["mode", "cloud"], ["init"], ["status"]] {
-                try expectNothingChanged(dir, args, code: 78, message: message, env: env)
+                try expectNothingChanged(p, args, code: 78, message: message, env: env)
             }
         }
         // Numbers out of range on the command line: a usage error, never a trap.
-        try dir.write("config.yaml", config("data/notes.sqlite"))
-        XCTAssertEqual(try Binary.storectl(["init"], in: dir.path).status, 0)
+        try p.dir.write("config.yaml", config("data/notes.sqlite"))
+        try p.run(["init"])
         for args in [["history", "prune", "--older-than", "200000000000d"], ["history", "prune", "--older-than", "1e9d"],
                      ["history", "--limit", "99999999999999999999"], ["seed", "--timeout", "inf"],
                      ["history", "--after", "-99999999999999999999"]]
         {
-            try expectNothingChanged(dir, args, code: 64, message: "error: ")
+            try expectNothingChanged(p, args, code: 64, message: "error: ")
         }
     }
 
     /// `path: ~/x` is the home folder's x, as in a shell: no folder named '~' appears.
     func testATildePathIsTheHomeFolder() throws {
-        let dir = try TempDirectory("storectl-nothing")
+        let p = try E2EProject(label: "storectl-nothing")
         let home = try TempDirectory("storectl-home")
-        try dir.write("schema.sql", "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, title TEXT);")
-        try dir.write("config.yaml", config("~/stores/notes.sqlite"))
-        let r = try Binary.storectl(["init"], in: dir.path, environment: ["HOME": home.path])
-        XCTAssertEqual(r.status, 0, "\(r)")
+        try p.writeSchema("CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, title TEXT);")
+        try p.dir.write("config.yaml", config("~/stores/notes.sqlite"))
+        try p.run(["init"], env: ["HOME": home.path])
         XCTAssertTrue(FileManager.default.fileExists(atPath: home.file("stores/notes.sqlite")))
-        XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("~")))
-        let shown = try Binary.storectl(["config", "get", "stores.notes.path"], in: dir.path,
-                                        environment: ["HOME": home.path])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: p.dir.file("~")))
+        let shown = try p.run(["config", "get", "stores.notes.path"], env: ["HOME": home.path])
         XCTAssertEqual(shown.stdout, home.file("stores/notes.sqlite") + "\n")
     }
 

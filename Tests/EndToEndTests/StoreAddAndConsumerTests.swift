@@ -64,72 +64,55 @@ final class StoreAddAndConsumerTests: XCTestCase {
     }
 
     func testConsumerAdvanceMovesForwardOnlyAndLetsPruneGo() throws {
-        let dir = try TempDirectory()
-        try dir.write("config.yaml", "version: 1\nstores:\n  s:\n    path: s.sqlite\n")
-        try dir.write("s.sql", "")
-        XCTAssertEqual(try Binary.run("/usr/bin/sqlite3", [dir.file("s.sqlite"),
-                                      "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"], in: dir.path).status, 0)
-        XCTAssertEqual(try Binary.storectl(["init"], in: dir.path).status, 0)
-        XCTAssertEqual(try Binary.storectl(["history", "consumer", "add", "indexer", "--token", "0"],
-                                           in: dir.path).status, 0)
+        let p = try E2EProject()
+        try p.writeConfig([E2EProject.Store("s", schema: nil)])
+        try p.writeSchema("", to: "s.sql")
+        try p.sql("s", "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);")
+        try p.run(["init"])
+        try p.run(["history", "consumer", "add", "indexer", "--token", "0"])
         for i in 1...4 {
-            _ = try Binary.run("/usr/bin/sqlite3", [dir.file("s.sqlite"), "INSERT INTO t(v) VALUES ('\(i)')"],
-                               in: dir.path)
+            try p.sql("s", "INSERT INTO t(v) VALUES ('\(i)')")
         }
-        let held = try Binary.storectl(["--json", "history", "prune", "--before", "4"], in: dir.path)
+        let held = try p.run(["--json", "history", "prune", "--before", "4"])
         XCTAssertTrue(held.stdout.contains("\"held_by\" : \"indexer\""), held.stdout)
-        let advanced = try Binary.storectl(["history", "consumer", "advance", "indexer", "3"], in: dir.path)
+        let advanced = try p.run(["history", "consumer", "advance", "indexer", "3"])
         XCTAssertEqual(advanced.stdout, "Advanced consumer 'indexer' from token 0 to 3 (1 change behind).\n")
-        let back = try Binary.storectl(["history", "consumer", "advance", "indexer", "2"], in: dir.path)
-        XCTAssertEqual(back.status, 64)
+        let back = try p.run(["history", "consumer", "advance", "indexer", "2"], expect: 64)
         XCTAssertTrue(back.stderr.contains("a token never moves back"), back.stderr)
-        let ahead = try Binary.storectl(["history", "consumer", "advance", "indexer", "99"], in: dir.path)
-        XCTAssertEqual(ahead.status, 64)
+        let ahead = try p.run(["history", "consumer", "advance", "indexer", "99"], expect: 64)
         XCTAssertTrue(ahead.stderr.contains("'storectl history consumer advance indexer 4'"), ahead.stderr)
-        let latest = try Binary.storectl(["--json", "history", "consumer", "advance", "indexer", "latest"],
-                                         in: dir.path)
+        let latest = try p.run(["--json", "history", "consumer", "advance", "indexer", "latest"])
         let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(latest.stdout.utf8)) as? [String: Any])
         XCTAssertEqual((doc["consumer"] as? [String: Any])?["token"] as? Int, 4)
         XCTAssertEqual(doc["previous_token"] as? Int, 3)
-        let pruned = try Binary.storectl(["--json", "history", "prune", "--before", "4"], in: dir.path)
+        let pruned = try p.run(["--json", "history", "prune", "--before", "4"])
         XCTAssertTrue(pruned.stdout.contains("\"removed\" : 3"), pruned.stdout)
         // A filter on a table that is neither tracked nor in the history is a typo, not "no changes".
-        let typo = try Binary.storectl(["history", "--entity", "tt"], in: dir.path)
-        XCTAssertEqual(typo.status, 64, "\(typo)")
+        let typo = try p.run(["history", "--entity", "tt"], expect: 64)
         XCTAssertTrue(typo.stderr.contains("hint: did you mean '--entity t'?"), typo.stderr)
-        XCTAssertEqual(try Binary.storectl(["history", "--entity", "t"], in: dir.path).status, 0)
+        try p.run(["history", "--entity", "t"])
         for (args, code) in [(["history", "consumer", "advance", "nobody", "1"], 64),
                              (["history", "consumer", "advance", "cloud-export", "1"], 64),
                              (["history", "consumer", "advance", "indexer", "-1"], 64),
                              (["history", "consumer", "advance", "indexer", "abc"], 64)] {
-            XCTAssertEqual(try Binary.storectl(args, in: dir.path).status, Int32(code), "\(args)")
+            try p.run(args, expect: Int32(code))
         }
     }
 
     /// dedupe prints each key with its values, the row it keeps and the rows it deletes, by primary key.
     func testDedupeShowsKeysAndRows() throws {
-        let dir = try TempDirectory()
-        try dir.write("config.yaml", """
-            version: 1
-            stores:
-              s:
-                path: s.sqlite
-                entities:
-                  notes:
-                    unique: [uuid]
-            """)
-        XCTAssertEqual(try Binary.run("/usr/bin/sqlite3", [dir.file("s.sqlite"),
-                                      "CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT);"], in: dir.path).status, 0)
-        XCTAssertEqual(try Binary.storectl(["init"], in: dir.path).status, 0)
-        _ = try Binary.run("/usr/bin/sqlite3", [dir.file("s.sqlite"),
-                           "INSERT INTO notes(uuid) VALUES ('a'), ('a'), ('a'), ('b')"], in: dir.path)
-        let dry = try Binary.storectl(["dedupe", "--dry-run"], in: dir.path)
+        let p = try E2EProject()
+        try p.writeConfig([E2EProject.Store("s", schema: nil, before: ["entities:", "  notes:", "    unique: [uuid]"])])
+        try p.sql("s", "CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT);")
+        try p.run(["init"])
+        try p.sql("s", "INSERT INTO notes(uuid) VALUES ('a'), ('a'), ('a'), ('b')")
+        let dry = try p.run(["dedupe", "--dry-run"])
         XCTAssertEqual(dry.stdout, """
             notes (uuid) = ["a"]: keep row [1], would delete 2 rows [2], [3]
             dry run: 1 key with duplicates; nothing was changed
 
             """)
-        let done = try Binary.storectl(["dedupe"], in: dir.path)
+        let done = try p.run(["dedupe"])
         XCTAssertTrue(done.stdout.hasSuffix("1 key with duplicates: 2 rows deleted, 0 child rows re-pointed\n"),
                       done.stdout)
     }

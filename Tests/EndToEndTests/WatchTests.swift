@@ -32,63 +32,30 @@ class WatchTestCase: XCTestCase {
         """
 
     /// A config whose stores share one container; `cloudExtra` adds lines under each store's `cloud:`.
-    func makeConfig(_ dir: TempDirectory, stores: [String] = ["a", "b"], cloudExtra: [String: String] = [:]) throws {
+    func makeConfig(_ p: E2EProject, stores: [String] = ["a", "b"], cloudExtra: [String: String] = [:]) throws {
         let b = try cachedBackend ?? backend()
         cachedBackend = b
-        try dir.write("schema.sql", Self.schema)
-        var yaml = "version: 1\nstores:\n"
-        for name in stores {
-            yaml += """
-                  \(name):
-                    path: data/\(name).sqlite
-                    schema: schema.sql
-                    mode: local
-                    cloud:
-                      container: \(b.container)
-                      url: \(b.url)
-                      create_if_missing: \(!b.isPostgres)
-                      account: \(b.account)
-                      secret: ${STORECTL_SECRET:-demo-secret}
-
-                """
-            for line in (cloudExtra[name] ?? "").split(separator: "\n") { yaml += "      \(line)\n" }
-        }
-        try dir.write("config.yaml", yaml)
-        if b.isPostgres, !FileManager.default.fileExists(atPath: dir.file("data")) {
-            try run(dir, ["--store", stores[0], "cloud", "init"])
+        try p.writeSchema(Self.schema)
+        try p.writeConfig(stores.map { name in
+            let extra = (cloudExtra[name] ?? "").split(separator: "\n").map(String.init)
+            return E2EProject.Store(name, path: "data/\(name).sqlite", before: ["mode: local"],
+                                    cloud: E2EProject.Cloud(container: b.container, url: b.url, account: b.account,
+                                                            createIfMissing: !b.isPostgres, extra: extra))
+        })
+        if b.isPostgres, !FileManager.default.fileExists(atPath: p.dir.file("data")) {
+            try p.run(["--store", stores[0], "cloud", "init"])
         }
     }
 
-    @discardableResult
-    func run(_ dir: TempDirectory, _ args: [String], env: [String: String] = [:], expect: Int32? = 0,
-             file: StaticString = #filePath, line: UInt = #line) throws -> ProcessResult
-    {
-        let r = try Binary.storectl(args, in: dir.path, environment: env)
-        if let expect {
-            XCTAssertEqual(r.status, expect, "storectl \(args.joined(separator: " "))\n\(r)", file: file, line: line)
-        }
-        return r
-    }
-
-    @discardableResult
-    func sql(_ dir: TempDirectory, _ store: String, _ statement: String, file: StaticString = #filePath,
-             line: UInt = #line) throws -> String
-    {
-        let r = try Binary.run("/usr/bin/sqlite3", ["-cmd", ".timeout 10000", dir.file("data/\(store).sqlite"),
-                                                    statement], in: dir.path)
-        XCTAssertEqual(r.status, 0, "\(statement)\n\(r)", file: file, line: line)
-        return r.stdout
-    }
-
-    func notes(_ dir: TempDirectory, _ store: String) throws -> String {
-        try sql(dir, store, "SELECT uuid, title FROM notes ORDER BY uuid")
+    func notes(_ p: E2EProject, _ store: String) throws -> String {
+        try p.sql(store, "SELECT uuid, title FROM notes ORDER BY uuid")
     }
 
     /// Starts `storectl watch ARGS` (with `--interval 1` unless given), kept until the test ends.
-    func watch(_ dir: TempDirectory, _ args: [String], env: [String: String] = [:]) throws -> BackgroundProcess {
+    func watch(_ p: E2EProject, _ args: [String], env: [String: String] = [:]) throws -> BackgroundProcess {
         var all = ["watch"] + args
         if !args.contains("--interval") { all += ["--interval", "1"] }
-        let w = try BackgroundProcess.storectl(all, in: dir.path, environment: env)
+        let w = try BackgroundProcess.storectl(all, in: p.dir.path, environment: p.environment.merging(env) { $1 })
         watchers.append(w)
         return w
     }
@@ -129,10 +96,10 @@ class WatchTestCase: XCTestCase {
     }
 
     /// Two stores in cloud mode, a in front of b.
-    func twoCloudStores(_ dir: TempDirectory, cloudExtra: [String: String] = [:]) throws {
-        try makeConfig(dir, cloudExtra: cloudExtra)
-        try run(dir, ["--store", "a", "mode", "cloud"])
-        try run(dir, ["--store", "b", "mode", "cloud"])
+    func twoCloudStores(_ p: E2EProject, cloudExtra: [String: String] = [:]) throws {
+        try makeConfig(p, cloudExtra: cloudExtra)
+        try p.run(["--store", "a", "mode", "cloud"])
+        try p.run(["--store", "b", "mode", "cloud"])
     }
 }
 
@@ -143,18 +110,18 @@ class WatchTests: WatchTestCase {
     // MARK: - The proof
 
     func testASqliteWriteOnOneStoreReachesTheOtherThroughTwoWatchers() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir)
-        let a = try watch(dir, ["--store", "a", "--json"])
-        let b = try watch(dir, ["--store", "b", "--json"])
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'from a'); "
+        let p = try E2EProject()
+        try twoCloudStores(p)
+        let a = try watch(p, ["--store", "a", "--json"])
+        let b = try watch(p, ["--store", "b", "--json"])
+        _ = try p.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'from a'); "
                     + "INSERT INTO tags(name, color) VALUES ('red', 'f00')")
         // One import event, or two when the container woke b between the two tables' batches (PostgreSQL).
         func imports(_ w: BackgroundProcess) -> [[String: Any]] { w.jsonLines.filter { $0["type"] as? String == "import" } }
         XCTAssertTrue(b.wait(upTo: 20) { imports(b).reduce(0) { $0 + ($1["count"] as? Int ?? 0) } >= 2 }, b.transcript)
         let events = imports(b)
         let event = try XCTUnwrap(events.last)
-        XCTAssertEqual(try notes(dir, "b"), "n1|from a\n")
+        XCTAssertEqual(try notes(p, "b"), "n1|from a\n")
         XCTAssertEqual(event["store"] as? String, "b")
         XCTAssertEqual(event["author"] as? String, "cloud-import")
         XCTAssertEqual(events.reduce(0) { $0 + ($1["count"] as? Int ?? 0) }, 2)
@@ -166,16 +133,16 @@ class WatchTests: WatchTestCase {
         XCTAssertEqual(tagKey, ["red"])
         // The token is a history token: `history --after` the one before lists exactly these changes.
         let token = try XCTUnwrap(event["token"] as? Int)
-        let history = try run(dir, ["--store", "b", "--json", "history", "--author", "cloud-import"])
+        let history = try p.run(["--store", "b", "--json", "history", "--author", "cloud-import"])
         let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(history.stdout.utf8)) as? [String: Any])
         XCTAssertEqual(doc["latest_seq"] as? Int, token)
         XCTAssertNotNil(a.waitForEvent(upTo: 5) { $0["type"] as? String == "export" && $0["saved"] as? Int == 2 },
                         a.transcript)
 
         // And back, an update and a delete.
-        _ = try sql(dir, "b", "UPDATE notes SET title = 'edited on b' WHERE uuid = 'n1'; DELETE FROM tags")
+        _ = try p.sql("b", "UPDATE notes SET title = 'edited on b' WHERE uuid = 'n1'; DELETE FROM tags")
         XCTAssertTrue(try eventually {
-            try notes(dir, "a") == "n1|edited on b\n" && sql(dir, "a", "SELECT count(*) FROM tags") == "0\n"
+            try notes(p, "a") == "n1|edited on b\n" && p.sql("a", "SELECT count(*) FROM tags") == "0\n"
         })
         XCTAssertTrue(a.wait(upTo: 5) { imports(a).reduce(0) { $0 + ($1["count"] as? Int ?? 0) } >= 2 }, a.transcript)
         XCTAssertEqual(Set(imports(a).flatMap { $0["changes"] as? [[String: Any]] ?? [] }.compactMap { $0["op"] as? String }),
@@ -190,15 +157,15 @@ class WatchTests: WatchTestCase {
     }
 
     func testABurstOfWritesIsOneRound() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir)
-        let a = try watch(dir, ["--store", "a", "--json", "--interval", "30"])
+        let p = try E2EProject()
+        try twoCloudStores(p)
+        let a = try watch(p, ["--store", "a", "--json", "--interval", "30"])
         // Let the first round (at start) pass.
         XCTAssertTrue(a.wait(upTo: 10) { a.stderr.contains("in cloud mode: syncing") })
         Thread.sleep(forTimeInterval: 1)
         var statements: [String] = []
         for i in 0..<50 { statements.append("INSERT INTO notes(uuid) VALUES ('burst\(i)')") }
-        _ = try sql(dir, "a", statements.joined(separator: "; "))
+        _ = try p.sql("a", statements.joined(separator: "; "))
         let export = a.waitForEvent(upTo: 10) { $0["type"] as? String == "export" }
         XCTAssertEqual(export?["saved"] as? Int, 50, a.transcript)
         Thread.sleep(forTimeInterval: 1)
@@ -206,37 +173,37 @@ class WatchTests: WatchTestCase {
     }
 
     func testSigtermInTheMiddleOfARoundFinishesItAndARestartLosesNothing() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir)
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two')")
+        let p = try E2EProject()
+        try twoCloudStores(p)
+        _ = try p.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two')")
         // Paused after the batch was saved to the cloud and before the store records it.
-        let a = try watch(dir, ["--store", "a", "--json"], env: ["STORECTL_FAILPOINT": "export.after-save:pause"])
+        let a = try watch(p, ["--store", "a", "--json"], env: ["STORECTL_FAILPOINT": "export.after-save:pause"])
         XCTAssertTrue(a.wait(upTo: 20) { a.stderr.contains("failpoint export.after-save paused") }, a.transcript)
         a.send(SIGTERM)
         XCTAssertEqual(a.waitForExit(upTo: 20), 0, a.transcript)
         XCTAssertTrue(a.stderr.contains("failpoint export.after-save goes on"), a.transcript)
         XCTAssertNotNil(a.jsonLines.first { $0["type"] as? String == "export" && $0["saved"] as? Int == 2 },
                         a.transcript)
-        XCTAssertEqual(try sql(dir, "a", "PRAGMA integrity_check"), "ok\n")
+        XCTAssertEqual(try p.sql("a", "PRAGMA integrity_check"), "ok\n")
 
         // Keep writing before the restart, then restart both watchers.
-        _ = try sql(dir, "a", "UPDATE notes SET title = 'one again' WHERE uuid = 'n1'; "
+        _ = try p.sql("a", "UPDATE notes SET title = 'one again' WHERE uuid = 'n1'; "
                     + "INSERT INTO notes(uuid, title) VALUES ('n3', 'three')")
-        _ = try watch(dir, ["--store", "a", "--json"])
-        _ = try watch(dir, ["--store", "b", "--json"])
+        _ = try watch(p, ["--store", "a", "--json"])
+        _ = try watch(p, ["--store", "b", "--json"])
         let expected = "n1|one again\nn2|two\nn3|three\n"
-        XCTAssertTrue(try eventually { try notes(dir, "b") == expected })
-        XCTAssertEqual(try notes(dir, "a"), expected)
-        XCTAssertEqual(try sql(dir, "b", "SELECT count(*) FROM notes"), "3\n")
+        XCTAssertTrue(try eventually { try notes(p, "b") == expected })
+        XCTAssertEqual(try notes(p, "a"), expected)
+        XCTAssertEqual(try p.sql("b", "SELECT count(*) FROM notes"), "3\n")
     }
 
     func testASecondSignalExitsAtOnceAndTheRoundIsRolledBack() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir)
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two')")
-        try run(dir, ["--store", "a", "sync"])
+        let p = try E2EProject()
+        try twoCloudStores(p)
+        _ = try p.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two')")
+        try p.run(["--store", "a", "sync"])
         // b pauses inside its import transaction, long enough for two signals.
-        let b = try watch(dir, ["--store", "b", "--json"],
+        let b = try watch(p, ["--store", "b", "--json"],
                           env: ["STORECTL_FAILPOINT": "import.before-commit:pause=60"])
         XCTAssertTrue(b.wait(upTo: 20) { b.stderr.contains("failpoint import.before-commit paused") }, b.transcript)
         b.send(SIGTERM)
@@ -248,29 +215,29 @@ class WatchTests: WatchTestCase {
         XCTAssertLessThan(Date().timeIntervalSince(start), 5)
         XCTAssertTrue(b.stderr.contains("SIGTERM again: exiting now"), b.transcript)
         // The import was rolled back: nothing half-applied, the store is consistent, and a restart imports it.
-        XCTAssertEqual(try notes(dir, "b"), "")
-        XCTAssertEqual(try sql(dir, "b", "PRAGMA integrity_check"), "ok\n")
-        XCTAssertEqual(try sql(dir, "b", "SELECT count(*) FROM _storectl_history"), "0\n")
-        let again = try watch(dir, ["--store", "b", "--json"])
+        XCTAssertEqual(try notes(p, "b"), "")
+        XCTAssertEqual(try p.sql("b", "PRAGMA integrity_check"), "ok\n")
+        XCTAssertEqual(try p.sql("b", "SELECT count(*) FROM _storectl_history"), "0\n")
+        let again = try watch(p, ["--store", "b", "--json"])
         XCTAssertNotNil(again.waitForEvent(upTo: 20) { $0["type"] as? String == "import" && $0["count"] as? Int == 2 },
                         again.transcript)
-        XCTAssertEqual(try notes(dir, "b"), "n1|one\nn2|two\n")
+        XCTAssertEqual(try notes(p, "b"), "n1|one\nn2|two\n")
     }
 
     func testTheHookRunsWithTheImportInItsEnvironment() throws {
-        let dir = try TempDirectory()
+        let p = try E2EProject()
         let hook = "on_remote_change: 'env | grep ^STORECTL_ | sort > hook-$STORECTL_TOKEN.env; echo ran for $STORECTL_STORE'"
-        try twoCloudStores(dir, cloudExtra: ["b": hook])
-        let b = try watch(dir, ["--store", "b", "--json"], env: ["STORECTL_SECRET": "demo-secret"])
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('x'), ('y'); INSERT INTO tags(name) VALUES ('t')")
-        try run(dir, ["--store", "a", "sync"])
+        try twoCloudStores(p, cloudExtra: ["b": hook])
+        let b = try watch(p, ["--store", "b", "--json"], env: ["STORECTL_SECRET": "demo-secret"])
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('x'), ('y'); INSERT INTO tags(name) VALUES ('t')")
+        try p.run(["--store", "a", "sync"])
         let event = try XCTUnwrap(b.waitForEvent(upTo: 20) { $0["type"] as? String == "import" }, b.transcript)
         let token = try XCTUnwrap(event["token"] as? Int)
         // The hook runs in the config's folder.
-        XCTAssertTrue(b.wait(upTo: 10) { FileManager.default.fileExists(atPath: dir.file("hook-\(token).env")) },
+        XCTAssertTrue(b.wait(upTo: 10) { FileManager.default.fileExists(atPath: p.dir.file("hook-\(token).env")) },
                       b.transcript)
         XCTAssertTrue(b.wait(upTo: 10) { b.stderr.contains("on_remote_change: done in") }, b.transcript)
-        let env = try dir.read("hook-\(token).env")
+        let env = try p.dir.read("hook-\(token).env")
         for expected in ["STORECTL_STORE=b", "STORECTL_TOKEN=\(token)", "STORECTL_COUNT=3",
                          "STORECTL_ENTITIES=notes,tags", "STORECTL_AUTHOR=cloud-import"]
         {
@@ -284,142 +251,142 @@ class WatchTests: WatchTestCase {
     }
 
     func testAFailingOrHangingHookDoesNotStopSync() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir, cloudExtra: [
+        let p = try E2EProject()
+        try twoCloudStores(p, cloudExtra: [
             "b": "on_remote_change: 'if [ $STORECTL_COUNT = 1 ]; then sleep 100; else echo failing; exit 3; fi'\n"
                 + "on_remote_change_timeout: 1s",
         ])
-        let b = try watch(dir, ["--store", "b", "--json"])
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('hang')")
-        try run(dir, ["--store", "a", "sync"])
+        let b = try watch(p, ["--store", "b", "--json"])
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('hang')")
+        try p.run(["--store", "a", "sync"])
         XCTAssertNotNil(b.waitForEvent(upTo: 20) { $0["type"] as? String == "import" }, b.transcript)
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('fail1'), ('fail2')")
-        try run(dir, ["--store", "a", "sync"])
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('fail1'), ('fail2')")
+        try p.run(["--store", "a", "sync"])
         // Sync goes on while the first hook hangs.
-        XCTAssertTrue(try eventually { try notes(dir, "b") == "fail1|\nfail2|\nhang|\n" }, b.transcript)
+        XCTAssertTrue(try eventually { try notes(p, "b") == "fail1|\nfail2|\nhang|\n" }, b.transcript)
         XCTAssertTrue(b.wait(upTo: 10) { b.stderr.contains("still running after 1.0s (on_remote_change_timeout), stopped") },
                       b.transcript)
         XCTAssertTrue(b.wait(upTo: 10) { b.stderr.contains("on_remote_change: exited with status 3") }, b.transcript)
         XCTAssertTrue(b.stderr.contains("[b] on_remote_change: failing\n"), b.stderr)
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('after')")
-        try run(dir, ["--store", "a", "sync"])
-        XCTAssertTrue(try eventually { try notes(dir, "b").contains("after|") }, b.transcript)
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('after')")
+        try p.run(["--store", "a", "sync"])
+        XCTAssertTrue(try eventually { try notes(p, "b").contains("after|") }, b.transcript)
         b.send(SIGTERM)
         XCTAssertEqual(b.waitForExit(upTo: 15), 0, b.transcript)
         XCTAssertFalse(b.jsonLines.contains { $0["type"] as? String == "error" }, b.transcript)
     }
 
     func testRemoteChangeNotificationsFalseSilencesImportsAndTheHook() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir, cloudExtra: [
+        let p = try E2EProject()
+        try twoCloudStores(p, cloudExtra: [
             "b": "remote_change_notifications: false\non_remote_change: 'touch hook-ran'",
         ])
-        let b = try watch(dir, ["--store", "b", "--json"])
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('quiet')")
-        try run(dir, ["--store", "a", "sync"])
-        XCTAssertTrue(try eventually { try notes(dir, "b") == "quiet|\n" })
+        let b = try watch(p, ["--store", "b", "--json"])
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('quiet')")
+        try p.run(["--store", "a", "sync"])
+        XCTAssertTrue(try eventually { try notes(p, "b") == "quiet|\n" })
         Thread.sleep(forTimeInterval: 1.5)
         XCTAssertFalse(b.jsonLines.contains { $0["type"] as? String == "import" }, b.transcript)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("hook-ran")))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: p.dir.file("hook-ran")))
     }
 
     func testAModeSwitchByAnotherProcessIsPickedUp() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir)
-        let a = try watch(dir, ["--store", "a", "--json"])
-        let b = try watch(dir, ["--store", "b", "--json"])
+        let p = try E2EProject()
+        try twoCloudStores(p)
+        let a = try watch(p, ["--store", "a", "--json"])
+        let b = try watch(p, ["--store", "b", "--json"])
         XCTAssertTrue(a.wait(upTo: 10) { a.stderr.contains("in cloud mode: syncing") })
-        try run(dir, ["--store", "a", "mode", "local"])
+        try p.run(["--store", "a", "mode", "local"])
         let local = a.waitForEvent(upTo: 10) { $0["type"] as? String == "mode" }
         XCTAssertEqual(local?["mode"] as? String, "local", a.transcript)
         XCTAssertEqual(local?["previous"] as? String, "cloud")
         // A store in local mode does not contact the cloud: its writes stay home.
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('offline')")
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('offline')")
         Thread.sleep(forTimeInterval: 3)
-        XCTAssertEqual(try notes(dir, "b"), "")
+        XCTAssertEqual(try notes(p, "b"), "")
         XCTAssertFalse(a.jsonLines.contains { $0["type"] as? String == "export" }, a.transcript)
         // Switched back, it syncs again.
-        try run(dir, ["--store", "a", "mode", "cloud"])
+        try p.run(["--store", "a", "mode", "cloud"])
         XCTAssertNotNil(a.waitForEvent(upTo: 10) { $0["type"] as? String == "mode" && $0["mode"] as? String == "cloud" },
                         a.transcript)
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('online')")
-        XCTAssertTrue(try eventually { try notes(dir, "b") == "offline|\nonline|\n" }, b.transcript)
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('online')")
+        XCTAssertTrue(try eventually { try notes(p, "b") == "offline|\nonline|\n" }, b.transcript)
         assertJSONLines(a)
     }
 
     func testOnceDoesOneRoundForEachStoreAndExits() throws {
-        let dir = try TempDirectory()
-        try makeConfig(dir, stores: ["a", "b", "c"])
-        for s in ["a", "b"] { try run(dir, ["--store", s, "mode", "cloud"]) }
-        try run(dir, ["--store", "c", "init"])
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('cron')")
-        let first = try run(dir, ["watch", "--all", "--once", "--json"])
+        let p = try E2EProject()
+        try makeConfig(p, stores: ["a", "b", "c"])
+        for s in ["a", "b"] { try p.run(["--store", s, "mode", "cloud"]) }
+        try p.run(["--store", "c", "init"])
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('cron')")
+        let first = try p.run(["watch", "--all", "--once", "--json"])
         let events = first.stdout.split(separator: "\n").compactMap {
             try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         }
         XCTAssertEqual(events.filter { $0["type"] as? String == "export" }.first?["store"] as? String, "a", first.stdout)
         XCTAssertTrue(first.stderr.contains("[c] in local mode"), first.stderr)
-        _ = try run(dir, ["watch", "--all", "--once"])
-        XCTAssertEqual(try notes(dir, "b"), "cron|\n")
-        XCTAssertEqual(try notes(dir, "c"), "", "a store in local mode is left alone")
+        _ = try p.run(["watch", "--all", "--once"])
+        XCTAssertEqual(try notes(p, "b"), "cron|\n")
+        XCTAssertEqual(try notes(p, "c"), "", "a store in local mode is left alone")
         // A failing store makes --once exit with its code (78: history tracking was lost), after the others ran.
-        _ = try sql(dir, "b", "DROP TRIGGER _storectl_notes_ins")
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('cron2')")
-        let failed = try run(dir, ["watch", "--all", "--once"], expect: 78)
+        _ = try p.sql("b", "DROP TRIGGER _storectl_notes_ins")
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('cron2')")
+        let failed = try p.run(["watch", "--all", "--once"], expect: 78)
         XCTAssertTrue(failed.stderr.contains("error [b] sync failed (exit \(failed.status))"), failed.stderr)
         XCTAssertFalse(failed.stderr.contains("retry"), failed.stderr)
         XCTAssertTrue(failed.stdout.contains("[a] exported 1 saved"), failed.stdout)
     }
 
     func testASecondWatcherIsRefusedAndStatusNamesTheWatcher() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir)
-        let before = try run(dir, ["--store", "a", "--json", "status"])
+        let p = try E2EProject()
+        try twoCloudStores(p)
+        let before = try p.run(["--store", "a", "--json", "status"])
         let idle = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(before.stdout.utf8)) as? [String: Any])
         XCTAssertEqual(idle["watched"] as? Bool, false)
         XCTAssertTrue(idle["watcher"] is NSNull)
 
-        let a = try watch(dir, ["--all"])
+        let a = try watch(p, ["--all"])
         XCTAssertTrue(a.wait(upTo: 10) { a.stderr.contains("watching 2 store(s): a, b") }, a.transcript)
-        let second = try run(dir, ["--store", "b", "watch"], expect: 75)
+        let second = try p.run(["--store", "b", "watch"], expect: 75)
         XCTAssertTrue(second.stderr.contains("error: store 'b' is already served by storectl watch (pid \(a.pid)"),
                       second.stderr)
         XCTAssertTrue(second.stderr.contains("hint: stop that watcher first (kill \(a.pid)), then run this again"))
-        let json = try run(dir, ["--json", "watch", "--all", "--once"], expect: 75)
+        let json = try p.run(["--json", "watch", "--all", "--once"], expect: 75)
         let error = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
         XCTAssertEqual((error["error"] as? [String: Any])?["code"] as? Int, 75, json.stdout)
 
-        let during = try run(dir, ["--json", "status"])
+        let during = try p.run(["--json", "status"])
         let docs = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(during.stdout.utf8)) as? [String: Any])
         for doc in try XCTUnwrap(docs["stores"] as? [[String: Any]]) {
             XCTAssertEqual(doc["watched"] as? Bool, true)
             XCTAssertEqual((doc["watcher"] as? [String: Any])?["pid"] as? Int, Int(a.pid))
         }
-        let text = try run(dir, ["--store", "a", "status"])
+        let text = try p.run(["--store", "a", "status"])
         XCTAssertNotNil(text.stdout.range(of: "watched by +storectl watch \\(pid \(a.pid), since ", options: .regularExpression),
                         text.stdout)
 
         a.send(SIGINT)
         XCTAssertEqual(a.waitForExit(upTo: 15), 0, a.transcript)
-        let after = try run(dir, ["--store", "a", "--json", "status"])
+        let after = try p.run(["--store", "a", "--json", "status"])
         let gone = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as? [String: Any])
         XCTAssertEqual(gone["watched"] as? Bool, false)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("data/a.sqlite.watch.lock")))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: p.dir.file("data/a.sqlite.watch.lock")))
         // A watcher killed outright leaves no stale lock behind.
-        let killed = try watch(dir, ["--store", "a"])
+        let killed = try watch(p, ["--store", "a"])
         XCTAssertTrue(killed.wait(upTo: 10) { killed.stderr.contains("watching 1 store(s)") })
         killed.send(SIGKILL)
         _ = killed.waitForExit(upTo: 10)
-        let next = try watch(dir, ["--store", "a"])
+        let next = try watch(p, ["--store", "a"])
         XCTAssertTrue(next.wait(upTo: 10) { next.stderr.contains("watching 1 store(s)") }, next.transcript)
     }
 
     func testStatusReportsTheSyncState() throws {
-        let dir = try TempDirectory()
-        try makeConfig(dir)
-        try run(dir, ["--store", "a", "mode", "cloud", "--no-sync"])
+        let p = try E2EProject()
+        try makeConfig(p)
+        try p.run(["--store", "a", "mode", "cloud", "--no-sync"])
         func status() throws -> [String: Any] {
-            let r = try run(dir, ["--store", "a", "--json", "status"])
+            let r = try p.run(["--store", "a", "--json", "status"])
             return try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
         }
         var doc = try status()
@@ -427,14 +394,14 @@ class WatchTests: WatchTestCase {
         XCTAssertTrue(doc["last_export_at"] is NSNull)
         XCTAssertTrue(doc["last_import_at"] is NSNull)
         XCTAssertTrue(doc["last_error"] is NSNull)
-        try run(dir, ["watch", "--store", "a", "--once"])
+        try p.run(["watch", "--store", "a", "--once"])
         doc = try status()
         XCTAssertEqual(doc["initial_sync_complete"] as? Bool, true)
         XCTAssertNotNil(doc["last_export_at"] as? String)
         XCTAssertNotNil(doc["last_import_at"] as? String)
         // A failed round is the last error, until a round succeeds.
-        _ = try sql(dir, "a", "DROP TRIGGER _storectl_notes_ins")
-        try run(dir, ["watch", "--store", "a", "--once"], expect: 78)
+        _ = try p.sql("a", "DROP TRIGGER _storectl_notes_ins")
+        try p.run(["watch", "--store", "a", "--once"], expect: 78)
         doc = try status()
         let error = try XCTUnwrap(doc["last_error"] as? [String: Any], "\(doc)")
         XCTAssertEqual(error["code"] as? Int, 78)
@@ -444,28 +411,28 @@ class WatchTests: WatchTestCase {
                        + "history gap in the store meta, so that the next cloud enable re-baselines instead of missing "
                        + "those changes")
         XCTAssertNotNil(error["at"] as? String)
-        let text = try run(dir, ["--store", "a", "status"])
+        let text = try p.run(["--store", "a", "status"])
         XCTAssertNotNil(text.stdout.range(of: "last error +.*history tracking is lost", options: .regularExpression),
                         text.stdout)
-        try run(dir, ["--store", "a", "migrate", "--force"])
-        try run(dir, ["--store", "a", "sync"])
+        try p.run(["--store", "a", "migrate", "--force"])
+        try p.run(["--store", "a", "sync"])
         doc = try status()
         XCTAssertTrue(doc["last_error"] is NSNull, "\(doc)")
     }
 
     func testSighupReadsTheConfigAgain() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir)
-        let b = try watch(dir, ["--store", "b", "--json"])
+        let p = try E2EProject()
+        try twoCloudStores(p)
+        let b = try watch(p, ["--store", "b", "--json"])
         XCTAssertTrue(b.wait(upTo: 10) { b.stderr.contains("in cloud mode: syncing") })
-        try makeConfig(dir, cloudExtra: ["b": "on_remote_change: 'touch reloaded-$STORECTL_COUNT'"])
+        try makeConfig(p, cloudExtra: ["b": "on_remote_change: 'touch reloaded-$STORECTL_COUNT'"])
         b.send(SIGHUP)
         XCTAssertTrue(b.wait(upTo: 10) { b.stderr.contains("config reloaded from") }, b.transcript)
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('r')")
-        try run(dir, ["--store", "a", "sync"])
-        XCTAssertTrue(b.wait(upTo: 20) { FileManager.default.fileExists(atPath: dir.file("reloaded-1")) }, b.transcript)
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('r')")
+        try p.run(["--store", "a", "sync"])
+        XCTAssertTrue(b.wait(upTo: 20) { FileManager.default.fileExists(atPath: p.dir.file("reloaded-1")) }, b.transcript)
         // A broken config is refused, and the watcher goes on with the one it has.
-        try dir.write("config.yaml", "version: 1\nstores: [\n")
+        try p.dir.write("config.yaml", "version: 1\nstores: [\n")
         b.send(SIGHUP)
         XCTAssertTrue(b.wait(upTo: 10) { b.stderr.contains("cannot reload the config, keeping the one in use") },
                       b.transcript)
@@ -475,16 +442,16 @@ class WatchTests: WatchTestCase {
     }
 
     func testWatchAllServesEveryStoreFromOneProcess() throws {
-        let dir = try TempDirectory()
-        try makeConfig(dir, stores: ["a", "b", "c"])
-        for s in ["a", "b", "c"] { try run(dir, ["--store", s, "mode", "cloud"]) }
-        let w = try watch(dir, ["--all", "--json"])
+        let p = try E2EProject()
+        try makeConfig(p, stores: ["a", "b", "c"])
+        for s in ["a", "b", "c"] { try p.run(["--store", s, "mode", "cloud"]) }
+        let w = try watch(p, ["--all", "--json"])
         for (i, s) in ["a", "b", "c"].enumerated() {
-            _ = try sql(dir, s, "INSERT INTO notes(uuid, title) VALUES ('from-\(s)', '\(i)')")
+            _ = try p.sql(s, "INSERT INTO notes(uuid, title) VALUES ('from-\(s)', '\(i)')")
         }
         let expected = "from-a|0\nfrom-b|1\nfrom-c|2\n"
         for s in ["a", "b", "c"] {
-            XCTAssertTrue(try eventually(30) { try notes(dir, s) == expected }, "\(s)\n\(w.transcript)")
+            XCTAssertTrue(try eventually(30) { try notes(p, s) == expected }, "\(s)\n\(w.transcript)")
         }
         let stores = Set(w.jsonLines.filter { $0["type"] as? String == "import" }.compactMap { $0["store"] as? String })
         XCTAssertEqual(stores, ["a", "b", "c"], w.transcript)
@@ -500,51 +467,51 @@ class WatchTests: WatchTestCase {
     }
 
     func testManualSyncsWhileTheWatcherRunsLoseAndDuplicateNothing() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir)
-        let a = try watch(dir, ["--store", "a", "--json"])
-        let b = try watch(dir, ["--store", "b", "--json"])
+        let p = try E2EProject()
+        try twoCloudStores(p)
+        let a = try watch(p, ["--store", "a", "--json"])
+        let b = try watch(p, ["--store", "b", "--json"])
         for i in 0..<6 {
-            _ = try sql(dir, "a", "INSERT INTO notes(uuid, title) VALUES ('a\(i)', 'v1'); "
+            _ = try p.sql("a", "INSERT INTO notes(uuid, title) VALUES ('a\(i)', 'v1'); "
                         + "UPDATE notes SET title = 'v2' WHERE uuid = 'a\(max(0, i - 1))'")
-            _ = try sql(dir, "b", "INSERT INTO notes(uuid, title) VALUES ('b\(i)', 'v1')")
+            _ = try p.sql("b", "INSERT INTO notes(uuid, title) VALUES ('b\(i)', 'v1')")
             // Another process syncs the same stores at the same time as the watchers.
-            try run(dir, ["--store", i % 2 == 0 ? "a" : "b", "sync"], expect: nil)
+            try p.run(["--store", i % 2 == 0 ? "a" : "b", "sync"], expect: nil)
         }
-        _ = try sql(dir, "a", "DELETE FROM notes WHERE uuid = 'b0'")
+        _ = try p.sql("a", "DELETE FROM notes WHERE uuid = 'b0'")
         let expected = (0..<6).map { "a\($0)|\($0 == 5 ? "v1" : "v2")" } + (1..<6).map { "b\($0)|v1" }
         XCTAssertTrue(try eventually(30) {
-            try notes(dir, "a") == expected.joined(separator: "\n") + "\n"
-                && notes(dir, "b") == expected.joined(separator: "\n") + "\n"
+            try notes(p, "a") == expected.joined(separator: "\n") + "\n"
+                && notes(p, "b") == expected.joined(separator: "\n") + "\n"
         }, "\(a.transcript)\n\(b.transcript)")
-        XCTAssertEqual(try sql(dir, "a", "SELECT count(*) FROM notes"), "11\n")
+        XCTAssertEqual(try p.sql("a", "SELECT count(*) FROM notes"), "11\n")
         for w in [a, b] { XCTAssertFalse(w.jsonLines.contains { $0["type"] as? String == "error" }, w.transcript) }
     }
 
     func testBadOptionsAreUsageErrors() throws {
-        let dir = try TempDirectory()
-        try makeConfig(dir)
-        let both = try run(dir, ["--store", "a", "watch", "--all"], expect: 64)
+        let p = try E2EProject()
+        try makeConfig(p)
+        let both = try p.run(["--store", "a", "watch", "--all"], expect: 64)
         XCTAssertTrue(both.stderr.contains("--all and --store a cannot be used together"), both.stderr)
-        let ambiguous = try run(dir, ["watch"], expect: 64)
+        let ambiguous = try p.run(["watch"], expect: 64)
         XCTAssertTrue(ambiguous.stderr.contains("hint: run 'storectl watch --all', or 'storectl --store a watch'"),
                       ambiguous.stderr)
         for bad in ["0", "-1", "abc", "nan", "1e9"] {
-            let r = try run(dir, ["--store", "a", "watch", "--interval", bad], expect: 64)
+            let r = try p.run(["--store", "a", "watch", "--interval", bad], expect: 64)
             XCTAssertTrue(r.stderr.contains("--interval expects a number of seconds"), r.stderr)
         }
-        let help = try run(dir, ["watch", "--help"])
+        let help = try p.run(["watch", "--help"])
         XCTAssertTrue(help.stdout.contains("storectl watch --all --once"), help.stdout)
         // A store without a cloud: section has nothing to watch.
-        try dir.write("config.yaml", try dir.read("config.yaml") + "  local-only:\n    path: data/l.sqlite\n")
-        let noCloud = try run(dir, ["--store", "local-only", "watch"], expect: 78)
+        try p.dir.write("config.yaml", try p.dir.read("config.yaml") + "  local-only:\n    path: data/l.sqlite\n")
+        let noCloud = try p.run(["--store", "local-only", "watch"], expect: 78)
         XCTAssertTrue(noCloud.stderr.contains("has no cloud: section"), noCloud.stderr)
         // A store file that is not at its path: said so, with the path and the fix (never a new, empty store).
         let fix = "storectl --store a config set stores.a.path NEW_PATH"
-        let missing = try run(dir, ["--store", "a", "watch", "--once"], expect: 66)
-        XCTAssertTrue(missing.stderr.contains(fix) && missing.stderr.contains(dir.file("data/a.sqlite")), missing.stderr)
+        let missing = try p.run(["--store", "a", "watch", "--once"], expect: 66)
+        XCTAssertTrue(missing.stderr.contains(fix) && missing.stderr.contains(p.dir.file("data/a.sqlite")), missing.stderr)
         XCTAssertFalse(missing.stderr.contains(" init"), missing.stderr)
-        let missingAll = try run(dir, ["watch", "--all", "--once"], expect: 66)
+        let missingAll = try p.run(["watch", "--all", "--once"], expect: 66)
         XCTAssertTrue(missingAll.stderr.contains(fix), missingAll.stderr)
     }
 }
@@ -575,42 +542,33 @@ final class PostgresWatchTests: WatchTests {
     }
 
     func testNotifyWakesTheOtherWatcherBeforeItsInterval() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir)
-        let a = try watch(dir, ["--store", "a", "--json", "--interval", "60"])
-        let b = try watch(dir, ["--store", "b", "--json", "--interval", "60"])
+        let p = try E2EProject()
+        try twoCloudStores(p)
+        let a = try watch(p, ["--store", "a", "--json", "--interval", "60"])
+        let b = try watch(p, ["--store", "b", "--json", "--interval", "60"])
         for w in [a, b] { XCTAssertTrue(w.wait(upTo: 10) { w.stderr.contains("in cloud mode: syncing") }) }
         Thread.sleep(forTimeInterval: 1)
         let start = Date()
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('notified')")
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('notified')")
         XCTAssertNotNil(b.waitForEvent(upTo: 15) { $0["type"] as? String == "import" }, b.transcript)
         XCTAssertLessThan(Date().timeIntervalSince(start), 15, "well before the 60 s interval")
-        XCTAssertEqual(try notes(dir, "b"), "notified|\n")
+        XCTAssertEqual(try notes(p, "b"), "notified|\n")
     }
 
     func testAServerThatStopsAndStartsAgainIsRetriedUntilItAnswers() throws {
         guard let server = try ScratchPostgres.make() else { return }
-        let dir = try TempDirectory()
-        try dir.write("schema.sql", Self.schema)
-        var yaml = "version: 1\nstores:\n"
-        for name in ["a", "b"] {
-            yaml += """
-                  \(name):
-                    path: data/\(name).sqlite
-                    schema: schema.sql
-                    cloud:
-                      container: iCloud.com.example.restart
-                      url: \(server.url)
-                      account: postgres
-                      secret: ${STORECTL_SECRET:-x}
-
-                """
-        }
-        try dir.write("config.yaml", yaml)
-        try run(dir, ["--store", "a", "cloud", "init"])
-        try run(dir, ["--store", "a", "mode", "cloud"])
-        try run(dir, ["--store", "b", "mode", "cloud"])
-        let b = try watch(dir, ["--store", "b", "--json", "--max-backoff", "2"])
+        let p = try E2EProject()
+        try p.writeSchema(Self.schema)
+        try p.writeConfig(["a", "b"].map { name in
+            E2EProject.Store(name, path: "data/\(name).sqlite",
+                             cloud: E2EProject.Cloud(container: "iCloud.com.example.restart", url: server.url,
+                                                     account: "postgres", secret: "${STORECTL_SECRET:-x}",
+                                                     createIfMissing: false))
+        })
+        try p.run(["--store", "a", "cloud", "init"])
+        try p.run(["--store", "a", "mode", "cloud"])
+        try p.run(["--store", "b", "mode", "cloud"])
+        let b = try watch(p, ["--store", "b", "--json", "--max-backoff", "2"])
         XCTAssertTrue(b.wait(upTo: 10) { b.stderr.contains("in cloud mode: syncing") })
         Thread.sleep(forTimeInterval: 1.5)
         try server.stop()
@@ -619,18 +577,18 @@ final class PostgresWatchTests: WatchTests {
         let retry = b.jsonLines.first { $0["type"] as? String == "retry" }
         XCTAssertTrue([69, 75].contains(retry?["code"] as? Int ?? 0), "\(String(describing: retry))")
         try server.start()
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('after the restart')")
-        try run(dir, ["--store", "a", "sync"])
-        XCTAssertTrue(try eventually(30) { try notes(dir, "b") == "after the restart|\n" }, b.transcript)
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('after the restart')")
+        try p.run(["--store", "a", "sync"])
+        XCTAssertTrue(try eventually(30) { try notes(p, "b") == "after the restart|\n" }, b.transcript)
         XCTAssertTrue(b.wait(upTo: 5) { b.stderr.contains("sync works again after") }, b.stderr)
         b.send(SIGTERM)
         XCTAssertEqual(b.waitForExit(upTo: 15), 0, b.transcript)
     }
 
     func testALostPostgresConnectionRecoversByItself() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir)
-        let b = try watch(dir, ["--store", "b", "--json", "--max-backoff", "2"])
+        let p = try E2EProject()
+        try twoCloudStores(p)
+        let b = try watch(p, ["--store", "b", "--json", "--max-backoff", "2"])
         XCTAssertTrue(b.wait(upTo: 10) { b.stderr.contains("in cloud mode: syncing") })
         Thread.sleep(forTimeInterval: 1.5)
         // The server ends every storectl connection (the listener's included), as a restart or a network cut would.
@@ -639,12 +597,12 @@ final class PostgresWatchTests: WatchTests {
         for _ in 0..<3 {
             _ = try Binary.run("/usr/bin/psql", [url, "-Atc", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                                  + "WHERE application_name = 'storectl' AND pid <> pg_backend_pid()"],
-                               in: dir.path)
+                               in: p.dir.path)
             Thread.sleep(forTimeInterval: 0.3)
         }
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('after the cut')")
-        try run(dir, ["--store", "a", "sync"])
-        XCTAssertTrue(try eventually(30) { try notes(dir, "b") == "after the cut|\n" }, b.transcript)
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('after the cut')")
+        try p.run(["--store", "a", "sync"])
+        XCTAssertTrue(try eventually(30) { try notes(p, "b") == "after the cut|\n" }, b.transcript)
         XCTAssertTrue(b.isRunning)
     }
 }
@@ -652,9 +610,9 @@ final class PostgresWatchTests: WatchTests {
 /// Recovery from causes that belong to a container file: a lock held by another process, a disabled account.
 final class WatchRecoveryTests: WatchTestCase {
     func testBackoffGrowsWhileTheContainerIsLockedAndSyncResumes() throws {
-        let dir = try TempDirectory()
-        try twoCloudStores(dir)
-        let b = try watch(dir, ["--store", "b", "--json", "--max-backoff", "4"])
+        let p = try E2EProject()
+        try twoCloudStores(p)
+        let b = try watch(p, ["--store", "b", "--json", "--max-backoff", "4"])
         XCTAssertTrue(b.wait(upTo: 10) { b.stderr.contains("in cloud mode: syncing") })
         Thread.sleep(forTimeInterval: 1.5)
         // Another process holds the container file's write lock until the file `unlock` appears.
@@ -662,8 +620,8 @@ final class WatchRecoveryTests: WatchTestCase {
             "-cmd", "BEGIN EXCLUSIVE", "-cmd", "INSERT INTO container_meta(key, value) VALUES ('lock-test', 'x')",
             "-cmd", ".shell touch locked", "-cmd", ".shell while [ ! -e unlock ]; do sleep 0.05; done",
             "cloud/shared.container", "DELETE FROM container_meta WHERE key = 'lock-test'; COMMIT;",
-        ], in: dir.path)
-        XCTAssertTrue(locker.wait(upTo: 10) { FileManager.default.fileExists(atPath: dir.file("locked")) },
+        ], in: p.dir.path)
+        XCTAssertTrue(locker.wait(upTo: 10) { FileManager.default.fileExists(atPath: p.dir.file("locked")) },
                       locker.stderr)
         XCTAssertTrue(b.wait(upTo: 60) { b.jsonLines.filter { $0["type"] as? String == "retry" }.count >= 3 },
                       b.transcript)
@@ -685,50 +643,50 @@ final class WatchRecoveryTests: WatchTestCase {
         // Each retry is logged with its reason and the time of the next attempt.
         XCTAssertTrue(b.stderr.contains("warn [b] retry 1 in "), b.stderr)
         // status shows the last error while it lasts.
-        let status = try run(dir, ["--store", "b", "--json", "status"])
+        let status = try p.run(["--store", "b", "--json", "status"])
         let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])
         XCTAssertEqual((doc["last_error"] as? [String: Any])?["code"] as? Int, 75, status.stdout)
 
         // Writes on a wait for the lock too; once it is released, everything flows again.
-        try dir.write("unlock", "")
+        try p.dir.write("unlock", "")
         XCTAssertEqual(locker.waitForExit(upTo: 10), 0, locker.stderr)
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('after the lock')")
-        try run(dir, ["--store", "a", "sync"])
-        XCTAssertTrue(try eventually(30) { try notes(dir, "b") == "after the lock|\n" }, b.transcript)
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('after the lock')")
+        try p.run(["--store", "a", "sync"])
+        XCTAssertTrue(try eventually(30) { try notes(p, "b") == "after the lock|\n" }, b.transcript)
         XCTAssertTrue(b.wait(upTo: 5) { b.stderr.contains("sync works again after") }, b.stderr)
-        let healed = try run(dir, ["--store", "b", "--json", "status"])
+        let healed = try p.run(["--store", "b", "--json", "status"])
         let healedDoc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(healed.stdout.utf8)) as? [String: Any])
         XCTAssertTrue(healedDoc["last_error"] is NSNull, healed.stdout)
     }
 
 
     func testAnUnavailableAccountRecoversByItself() throws {
-        let dir = try TempDirectory()
-        try makeConfig(dir)
-        try run(dir, ["--store", "a", "mode", "cloud"])
+        let p = try E2EProject()
+        try makeConfig(p)
+        try p.run(["--store", "a", "mode", "cloud"])
         // b signs in as bob, a member whom an owner disables, then lets back in.
-        let yaml = try dir.read("config.yaml")
+        let yaml = try p.dir.read("config.yaml")
         let bStart = try XCTUnwrap(yaml.range(of: "  b:\n"))
-        try dir.write("config.yaml", String(yaml[..<bStart.lowerBound])
+        try p.dir.write("config.yaml", String(yaml[..<bStart.lowerBound])
             + yaml[bStart.lowerBound...].replacingOccurrences(of: "account: demo", with: "account: bob"))
-        try run(dir, ["--store", "a", "account", "add", "bob", "--secret-env", "BOB_SECRET"],
+        try p.run(["--store", "a", "account", "add", "bob", "--secret-env", "BOB_SECRET"],
                 env: ["BOB_SECRET": "bob-secret"])
         let env = ["STORECTL_SECRET": "bob-secret"]
-        try run(dir, ["--store", "b", "mode", "cloud"], env: env)
-        let b = try watch(dir, ["--store", "b", "--json", "--max-backoff", "2"], env: env)
+        try p.run(["--store", "b", "mode", "cloud"], env: env)
+        let b = try watch(p, ["--store", "b", "--json", "--max-backoff", "2"], env: env)
         XCTAssertTrue(b.wait(upTo: 10) { b.stderr.contains("in cloud mode: syncing") })
-        try run(dir, ["--store", "a", "account", "disable", "bob"])
+        try p.run(["--store", "a", "account", "disable", "bob"])
         let retry = b.waitForEvent(upTo: 20) { $0["type"] as? String == "retry" }
         XCTAssertNotNil(retry, b.transcript)
         XCTAssertEqual(retry?["code"] as? Int, 69, b.transcript)
         XCTAssertTrue(b.isRunning)
-        _ = try sql(dir, "a", "INSERT INTO notes(uuid) VALUES ('while bob was out')")
-        try run(dir, ["--store", "a", "sync"])
-        XCTAssertEqual(try notes(dir, "b"), "")
+        _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('while bob was out')")
+        try p.run(["--store", "a", "sync"])
+        XCTAssertEqual(try notes(p, "b"), "")
         // The owner lets bob back in (as a new account of the same name is not allowed, through the file itself).
-        _ = try Binary.run("/usr/bin/sqlite3", [dir.file("cloud/shared.container"),
-                                                "UPDATE accounts SET disabled = 0 WHERE id = 'bob'"], in: dir.path)
-        XCTAssertTrue(try eventually(20) { try notes(dir, "b") == "while bob was out|\n" }, b.transcript)
+        _ = try Binary.run("/usr/bin/sqlite3", [p.dir.file("cloud/shared.container"),
+                                                "UPDATE accounts SET disabled = 0 WHERE id = 'bob'"], in: p.dir.path)
+        XCTAssertTrue(try eventually(20) { try notes(p, "b") == "while bob was out|\n" }, b.transcript)
     }
 }
 

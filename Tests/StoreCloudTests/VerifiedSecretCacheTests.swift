@@ -64,16 +64,14 @@ final class VerifiedSecretCacheTests: XCTestCase {
     }
 
     func testTheCacheFollowsTheEnvironment() {
-        let saved = ProcessInfo.processInfo.environment
-        defer {
-            for name in ["STORECTL_CREDENTIAL_CACHE", "XDG_CACHE_HOME"] {
-                if let value = saved[name] { setenv(name, value, 1) } else { unsetenv(name) }
-            }
-        }
-        setenv("XDG_CACHE_HOME", "/tmp/xdg-cache-test", 1)
-        unsetenv("STORECTL_CREDENTIAL_CACHE")
-        XCTAssertEqual(VerifiedSecretCache.forCurrentUser()?.path, "/tmp/xdg-cache-test/storectl/verified-secrets")
-        setenv("STORECTL_CREDENTIAL_CACHE", "off", 1)
-        XCTAssertNil(VerifiedSecretCache.forCurrentUser())
+        // The environment is the caller's (the CLI passes the one it was started with), never read here.
+        var environment = ["XDG_CACHE_HOME": "/tmp/xdg-cache-test", "HOME": "/home/someone"]
+        XCTAssertEqual(VerifiedSecretCache.forUser(environment: environment)?.path,
+                       "/tmp/xdg-cache-test/storectl/verified-secrets")
+        environment["STORECTL_CREDENTIAL_CACHE"] = "off"
+        XCTAssertNil(VerifiedSecretCache.forUser(environment: environment))
+        XCTAssertEqual(VerifiedSecretCache.forUser(environment: ["HOME": "/home/someone"])?.path,
+                       "/home/someone/.cache/storectl/verified-secrets")
+        XCTAssertNil(VerifiedSecretCache.forUser(environment: [:]), "no home folder, no cache")
     }
 }

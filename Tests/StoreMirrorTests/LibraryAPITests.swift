@@ -26,7 +26,7 @@ final class LibraryAPITests: XCTestCase {
                   secret: demo-secret
             """)
         let config = try ConfigLoader.load(path: dir.file("config.yaml"), environment: [:])
-        let store = try StoreHandle(config: config, storeName: "notes")
+        let store = try StoreHandle(config: config, storeName: "notes", environment: [:])
         try store.ensureInitialized()
 
         let tracker = try store.historyTracker()

@@ -81,18 +81,6 @@ final class ConnectionTests: XCTestCase {
         XCTAssertEqual(try dir.read("junk.sqlite"), String(repeating: "this is not sqlite\n", count: 100))
     }
 
-    func testDatabaseQueueSerializesConcurrentWriters() throws {
-        let dir = try TempDirectory()
-        let queue = try DatabaseQueue(path: dir.file("q.sqlite"))
-        try queue.write { db in try db.execute("CREATE TABLE t(x)") }
-        DispatchQueue.concurrentPerform(iterations: 8) { i in
-            for j in 0..<50 {
-                try? queue.write { db in try db.run("INSERT INTO t VALUES (?)", [i * 100 + j]) }
-            }
-        }
-        XCTAssertEqual(try queue.read { db in try db.scalar("SELECT count(*) FROM t")?.int64 }, 400)
-    }
-
     func testQuotedIdentifiersStopInjection() throws {
         let dir = try TempDirectory()
         let db = try Connection(path: dir.file("a.sqlite"))

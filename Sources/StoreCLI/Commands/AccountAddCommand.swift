@@ -43,7 +43,7 @@ struct AccountAddCommand: Command {
         }
         let secret = try readSecret(args, context, for: id)
         let (_, cloud) = try context.cloudSettings()
-        let admin = try administration(cloud)
+        let admin = try administration(cloud, context)
         try admin.addAccount(id: id, secret: secret, role: role)
         if context.global.json {
             context.console.json(Output(container: cloud.container, account: id, role: role.rawValue, added: true))
@@ -77,8 +77,8 @@ struct AccountAddCommand: Command {
 }
 
 /// The container's account administration, or an error for a backend that keeps accounts elsewhere.
-func administration(_ cloud: CloudSettings) throws -> any CloudAccountAdministration {
-    let db = try CloudConnector.open(settings: cloud, createIfMissing: false)
+func administration(_ cloud: CloudSettings, _ context: CommandContext) throws -> any CloudAccountAdministration {
+    let db = try CloudConnector.open(settings: cloud, environment: context.environment, createIfMissing: false)
     guard let admin = db as? any CloudAccountAdministration else {
         throw StoreError(.unavailable, "container '\(cloud.container)' does not manage its own accounts",
                          hint: "a PostgreSQL container's accounts are PostgreSQL roles; see 'storectl cloud init "

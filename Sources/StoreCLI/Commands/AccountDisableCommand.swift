@@ -41,7 +41,7 @@ extension AccountChangeCommand {
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         let id = args.positionals[0]
         let (_, cloud) = try context.cloudSettings()
-        try apply(try administration(cloud), id: id)
+        try apply(try administration(cloud, context), id: id)
         if context.global.json {
             context.console.json(AccountChangeOutput(container: cloud.container, account: id, action: done))
         } else {

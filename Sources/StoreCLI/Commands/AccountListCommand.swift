@@ -28,7 +28,7 @@ struct AccountListCommand: Command {
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         let (_, cloud) = try context.cloudSettings()
-        let accounts = try administration(cloud).listAccounts().map {
+        let accounts = try administration(cloud, context).listAccounts().map {
             Entry(id: $0.id, role: $0.role, disabled: $0.disabled, createdAt: isoTime($0.createdAt))
         }
         if context.global.json {

@@ -45,7 +45,7 @@ struct AccountStatusCommand: Command {
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         let (store, cloud) = try context.cloudSettings()
-        let report = CloudConnector.accountStatus(settings: cloud)
+        let report = CloudConnector.accountStatus(settings: cloud, environment: context.environment)
         let url = CloudConnector.redacted(cloud.url)
         if context.global.json {
             context.console.json(Output(store: store.name, container: cloud.container, url: url,

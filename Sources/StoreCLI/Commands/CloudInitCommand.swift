@@ -56,7 +56,7 @@ struct CloudInitCommand: Command {
                 }
                 return .ok
             }
-            let sql = try CloudConnector.grantSQL(settings: cloud) ?? ""
+            let sql = try CloudConnector.grantSQL(settings: cloud, environment: context.environment) ?? ""
             if context.global.json {
                 context.console.json(["grants": sql.split(separator: "\n").map(String.init)])
             } else {
@@ -64,7 +64,7 @@ struct CloudInitCommand: Command {
             }
             return .ok
         }
-        let (db, created) = try CloudConnector.initialize(settings: cloud)
+        let (db, created) = try CloudConnector.initialize(settings: cloud, environment: context.environment)
         let status = db.accountStatus()
         let isPostgres: Bool
         if case .postgres = backend { isPostgres = true } else { isPostgres = false }

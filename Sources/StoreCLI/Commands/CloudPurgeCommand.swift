@@ -35,7 +35,7 @@ struct CloudPurgeCommand: Command {
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         let (_, cloud) = try context.cloudSettings()
-        let db = try CloudConnector.open(settings: cloud, createIfMissing: false)
+        let db = try CloudConnector.open(settings: cloud, environment: context.environment, createIfMissing: false)
         guard let zone = try db.zoneInfo(cloud.zone) else {
             if context.global.json {
                 context.console.json(Output(container: cloud.container, zone: cloud.zone, purged: false, records: 0))

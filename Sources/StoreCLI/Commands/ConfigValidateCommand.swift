@@ -31,7 +31,7 @@ struct ConfigValidateCommand: Command {
         ConfigCommand.printWarnings(config, context)
         // Where a store file exists, the columns entities: names are checked against it too (read-only).
         for store in config.stores {
-            let handle = try StoreHandle(config: config, storeName: store.name)
+            let handle = try StoreHandle(config: config, storeName: store.name, environment: context.environment)
             handle.readOnly = true
             do {
                 try handle.checkEntityColumns()

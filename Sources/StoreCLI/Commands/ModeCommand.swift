@@ -36,7 +36,6 @@ struct ModeCommand: Command {
         OptionSpec("dry-run", short: "n", help: "Print the plan; change nothing."),
         OptionSpec("no-sync", help: "mode cloud: switch without the first export and import."),
         OptionSpec("no-final-sync", help: "mode local: switch without the final export."),
-        OptionSpec("yes", short: "y", help: "Answer yes to confirmations."),
         OptionSpec("rebind", help: "Bind the store to the configured account even if it is bound to another."),
         OptionSpec("accept-owner", value: "ROLE",
                    help: "PostgreSQL: bind to a container owned by ROLE, another role than the configured one."),
