@@ -158,33 +158,19 @@ final class CloudSchemaTests: XCTestCase {
     }
 
     func testCkdbJSONAndSQLOfAStore() throws {
-        let dir = try TempDirectory()
-        try dir.write("config.yaml", """
-            version: 1
-            stores:
-              notes:
-                path: notes.sqlite
-                schema: schema.sql
-                entities:
-                  notes:
-                    unique: [uuid]
-                  tags: {}
-                  "odd name": {}
-                cloud:
-                  container: iCloud.com.example.notes
-                  url: file:cloud.container
-                  account: demo
-                  secret: ${S:-demo-secret}
-            """)
-        try dir.write("schema.sql", """
+        let p = try E2EProject()
+        let entities = ["entities:", "  notes:", "    unique: [uuid]", "  tags: {}", "  \"odd name\": {}"]
+        let cloud = E2EProject.Cloud(container: "iCloud.com.example.notes", url: "file:cloud.container",
+                                     secret: "${S:-demo-secret}", createIfMissing: false)
+        try p.writeConfig([E2EProject.Store("notes", before: entities, cloud: cloud)])
+        try p.writeSchema("""
             CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title VARCHAR(80), body BLOB,
                                score REAL, due DATE, anything);
             CREATE TABLE tags(name TEXT PRIMARY KEY, note_id INTEGER REFERENCES notes(id));
             CREATE TABLE "odd name"(k TEXT, n INTEGER, PRIMARY KEY (k, n));
             """)
-        XCTAssertEqual(try Binary.storectl(["init"], in: dir.path).status, 0)
-        let ckdb = try Binary.storectl(["cloud", "schema"], in: dir.path)
-        XCTAssertEqual(ckdb.status, 0, "\(ckdb)")
+        try p.run(["init"])
+        let ckdb = try p.run(["cloud", "schema"])
         var checker = Checker(ckdb.stdout)
         XCTAssertNoThrow(try checker.check(), ckdb.stdout)
         XCTAssertEqual(checker.types["notes"], [
@@ -200,7 +186,7 @@ final class CloudSchemaTests: XCTestCase {
         // The surrogate key never travels, so it is no field.
         XCTAssertNil(checker.types["notes"]?["id"])
 
-        let json = try Binary.storectl(["cloud", "schema", "--format", "json"], in: dir.path)
+        let json = try p.run(["cloud", "schema", "--format", "json"])
         let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
         XCTAssertEqual(doc["version"] as? Int, 1)
         let types = try XCTUnwrap(doc["record_types"] as? [[String: Any]])
@@ -212,12 +198,12 @@ final class CloudSchemaTests: XCTestCase {
         XCTAssertEqual(notes["record_name"] as? String, "surrogate")
         XCTAssertEqual(notes["unique"] as? [[String]], [["uuid"]])
 
-        let sql = try Binary.storectl(["cloud", "schema", "--format", "sql"], in: dir.path)
-        XCTAssertEqual(sql.status, 0)
+        let sql = try p.run(["cloud", "schema", "--format", "sql"])
         XCTAssertTrue(sql.stdout.contains("CREATE TABLE records("), sql.stdout)
         // The DDL is the container's: it makes a working container in sqlite3.
-        let made = try Binary.run("/usr/bin/sqlite3", [dir.file("made.db")], in: dir.path, stdin: sql.stdout)
+        let made = try Binary.run("/usr/bin/sqlite3", [p.dir.file("made.db")], in: p.dir.path, stdin: sql.stdout)
         XCTAssertEqual(made.status, 0, "\(made)")
-        XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("cloud.container")), "schema created a container")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: p.dir.file("cloud.container")),
+                       "schema created a container")
     }
 }

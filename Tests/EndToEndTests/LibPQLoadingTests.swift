@@ -6,27 +6,16 @@ import XCTest
 final class LibPQLoadingTests: XCTestCase {
     private let missing = "/nonexistent/storectl-test/libpq.so.5"
 
-    private func writeConfig(_ dir: TempDirectory, url: String) throws {
-        try dir.write("config.yaml", """
-            version: 1
-            stores:
-              notes:
-                path: data/notes.sqlite
-                schema: schema.sql
-                cloud:
-                  container: iCloud.com.example.notes
-                  url: \(url)
-                  create_if_missing: true
-                  account: alice
-                  secret: ${ALICE_SECRET}
-
-            """)
-        try dir.write("schema.sql", "CREATE TABLE notes(id INTEGER PRIMARY KEY, title TEXT);\n")
-    }
-
-    private func run(_ args: [String], in dir: TempDirectory) throws -> ProcessResult {
-        try Binary.storectl(args, in: dir.path, environment: ["STORECTL_LIBPQ": missing,
-                                                              "ALICE_SECRET": "s3cret-for-libpq-tests"])
+    /// One store `notes` whose cloud is `url`, in a project whose commands run with libpq pointed at a file that
+    /// does not exist.
+    private func project(url: String) throws -> E2EProject {
+        let p = try E2EProject()
+        p.environment = ["STORECTL_LIBPQ": missing, "ALICE_SECRET": "s3cret-for-libpq-tests"]
+        try p.writeConfig([E2EProject.Store("notes", path: "data/notes.sqlite",
+                                            cloud: E2EProject.Cloud(container: "iCloud.com.example.notes", url: url,
+                                                                    account: "alice", secret: "${ALICE_SECRET}"))])
+        try p.writeSchema("CREATE TABLE notes(id INTEGER PRIMARY KEY, title TEXT);\n")
+        return p
     }
 
     func testTheBinaryDoesNotLinkLibPQ() throws {
@@ -38,21 +27,18 @@ final class LibPQLoadingTests: XCTestCase {
     }
 
     func testAMissingLibPQStopsAPostgresCommandWithExit69() throws {
-        let dir = try TempDirectory()
-        try writeConfig(dir, url: "postgres://alice@localhost/notes")
+        let p = try project(url: "postgres://alice@localhost/notes")
         let summary = "error: cannot load the PostgreSQL client library \(missing), which postgres:// cloud URLs need: "
         let hint = "hint: install libpq 14 or later (Debian/Ubuntu: apt-get install libpq5, or libpq-dev; macOS: brew "
             + "install libpq), or set STORECTL_LIBPQ to the library's path\n"
 
-        let initResult = try run(["cloud", "init"], in: dir)
-        XCTAssertEqual(initResult.status, 69, "\(initResult)")
+        let initResult = try p.run(["cloud", "init"], expect: 69)
         XCTAssertTrue(initResult.stderr.hasPrefix(summary + missing + ": cannot open shared object file"),
                       initResult.stderr)
         XCTAssertTrue(initResult.stderr.hasSuffix("\n" + hint), initResult.stderr)
         XCTAssertEqual(initResult.stdout, "")
 
-        let status = try run(["account", "status", "--json"], in: dir)
-        XCTAssertEqual(status.status, 69, "\(status)")
+        let status = try p.run(["account", "status", "--json"], expect: 69)
         let json = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any] ?? [:]
         XCTAssertEqual(json["status"] as? String, "couldNotDetermine")
         let reason = json["reason"] as? String ?? ""
@@ -60,22 +46,17 @@ final class LibPQLoadingTests: XCTestCase {
         XCTAssertTrue(reason.contains("apt-get install libpq5"), reason)
 
         // mode cloud refuses before anything changes.
-        let mode = try run(["mode", "cloud"], in: dir)
-        XCTAssertEqual(mode.status, 69, "\(mode)")
+        let mode = try p.run(["mode", "cloud"], expect: 69)
         XCTAssertTrue(mode.stderr.contains("cannot load the PostgreSQL client library \(missing)"), mode.stderr)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("data/notes.sqlite")))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: p.dir.file("data/notes.sqlite")))
     }
 
     func testCommandsWithoutPostgresNeverLoadIt() throws {
-        let dir = try TempDirectory()
-        try writeConfig(dir, url: "file:cloud/notes.container")
-        let version = try run(["--version"], in: dir)
-        XCTAssertEqual(version.status, 0, "\(version)")
+        let p = try project(url: "file:cloud/notes.container")
+        let version = try p.run(["--version"])
         XCTAssertEqual(version.stdout, "storectl 0.1.0\n")
-        let mode = try run(["mode", "cloud"], in: dir)
-        XCTAssertEqual(mode.status, 0, "\(mode)")
-        let status = try run(["status", "--json"], in: dir)
-        XCTAssertEqual(status.status, 0, "\(status)")
+        try p.run(["mode", "cloud"])
+        let status = try p.run(["status", "--json"])
         XCTAssertFalse(status.stdout.contains("libpq") || status.stderr.contains("libpq"), "\(status)")
     }
 }

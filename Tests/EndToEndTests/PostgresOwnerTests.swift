@@ -34,20 +34,13 @@ final class PostgresOwnerTests: XCTestCase {
         return r
     }
 
-    func writeConfig(_ dir: TempDirectory, _ s: Server, role: String, container: String) throws {
+    /// One store `notes` on the container `container` of the test server, signing in as `role` (no secret: the
+    /// server trusts its unix socket).
+    func writeConfig(_ p: E2EProject, _ s: Server, role: String, container: String) throws {
         let port = s.port.map { " port=\($0)" } ?? ""
-        try dir.write("config.yaml", """
-            version: 1
-            stores:
-              notes:
-                path: notes.sqlite
-                schema: schema.sql
-                cloud:
-                  container: \(container)
-                  url: "host=\(s.socket)\(port) dbname=postgres"
-                  account: \(role)
-
-            """)
+        let cloud = E2EProject.Cloud(container: container, url: "\"host=\(s.socket)\(port) dbname=postgres\"",
+                                     account: role, secret: nil, createIfMissing: false)
+        try p.writeConfig([E2EProject.Store("notes", cloud: cloud)])
     }
 
     func testAContainerCreatedByAnotherRoleNeedsAnExplicitChoice() throws {
@@ -62,43 +55,33 @@ final class PostgresOwnerTests: XCTestCase {
         }
         try psql(s, "CREATE ROLE \(squatter) LOGIN; GRANT CREATE ON DATABASE postgres TO \(squatter); "
                  + "CREATE ROLE \(user) LOGIN; CREATE ROLE \(plain) LOGIN")
-        let dir = try TempDirectory("storectl-owner")
-        try dir.write("schema.sql", "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, title TEXT);")
+        let p = try E2EProject(label: "storectl-owner")
+        try p.writeSchema("CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, title TEXT);")
         // A role without CREATE cannot create the container, and is told what would let it.
-        try writeConfig(dir, s, role: plain, container: container)
-        let refused = try Binary.storectl(["cloud", "init"], in: dir.path, environment: ["PGUSER": plain])
-        XCTAssertEqual(refused.status, 77, "\(refused)")
+        try writeConfig(p, s, role: plain, container: container)
+        let refused = try p.run(["cloud", "init"], expect: 77, env: ["PGUSER": plain])
         XCTAssertTrue(refused.stderr.contains("GRANT CREATE ON DATABASE"), refused.stderr)
         // The squatter creates the container id first, and says it owns it.
-        try writeConfig(dir, s, role: squatter, container: container)
-        let created = try Binary.storectl(["cloud", "init"], in: dir.path, environment: ["PGUSER": squatter])
-        XCTAssertEqual(created.status, 0, "\(created)")
+        try writeConfig(p, s, role: squatter, container: container)
+        let created = try p.run(["cloud", "init"], env: ["PGUSER": squatter])
         XCTAssertTrue(created.stdout.contains("role '\(squatter)' owns it"), created.stdout)
         XCTAssertFalse(created.stdout.contains("with no account"), created.stdout)
         XCTAssertFalse(created.stderr.contains("account add"), created.stderr)
-        let grants = try Binary.storectl(["cloud", "init", "--print-grants"], in: dir.path,
-                                         environment: ["PGUSER": squatter])
+        let grants = try p.run(["cloud", "init", "--print-grants"], env: ["PGUSER": squatter])
         try psql(s, grants.stdout.replacingOccurrences(of: squatter, with: user))
         // The user, granted on it, is told who owns it, and must choose.
-        try writeConfig(dir, s, role: user, container: container)
+        try writeConfig(p, s, role: user, container: container)
         let env = ["PGUSER": user]
-        let status = try Binary.storectl(["--json", "account", "status"], in: dir.path, environment: env)
-        XCTAssertEqual(status.status, 0, "\(status)")
+        let status = try p.run(["--json", "account", "status"], env: env)
         XCTAssertTrue(status.stdout.contains("\"owner\" : \"\(squatter)\""), status.stdout)
-        let asked = try Binary.storectl(["mode", "cloud"], in: dir.path, environment: env)
-        XCTAssertEqual(asked.status, 78, "\(asked)")
+        let asked = try p.run(["mode", "cloud"], expect: 78, env: env)
         XCTAssertTrue(asked.stderr.contains("is owned by role \(squatter), not by the configured role \(user)"),
                       asked.stderr)
         XCTAssertTrue(asked.stderr.contains("--accept-owner \(squatter)"), asked.stderr)
-        XCTAssertFalse(try dir.read("config.yaml").contains("mode: cloud"))
-        let wrong = try Binary.storectl(["mode", "cloud", "--accept-owner", "someone_else"], in: dir.path,
-                                        environment: env)
-        XCTAssertEqual(wrong.status, 78, "\(wrong)")
-        let accepted = try Binary.storectl(["mode", "cloud", "--accept-owner", squatter], in: dir.path,
-                                           environment: env)
-        XCTAssertEqual(accepted.status, 0, "\(accepted)")
+        XCTAssertFalse(try p.dir.read("config.yaml").contains("mode: cloud"))
+        try p.run(["mode", "cloud", "--accept-owner", "someone_else"], expect: 78, env: env)
+        try p.run(["mode", "cloud", "--accept-owner", squatter], env: env)
         // Accepted once: later syncs need no flag.
-        let sync = try Binary.storectl(["sync"], in: dir.path, environment: env)
-        XCTAssertEqual(sync.status, 0, "\(sync)")
+        try p.run(["sync"], env: env)
     }
 }

@@ -13,42 +13,30 @@ final class PostgresProcessConcurrencyTests: XCTestCase {
             }
             throw XCTSkip("no PostgreSQL server (set STORECTL_TEST_PG_URL)")
         }
-        let dir = try TempDirectory()
+        let project = try E2EProject()
         let container = "iCloud.com.example.procs" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
-        try dir.write("schema.sql", "CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, writer TEXT);")
+        try project.writeSchema("CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, "
+                                + "writer TEXT);")
         let names = ["w1", "w2", "w3", "w4", "reader"]
-        var yaml = "version: 1\nstores:\n"
+        let cloud = E2EProject.Cloud(container: container, url: url, account: env["PGUSER"] ?? "postgres",
+                                     secret: "${PGSECRET:-unused}", createIfMissing: false)
+        try project.writeConfig(names.map { E2EProject.Store($0, cloud: cloud) })
+        try project.run(["--store", "w1", "cloud", "init"])
         for name in names {
-            yaml += """
-                  \(name):
-                    path: \(name).sqlite
-                    schema: schema.sql
-                    cloud:
-                      container: \(container)
-                      url: \(url)
-                      account: \(env["PGUSER"] ?? "postgres")
-                      secret: ${PGSECRET:-unused}
-
-                """
-        }
-        try dir.write("config.yaml", yaml)
-        XCTAssertEqual(try Binary.storectl(["--store", "w1", "cloud", "init"], in: dir.path).status, 0)
-        for name in names {
-            let r = try Binary.storectl(["--store", name, "mode", "cloud"], in: dir.path)
-            XCTAssertEqual(r.status, 0, "\(r)")
+            try project.run(["--store", name, "mode", "cloud"])
         }
         let perWriter = 300
         for name in names.prefix(4) {
             let insert = "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < \(perWriter)) "
                 + "INSERT INTO items(uuid, writer) SELECT '\(name)-' || i, '\(name)' FROM c"
-            XCTAssertEqual(try Binary.run("/usr/bin/sqlite3", [dir.file("\(name).sqlite"), insert], in: dir.path).status, 0)
+            try project.sql(name, insert)
         }
         // Small batches, so that the four processes' saves interleave.
         let writers = names.prefix(4).map { name -> Process in
             let p = Process()
             p.executableURL = URL(fileURLWithPath: Binary.storectl)
             p.arguments = ["--store", name, "--quiet", "sync"]
-            p.currentDirectoryURL = URL(fileURLWithPath: dir.path)
+            p.currentDirectoryURL = URL(fileURLWithPath: project.dir.path)
             p.environment = ["PATH": env["PATH"] ?? "/usr/bin:/bin", "STORECTL_BATCH_SIZE": "7"]
             p.standardOutput = FileHandle.nullDevice
             return p
@@ -57,8 +45,7 @@ final class PostgresProcessConcurrencyTests: XCTestCase {
         var applied = 0
         var rounds = 0
         func readerSync() throws {
-            let r = try Binary.storectl(["--store", "reader", "--json", "sync"], in: dir.path)
-            XCTAssertEqual(r.status, 0, "\(r)")
+            let r = try project.run(["--store", "reader", "--json", "sync"])
             let json = try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any]
             applied += ((json?["imported"] as? [String: Any])?["applied"] as? Int) ?? 0
             rounds += 1
@@ -71,8 +58,7 @@ final class PostgresProcessConcurrencyTests: XCTestCase {
         try readerSync()
         XCTAssertGreaterThan(rounds, 1)
         XCTAssertEqual(applied, 4 * perWriter, "every record applied exactly once over \(rounds) rounds")
-        let rows = try Binary.run("/usr/bin/sqlite3", [dir.file("reader.sqlite"), "SELECT count(*), count(DISTINCT uuid) FROM items"],
-                                  in: dir.path)
-        XCTAssertEqual(rows.stdout, "\(4 * perWriter)|\(4 * perWriter)\n")
+        XCTAssertEqual(try project.sql("reader", "SELECT count(*), count(DISTINCT uuid) FROM items"),
+                       "\(4 * perWriter)|\(4 * perWriter)\n")
     }
 }
