@@ -62,6 +62,10 @@ final class LibPQ: @unchecked Sendable {
     let PQexitPipelineMode: @convention(c) (OpaquePointer?) -> Int32
     let PQpipelineSync: @convention(c) (OpaquePointer?) -> Int32
 
+    // COPY FROM STDIN: conn, buffer, nbytes; conn, errormsg (NULL: end normally).
+    let PQputCopyData: @convention(c) (OpaquePointer?, UnsafePointer<CChar>?, Int32) -> Int32
+    let PQputCopyEnd: @convention(c) (OpaquePointer?, UnsafePointer<CChar>?) -> Int32
+
     // Results.
     let PQclear: @convention(c) (OpaquePointer?) -> Void
     let PQresultStatus: @convention(c) (OpaquePointer?) -> ExecStatusType
@@ -128,6 +132,8 @@ final class LibPQ: @unchecked Sendable {
         PQenterPipelineMode = try symbol("PQenterPipelineMode")
         PQexitPipelineMode = try symbol("PQexitPipelineMode")
         PQpipelineSync = try symbol("PQpipelineSync")
+        PQputCopyData = try symbol("PQputCopyData")
+        PQputCopyEnd = try symbol("PQputCopyEnd")
         PQclear = try symbol("PQclear")
         PQresultStatus = try symbol("PQresultStatus")
         PQresultErrorField = try symbol("PQresultErrorField")

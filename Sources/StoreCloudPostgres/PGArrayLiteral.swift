@@ -57,3 +57,45 @@ extension PGConnInfo {
         return String(decoding: out, as: UTF8.self)
     }
 }
+
+extension PGConnInfo {
+    /// Rows in the text format of `COPY ... FROM STDIN`: columns separated by a tab, rows ended by a newline,
+    /// and in a value a backslash, tab, newline or carriage return escaped with a backslash ("Backslash
+    /// characters (\\) can be used in the COPY data to quote data characters that might otherwise be taken as
+    /// row or column delimiters"); a nil value is `\N` (NULL). Nil when a value holds a NUL byte, which no
+    /// PostgreSQL text can.
+    static func copyText(_ rows: [[String?]]) -> [UInt8]? {
+        var out: [UInt8] = []
+        out.reserveCapacity(rows.reduce(0) { $0 + $1.reduce(0) { $0 + ($1?.utf8.count ?? 2) + 1 } + 1 })
+        let backslash = UInt8(ascii: "\\"), tab = UInt8(ascii: "\t"), newline = UInt8(ascii: "\n"),
+            carriageReturn = UInt8(ascii: "\r")
+        for row in rows {
+            for (index, field) in row.enumerated() {
+                if index > 0 { out.append(tab) }
+                guard var value = field else {
+                    out.append(contentsOf: [backslash, UInt8(ascii: "N")])
+                    continue
+                }
+                let ok = value.withUTF8 { bytes -> Bool in
+                    var start = 0
+                    for position in 0..<bytes.count {
+                        let byte = bytes[position]
+                        guard byte == backslash || byte == tab || byte == newline || byte == carriageReturn
+                                || byte == 0 else { continue }
+                        if byte == 0 { return false }
+                        out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<position]))
+                        out.append(backslash)
+                        out.append(byte == tab ? UInt8(ascii: "t") : byte == newline ? UInt8(ascii: "n")
+                                   : byte == carriageReturn ? UInt8(ascii: "r") : backslash)
+                        start = position + 1
+                    }
+                    out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start...]))
+                    return true
+                }
+                if !ok { return nil }
+            }
+            out.append(newline)
+        }
+        return out
+    }
+}

@@ -267,6 +267,42 @@ final class PGConnection {
         return results
     }
 
+    /// Runs `COPY ... FROM STDIN` (`sql`) with `data`, rows in COPY's text format.
+    ///
+    /// "PQexec ... returns PGRES_COPY_IN"; then "PQputCopyData ... Transmits the COPY data in the specified buffer
+    /// ... The result is 1 if the data was queued"; "PQputCopyEnd ... Sends end-of-data indication to the server
+    /// during COPY_IN state"; "After successfully calling PQputCopyEnd, call PQgetResult to obtain the final
+    /// result status of the COPY command."
+    /// - Throws: `PGError` (a malformed row among them: nothing of it is kept, the statement failed).
+    func copyIn(_ sql: String, _ data: [UInt8]) throws {
+        guard let raw = pq.PQexecParams(handle, sql, 0, nil, nil, nil, nil, 0) else { throw lostError(sql: sql) }
+        let start = PGResult(raw, pq)
+        guard start.status == PGRES_COPY_IN else { throw start.error(sql: sql, connectionLost: !isHealthy) }
+        let chunk = 1 << 20
+        var offset = 0
+        while offset < data.count {
+            let count = min(chunk, data.count - offset)
+            let sent = data.withUnsafeBufferPointer { bytes in
+                bytes.baseAddress.map { base in
+                    (base + offset).withMemoryRebound(to: CChar.self, capacity: count) {
+                        pq.PQputCopyData(handle, $0, Int32(count))
+                    }
+                } ?? 1
+            }
+            guard sent == 1 else { throw lostError(sql: sql) }
+            offset += count
+        }
+        guard pq.PQputCopyEnd(handle, nil) == 1 else { throw lostError(sql: sql) }
+        var failure: PGError?
+        while let next = pq.PQgetResult(handle) {
+            let result = PGResult(next, pq)
+            if result.status != PGRES_COMMAND_OK && failure == nil {
+                failure = result.error(sql: sql, connectionLost: !isHealthy)
+            }
+        }
+        if let failure { throw failure }
+    }
+
     /// Runs `body` in a transaction: BEGIN (READ COMMITTED), COMMIT; a throw rolls back and rethrows.
     /// - Throws: what `body` throws, or `PGError`.
     func transaction<T>(_ body: () throws -> T) throws -> T {

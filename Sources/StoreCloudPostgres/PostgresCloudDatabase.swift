@@ -541,7 +541,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
     ///    the batch expects a tag (a first export), a plain `INSERT` (`saveNew`): no lookups; a record that exists
     ///    after all makes it fail with a unique violation, and the batch is sent again the general way. Otherwise
     ///    one statement (`saveConditionally`) looks each record up by its key, inserts the new ones, updates the
-    ///    matching ones in place, raises `last_seq`, and returns the conflicts only.
+    ///    matching ones in place, raises `last_seq`, and returns the conflicts only. A batch of `copyThreshold`
+    ///    records or more goes instead through `COPY` into a temporary table, in the same transaction and before
+    ///    the lock (`withCopiedBatch`), and the same statements read it from there.
     ///
     /// The k-th record written gets seq `last_seq + k` and the tag `changeTag(seq:epoch:)`, so the client knows
     /// both from the lock's row, and only conflicts travel back.
@@ -553,33 +555,54 @@ public final class PostgresCloudDatabase: CloudDatabase {
     {
         if saves.isEmpty { return [] }
         try CloudContract.checkBatch(saves, zone: zone, device: device)
-        let names = PGConnInfo.textArrayLiteral(saves.map { $0.recordName })
-        let types = PGConnInfo.textArrayLiteral(saves.map { $0.recordType })
-        // The fields go as one text, split on the server. A value the split would not give back (empty, or with a
-        // control character) is no JSON object anyway.
-        guard let fields = PGConnInfo.separatedText(saves.map { $0.deleted ? RecordSave.tombstoneFields($0.fields) : $0.fields }) else {
-            let bad = saves.first { !$0.deleted && ($0.fields.isEmpty || $0.fields.utf8.contains(0x1e)) }
+        let texts = saves.map { $0.deleted ? RecordSave.tombstoneFields($0.fields) : $0.fields }
+        // The fields go as one text split on the server, or as COPY rows. A value the split would not give back
+        // (empty, or with a control character) is no JSON object anyway; both paths refuse it the same way.
+        if let bad = texts.indices.first(where: {
+            texts[$0].isEmpty || texts[$0].utf8.contains(PGConnInfo.recordSeparator)
+        }) {
             throw CloudError(.invalid, "cannot save \(saves.count) records to zone \(zone): the fields of record "
-                + "\(bad?.recordName ?? "?") are not a JSON object (empty, or a control character outside a "
+                + "\(saves[bad].recordName) are not a JSON object (empty, or a control character outside a "
                 + "string); nothing of the batch was saved",
                 hint: "fields must be JSON object text, e.g. {\"title\":\"hi\"}")
         }
-        let deleted = PGConnInfo.boolArray(saves.map { $0.deleted })
         let what = "cannot save \(saves.count) records to zone \(zone) of \(container)"
+        // The batch as arrays, for the statements that take it so (built only when one of them runs).
+        func arrays() -> BatchSource {
+            .arrays([PGConnInfo.textArrayLiteral(saves.map { $0.recordName }),
+                     PGConnInfo.textArrayLiteral(saves.map { $0.recordType }), PGConnInfo.separatedText(texts) ?? "",
+                     PGConnInfo.boolArray(saves.map { $0.deleted }),
+                     PGConnInfo.textArrayLiteral(saves.map { $0.expectedTag })])
+        }
+        // A large batch goes through COPY, unless a value holds a NUL byte (COPY's text format cannot carry it;
+        // the arrays path reports it).
+        let copyRows = saves.count < Self.copyThreshold ? nil : PGConnInfo.copyText(saves.indices.map { k in
+            [String(k + 1), saves[k].recordName, saves[k].recordType, texts[k], saves[k].deleted ? "t" : "f",
+             saves[k].expectedTag]
+        })
         if saves.allSatisfy({ $0.expectedTag == nil }) {
             let inserted = try run(what) { c -> [SaveOutcome]? in
                 do {
-                    return try saveNew(c, zone: zone, count: saves.count, names, types, fields, deleted, device,
-                                       mark)
+                    if let copyRows {
+                        return try withCopiedBatch(c, copyRows) {
+                            try saveNew(c, zone: zone, count: saves.count, from: .copied, device: device, mark: mark)
+                        }
+                    }
+                    return try saveNew(c, zone: zone, count: saves.count, from: arrays(), device: device,
+                                       mark: mark)
                 } catch let error as PGError where error.sqlState == "23505" {
                     return nil  // a record exists after all; rolled back, nothing was saved
                 }
             }
             if let inserted { return inserted }
         }
-        let expected = PGConnInfo.textArrayLiteral(saves.map { $0.expectedTag })
         return try run(what) { c in
-            try saveConditionally(c, zone: zone, saves, names, types, fields, deleted, expected, device, mark)
+            if let copyRows {
+                return try withCopiedBatch(c, copyRows) {
+                    try saveConditionally(c, zone: zone, saves, from: .copied, device: device, mark: mark)
+                }
+            }
+            return try saveConditionally(c, zone: zone, saves, from: arrays(), device: device, mark: mark)
         }
     }
 
@@ -672,30 +695,88 @@ public final class PostgresCloudDatabase: CloudDatabase {
         return (lastSeq, epoch, Array(results[(lockIndex + 1)..<(lockIndex + 1 + statements.count)]))
     }
 
+    /// Where the statements of a save read the batch from: `unnest` of arrays sent as parameters (names, types,
+    /// the fields joined by `recordSeparator`, deleted, expected tags), or the temporary table `COPY` filled.
+    enum BatchSource {
+        case arrays([String])
+        case copied
+
+        /// The `FROM` item of the batch, `i(record_name, record_type, fields, deleted, expected_tag, ord)` with
+        /// `ord` the position from 1, and its parameters, numbered from `$2`.
+        var from: (sql: String, parameters: [String?]) {
+            switch self {
+            case .arrays(let values):
+                return ("""
+                    unnest($2::text[], $3::text[], string_to_array($4, chr(30)), $5::boolean[], $6::text[])
+                        WITH ORDINALITY AS i(record_name, record_type, fields, deleted, expected_tag, ord)
+                    """, values)
+            case .copied:
+                return ("pg_temp.storectl_batch i", [])
+            }
+        }
+    }
+
     /// Saves records that nobody expects to exist: one plain `INSERT` with seqs `last_seq + 1...`, then
     /// `last_seq` raised. Without the zone's lock this would race; with it, a unique violation (SQLSTATE 23505)
     /// means a record of the batch exists, and the caller sends the batch the general way.
     /// - Throws: `PGError` (23505 among others), `CloudError`.
-    private func saveNew(_ c: PGConnection, zone: String, count: Int, _ names: String, _ types: String,
-                         _ fields: String, _ deleted: String, _ device: String, _ mark: ExportMark?) throws
-        -> [SaveOutcome]
+    private func saveNew(_ c: PGConnection, zone: String, count: Int, from batch: BatchSource, device: String,
+                         mark: ExportMark?) throws -> [SaveOutcome]
     {
         let seq = "z.last_seq + i.ord"
+        let (from, parameters) = batch.from
+        let next = parameters.count + 2
         let (lastSeq, epoch, _) = try pipelinedSave(c, zone: zone, device: device, count: count, [
             PGQuery("""
                 INSERT INTO \(s).records
                     (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
                 SELECT $1, i.record_name, i.record_type, i.fields, \(Self.tagSQL(seq: seq, epoch: "z.epoch")),
-                       \(seq), i.deleted, $6, extract(epoch FROM statement_timestamp())::float8
-                FROM \(s).zones z,
-                     unnest($2::text[], $3::text[], string_to_array($4, chr(30)), $5::boolean[])
-                         WITH ORDINALITY AS i(record_name, record_type, fields, deleted, ord)
+                       \(seq), i.deleted, $\(next), extract(epoch FROM statement_timestamp())::float8
+                FROM \(s).zones z, \(from)
                 WHERE z.name = $1
-                """, [zone, names, types, fields, deleted, device]),
+                """, [zone] + parameters + [device]),
             PGQuery("UPDATE \(s).zones SET last_seq = last_seq + $2 WHERE name = $1", [zone, String(count)]),
         ] + (mark.map { [markQuery(zone: zone, device: device, mark: $0, count: count)] } ?? []))
-        return (1...Int64(count)).map { k in
-            .saved(changeTag: CloudContract.changeTag(seq: lastSeq + k, epoch: epoch), seq: lastSeq + k)
+        return Self.saved(count, after: lastSeq, epoch: epoch)
+    }
+
+    /// Batches of at least this many records go through `COPY` (`withCopiedBatch`); a smaller batch goes as arrays in
+    /// one round trip, which costs less for a few records than COPY's extra round trips.
+    static let copyThreshold = 100
+
+    /// The connection whose session holds the temporary batch table (it lives as long as the session; a new
+    /// connection is a new object, so the table is made again on it).
+    private(set) weak var copyTableConnection: PGConnection?
+
+    /// Runs `body` in a transaction that first puts a batch into the temporary table `storectl_batch` through
+    /// `COPY ... FROM STDIN`, before `body` takes the zone's lock: the lock is then held for the server's work
+    /// only, as with arrays. The table empties itself when the transaction ends (`ON COMMIT DELETE ROWS`; a
+    /// rollback takes the rows too). `rows` is the batch in COPY's text format: position (from 1), name, type,
+    /// fields, deleted (`t`/`f`), expected tag (`\N` for none).
+    /// - Throws: `PGError`, what `body` throws.
+    private func withCopiedBatch<T>(_ c: PGConnection, _ rows: [UInt8], _ body: () throws -> T) throws -> T {
+        if copyTableConnection !== c {
+            // In a transaction of its own, so that a save rolled back does not take the table with it.
+            try c.execute("""
+                CREATE TEMP TABLE IF NOT EXISTS storectl_batch (ord bigint NOT NULL, record_name text NOT NULL,
+                    record_type text NOT NULL, fields text NOT NULL, deleted boolean NOT NULL, expected_tag text)
+                    ON COMMIT DELETE ROWS
+                """)
+            copyTableConnection = c
+        }
+        return try c.transaction {
+            try c.copyIn("""
+                COPY pg_temp.storectl_batch (ord, record_name, record_type, fields, deleted, expected_tag)
+                FROM STDIN
+                """, rows)
+            return try body()
+        }
+    }
+
+    /// The outcomes of `count` records all saved, with seqs after `lastSeq`.
+    private static func saved(_ count: Int, after lastSeq: Int64, epoch: String) -> [SaveOutcome] {
+        (1...Int64(count)).map { k in
+            SaveOutcome.saved(changeTag: CloudContract.changeTag(seq: lastSeq + k, epoch: epoch), seq: lastSeq + k)
         }
     }
 
@@ -708,19 +789,21 @@ public final class PostgresCloudDatabase: CloudDatabase {
     ///   writes the zone's records while its lock is held), and `last_seq` raised by their number;
     /// - the result is the conflicts: each one's batch position and the server's record (NULLs when it has none).
     /// - Throws: `PGError`, `CloudError`.
-    private func saveConditionally(_ c: PGConnection, zone: String, _ saves: [RecordSave], _ names: String,
-                                   _ types: String, _ fields: String, _ deleted: String, _ expected: String,
-                                   _ device: String, _ mark: ExportMark?) throws -> [SaveOutcome]
+    private func saveConditionally(_ c: PGConnection, zone: String, _ saves: [RecordSave], from batch: BatchSource,
+                                   device: String, mark: ExportMark?) throws -> [SaveOutcome]
     {
         let now = "extract(epoch FROM statement_timestamp())::float8"
+        let (from, parameters) = batch.from
+        // The parameters after the batch's: the device and the mark (serial, history seq, time).
+        let p = (0..<4).map { "$\(parameters.count + 2 + $0)" }
+        let (dev, serial, historySeq, time) = (p[0], p[1], p[2], p[3])
         let (lastSeq, epoch, results) = try pipelinedSave(c, zone: zone, device: device, count: saves.count, [PGQuery("""
             WITH decided AS MATERIALIZED (
                 SELECT i.ord, i.record_name, i.record_type, i.fields, i.deleted, r.rid,
                        r.change_tag IS NOT DISTINCT FROM i.expected_tag AS ok,
                        r.record_type AS s_type, r.fields AS s_fields, r.change_tag AS s_tag, r.seq AS s_seq,
                        r.deleted AS s_deleted, r.modified_by AS s_by, r.modified_at AS s_at
-                FROM unnest($2::text[], $3::text[], string_to_array($4, chr(30)), $5::boolean[], $6::text[])
-                         WITH ORDINALITY AS i(record_name, record_type, fields, deleted, expected_tag, ord)
+                FROM \(from)
                 LEFT JOIN LATERAL (
                     SELECT ctid AS rid, record_type, fields, change_tag, seq, deleted, modified_by, modified_at
                     FROM \(s).records WHERE zone = $1 AND record_name = i.record_name
@@ -737,14 +820,14 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 INSERT INTO \(s).records
                     (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
                 SELECT $1, record_name, record_type, fields, \(Self.tagSQL(seq: "seq", epoch: "epoch")), seq,
-                       deleted, $7, \(now)
+                       deleted, \(dev), \(now)
                 FROM written WHERE rid IS NULL
             ),
             updated AS (
                 UPDATE \(s).records r SET
                     record_type = w.record_type, fields = w.fields,
                     change_tag = \(Self.tagSQL(seq: "w.seq", epoch: "w.epoch")), seq = w.seq,
-                    deleted = w.deleted, modified_by = $7, modified_at = \(now)
+                    deleted = w.deleted, modified_by = \(dev), modified_at = \(now)
                 FROM written w
                 WHERE w.rid IS NOT NULL AND r.ctid = w.rid AND r.zone = $1 AND r.record_name = w.record_name
             ),
@@ -754,20 +837,20 @@ public final class PostgresCloudDatabase: CloudDatabase {
             ),
             marked AS (
                 INSERT INTO \(s).export_marks (zone, device, last_seq, first_seq, serial, history_seq, saved_at)
-                SELECT $1, $7, z.last_seq + (SELECT count(*) FROM written), z.last_seq + 1, $8::bigint, $9::bigint,
-                       $10::bigint
+                SELECT $1, \(dev), z.last_seq + (SELECT count(*) FROM written), z.last_seq + 1, \(serial)::bigint,
+                       \(historySeq)::bigint, \(time)::bigint
                 FROM (SELECT last_seq FROM \(s).zones WHERE name = $1) z
-                WHERE $8::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM written)
+                WHERE \(serial)::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM written)
                 ON CONFLICT (zone, device, last_seq) DO UPDATE SET serial = excluded.serial,
                     first_seq = excluded.first_seq, history_seq = excluded.history_seq, saved_at = excluded.saved_at
             ),
             unmarked AS (
-                DELETE FROM \(s).export_marks WHERE zone = $1 AND device = $7 AND serial < $8::bigint
+                DELETE FROM \(s).export_marks WHERE zone = $1 AND device = \(dev) AND serial < \(serial)::bigint
                   AND EXISTS (SELECT 1 FROM written)
             )
             SELECT ord, s_type, s_fields, s_tag, s_seq, s_deleted, s_by, s_at FROM decided WHERE NOT ok ORDER BY ord
-            """, [zone, names, types, fields, deleted, expected, device, mark.map { String($0.serial) },
-                  mark.map { String($0.historySeq) }, mark.map { String($0.time) }])])
+            """, [zone] + parameters + [device, mark.map { String($0.serial) }, mark.map { String($0.historySeq) },
+                                        mark.map { String($0.time) }])])
         let r = results[0]
         var conflicts: [Int: CloudRecord?] = [:]
         for row in 0..<r.rowCount {

@@ -54,11 +54,14 @@ enum PostgresBenchmark {
         defer { try? sql("DROP SCHEMA IF EXISTS \(schema) CASCADE") }
 
         Output.note("export of \(rows) rows to PostgreSQL (engine)")
+        Trace.reset()
         let mirror = try a.openMirror()
         var saved = 0
         let export = try Clock.seconds { saved = try mirror.exportChanges().saved }
         guard saved == rows else { throw StoreError(.software, "the export saved \(saved), expected \(rows)") }
         Output.note("  \(secs(export))")
+        Trace.report()  // STORECTL_TRACE=1: the phases of this export alone
+        Trace.reset()
 
         // The same records as CSV, written before the clock starts.
         let csv = lab.path("records.csv")
@@ -86,6 +89,8 @@ enum PostgresBenchmark {
         guard applied == rows else { throw StoreError(.software, "the import applied \(applied), expected \(rows)") }
         b.close()
         Output.note("  \(secs(imported))")
+        Trace.report()  // STORECTL_TRACE=1: the phases of this import alone
+        Trace.reset()
         var inserts: [Double] = []
         for _ in 0..<lab.referenceRuns(rows) {
             inserts.append(try rawInsert(lab, from: lab.storePath(template)))
@@ -93,7 +98,7 @@ enum PostgresBenchmark {
         let insert = median(inserts)
         Output.note("  raw inserts \(secs(insert))")
         let fileImport = try lab.pair(rows: rows).importSeconds
-        Trace.report()  // STORECTL_TRACE=1: where the engine's export and import spent their time
+        Trace.report()  // STORECTL_TRACE=1: the file-container runs
         return [
             Figure(id: "export.postgres", what: "PostgreSQL export vs COPY into a plain table",
                    value: copy / export, unit: .percent, target: .atLeast(0.5),

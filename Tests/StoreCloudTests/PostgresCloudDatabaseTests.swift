@@ -352,6 +352,126 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
         XCTAssertEqual(try db.save(zone: "z", [good], device: "d").count, 1)
     }
 
+    /// A batch of new records large enough to go through COPY keeps every byte COPY's text format escapes
+    /// (backslashes, tabs, newlines and carriage returns, inside strings and as JSON whitespace), numbers its
+    /// seqs in batch order with the export mark, and falls back to the conditional path when one exists.
+    func testABatchThroughCopyKeepsEveryByteAndFallsBackWhenARecordExists() throws {
+        guard let db = try makeContainer("copy") else { return }
+        try db.ensureZone("z")
+        let count = PostgresCloudDatabase.copyThreshold * 2 + 1
+        let awkward = ["{\"s\":\"back\\\\slash \\\\N tab\\t nl\\n cr\\r\"}", "{\t\"a\" :\n1,\r\n\"b\":[true,null]}",
+                       "{\"u\":\"\u{e9}\u{1F600} \\u0000\"}"]
+        let saves = (0..<count).map { k in
+            RecordSave(recordName: k == 7 ? "name\\with\tweird\nbytes" : "rec-\(k)", recordType: "T\\t",
+                       fields: k < awkward.count ? awkward[k] : fields(k), deleted: k == 5, expectedTag: nil)
+        }
+        let mark = ExportMark(serial: 3, historySeq: 42, time: 1_700_000_000_000)
+        XCTAssertNil(db.copyTableConnection, "no batch went through COPY yet")
+        let outcomes = try db.save(zone: "z", saves, device: "dev-copy", mark: mark)
+        XCTAssertNotNil(db.copyTableConnection, "the batch went through COPY")
+        XCTAssertEqual(outcomes.map { o -> Int64 in if case .saved(_, let seq) = o { return seq } else { return -1 } },
+                       Array(Int64(1)...Int64(count)))
+        let feed = try db.fetchChanges(zone: "z", since: nil, limit: count + 10)
+        XCTAssertEqual(feed.records.map(\.recordName), saves.map(\.recordName))
+        for (record, save) in zip(feed.records, saves) {
+            XCTAssertEqual(record.recordType, save.recordType)
+            XCTAssertEqual(record.deleted, save.deleted)
+            XCTAssertEqual(record.fields, save.deleted ? "{}" : save.fields, save.recordName)
+            XCTAssertEqual(record.modifiedBy, "dev-copy")
+        }
+        XCTAssertEqual(try db.exportState(zone: "z", device: "dev-copy"),
+                       DeviceExportState(mark: mark, lastSeq: Int64(count)))
+        // One record of the next batch exists: nothing of the COPY attempt stays, the others are saved once.
+        let next = (0..<count).map { k in
+            RecordSave(recordName: k == 3 ? "rec-10" : "new-\(k)", recordType: "T", fields: fields(k),
+                       expectedTag: nil)
+        }
+        let again = try db.save(zone: "z", next, device: "dev-copy")
+        guard case .conflict(let server?) = again[3] else { return XCTFail("\(again[3])") }
+        XCTAssertEqual(server.fields, fields(10))
+        let seqs = again.compactMap { o -> Int64? in if case .saved(_, let seq) = o { return seq } else { return nil } }
+        XCTAssertEqual(seqs, Array(Int64(count + 1)...Int64(2 * count - 1)), "no gap, no seq used twice")
+        XCTAssertEqual(try db.zoneInfo("z")?.lastSeq, Int64(2 * count - 1))
+    }
+
+    /// A large batch of updates through COPY is saved on the same conditions as through arrays: a matching tag
+    /// updates in place, a stale one or one for a record the server lacks is a conflict with the server's record
+    /// (or none), a new record is inserted, and the seqs follow batch order without gaps.
+    func testAConditionalBatchThroughCopyKeepsTheConditionsAndTheBytes() throws {
+        guard let db = try makeContainer("copycond") else { return }
+        try db.ensureZone("z")
+        let count = PostgresCloudDatabase.copyThreshold + 50
+        let first = (0..<count).map { RecordSave(recordName: "r-\($0)", recordType: "T", fields: fields($0),
+                                                 expectedTag: nil) }
+        // In two halves, each under the threshold: only the batch below goes through COPY.
+        let half = count / 2
+        let tags = try (db.save(zone: "z", Array(first[..<half]), device: "a")
+                        + db.save(zone: "z", Array(first[half...]), device: "a")).map { o -> String? in
+            if case .saved(let tag, _) = o { return tag } else { return nil }
+        }
+        XCTAssertNil(db.copyTableConnection)
+        let awkward = #"{"s":"tab\t \\ \"q\" \n\u0009",\#t"n":\#r\#n"\#u{e9}"}"#
+        let batch = (0..<count).map { k -> RecordSave in
+            switch k % 4 {
+            case 0: return RecordSave(recordName: "r-\(k)", recordType: "T\tU", fields: k == 0 ? awkward : fields(-k),
+                                      expectedTag: tags[k])
+            case 1: return RecordSave(recordName: "r-\(k)", recordType: "T", fields: fields(-k), expectedTag: "1-stale")
+            case 2: return RecordSave(recordName: "new-\(k)", recordType: "T", fields: fields(-k), expectedTag: nil)
+            default: return RecordSave(recordName: "gone-\(k)", recordType: "T", fields: fields(-k),
+                                       expectedTag: "2-missing")
+            }
+        }
+        let outcomes = try db.save(zone: "z", batch, device: "b")
+        XCTAssertNotNil(db.copyTableConnection, "the batch went through COPY")
+        var seq = Int64(count)
+        for (k, outcome) in outcomes.enumerated() {
+            switch (k % 4, outcome) {
+            case (0, .saved(_, let s)), (2, .saved(_, let s)):
+                seq += 1
+                XCTAssertEqual(s, seq, "record \(k) in batch order")
+            case (1, .conflict(let server?)):
+                XCTAssertEqual(server.fields, fields(k))
+                XCTAssertEqual(server.changeTag, tags[k])
+            case (3, .conflict(nil)):
+                break
+            default:
+                XCTFail("record \(k): \(outcome)")
+            }
+        }
+        XCTAssertEqual(try db.zoneInfo("z")?.lastSeq, seq)
+        let feed = try db.fetchChanges(zone: "z", since: ServerChangeToken(epoch: try XCTUnwrap(db.zoneInfo("z")).epoch,
+                                                                           seq: Int64(count)), limit: count)
+        XCTAssertEqual(feed.records.map(\.recordName), batch.indices.filter { $0 % 4 == 0 || $0 % 4 == 2 }
+            .map { batch[$0].recordName })
+        XCTAssertEqual(feed.records.first?.fields, awkward)
+        XCTAssertEqual(feed.records.first?.recordType, "T\tU")
+        XCTAssertEqual(Set(feed.records.map(\.modifiedBy)), ["b"])
+    }
+
+    /// A NUL byte, which COPY's text format cannot carry, sends a large batch the arrays way, which refuses it
+    /// as it refuses a small one: nothing of either batch is saved, and the next batch through COPY is whole.
+    func testABatchWithANulByteIsRefusedAsASmallOneIsAndCopyGoesOnAfterIt() throws {
+        guard let db = try makeContainer("copynul") else { return }
+        try db.ensureZone("z")
+        for count in [3, PostgresCloudDatabase.copyThreshold + 5] {
+            let saves = (0..<count).map { k in
+                RecordSave(recordName: k == 1 ? "nul\u{0}name" : "r\(count)-\(k)", recordType: "T",
+                           fields: fields(k), expectedTag: nil)
+            }
+            XCTAssertThrowsError(try db.save(zone: "z", saves, device: "d"), "\(count)") { error in
+                XCTAssertEqual((error as? CloudError)?.kind, .invalid, "\(count): \(error)")
+            }
+            XCTAssertEqual(try db.zoneInfo("z")?.lastSeq, 0, "\(count)")
+        }
+        let count = PostgresCloudDatabase.copyThreshold
+        let good = (0..<count).map { RecordSave(recordName: "ok-\($0)", recordType: "T", fields: fields($0),
+                                                expectedTag: nil) }
+        XCTAssertEqual(try db.save(zone: "z", good, device: "d").count, count)
+        XCTAssertNotNil(db.copyTableConnection)
+        XCTAssertEqual(try db.fetchChanges(zone: "z", since: nil, limit: count + 1).records.map(\.recordName),
+                       good.map(\.recordName))
+    }
+
     func testALargeBatchIsSavedInOneGo() throws {
         guard let db = try makeContainer("large") else { return }
         try db.ensureZone("z")
