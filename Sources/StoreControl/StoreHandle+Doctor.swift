@@ -324,6 +324,18 @@ extension StoreHandle {
                                           + "copy of itself)", fix: command("sync") + " reconciles them first",
                                       exitCode: .dataError)]
             }
+            if try MirrorState.meta(db, .ownRecordsUnchecked) != nil
+                || (try HistoryTracker(db: db).formatVersion()) < StoreFormat.currentVersion,
+               try MirrorState.meta(db, .baselineContainer) != nil
+            {
+                // Store format 1 kept no marks of its exports: whether this file is an older copy of itself shows
+                // only when its own records are compared with the cloud's, which the next sync does once.
+                return [DoctorFinding(check: "zone",
+                                      problem: "the store was written by store format 1, which kept no marks of its "
+                                          + "exports: its own records in the cloud are not compared with its rows "
+                                          + "yet (an older copy of the store shows only then)",
+                                      fix: command("sync") + " compares them once", exitCode: .dataError)]
+            }
             guard let raw = try MirrorState.serverToken(db, zone: cloud.zone),
                   let token = ServerChangeToken(rawValue: raw)
             else { return [] }

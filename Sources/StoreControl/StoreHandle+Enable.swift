@@ -230,8 +230,8 @@ extension StoreHandle {
         // Writers other than this switch since the snapshot would lose their writes: the store is then left as it
         // is (in local mode), and says so.
         let foreign = try db.scalar("""
-            SELECT count(*) FROM _storectl_history WHERE seq > ? AND author NOT IN (?, 'dedupe')
-            """, [r.snapshotSeq, MirrorState.importAuthor])?.int64 ?? 0
+            SELECT count(*) FROM _storectl_history WHERE seq > ? AND author NOT IN (?, ?, 'dedupe')
+            """, [r.snapshotSeq, MirrorState.importAuthor, MirrorState.cascadeAuthor])?.int64 ?? 0
         guard foreign == 0, let snapshot = r.snapshot else {
             throw SwitchVerifyError(store: self.settings.name, report: report, restored: false,
                                     notRestoredBecause: "\(foreign) change(s) were written by others during the switch")

@@ -158,6 +158,9 @@ extension StoreHandle {
             DELETE FROM temp._storectl_verify_pending;
             """)
         defer { try? db.execute("DROP TABLE IF EXISTS temp._storectl_verify_pending") }
+        // The app may keep writing while the tables are compared: a change written after this point (its history
+        // seq above `snapshotSeq`) is pending too, although the set below was read before it.
+        let snapshotSeq = try MirrorState.lastHistorySeq(db)
         try db.run("""
             INSERT OR IGNORE INTO temp._storectl_verify_pending(entity, pk)
             SELECT entity, pk FROM _storectl_history WHERE seq > ? AND author <> ?
@@ -186,8 +189,11 @@ extension StoreHandle {
             }
             // A local change after the export token, by anyone but the import, is pending export.
             let pendingExport = """
-                EXISTS (SELECT 1 FROM temp._storectl_verify_pending h WHERE h.entity = \(quoteLiteral(e.name))
-                        AND h.pk = %PK%)
+                (EXISTS (SELECT 1 FROM temp._storectl_verify_pending h WHERE h.entity = \(quoteLiteral(e.name))
+                         AND h.pk = %PK%)
+                 OR EXISTS (SELECT 1 FROM _storectl_history h WHERE h.seq > \(snapshotSeq)
+                            AND h.entity = \(quoteLiteral(e.name)) AND h.pk = %PK%
+                            AND h.author <> \(quoteLiteral(MirrorState.importAuthor))))
                 """
             let pendingImport = "(%C%.seq > \(importedUpTo) AND %C%.modified_by IS NOT \(quoteLiteral(device)))"
 

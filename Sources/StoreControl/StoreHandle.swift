@@ -104,6 +104,9 @@ public final class StoreHandle {
             // Every table is compared once with its last synced record: values that older formats wrote with
             // too few digits go out again in full.
             try StoreMeta.removeAll(db, .columns)
+            // Format 1 left no export marks in the container: the first sync compares the store's own records with
+            // its record map once (a store restored from a copy is recognised that way too).
+            try StoreMeta.set(db, .ownRecordsUnchecked, "1")
         }) else { return }
         log("store '\(settings.name)': upgraded \(settings.path) from store format \(report.from) to \(report.to); "
             + "the copy taken before is \(report.backup)")

@@ -64,6 +64,9 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
     public static let restoredAt = MetaKey("restored_at")
     /// When a restored copy was recognised, in unix milliseconds.
     public static let restoreDetectedAt = MetaKey("restore_detected_at")
+    /// Set when a store was upgraded from format 1, whose exports left no marks in the container: the next sync
+    /// compares the store's own records with its record map once, then removes the key.
+    public static let ownRecordsUnchecked = MetaKey("own_records_unchecked")
 
     /// The container owner this store accepted (a container whose owner changed is refused until accepted again).
     public static let acceptedOwner = MetaKey("accepted_owner")
@@ -128,8 +131,9 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
     public static let all: [MetaKey] = [
         formatVersion, formatUpgradedFrom, storeID, mode, schemaHash, tracked, nextTx, historyGap, historyGapReason,
         createdAt, schema, storePath, boundAccount, boundContainer, boundZone, boundURL, baselineContainer, lastSyncAt,
-        lastExportAt, lastImportAt, lastSyncError, exportSerial, restoredAt, restoreDetectedAt, acceptedOwner, movedFrom, movedTo, schemaVersion,
-        schemaVersionSHA256, schemaVersionAt, switchTarget, switchExportToken, switchServerToken, switchSnapshot,
+        lastExportAt, lastImportAt, lastSyncError, exportSerial, restoredAt, restoreDetectedAt, ownRecordsUnchecked,
+        acceptedOwner, movedFrom, movedTo, schemaVersion, schemaVersionSHA256, schemaVersionAt, switchTarget,
+        switchExportToken, switchServerToken, switchSnapshot,
     ]
 }
 

@@ -88,8 +88,8 @@ public struct RowsNotSentError: DiagnosedError {
 /// Pushes local changes to the cloud.
 ///
 /// The phases, in order: start a new export serial (committed before anything is saved), collect the changed
-/// rows from history, give fresh record names to rows at reused keys, check the mass-delete breaker, export every
-/// table parent first in conditional batches, send the outbox's tombstones, and advance the export token.
+/// rows from history, give fresh record names to rows at reused keys, check the mass-delete breaker, send the
+/// outbox's tombstones, export every table parent first in conditional batches, and advance the export token.
 struct Exporter {
     let db: Connection
     let cloud: any CloudDatabase
@@ -137,13 +137,16 @@ struct Exporter {
             ? try ordered.reduce(0) { $0 + Int(try db.scalar("SELECT count(*) FROM main.\($1.quotedName)")?.int64 ?? 0) }
             : Int(try db.scalar("SELECT count(*) FROM temp._storectl_changes")?.int64 ?? 0)
         var done = 0
+        // Tombstones of records no row stands for go first: a row inserted again at a reused rowid (under the
+        // same UNIQUE value) must never be in the cloud beside its old record's live copy, even when this export
+        // stops between batches, or another device would merge the two as duplicates.
+        try sendOutbox(serial: serial, report: &report)
         for e in ordered {
             try exportEntity(e, baseline: baseline, serial: serial, report: &report) { count in
                 done += count
                 progress(done, total)
             }
         }
-        try sendOutbox(serial: serial, report: &report)
 
         Failpoint.hit("export.before-commit")
         try db.transaction {
@@ -245,6 +248,49 @@ struct Exporter {
                       AND EXISTS (SELECT 1 FROM _storectl_records o WHERE o.record_name = \(e.derivedName("t")))
                     """)
             }
+            // After every parent with a rowid has its name.
+            for e in ordered where !e.isSurrogate && !baseline
+                && e.primaryKey.contains(where: { e.reference(for: $0) != nil })
+            {
+                try renameReusedReferenceKeys(e)
+            }
+        }
+    }
+
+    /// A key that holds a reference to a parent with a rowid (`links(note_id, label)`) names the parent's record.
+    /// When the parent was deleted and a new parent inserted at its rowid (so it has a record name of its own, see
+    /// above), a child deleted and inserted again at the same key, or brought back over its tombstone, is a child
+    /// of the new parent: a new record under the name its key gives now. The old record, when live, is deleted
+    /// through the outbox. (Called parent first, so the parent's new name is in the map already. A child moved to
+    /// another parent changes its key, and is not concerned; a child of a merged duplicate keeps its name.)
+    private func renameReusedReferenceKeys(_ e: EntityMap) throws {
+        let rows = try db.query("""
+            SELECT m.pk, m.record_name, m.change_tag, m.deleted, \(e.naturalName("t")) AS wanted
+            FROM temp._storectl_changes c
+            JOIN _storectl_records m ON m.entity = c.entity AND m.pk = c.pk
+            JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
+            WHERE c.entity = ?1 AND m.record_name IS NOT wanted
+              AND (m.deleted = 1 OR (SELECT min(CASE WHEN h.op = 'D' THEN h.seq END)
+                                             < max(CASE WHEN h.op = 'I' THEN h.seq END)
+                                     FROM _storectl_history h
+                                     WHERE h.seq > ?2 AND h.entity = c.entity AND h.pk = c.pk AND h.author <> ?3))
+            """, [e.name, try MirrorState.exportToken(db), MirrorState.importAuthor])
+        for row in rows {
+            guard let pk = row[0].string, let old = row[1].string, let wanted = row[4].string else { continue }
+            if row[3].int64 == 0, let tag = row[2].string {
+                try db.run("""
+                    INSERT OR REPLACE INTO _storectl_outbox(record_name, record_type, change_tag, reason, created_at)
+                    VALUES (?, ?, ?, 'its row belongs to a new parent inserted at the old parent''s rowid',
+                            CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
+                    """, [old, e.name, tag])
+            }
+            let taken = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_records WHERE record_name = ?)",
+                                      [wanted])?.int64 == 1
+            try db.run("""
+                UPDATE _storectl_records SET record_name = ?1 || CASE WHEN ?2 THEN '.' || lower(hex(randomblob(6)))
+                    ELSE '' END, change_tag = NULL, base = NULL, extra = NULL, deleted = 0
+                WHERE entity = ?3 AND pk = ?4
+                """, [wanted, taken, e.name, pk])
         }
     }
 
@@ -621,6 +667,17 @@ struct Exporter {
                             retry.append(again)
                             continue
                         }
+                        if server.deleted, !item.save.deleted, item.save.expectedTag == nil, item.entity.isSurrogate,
+                           let inserted = try insertTime(item), Double(inserted) > server.modifiedAt * 1000
+                        {
+                            // A new row whose derived name belongs to a record deleted before the row existed (its
+                            // rowid was reused, here or in an older copy of this store): not that record. It gets
+                            // a new name of its own.
+                            var again = item
+                            again.save.recordName = try freshName(item)
+                            retry.append(again)
+                            continue
+                        }
                         if server.deleted, item.save.deleted {
                             // Deleted on both sides: nothing to resolve.
                             try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true,
@@ -644,6 +701,22 @@ struct Exporter {
         return retry
     }
 
+    /// When the row of `item` was inserted here (its latest insert in history), in milliseconds.
+    private func insertTime(_ item: Pending) throws -> Int64? {
+        try db.scalar("""
+            SELECT max(ts) FROM _storectl_history WHERE entity = ? AND pk = ? AND op = 'I' AND author <> ?
+            """, [item.entity.name, item.pk, MirrorState.importAuthor])?.int64
+    }
+
+    /// Gives the row of `item` a new record name, stored before it is saved (a replay after a crash uses it).
+    private func freshName(_ item: Pending) throws -> String {
+        let e = item.entity
+        let name = try db.scalar("SELECT \(e.surrogateName("json_extract(?1, '$[0]')")) || '.' || lower(hex(randomblob(6)))",
+                                 [item.pk])?.string ?? item.save.recordName + ".1"
+        try RecordApplier.setMap(db, entity: e.name, pk: item.pk, name: name, tag: nil, base: nil, deleted: false)
+        return name
+    }
+
     private enum Resolution {
         case failed(ConflictReport)
         case resolved
@@ -656,11 +729,32 @@ struct Exporter {
                          upsert: Statement) throws -> Resolution
     {
         let e = item.entity
+        if server.deleted, let target = try applier.aliasTarget(of: server) {
+            // Not a deletion: another device merged this record into `target` as a duplicate. The row gives its
+            // children to the winner's row when that is here; otherwise it waits for it (the same rule merges them
+            // when it arrives).
+            try applier.alias(item.save.recordName, to: target, entity: e)
+            if let winner = try db.scalar("SELECT pk FROM _storectl_records WHERE record_name = ? AND entity = ? "
+                                            + "AND deleted = 0", [target, e.name])?.string,
+               winner != item.pk, try applier.rowExists(e, pk: winner)
+            {
+                try applier.repoint(e, from: item.pk, to: winner)
+                if try applier.rowExists(e, pk: item.pk) { try applier.deleteRow(e, pk: item.pk) }
+                try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true, upsert: upsert)
+            } else {
+                try markSaved(item, tag: server.changeTag, base: item.base, extra: item.extra, deleted: false,
+                              upsert: upsert)
+            }
+            return .resolved
+        }
         let local = try applier.localChanges(e, pk: item.pk)
             ?? MergeSide(deleted: item.save.deleted, changed: item.save.deleted ? [] : Set(e.fieldColumns))
         let serverSide = MergeSide(deleted: server.deleted, changed: server.deleted ? [] :
             Set(try codec.differing(item.base, server.fields, columns: e.fieldColumns)))
-        switch options.mergePolicy.decide(local: local, server: serverSide, columns: e.fieldColumns) {
+        let holdsLocal = try !local.deleted && !server.deleted && !item.save.deleted
+            && codec.differing(item.save.fields, server.fields, columns: local.changed.sorted()).isEmpty
+        switch options.mergePolicy.decide(local: local, server: serverSide, columns: e.fieldColumns,
+                                          serverHoldsLocalValues: holdsLocal) {
         case .fail:
             return .failed(ConflictReport(entity: e.name, recordName: item.save.recordName,
                                           localColumns: local.changed.sorted(), serverDeleted: server.deleted))

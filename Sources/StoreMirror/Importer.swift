@@ -32,6 +32,8 @@ public struct ImportReport: Sendable, Codable, Equatable {
     public var dedup = DedupReport()
     /// The records this import set aside (or found still set aside), each with its seq, reason and fix.
     public var setAsideRecords: [SetAsideRecord] = []
+    /// The records that wait for a parent record that has not arrived.
+    public var waitingRecords: [UnsettledReport.Waiting] = []
 
     public init() {}
 }
@@ -80,6 +82,7 @@ struct Importer {
                 try applier.resetNotes()
                 if onlyTypes == nil { try retrySetAside(applier, report: &report) }
                 let pages = try PageApplier(db: db, applier: applier)
+                applier.defersUntilSettled = true
                 // The next page is fetched (on a thread of its own, through the cloud's own connection) while
                 // this one is applied; nothing else uses the cloud until the last page is in.
                 let queue = cloud.fetchesConcurrently ? DispatchQueue(label: "storectl.import.fetch") : nil
@@ -130,15 +133,22 @@ struct Importer {
                     progress(done, nil)
                     token = batch.token
                 }
-                if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
                 let tSettle = Trace.start()
                 defer { Trace.add("import.settle", tSettle) }
+                applier.defersUntilSettled = false
+                for record in try applier.takeDeferred(zone: options.zone) {
+                    try applyOne(record, applier: applier, report: &report)
+                }
+                if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
                 report.waitingForParent = try applier.retryPending { record, problem in
                     try setAside(record, problem)
                     report.setAside += 1
                 }
                 report.orphans = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName,
-                                             applier: applier).resolve()
+                                             applier: applier).resolve { record, problem in
+                    try setAside(record, problem)
+                    report.setAside += 1
+                }
                 report.waitingForParent = try db.scalar("SELECT count(*) FROM _storectl_pending")?.int64.map(Int.init) ?? 0
                 if !options.uniqueRules.isEmpty {
                     // Dedup in the same transaction, so that no reader ever sees the duplicate. Its deletes and
@@ -153,7 +163,9 @@ struct Importer {
                 try rememberUnknown(unknown)
             }
             try MirrorState.setMeta(db, .lastImportAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
-            report.setAsideRecords = try MirrorState.unsettled(db).setAside
+            let unsettled = try MirrorState.unsettled(db)
+            report.setAsideRecords = unsettled.setAside
+            report.waitingRecords = unsettled.waitingForParent
             Failpoint.hit("import.before-commit")
             tCommit = Trace.start()
         }
@@ -195,20 +207,23 @@ struct Importer {
         } catch let error as SQLiteError where error.isAboutValues {
         }
         applier.conflicts.removeLast(applier.conflicts.count - conflictsBefore)
-        for record in records {
-            do {
-                let outcome = try db.transaction { try applier.apply(record) }
-                var one = ImportReport()
-                count(outcome, into: &one)
-                add(one, to: &report)
-                try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
-            } catch let problem as RecordProblem {
-                try setAside(record, problem)
-                report.setAside += 1
-            } catch let error as SQLiteError where error.isAboutValues {
-                try setAside(record, Self.problem(for: error, record: record))
-                report.setAside += 1
-            }
+        for record in records { try applyOne(record, applier: applier, report: &report) }
+    }
+
+    /// Applies one record in a savepoint of its own; a record that fails is set aside.
+    func applyOne(_ record: CloudRecord, applier: RecordApplier, report: inout ImportReport) throws {
+        do {
+            let outcome = try db.transaction { try applier.apply(record) }
+            var one = ImportReport()
+            count(outcome, into: &one)
+            add(one, to: &report)
+            try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
+        } catch let problem as RecordProblem {
+            try setAside(record, problem)
+            report.setAside += 1
+        } catch let error as SQLiteError where error.isAboutValues {
+            try setAside(record, Self.problem(for: error, record: record))
+            report.setAside += 1
         }
     }
 
@@ -224,7 +239,7 @@ struct Importer {
         case .applied: report.applied += 1
         case .deleted: report.deleted += 1
         case .skipped: report.skipped += 1
-        case .pending, .conflict: break
+        case .pending, .deferred, .conflict: break
         case .unknownType: report.unknownType += 1
         }
     }
@@ -309,14 +324,19 @@ struct Orphans {
     let applier: RecordApplier
 
     /// Resolves every orphan that this import made or brought; returns how many rows and records it handled.
-    func resolve() throws -> Int {
+    /// `setAside` receives the records of children whose parent is not here yet: they wait, reported.
+    func resolve(setAside: (CloudRecord, RecordProblem) throws -> Void = { _, _ in }) throws -> Int {
         var handled = 0
         for _ in 0..<16 {
             let rows = try orphanRows()
             if rows.isEmpty { break }
-            for (child, fk, pk) in rows {
-                try HistoryTracker(db: db).transaction(author: MirrorState.cascadeAuthor) { _ in
-                    try cutLoose(child, fk: fk, pk: pk)
+            for (child, fk, pk, parentGone) in rows {
+                if parentGone {
+                    try HistoryTracker(db: db).transaction(author: MirrorState.cascadeAuthor) { _ in
+                        try cutLoose(child, fk: fk, pk: pk)
+                    }
+                } else {
+                    try wait(child, fk: fk, pk: pk, setAside: setAside)
                 }
                 handled += 1
             }
@@ -368,9 +388,10 @@ struct Orphans {
         return handled
     }
 
-    /// Rows applied by this import whose parent is missing, and rows whose parent this import deleted.
-    private func orphanRows() throws -> [(EntityMap, ForeignKeyInfo, String)] {
-        var result: [(EntityMap, ForeignKeyInfo, String)] = []
+    /// Rows whose parent this import deleted (the parent is gone), and rows applied by this import whose parent is
+    /// missing: gone when its record is a tombstone, else not here yet.
+    private func orphanRows() throws -> [(EntityMap, ForeignKeyInfo, String, Bool)] {
+        var result: [(EntityMap, ForeignKeyInfo, String, Bool)] = []
         for child in entities.values {
             for fk in child.foreignKeys {
                 guard let parent = entities[fk.parentTable] else { continue }
@@ -383,19 +404,54 @@ struct Orphans {
                 let deletedMatch = zip(fk.columns, parentColumns).map {
                     "c.\(quoteIdentifier($0)) = json_extract(d.row, \(quoteLiteral(jsonPath($1))))"
                 }.joined(separator: " AND ")
+                // The parent's record name, when the key names it (a natural key referenced whole).
+                let names = !parent.isSurrogate && parentColumns == parent.primaryKey
+                    ? "\(quoteLiteral(parent.name + ":")) || json_array("
+                        + fk.columns.map { EntityMap.jsonValue("c.\(quoteIdentifier($0))") }.joined(separator: ", ") + ")"
+                    : "NULL"
                 let rows = try db.query("""
-                    SELECT \(child.pkJSON("c")) FROM temp._storectl_applied a
-                    CROSS JOIN main.\(child.quotedName) c
-                    WHERE a.entity = ?1 AND \(child.pkMatches("c", json: "a.pk")) AND \(set) AND \(missing)
-                    UNION
-                    SELECT \(child.pkJSON("c")) FROM temp._storectl_deleted_parents d
+                    SELECT \(child.pkJSON("c")), 1, NULL FROM temp._storectl_deleted_parents d
                     CROSS JOIN main.\(child.quotedName) c
                     WHERE d.entity = ?2 AND \(deletedMatch) AND \(missing)
+                    UNION
+                    SELECT \(child.pkJSON("c")), 0, \(names) FROM temp._storectl_applied a
+                    CROSS JOIN main.\(child.quotedName) c
+                    WHERE a.entity = ?1 AND \(child.pkMatches("c", json: "a.pk")) AND \(set) AND \(missing)
                     """, [child.name, parent.name])
-                for row in rows { if let pk = row[0].string { result.append((child, fk, pk)) } }
+                var seen: Set<String> = []
+                for row in rows {
+                    guard let pk = row[0].string, seen.insert(pk).inserted else { continue }
+                    var gone = row[1].int64 == 1
+                    if !gone, let name = row[2].string { gone = try parentIsGone(name, type: parent.name, absentIsGone: false) }
+                    result.append((child, fk, pk, gone))
+                }
             }
         }
         return result
+    }
+
+    /// A child applied by this import whose parent is not here (yet): the row is taken out again and its record
+    /// set aside, to be applied once the parent has arrived.
+    private func wait(_ child: EntityMap, fk: ForeignKeyInfo, pk: String,
+                      setAside: (CloudRecord, RecordProblem) throws -> Void) throws
+    {
+        guard let row = try db.query("SELECT record_name, change_tag, base FROM _storectl_records WHERE entity = ? AND pk = ?",
+                                     [child.name, pk]).first, let name = row[0].string
+        else {
+            try HistoryTracker(db: db).transaction(author: MirrorState.cascadeAuthor) { _ in
+                try cutLoose(child, fk: fk, pk: pk)
+            }
+            return
+        }
+        let record = CloudRecord(zone: zone, recordName: name, recordType: child.name, fields: row[2].string ?? "{}",
+                                 changeTag: row[1].string ?? "", seq: 0, deleted: false, modifiedBy: "", modifiedAt: 0)
+        try applier.deleteRow(child, pk: pk)
+        try db.run("DELETE FROM _storectl_records WHERE record_name = ?", [name])
+        try db.run("DELETE FROM temp._storectl_applied WHERE entity = ? AND pk = ?", [child.name, pk])
+        try setAside(record, RecordProblem(
+            reason: "its parent in '\(fk.parentTable)' (\(fk.columns.joined(separator: ", "))) is not here yet",
+            hint: "it is applied by the first sync after its parent arrives; if the parent was never saved, "
+                + "save it on the device that made this record"))
     }
 
     private func cutLoose(_ child: EntityMap, fk: ForeignKeyInfo, pk: String) throws {
@@ -425,7 +481,7 @@ struct Orphans {
             for (column, value) in decoded.values {
                 guard case .ref(let name?) = value, let ref = entity.reference(for: column),
                       try applier.parentKey(parent: ref.parent, recordName: name) == nil else { continue }
-                if try parentIsGone(name, type: ref.parent) { gone.append(column) } else { waiting = true }
+                if try parentIsGone(name, type: ref.parent, absentIsGone: false) { gone.append(column) } else { waiting = true }
             }
             guard !gone.isEmpty, !waiting else { continue }
             let loose = gone.allSatisfy { column in
@@ -458,16 +514,17 @@ struct Orphans {
         try db.scalar("SELECT pk FROM _storectl_records WHERE record_name = ?", [record.recordName])?.string
     }
 
-    /// Whether the parent record `name` is deleted: the record map says so, or the cloud has only its tombstone,
-    /// or nothing at all (and it is not waiting set aside here).
-    private func parentIsGone(_ name: String, type: String) throws -> Bool {
+    /// Whether the parent record `name` is deleted: the record map says so, or the cloud has its tombstone. A record
+    /// the cloud does not hold at all is not gone (unless `absentIsGone`): it may simply not be saved yet (its
+    /// device exports a table's rows in key order, so a child can come first).
+    private func parentIsGone(_ name: String, type: String, absentIsGone: Bool) throws -> Bool {
         if try db.scalar("SELECT 1 FROM _storectl_aliases WHERE record_name = ?", [name]) != nil { return false }
         if try db.scalar("SELECT 1 FROM _storectl_quarantine WHERE record_name = ?", [name]) != nil { return false }
         if try db.scalar("SELECT 1 FROM _storectl_pending WHERE record_name = ?", [name]) != nil { return false }
         if let deleted = try db.scalar("SELECT deleted FROM _storectl_records WHERE record_name = ?", [name])?.int64 {
             if deleted == 1 { return true }
         }
-        guard let record = try cloud.fetchRecord(zone: zone, recordName: name) else { return true }
+        guard let record = try cloud.fetchRecord(zone: zone, recordName: name) else { return absentIsGone }
         // A tombstone that names where its record went (a merged duplicate) is no deletion of the parent.
         return record.deleted && !record.fields.contains("\"$alias\"")
     }

@@ -44,16 +44,22 @@ extension MergePolicy {
     ///
     /// | policy | local deleted | server deleted | both live |
     /// |---|---|---|---|
-    /// | error | fail | fail | fail |
+    /// | error | fail | fail | fail (the server's record when it holds the local values already) |
     /// | server-wins | server's record | deleted | every column from the server |
     /// | local-wins | deleted | local row | every column from the local row |
     /// | property-local-wins | deleted | local row | the server's value where the local side did not change it |
     /// | property-server-wins | server's record | deleted | the server's value where it changed it, or where the local side did not |
-    func decide(local: MergeSide, server: MergeSide, columns: [String]) -> MergeDecision {
+    ///
+    /// `serverHoldsLocalValues`: both sides are live and the server's record has, in every column the local side
+    /// changed, the value the local row holds (two devices made the same change, such as re-pointing a child at
+    /// the winner of a merge). Taking the server's record then loses nothing, so it is no conflict even under
+    /// `error`; the other policies decide as without it.
+    func decide(local: MergeSide, server: MergeSide, columns: [String],
+                serverHoldsLocalValues: Bool = false) -> MergeDecision {
         let all = Set(columns)
         switch self {
         case .error:
-            return .fail
+            return serverHoldsLocalValues && !local.deleted && !server.deleted ? .live(takeServer: all) : .fail
         case .serverWins:
             return server.deleted ? .deleted : .live(takeServer: all)
         case .localWins:

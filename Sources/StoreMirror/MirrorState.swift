@@ -135,7 +135,7 @@ public enum MirrorState {
     }
 
     /// The greatest history seq so far.
-    static func lastHistorySeq(_ db: Connection) throws -> Int64 {
+    public static func lastHistorySeq(_ db: Connection) throws -> Int64 {
         try db.scalar("SELECT coalesce(max(seq), 0) FROM _storectl_history")?.int64 ?? 0
     }
 

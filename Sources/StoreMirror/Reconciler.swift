@@ -37,8 +37,14 @@ struct Reconciler {
     let device: String
 
     func run() throws -> ReconcileReport? {
-        guard let state = try cloud.exportState(zone: options.zone, device: device) else { return nil }
         let ownSeq = try MirrorState.ownSeq(db, container: cloud.container, zone: options.zone)
+        guard let state = try cloud.exportState(zone: options.zone, device: device) else {
+            if try MirrorState.meta(db, .ownRecordsUnchecked) != nil { return try checkOwnRecords() }
+            return nil
+        }
+        if try MirrorState.meta(db, .ownRecordsUnchecked) != nil {
+            try db.transaction { try MirrorState.setMeta(db, .ownRecordsUnchecked, nil) }
+        }
         guard state.lastSeq > ownSeq else { return nil }
         let serial = try MirrorState.exportSerial(db)
         if serial >= state.mark.serial {
@@ -174,9 +180,45 @@ struct Reconciler {
         return try applier.canonicalKey(entity, values: values)
     }
 
+    // MARK: After an upgrade from a format without export marks
+
+    /// A store upgraded from a format whose exports left no marks in the container cannot tell from them whether
+    /// it is behind its own records (restored from a copy, or a crash of the older storectl). Once, its own
+    /// records are compared with its record map: those it does not reflect are taken back as after a restore,
+    /// with the time of the latest of them as the restore time.
+    private func checkOwnRecords() throws -> ReconcileReport? {
+        var behind: [CloudRecord] = []
+        var lastSeq: Int64 = 0
+        let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
+        let probe = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy)
+        try ownRecords(after: 0) { records in
+            for own in records {
+                lastSeq = max(lastSeq, own.record.seq)
+                if try probe.mapEntry(name: own.record.recordName)?.tag != own.record.changeTag {
+                    behind.append(own.record)
+                }
+            }
+        }
+        guard !behind.isEmpty else {
+            try db.transaction {
+                try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, lastSeq)
+                try MirrorState.setMeta(db, .ownRecordsUnchecked, nil)
+            }
+            return nil
+        }
+        let time = Int64((behind.map(\.modifiedAt).max() ?? 0) * 1000)
+        let state = DeviceExportState(mark: ExportMark(serial: try MirrorState.exportSerial(db), historySeq: 0,
+                                                       time: time), lastSeq: lastSeq)
+        let report = try takeBackLaterRecords(after: 0, state: state, only: Set(behind.map(\.recordName)))
+        try db.transaction { try MirrorState.setMeta(db, .ownRecordsUnchecked, nil) }
+        return report
+    }
+
     // MARK: After a restore
 
-    private func takeBackLaterRecords(after ownSeq: Int64, state: DeviceExportState) throws -> ReconcileReport {
+    private func takeBackLaterRecords(after ownSeq: Int64, state: DeviceExportState, only: Set<String>? = nil) throws
+        -> ReconcileReport
+    {
         var report = ReconcileReport(kind: "restore")
         report.restoredAt = state.mark.time
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
@@ -193,20 +235,24 @@ struct Reconciler {
                                                 uniqueRules: options.uniqueRules)
                 try applier.resetNotes()
                 let importer = Importer(db: db, cloud: cloud, options: options, entities: entities, device: device)
+                var applied = ImportReport()
+                // The later self's export order is not an order this copy passed through (a row inserted again
+                // under a UNIQUE value is saved before the old row's tombstone): as in an import, tombstones of
+                // cascading parents and UNIQUE collisions wait until the other records are in.
+                applier.defersUntilSettled = true
                 try ownRecords(after: ownSeq) { records in
-                    for own in records {
-                        do {
-                            _ = try db.transaction { try applier.apply(own.record) }
-                        } catch let problem as RecordProblem {
-                            try importer.setAside(own.record, problem)
-                        } catch let error as SQLiteError where error.isAboutValues {
-                            try importer.setAside(own.record, Importer.problem(for: error, record: own.record))
-                        }
+                    for own in records where only?.contains(own.record.recordName) ?? true {
+                        try importer.applyOne(own.record, applier: applier, report: &applied)
                         report.records += 1
                     }
                 }
+                applier.defersUntilSettled = false
+                for record in try applier.takeDeferred(zone: options.zone) {
+                    try importer.applyOne(record, applier: applier, report: &applied)
+                }
                 _ = try applier.retryPending { record, problem in try importer.setAside(record, problem) }
-                _ = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName, applier: applier).resolve()
+                _ = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName, applier: applier)
+                    .resolve { record, problem in try importer.setAside(record, problem) }
             }
             try MirrorState.setMeta(db, .exportSerial, String(max(try MirrorState.exportSerial(db), state.mark.serial)))
             try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, state.lastSeq)

@@ -25,6 +25,8 @@ final class RecordApplier {
         case skipped
         /// Waiting for a parent that has not arrived yet.
         case pending
+        /// Held back until the import's other records are in (see `defersUntilSettled`).
+        case deferred
         /// The record's type is not a table this store tracks.
         case unknownType
         /// A conflict under merge_policy `error`.
@@ -41,6 +43,8 @@ final class RecordApplier {
     private var sqlTexts: [String: String] = [:]
     /// Whether any record waits for a parent (when none does, applying a record need not look there).
     var hasParked: Bool
+    /// Whether any record name is an alias of another (`_storectl_aliases`).
+    private var hasAliases: Bool
     /// Whether any local change after the export token exists; when false, no merge is ever needed.
     let hasPendingLocal: Bool
     /// Entities with a `unique:` rule: their applied rows are listed in `temp._storectl_touched` for dedup.
@@ -55,7 +59,17 @@ final class RecordApplier {
     /// The restore time, when this store was found to be an older copy of itself (see `Reconciler`): a row
     /// inserted after it is a new row, never the row an own record of the same rowid describes.
     var restoredAt: Int64?
-
+    /// While an import applies its pages: two kinds of record wait in `temp._storectl_deferred` until every other
+    /// record of the import is in, because the order the cloud hands them over in is not an order the origin
+    /// store ever passed through.
+    /// - A tombstone of a row whose deletion cascades: a child moved away from it in the same export (or a later
+    ///   one the import also brings) must be moved before SQLite's `ON DELETE` action reaches it.
+    /// - A record that meets a SQL UNIQUE constraint held by another row: the holder's own deletion or change may
+    ///   come later in the import (a row deleted and inserted again with the same unique values). Only a
+    ///   collision that is still there once everything else is applied makes the two records duplicates.
+    var defersUntilSettled = false
+    /// Whether `temp._storectl_deferred` may hold a record.
+    private var hasDeferred = false
     private func sql(_ key: String, _ entity: EntityMap, _ make: () -> String) -> String {
         let k = key + "\u{0}" + entity.name
         if let text = sqlTexts[k] { return text }
@@ -71,6 +85,7 @@ final class RecordApplier {
         self.dedupEntities = dedupEntities
         self.uniqueRules = uniqueRules
         self.hasParked = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_pending)")?.int64 == 1
+        self.hasAliases = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_aliases)")?.int64 == 1
         if !dedupEntities.isEmpty {
             try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_touched(entity TEXT NOT NULL, pk TEXT NOT NULL, "
                            + "PRIMARY KEY (entity, pk)) WITHOUT ROWID; DELETE FROM temp._storectl_touched;")
@@ -80,6 +95,10 @@ final class RecordApplier {
                 PRIMARY KEY (entity, pk)) WITHOUT ROWID;
             CREATE TEMP TABLE IF NOT EXISTS _storectl_deleted_parents(entity TEXT NOT NULL, pk TEXT NOT NULL,
                 row TEXT NOT NULL, PRIMARY KEY (entity, pk)) WITHOUT ROWID;
+            CREATE TEMP TABLE IF NOT EXISTS _storectl_deferred(record_name TEXT PRIMARY KEY, record_type TEXT NOT NULL,
+                fields TEXT NOT NULL, change_tag TEXT NOT NULL, seq INTEGER NOT NULL, deleted INTEGER NOT NULL,
+                modified_by TEXT NOT NULL, modified_at REAL NOT NULL);
+            DELETE FROM temp._storectl_deferred;
             """)
         self.entities = entities
         self.policy = policy
@@ -177,6 +196,10 @@ final class RecordApplier {
     /// (the export uses that to bring a row to a merge it saved).
     /// - Throws: `RecordProblem` for a record that cannot be applied as it is; `SQLiteError`.
     func apply(_ record: CloudRecord, respectLocalChanges: Bool = true) throws -> Outcome {
+        if hasDeferred {
+            // A newer version of a held-back record supersedes it (it is held back again if it must be).
+            try db.run("DELETE FROM temp._storectl_deferred WHERE record_name = ?", [record.recordName])
+        }
         guard let entity = entities[record.recordType] else { return .unknownType }
         let entry = try mapEntry(name: record.recordName)
         if let entry, entry.entity != record.recordType {
@@ -187,6 +210,11 @@ final class RecordApplier {
         }
         if let entry, entry.tag == record.changeTag { return .skipped }
         if record.deleted {
+            if defersUntilSettled, cascadingParents.contains(entity.name), let entry,
+               try rowExists(entity, pk: entry.pk)
+            {
+                return try deferUntilSettled(record)
+            }
             return try applyDeletion(record, entity: entity, entry: entry, respectLocalChanges: respectLocalChanges)
         }
         if entity.isSurrogate, entity.references.isEmpty, entity.uniqueKeys.isEmpty,
@@ -197,13 +225,27 @@ final class RecordApplier {
             return .applied
         }
         let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+        for reference in entity.references {
+            // A reference travels as a record name: a plain value there would be read as a local rowid, which
+            // names different rows on different stores.
+            if case .value(let v)? = decoded.values[reference.column], !v.isNull {
+                throw RecordProblem(reason: "field '\(reference.column)' holds the plain value \(v.sqlLiteral) where a "
+                                        + "reference to a '\(reference.parent)' record belongs",
+                                    hint: "a reference is {\"$ref\": \"RECORD NAME\"}; the device that saved it wrote "
+                                        + "a local key instead")
+            }
+        }
         // Resolve references to local keys; a missing parent parks the record until the parent arrives.
         var resolved: [String: Value] = [:]
+        // References that name a duplicate merged into another record: the row points at the winner, and its
+        // record is sent again naming it.
+        var aliasedReferences: [String] = []
         for (column, value) in decoded.values {
             switch value {
             case .value(let v): resolved[column] = v
             case .ref(let name):
                 guard let name else { resolved[column] = .null; continue }
+                if hasAliases, try isAlias(name) { aliasedReferences.append(column) }
                 guard let ref = entity.reference(for: column),
                       let parentKey = try parentKey(parent: ref.parent, recordName: name)
                 else {
@@ -259,7 +301,10 @@ final class RecordApplier {
             let server = MergeSide(deleted: false,
                                    changed: Set(try codec.differing(entry?.base, record.fields,
                                                                     columns: entity.fieldColumns)))
-            switch policy.decide(local: local, server: server, columns: entity.fieldColumns) {
+            let holdsLocal = try !local.deleted && exists
+                && rowHolds(entity, pk: pk, values: resolved, columns: local.changed)
+            switch policy.decide(local: local, server: server, columns: entity.fieldColumns,
+                                 serverHoldsLocalValues: holdsLocal) {
             case .fail:
                 conflicts.append(ConflictReport(entity: entity.name, recordName: record.recordName,
                                                 localColumns: local.changed.sorted(), serverDeleted: false))
@@ -294,7 +339,40 @@ final class RecordApplier {
             finalPK = try insert(entity, values: values)
         }
         try finish(record, entity: entity, entry: entry, pk: finalPK, extra: decoded.extra)
+        if !aliasedReferences.isEmpty {
+            try markChanged(entity, pk: finalPK, columns: aliasedReferences.filter { take.contains($0) })
+        }
         return .applied
+    }
+
+    /// Whether the row holds `values` in every one of `columns` (each of which `values` must have).
+    private func rowHolds(_ entity: EntityMap, pk: String, values: [String: Value], columns: Set<String>) throws
+        -> Bool
+    {
+        let names = columns.sorted()
+        guard names.allSatisfy({ values[$0] != nil }) else { return false }
+        let tests = names.enumerated().map { "t.\(quoteIdentifier($1)) IS ?\($0 + 2)" }
+        let text = "SELECT 1 FROM \(entity.quotedName) t WHERE \(entity.pkMatches("t", json: "?1"))"
+            + tests.map { " AND " + $0 }.joined()
+        return try !db.query(text, [.text(pk)] + names.compactMap { values[$0] }).isEmpty
+    }
+
+    /// Whether `name` is the name of a duplicate merged into another record.
+    private func isAlias(_ name: String) throws -> Bool {
+        let s = try db.cached("SELECT 1 FROM _storectl_aliases WHERE record_name = ?")
+        try s.bind([name])
+        defer { try? s.reset() }
+        return try s.step()
+    }
+
+    /// Writes a history row (author `dedupe`) for the row, so that the next export sends its record again.
+    private func markChanged(_ entity: EntityMap, pk: String, columns: [String]) throws {
+        guard !columns.isEmpty else { return }
+        try db.run("""
+            INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
+            SELECT NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2, ?3, 'U', ?4
+            """, [Deduplicator.author, entity.name, pk,
+                  "[" + columns.sorted().map(JSONText.quoted).joined(separator: ",") + "]"])
     }
 
     /// Whether the fields text contains an object whose first key starts with `$` (`{"$blob"`, `{"$text"`,
@@ -374,10 +452,7 @@ final class RecordApplier {
                                respectLocalChanges: Bool) throws -> Outcome
     {
         if hasParked { try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName]) }
-        if record.fields.utf8.count > 2,
-           let target = try db.scalar("SELECT json_extract(?1, '$.\"$alias\"') WHERE json_valid(?1)", [record.fields])?.string,
-           target != record.recordName
-        {
+        if let target = try aliasTarget(of: record) {
             // A duplicate merged into `target` elsewhere: its name now stands for the winner. A local row still
             // mapped to it gives its children to the winner's row and goes, when the winner is here; otherwise it is
             // merged when the winner arrives (the same rule picks the same winner here).
@@ -598,6 +673,7 @@ final class RecordApplier {
             guard let holder = rows.first, let holderPK = holder[0].string, holderPK != target else { continue }
             let holderName = holder[1].string ?? ""
             if holderName == record.recordName { continue }
+            if defersUntilSettled { return try deferUntilSettled(record) }
             let incomingWins = try wins(entity, columns: columns, incoming: (record.recordName, values),
                                         holder: (holderName, holderPK))
             if incomingWins {
@@ -717,7 +793,15 @@ final class RecordApplier {
         }
     }
 
+    /// Where a tombstone says its record went (`{"$alias": "WINNER"}`: merged as a duplicate), or nil for a deletion.
+    func aliasTarget(of record: CloudRecord) throws -> String? {
+        guard record.deleted, record.fields.utf8.count > 2 else { return nil }
+        let target = try db.scalar("SELECT json_extract(?1, '$.\"$alias\"') WHERE json_valid(?1)", [record.fields])?.string
+        return target == record.recordName ? nil : target
+    }
+
     func alias(_ name: String, to target: String, entity: EntityMap) throws {
+        hasAliases = true
         try db.run("INSERT OR REPLACE INTO _storectl_aliases(record_name, entity, target) VALUES (?, ?, ?)",
                    [name, entity.name, target])
         // An alias never points at another alias.
@@ -739,7 +823,35 @@ final class RecordApplier {
         }
     }
 
-    // MARK: Parked records
+    // MARK: Deferred and parked records
+
+    private func deferUntilSettled(_ record: CloudRecord) throws -> Outcome {
+        try db.run("""
+            INSERT OR REPLACE INTO temp._storectl_deferred(record_name, record_type, fields, change_tag, seq, deleted,
+                                                          modified_by, modified_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """, [record.recordName, record.recordType, record.fields, record.changeTag, record.seq, record.deleted,
+                  record.modifiedBy, record.modifiedAt])
+        hasDeferred = true
+        return .deferred
+    }
+
+    /// The records `defersUntilSettled` held back, tombstones first (each kind in the order the cloud gave it),
+    /// and forgets them: the caller applies them with `defersUntilSettled` off.
+    func takeDeferred(zone: String) throws -> [CloudRecord] {
+        let records = try db.query("""
+            SELECT record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at
+            FROM temp._storectl_deferred ORDER BY deleted DESC, seq
+            """).map { row in
+                CloudRecord(zone: zone, recordName: row[0].string ?? "", recordType: row[1].string ?? "",
+                            fields: row[2].string ?? "{}", changeTag: row[3].string ?? "", seq: row[4].int64 ?? 0,
+                            deleted: row[5].int64 == 1, modifiedBy: row[6].string ?? "",
+                            modifiedAt: row[7].double ?? 0)
+            }
+        try db.execute("DELETE FROM temp._storectl_deferred")
+        hasDeferred = false
+        return records
+    }
 
     /// Applies parked records whose parents have arrived, until no more can be applied. Records in a cycle of
     /// references (a row that points at itself, or rows that point at each other) are inserted with the

@@ -267,7 +267,8 @@ final class KeyConstraintCaseTests: XCTestCase {
         try f.sql("a", "INSERT INTO texts(k, v) VALUES (CAST(X'6BFF' AS TEXT), 'a key with invalid UTF-8');"
                   + "INSERT INTO notes(title) VALUES ('beside it')")
         let sync = try f.run("a", ["sync"], expect: nil)
-        XCTAssertTrue(sync.status == 0 || sync.status == 65, "\(sync)")
+        // storectl reports such a key (exit 65) and sends everything else (docs/sync-guarantees.md).
+        XCTAssertEqual(sync.status, 65, "[\(backend)] a key of invalid UTF-8 must be reported\n\(sync)")
         try f.run("b", ["sync"])
         let rowsB = try f.rows("b")
         XCTAssertTrue(rowsB.contains("notes|title=t:'beside it'"), "[\(backend)] a row of invalid UTF-8 held back "
@@ -324,6 +325,9 @@ final class KeyConstraintCaseTests: XCTestCase {
         try f.initialise("a")
         let check = try f.run("a", ["cloud", "check"], expect: nil)
         let mode = try f.run("a", ["mode", "cloud"], expect: nil)
+        // storectl refuses them (docs/sync-guarantees.md): a table it cannot track is named up front.
+        XCTAssertEqual(mode.status, 65, "[\(f.backend)] \(what): mode cloud must refuse '\(table)' up front\n\(mode)",
+                       file: file, line: line)
         if mode.status == 0 {
             XCTAssertEqual(check.status, 0, "[\(f.backend)] \(what): mode cloud accepted what cloud check refused\n"
                            + "\(check)", file: file, line: line)

@@ -16,6 +16,19 @@ final class MergeDecisionTests: XCTestCase {
         }
     }
 
+    func testTheSameChangeOnBothSidesIsNoConflict() {
+        XCTAssertEqual(MergePolicy.error.decide(local: live(["title"]), server: live(["title"]), columns: columns,
+                                                serverHoldsLocalValues: true), .live(takeServer: Set(columns)))
+        // A deletion on either side is still a conflict, whatever the values.
+        XCTAssertEqual(MergePolicy.error.decide(local: deleted, server: live(["title"]), columns: columns,
+                                                serverHoldsLocalValues: true), .fail)
+        XCTAssertEqual(MergePolicy.error.decide(local: live(["title"]), server: deleted, columns: columns,
+                                                serverHoldsLocalValues: true), .fail)
+        // The other policies decide as they do without it.
+        XCTAssertEqual(MergePolicy.localWins.decide(local: live(["title"]), server: live(["title"]), columns: columns,
+                                                    serverHoldsLocalValues: true), .live(takeServer: []))
+    }
+
     func testServerWins() {
         let p = MergePolicy.serverWins
         XCTAssertEqual(p.decide(local: live(["title"]), server: live(["body"]), columns: columns),

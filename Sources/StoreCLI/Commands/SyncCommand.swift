@@ -47,6 +47,10 @@ struct SyncCommand: Command {
                                     + "is set aside: \(record.reason)")
                 context.console.err("  fix: \(record.hint)")
             }
+            for record in i.waitingRecords {
+                context.console.err("note: record \(record.recordName) (table '\(record.recordType)', seq \(record.seq)) "
+                                    + "waits for a parent record that has not arrived; it is applied when it does")
+            }
         }
         return .ok
     }
