@@ -576,7 +576,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         }
         // A large batch goes through COPY, unless a value holds a NUL byte (COPY's text format cannot carry it;
         // the arrays path reports it).
-        let copyRows = saves.count < Self.copyThreshold ? nil : PGConnInfo.copyText(saves.indices.map { k in
+        let copyRows = saves.count < copyThreshold ? nil : PGConnInfo.copyText(saves.indices.map { k in
             [String(k + 1), saves[k].recordName, saves[k].recordType, texts[k], saves[k].deleted ? "t" : "f",
              saves[k].expectedTag]
         })
@@ -740,9 +740,11 @@ public final class PostgresCloudDatabase: CloudDatabase {
         return Self.saved(count, after: lastSeq, epoch: epoch)
     }
 
-    /// Batches of at least this many records go through `COPY` (`withCopiedBatch`); a smaller batch goes as arrays in
-    /// one round trip, which costs less for a few records than COPY's extra round trips.
-    static let copyThreshold = 100
+    /// Batches of at least this many records (an export's full batch) go through `COPY` (`withCopiedBatch`); a
+    /// smaller one goes as arrays in one round trip. COPY's extra round trips (BEGIN, the COPY itself, COMMIT)
+    /// cost more than they save on a few hundred records; at a thousand the two paths take the same time, the
+    /// server's work being the records table's two unique indexes and its JSON check either way (BENCHMARKS.md).
+    var copyThreshold = 1000
 
     /// The connection whose session holds the temporary batch table (it lives as long as the session; a new
     /// connection is a new object, so the table is made again on it).

@@ -358,7 +358,7 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
     func testABatchThroughCopyKeepsEveryByteAndFallsBackWhenARecordExists() throws {
         guard let db = try makeContainer("copy") else { return }
         try db.ensureZone("z")
-        let count = PostgresCloudDatabase.copyThreshold * 2 + 1
+        let count = db.copyThreshold * 2 + 1
         let awkward = ["{\"s\":\"back\\\\slash \\\\N tab\\t nl\\n cr\\r\"}", "{\t\"a\" :\n1,\r\n\"b\":[true,null]}",
                        "{\"u\":\"\u{e9}\u{1F600} \\u0000\"}"]
         let saves = (0..<count).map { k in
@@ -400,7 +400,7 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
     func testAConditionalBatchThroughCopyKeepsTheConditionsAndTheBytes() throws {
         guard let db = try makeContainer("copycond") else { return }
         try db.ensureZone("z")
-        let count = PostgresCloudDatabase.copyThreshold + 50
+        let count = db.copyThreshold + 50
         let first = (0..<count).map { RecordSave(recordName: "r-\($0)", recordType: "T", fields: fields($0),
                                                  expectedTag: nil) }
         // In two halves, each under the threshold: only the batch below goes through COPY.
@@ -453,7 +453,7 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
     func testABatchWithANulByteIsRefusedAsASmallOneIsAndCopyGoesOnAfterIt() throws {
         guard let db = try makeContainer("copynul") else { return }
         try db.ensureZone("z")
-        for count in [3, PostgresCloudDatabase.copyThreshold + 5] {
+        for count in [3, db.copyThreshold + 5] {
             let saves = (0..<count).map { k in
                 RecordSave(recordName: k == 1 ? "nul\u{0}name" : "r\(count)-\(k)", recordType: "T",
                            fields: fields(k), expectedTag: nil)
@@ -463,7 +463,7 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
             }
             XCTAssertEqual(try db.zoneInfo("z")?.lastSeq, 0, "\(count)")
         }
-        let count = PostgresCloudDatabase.copyThreshold
+        let count = db.copyThreshold
         let good = (0..<count).map { RecordSave(recordName: "ok-\($0)", recordType: "T", fields: fields($0),
                                                 expectedTag: nil) }
         XCTAssertEqual(try db.save(zone: "z", good, device: "d").count, count)
