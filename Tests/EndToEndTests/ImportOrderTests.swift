@@ -159,6 +159,21 @@ extension KeyConstraintCaseTests {
 }
 
 extension ResilienceGuardTests {
+    /// Note n1 deleted and inserted again under its rowid as 'one reborn', with `then` in the same transaction.
+    static func reinsertN1(then: String = "") -> String {
+        """
+        BEGIN;
+        CREATE TEMP TABLE old_id AS SELECT id FROM notes WHERE uuid = 'n1';
+        DELETE FROM notes WHERE uuid = 'n1';
+        INSERT INTO notes(id, uuid, title) VALUES ((SELECT id FROM old_id), 'n1', 'one reborn');
+        \(then)
+        COMMIT;
+
+        """
+    }
+}
+
+extension ResilienceGuardTests {
     /// A row with a UNIQUE column deleted and inserted again (under its rowid, or a new one) by the same store is
     /// a new row, not a duplicate of the old one: it must survive, with its later edits, on every store.
     func reinsertUnderUnique(_ backend: FleetBackend, declared: Bool) throws {
@@ -170,12 +185,7 @@ extension ResilienceGuardTests {
         try f.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two'), ('n3', 'three');"
                   + "INSERT INTO tags SELECT id, 'x' FROM notes WHERE uuid = 'n3'")
         try f.syncRounds(1, ["a", "b"])
-        try f.sql("a", """
-            BEGIN;
-            CREATE TEMP TABLE old_id AS SELECT id FROM notes WHERE uuid = 'n1';
-            DELETE FROM notes WHERE uuid = 'n1';
-            INSERT INTO notes(id, uuid, title) VALUES ((SELECT id FROM old_id), 'n1', 'one reborn');
-            COMMIT;
+        try f.sql("a", ResilienceGuardTests.reinsertN1() + """
             DELETE FROM notes WHERE uuid = 'n2';
             INSERT INTO notes(uuid, title) VALUES ('n2', 'two reborn under a new rowid');
             """)
@@ -221,13 +231,7 @@ extension ResilienceGuardTests {
         try f.backup("a", as: "a-old")
         try f.sql("a", "UPDATE notes SET title = 'one edited' WHERE uuid = 'n1'")
         try f.run("a", ["sync"])
-        try f.sql("a", """
-            BEGIN;
-            CREATE TEMP TABLE old_id AS SELECT id FROM notes WHERE uuid = 'n1';
-            DELETE FROM notes WHERE uuid = 'n1';
-            INSERT INTO notes(id, uuid, title) VALUES ((SELECT id FROM old_id), 'n1', 'one reborn');
-            COMMIT;
-            """)
+        try f.sql("a", ResilienceGuardTests.reinsertN1())
         try f.run("a", ["sync"])
         try f.restore("a", from: "a-old")
         try f.syncRounds(3, ["a", "b"])
@@ -253,14 +257,7 @@ extension ResilienceGuardTests {
         try f.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'); "
                   + "INSERT INTO tags SELECT id, 'x' FROM notes WHERE uuid = 'n1'")
         try f.syncRounds(1, ["a", "b"])
-        try f.sql("a", """
-            BEGIN;
-            CREATE TEMP TABLE old_id AS SELECT id FROM notes WHERE uuid = 'n1';
-            DELETE FROM notes WHERE uuid = 'n1';
-            INSERT INTO notes(id, uuid, title) VALUES ((SELECT id FROM old_id), 'n1', 'one reborn');
-            INSERT INTO tags SELECT id, 'x' FROM notes WHERE uuid = 'n1';
-            COMMIT;
-            """)
+        try f.sql("a", ResilienceGuardTests.reinsertN1(then: "INSERT INTO tags SELECT id, 'x' FROM notes WHERE uuid = 'n1';"))
         try f.run("a", ["sync"], env: ["STORECTL_BATCH_SIZE": "1", "STORECTL_FAILPOINT": "export.after-batch-commit:1"],
                   expect: 137)
         try f.run("b", ["sync"])
