@@ -125,6 +125,24 @@ extension StoreHandle {
             """)
         defer { try? db.execute("DROP TABLE IF EXISTS temp._storectl_verify_cloud; "
                                 + "DROP TABLE IF EXISTS temp._storectl_verify_local") }
+        // Read before the cloud: an export that commits while the cloud is fetched moves the token past changes
+        // whose records the fetched copy may lack; read first, they count as pending.
+        let exportToken = try MirrorState.exportToken(db)
+        // The keys with a local change after the export token, by anyone but the import, read once: looked up
+        // per row, the history after the token (a whole import of it) would be read again for every row.
+        try db.execute("""
+            CREATE TEMP TABLE IF NOT EXISTS _storectl_verify_pending(entity TEXT, pk TEXT, PRIMARY KEY (entity, pk))
+                WITHOUT ROWID;
+            DELETE FROM temp._storectl_verify_pending;
+            """)
+        defer { try? db.execute("DROP TABLE IF EXISTS temp._storectl_verify_pending") }
+        // The app may keep writing while the tables are compared: a change written after this point (its history
+        // seq above `snapshotSeq`) is pending too, although the set below was read before it.
+        let snapshotSeq = try MirrorState.lastHistorySeq(db)
+        try db.run("""
+            INSERT OR IGNORE INTO temp._storectl_verify_pending(entity, pk)
+            SELECT entity, pk FROM _storectl_history WHERE seq > ? AND author <> ?
+            """, [exportToken, MirrorState.importAuthor])
         // Records saved after the server token by other devices are changes this store has not imported yet.
         var importedUpTo: Int64 = -1
         if let info = try cloud.zoneInfo(zone, countLive: false) {
@@ -148,23 +166,8 @@ extension StoreHandle {
                 token = batch.token
                 if !batch.moreComing { break }
             }
+            try resolveAliases(db)
         }
-        let exportToken = try MirrorState.exportToken(db)
-        // The keys with a local change after the export token, by anyone but the import, read once: looked up
-        // per row, the history after the token (a whole import of it) would be read again for every row.
-        try db.execute("""
-            CREATE TEMP TABLE IF NOT EXISTS _storectl_verify_pending(entity TEXT, pk TEXT, PRIMARY KEY (entity, pk))
-                WITHOUT ROWID;
-            DELETE FROM temp._storectl_verify_pending;
-            """)
-        defer { try? db.execute("DROP TABLE IF EXISTS temp._storectl_verify_pending") }
-        // The app may keep writing while the tables are compared: a change written after this point (its history
-        // seq above `snapshotSeq`) is pending too, although the set below was read before it.
-        let snapshotSeq = try MirrorState.lastHistorySeq(db)
-        try db.run("""
-            INSERT OR IGNORE INTO temp._storectl_verify_pending(entity, pk)
-            SELECT entity, pk FROM _storectl_history WHERE seq > ? AND author <> ?
-            """, [exportToken, MirrorState.importAuthor])
         let tracked = Set(entities.map(\.name))
         report.untrackedRecords = Int(try db.scalar(
             "SELECT count(*) FROM temp._storectl_verify_cloud WHERE deleted = 0 AND record_type NOT IN (SELECT value FROM json_each(?))",
@@ -289,6 +292,45 @@ extension StoreHandle {
         report.differences = Array(ordered.prefix(max(limit, 0)))
         report.truncated = ordered.count > report.differences.count
         return report
+    }
+
+    /// A reference naming a duplicate merged into another record (`{"$ref":"LOSER"}`) names the winner in the
+    /// fetched cloud records: the rows point at the winner, and every store resolves the loser's name through its
+    /// aliases the same way, so the two are the same reference.
+    static func resolveAliases(_ db: Connection) throws {
+        var aliases: [String: String] = [:]
+        for row in try db.query("SELECT record_name, target FROM _storectl_aliases") {
+            if let name = row[0].string, let target = row[1].string { aliases[name] = target }
+        }
+        guard !aliases.isEmpty else { return }
+        let opening = "{\"$ref\":\""
+        let update = try db.prepare("UPDATE temp._storectl_verify_cloud SET fields = ? WHERE record_name = ?")
+        for row in try db.query("""
+            SELECT record_name, fields FROM temp._storectl_verify_cloud WHERE deleted = 0 AND instr(fields, ?) > 0
+            """, [opening]) {
+            guard let name = row[0].string, let fields = row[1].string else { continue }
+            var out = ""
+            var rest = Substring(fields)
+            var changed = false
+            while let start = rest.firstRange(of: opening) {
+                out += rest[..<start.upperBound]
+                rest = rest[start.upperBound...]
+                guard let close = rest.firstIndex(of: "\"") else { break }
+                let ref = String(rest[..<close])
+                if let target = aliases[ref], !target.contains("\""), !target.contains("\\") {
+                    out += target
+                    changed = true
+                } else {
+                    out += ref
+                }
+                rest = rest[close...]
+            }
+            guard changed else { continue }
+            out += rest
+            try update.bind([out, name])
+            while try update.step() {}
+            try update.reset()
+        }
     }
 
     /// Lets a store that never synced be read like one that did, without writing to it: an empty record map and

@@ -135,10 +135,7 @@ struct Importer {
                 }
                 let tSettle = Trace.start()
                 defer { Trace.add("import.settle", tSettle) }
-                applier.defersUntilSettled = false
-                for record in try applier.takeDeferred(zone: options.zone) {
-                    try applyOne(record, applier: applier, report: &report)
-                }
+                try applyHeldBack(applier, report: &report)
                 if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
                 report.waitingForParent = try applier.retryPending { record, problem in
                     try setAside(record, problem)
@@ -208,6 +205,20 @@ struct Importer {
         }
         applier.conflicts.removeLast(applier.conflicts.count - conflictsBefore)
         for record in records { try applyOne(record, applier: applier, report: &report) }
+    }
+
+    /// Applies what waited for the rest of the import (`RecordApplier.defersUntilSettled`): first the parked
+    /// records whose parents came (a child moved to a new parent must be under it before its old parent's
+    /// tombstone cascades), then the held-back records, tombstones first.
+    func applyHeldBack(_ applier: RecordApplier, report: inout ImportReport) throws {
+        applier.defersUntilSettled = false
+        _ = try applier.retryPending { record, problem in
+            try setAside(record, problem)
+            report.setAside += 1
+        }
+        for record in try applier.takeDeferred(zone: options.zone) {
+            try applyOne(record, applier: applier, report: &report)
+        }
     }
 
     /// Applies one record in a savepoint of its own; a record that fails is set aside.

@@ -85,6 +85,8 @@ final class PageApplier {
             return counts
         }
         defer { try? db.execute("DELETE FROM temp._storectl_page; DELETE FROM temp._storectl_page_kind;") }
+        // A newer version of a record held back earlier in the import supersedes it.
+        try applier.forgetDeferred(namesIn: "temp._storectl_page")
         let entities = types.sorted().compactMap { applier.entities[$0] }
         var lo = -1
         while lo < records.count {

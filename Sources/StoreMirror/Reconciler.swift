@@ -246,10 +246,7 @@ struct Reconciler {
                         report.records += 1
                     }
                 }
-                applier.defersUntilSettled = false
-                for record in try applier.takeDeferred(zone: options.zone) {
-                    try importer.applyOne(record, applier: applier, report: &applied)
-                }
+                try importer.applyHeldBack(applier, report: &applied)
                 _ = try applier.retryPending { record, problem in try importer.setAside(record, problem) }
                 _ = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName, applier: applier)
                     .resolve { record, problem in try importer.setAside(record, problem) }

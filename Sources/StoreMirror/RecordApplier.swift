@@ -43,8 +43,6 @@ final class RecordApplier {
     private var sqlTexts: [String: String] = [:]
     /// Whether any record waits for a parent (when none does, applying a record need not look there).
     var hasParked: Bool
-    /// Whether any record name is an alias of another (`_storectl_aliases`).
-    private var hasAliases: Bool
     /// Whether any local change after the export token exists; when false, no merge is ever needed.
     let hasPendingLocal: Bool
     /// Entities with a `unique:` rule: their applied rows are listed in `temp._storectl_touched` for dedup.
@@ -85,7 +83,6 @@ final class RecordApplier {
         self.dedupEntities = dedupEntities
         self.uniqueRules = uniqueRules
         self.hasParked = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_pending)")?.int64 == 1
-        self.hasAliases = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_aliases)")?.int64 == 1
         if !dedupEntities.isEmpty {
             try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_touched(entity TEXT NOT NULL, pk TEXT NOT NULL, "
                            + "PRIMARY KEY (entity, pk)) WITHOUT ROWID; DELETE FROM temp._storectl_touched;")
@@ -237,15 +234,11 @@ final class RecordApplier {
         }
         // Resolve references to local keys; a missing parent parks the record until the parent arrives.
         var resolved: [String: Value] = [:]
-        // References that name a duplicate merged into another record: the row points at the winner, and its
-        // record is sent again naming it.
-        var aliasedReferences: [String] = []
         for (column, value) in decoded.values {
             switch value {
             case .value(let v): resolved[column] = v
             case .ref(let name):
                 guard let name else { resolved[column] = .null; continue }
-                if hasAliases, try isAlias(name) { aliasedReferences.append(column) }
                 guard let ref = entity.reference(for: column),
                       let parentKey = try parentKey(parent: ref.parent, recordName: name)
                 else {
@@ -339,9 +332,6 @@ final class RecordApplier {
             finalPK = try insert(entity, values: values)
         }
         try finish(record, entity: entity, entry: entry, pk: finalPK, extra: decoded.extra)
-        if !aliasedReferences.isEmpty {
-            try markChanged(entity, pk: finalPK, columns: aliasedReferences.filter { take.contains($0) })
-        }
         return .applied
     }
 
@@ -355,24 +345,6 @@ final class RecordApplier {
         let text = "SELECT 1 FROM \(entity.quotedName) t WHERE \(entity.pkMatches("t", json: "?1"))"
             + tests.map { " AND " + $0 }.joined()
         return try !db.query(text, [.text(pk)] + names.compactMap { values[$0] }).isEmpty
-    }
-
-    /// Whether `name` is the name of a duplicate merged into another record.
-    private func isAlias(_ name: String) throws -> Bool {
-        let s = try db.cached("SELECT 1 FROM _storectl_aliases WHERE record_name = ?")
-        try s.bind([name])
-        defer { try? s.reset() }
-        return try s.step()
-    }
-
-    /// Writes a history row (author `dedupe`) for the row, so that the next export sends its record again.
-    private func markChanged(_ entity: EntityMap, pk: String, columns: [String]) throws {
-        guard !columns.isEmpty else { return }
-        try db.run("""
-            INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
-            SELECT NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2, ?3, 'U', ?4
-            """, [Deduplicator.author, entity.name, pk,
-                  "[" + columns.sorted().map(JSONText.quoted).joined(separator: ",") + "]"])
     }
 
     /// Whether the fields text contains an object whose first key starts with `$` (`{"$blob"`, `{"$text"`,
@@ -801,7 +773,6 @@ final class RecordApplier {
     }
 
     func alias(_ name: String, to target: String, entity: EntityMap) throws {
-        hasAliases = true
         try db.run("INSERT OR REPLACE INTO _storectl_aliases(record_name, entity, target) VALUES (?, ?, ?)",
                    [name, entity.name, target])
         // An alias never points at another alias.
@@ -834,6 +805,13 @@ final class RecordApplier {
                   record.modifiedBy, record.modifiedAt])
         hasDeferred = true
         return .deferred
+    }
+
+    /// Forgets the held-back records that the table `source` (with a `record_name` column) names: newer versions
+    /// of them are being applied.
+    func forgetDeferred(namesIn source: String) throws {
+        guard hasDeferred else { return }
+        try db.execute("DELETE FROM temp._storectl_deferred WHERE record_name IN (SELECT record_name FROM \(source))")
     }
 
     /// The records `defersUntilSettled` held back, tombstones first (each kind in the order the cloud gave it),

@@ -275,3 +275,66 @@ extension ResilienceGuardTests {
         try onPostgres { try relinkAfterReinsert($0, policy: "error") }
     }
 }
+
+extension ResilienceCaseTests {
+    /// A child (with its own subtree) moved from P to a NEW parent Q, then P deleted, in a self-referencing table
+    /// where Q's key comes after the child's (the usual case: SQLite gives Q the next rowid). On the importing
+    /// store the child's move waits for Q; it must be applied before P's tombstone cascades, or the subtree goes.
+    func moveUnderNewParentThenDeleteOld(_ backend: FleetBackend) throws {
+        let f = try Fleet(backend: backend, schema: """
+            CREATE TABLE IF NOT EXISTS nodes(id INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                                             parent INTEGER REFERENCES nodes(id) ON DELETE CASCADE);
+            """, label: "storectl-case5")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO nodes VALUES (1, 'P', NULL), (2, 'C', 1), (4, 'G', 2), (5, 'H', 4)")
+        try f.syncRounds(1, ["a", "b"])
+        try f.sql("a", "INSERT INTO nodes VALUES (3, 'Q', NULL); UPDATE nodes SET parent = 3 WHERE id = 2; "
+                  + "DELETE FROM nodes WHERE id = 1")
+        try f.syncRounds(2, ["a", "b"])
+        try f.assertRows(["nodes|name=t:'Q'|parent=null", "nodes|name=t:'C'|parent=->nodes{name=t:'Q'}",
+                          "nodes|name=t:'G'|parent=->nodes{name=t:'C'}", "nodes|name=t:'H'|parent=->nodes{name=t:'G'}"],
+                         "a subtree moved under a new parent, the old parent deleted")
+        for s in f.stores { try f.assertHealthy(s, "a subtree moved under a new parent") }
+    }
+
+    func testCase5MoveUnderNewParentThenDeleteOldFile() throws { try moveUnderNewParentThenDeleteOld(.file) }
+    func testCase5MoveUnderNewParentThenDeleteOldPostgres() throws { try onPostgres(moveUnderNewParentThenDeleteOld) }
+}
+
+extension ResilienceGuardTests {
+    /// Under `merge_policy: error` (and `server-wins`), a child of a merged duplicate whose store edits it while the
+    /// winner's store re-points it: the re-point is storectl's own (every store resolves the loser's name through
+    /// its aliases), never a change of the child's record that conflicts with the user's edit.
+    func editWhileMerged(_ backend: FleetBackend, policy: String) throws {
+        let f = try Fleet(backend: backend, schema: """
+            CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, title TEXT NOT NULL DEFAULT '');
+            CREATE TABLE IF NOT EXISTS comments(id INTEGER PRIMARY KEY,
+                note_id INTEGER REFERENCES notes(id) ON DELETE CASCADE, body TEXT);
+            """, storeYAML: """
+                entities:
+                  notes:
+                    unique: [uuid]
+                    keep: newest(title)
+                  comments: {}
+            """, cloudExtra: "      merge_policy: \(policy)", label: "storectl-case4")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO notes(uuid, title) VALUES ('shared', 'by a'); "
+                  + "INSERT INTO comments(note_id, body) SELECT id, 'comment by a' FROM notes")
+        try f.sql("b", "INSERT INTO notes(uuid, title) VALUES ('shared', 'by b')")
+        try f.run("a", ["sync"])
+        try f.sql("a", "UPDATE comments SET body = 'comment edited by a'")
+        try f.syncRounds(3, ["b", "a"])
+        try f.assertRows(["notes|title=t:'by b'|uuid=t:'shared'",
+                          "comments|body=t:'comment edited by a'|note_id=->notes{title=t:'by b',uuid=t:'shared'}"],
+                         "a comment re-pointed by the winner's store while its body was edited (\(policy))")
+        for s in f.stores { try f.assertHealthy(s, "a comment of a merged duplicate (\(policy))") }
+    }
+
+    func testEditWhileMergedFile() throws {
+        for policy in ["error", "server-wins", "property-local-wins"] { try editWhileMerged(.file, policy: policy) }
+    }
+
+    func testEditWhileMergedPostgres() throws { try onPostgres { try editWhileMerged($0, policy: "error") } }
+}
