@@ -886,6 +886,14 @@ final class ModelRun {
                 for k in candidates.keys { candidates[k]?[c.column] = c.defaultValue }
                 model.contested[id] = candidates
             }
+            // A row a restore brings back to its value before the column existed has the default too.
+            for (store, snapshots) in model.undo {
+                for (id, old) in snapshots where StoreModel.table(id) == c.table {
+                    guard var row = old else { continue }
+                    row[c.column] = c.defaultValue
+                    model.undo[store]?[id] = .some(row)
+                }
+            }
         } else {
             return
         }

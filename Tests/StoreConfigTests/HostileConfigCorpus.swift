@@ -159,6 +159,12 @@ let hostileCorpus: [MalformedCase] = [
                   expected: "config.yaml:8:28: error: stores.notes.cloud.max_delete_fraction: expected a number between 0 and 1, got 'nan'"),
     MalformedCase(name: "108-delete-fraction-huge", text: cloud("      url: file:c.container\n      max_delete_fraction: 1e400\n"),
                   expected: "config.yaml:8:28: error: stores.notes.cloud.max_delete_fraction: expected a number between 0 and 1, got '1e400'"),
+    MalformedCase(name: "109a-record-size-below-1KiB", text: cloud("      url: file:c.container\n      max_record_size: 10\n"),
+                  expected: "config.yaml:8:24: error: stores.notes.cloud.max_record_size: expected a size from 1KiB to 1GiB (bytes, or with KB, MB, KiB or MiB), got '10'"),
+    MalformedCase(name: "109b-record-size-above-1GiB", text: cloud("      url: file:c.container\n      max_record_size: 2GiB\n"),
+                  expected: "config.yaml:8:24: error: stores.notes.cloud.max_record_size: expected a size from 1KiB to 1GiB (bytes, or with KB, MB, KiB or MiB), got '2GiB'"),
+    MalformedCase(name: "109c-record-size-negative", text: cloud("      url: file:c.container\n      max_record_size: -1\n"),
+                  expected: "config.yaml:8:24: error: stores.notes.cloud.max_record_size: expected a size from 1KiB to 1GiB (bytes, or with KB, MB, KiB or MiB), got '-1'"),
     MalformedCase(name: "109-version-beyond-int", text: "version: 99999999999999999999\nstores:\n  notes:\n    path: a.sqlite\n",
                   expected: "config.yaml:1:10: error: version: expected an integer, got '99999999999999999999'"),
 
