@@ -218,13 +218,9 @@ struct Exporter {
                         """, [try MirrorState.exportToken(db), e.name, MirrorState.importAuthor])
                     for row in reused {
                         guard let pk = row[0].string, let old = row[1].string else { continue }
-                        if row[2].string != nil {
-                            try db.run("""
-                                INSERT OR REPLACE INTO _storectl_outbox(record_name, record_type, change_tag, reason,
-                                                                       created_at)
-                                VALUES (?, ?, ?, 'its row was deleted and its rowid reused by a new row',
-                                        CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
-                                """, [old, e.name, row[2]])
+                        if let tag = row[2].string {
+                            try RecordApplier.outbox(db, old, type: e.name, tag: tag,
+                                                     reason: "its row was deleted and its rowid reused by a new row")
                         }
                         try db.run("""
                             UPDATE _storectl_records SET record_name = \(e.surrogateName("json_extract(pk, '$[0]')"))
@@ -278,11 +274,8 @@ struct Exporter {
         for row in rows {
             guard let pk = row[0].string, let old = row[1].string, let wanted = row[4].string else { continue }
             if row[3].int64 == 0, let tag = row[2].string {
-                try db.run("""
-                    INSERT OR REPLACE INTO _storectl_outbox(record_name, record_type, change_tag, reason, created_at)
-                    VALUES (?, ?, ?, 'its row belongs to a new parent inserted at the old parent''s rowid',
-                            CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
-                    """, [old, e.name, tag])
+                try RecordApplier.outbox(db, old, type: e.name, tag: tag,
+                                         reason: "its row belongs to a new parent inserted at the old parent's rowid")
             }
             let taken = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_records WHERE record_name = ?)",
                                       [wanted])?.int64 == 1

@@ -781,6 +781,11 @@ final class RecordApplier {
 
     /// Queues a tombstone for a record that no local row stands for: the next export deletes it in the cloud.
     func outbox(_ name: String, type: String, tag: String?, reason: String) throws {
+        try Self.outbox(db, name, type: type, tag: tag, reason: reason)
+    }
+
+    /// Puts the tombstone of record `name` (last seen with `tag`) in `_storectl_outbox`, for the next export.
+    static func outbox(_ db: Connection, _ name: String, type: String, tag: String?, reason: String) throws {
         try db.run("""
             INSERT INTO _storectl_outbox(record_name, record_type, change_tag, reason, created_at)
             VALUES (?, ?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
