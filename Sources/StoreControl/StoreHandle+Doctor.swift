@@ -80,7 +80,8 @@ extension StoreHandle {
     ///
     /// Checks: the store file; history tracking (off, stale triggers, drift, a history gap); the mode in
     /// config.yaml against the store's; the account and the cloud (in cloud mode); the bound account and
-    /// container; a zone purged elsewhere; duplicates of `unique:` keys; history kept beyond `history.retention`.
+    /// container; a zone purged elsewhere; duplicates of `unique:` keys; history kept beyond `history.retention`; a
+    /// last sync that failed (in cloud mode, until a sync succeeds).
     /// - Throws: `StoreError` only when the store file exists but is not a SQLite database or cannot be opened.
     public func doctor() throws -> DoctorReport {
         var run = DoctorRun(store: self)
@@ -262,6 +263,16 @@ private struct DoctorRun {
         }
         try checkBinding(db, cloud: cloud)
         if inCloud, try store.targetChange(db: db, cloud: cloud) == nil { checkAccount(db, cloud: cloud) }
+        if inCloud { try checkLastSync() }
+    }
+
+    /// The last sync round (`storectl sync` or `watch`): a failure not followed by a success is a finding, so a
+    /// store whose every sync fails is never called healthy.
+    mutating func checkLastSync() throws {
+        checks.append("sync")
+        guard let error = try store.syncState().lastError else { return }
+        add("sync", "the last sync failed at \(error.at) (exit \(error.code)): \(error.message)",
+            error.hint ?? command("sync"), error.code == ExitCode.dataError.rawValue ? .dataError : .unavailable)
     }
 
     /// The account and container the store is bound to, against the config's.

@@ -226,17 +226,24 @@ extension StoreHandle {
             throw StoreError(.config, "store '\(settings.name)' is in local mode, and a store in local mode never contacts the cloud",
                              hint: "run 'storectl mode cloud' to enable sync")
         }
-        // A target edited by hand is said as such, before its account is looked at.
-        if !options.rebind, let moved = try targetChange(db: try database(), cloud: try cloudSettings()) { throw moved }
-        _ = try requireAvailableAccount()
-        let mirror = try openMirror(options)
-        if options.reupload || options.rebind {
-            // After a reset, take in what other devices uploaded first: the baseline then saves only what is
-            // missing or changed here, and never puts this store's older copy over their rows.
-            _ = try mirror.importChanges { progress("import", $0, $1) }
+        do {
+            // A target edited by hand is said as such, before its account is looked at.
+            if !options.rebind, let moved = try targetChange(db: try database(), cloud: try cloudSettings()) {
+                throw moved
+            }
+            _ = try requireAvailableAccount()
+            let mirror = try openMirror(options)
+            if options.reupload || options.rebind {
+                // After a reset, take in what other devices uploaded first: the baseline then saves only what is
+                // missing or changed here, and never puts this store's older copy over their rows.
+                _ = try mirror.importChanges { progress("import", $0, $1) }
+            }
+            return try mirror.sync(progress: progress)
+        } catch {
+            // `status` (last_error) and `doctor` say so until a sync succeeds, as they do for `watch`.
+            recordSyncError(SyncErrorRecord(at: WatchTime.nowMilliseconds(), error: WatchErrorBody(error, store: settings.name)))
+            throw error
         }
-        let report = try mirror.sync(progress: progress)
-        return report
     }
 
     /// Writes the mode into the store's meta, then into config.yaml (only that scalar changes).

@@ -173,7 +173,7 @@ extension StoreHandle {
             "SELECT count(*) FROM temp._storectl_verify_cloud WHERE deleted = 0 AND record_type NOT IN (SELECT value FROM json_each(?))",
             ["[" + tracked.sorted().map(JSONText.quoted).joined(separator: ",") + "]"])?.int64 ?? 0)
 
-        var all: [VerifyReport.Difference] = []
+        var all = Differences(limit: limit)
         for e in entities.sorted(by: { Array($0.name.utf8).lexicographicallyPrecedes(Array($1.name.utf8)) }) {
             try db.execute("DELETE FROM temp._storectl_verify_local")
             try db.execute("INSERT OR REPLACE INTO temp._storectl_verify_local " + e.localRecordsSQL)
@@ -201,16 +201,17 @@ extension StoreHandle {
             let pendingImport = "(%C%.seq > \(importedUpTo) AND %C%.modified_by IS NOT \(quoteLiteral(device)))"
 
             // Both sides hold the record.
-            for row in try db.query("""
+            // Each query streams its rows (a whole zone may be compared): nothing but the counts and the first
+            // `limit` differences of each kind is kept.
+            try db.prepare("""
                 SELECT l.pk, l.record_name, l.fields, c.fields,
                        \(pendingExport.replacingText("%PK%", with: "l.pk")),
                        \(pendingImport.replacingText("%C%", with: "c"))
                 FROM temp._storectl_verify_local l JOIN temp._storectl_verify_cloud c
                   ON c.record_name = l.record_name AND c.deleted = 0
-                """)
-            {
-                let local = row[2].string ?? "{}"
-                let remote = row[3].string ?? "{}"
+                """).forEach { row in
+                let local = row.string(2) ?? "{}"
+                let remote = row.string(3) ?? "{}"
                 // A field the record lacks says nothing about the column (the device that saved it has no such
                 // column): the row's NULL or the column's default is no difference.
                 let columns = local == remote ? [] : try Self.differingColumns(db, local, remote).filter { c in
@@ -218,30 +219,29 @@ extension StoreHandle {
                 }
                 if columns.isEmpty {
                     table.matching += 1
-                    continue
+                    return
                 }
                 table.differing += 1
-                all.append(.init(table: e.name, key: row[0].string.map(JSONValue.init(jsonText:)),
-                                 recordName: row[1].string ?? "", state: "differs", columns: columns,
-                                 pending: row[4].int64 == 1 ? "pending_export"
-                                    : row[5].int64 == 1 ? "pending_import" : nil))
+                all.add(.init(table: e.name, key: row.string(0).map(JSONValue.init(jsonText:)),
+                              recordName: row.string(1) ?? "", state: "differs", columns: columns,
+                              pending: row.int64(4) == 1 ? "pending_export"
+                                 : row.int64(5) == 1 ? "pending_import" : nil))
             }
             // Rows with no live record: not exported yet, or deleted in the cloud.
-            for row in try db.query("""
+            try db.prepare("""
                 SELECT l.pk, l.record_name, l.fields, \(pendingExport.replacingText("%PK%", with: "l.pk")),
                        coalesce((SELECT \(pendingImport.replacingText("%C%", with: "c"))
                                  FROM temp._storectl_verify_cloud c WHERE c.record_name = l.record_name), 0)
                 FROM temp._storectl_verify_local l
                 WHERE NOT EXISTS (SELECT 1 FROM temp._storectl_verify_cloud c
                                   WHERE c.record_name = l.record_name AND c.deleted = 0)
-                """)
-            {
+                """).forEach { row in
                 table.localOnly += 1
-                all.append(.init(table: e.name, key: row[0].string.map(JSONValue.init(jsonText:)),
-                                 recordName: row[1].string ?? "", state: "local_only",
-                                 columns: try Self.columns(db, row[2].string ?? "{}", local: true),
-                                 pending: row[3].int64 == 1 ? "pending_export"
-                                    : row[4].int64 == 1 ? "pending_import" : nil))
+                all.add(.init(table: e.name, key: row.string(0).map(JSONValue.init(jsonText:)),
+                              recordName: row.string(1) ?? "", state: "local_only",
+                              columns: try Self.columns(db, row.string(2) ?? "{}", local: true),
+                              pending: row.int64(3) == 1 ? "pending_export"
+                                 : row.int64(4) == 1 ? "pending_import" : nil))
             }
             // A record that points at a parent the zone no longer holds alive cannot be a row anywhere: the
             // parent's deletion removed its children on every store that applied it (ON DELETE CASCADE).
@@ -261,7 +261,7 @@ extension StoreHandle {
                      THEN 'merged_duplicate' END
                 """
             // Live records with no row: not imported yet, waiting for a parent, or deleted here.
-            for row in try db.query("""
+            try db.prepare("""
                 SELECT c.record_name, c.fields, m.pk,
                        CASE WHEN m.pk IS NULL THEN 0 ELSE \(pendingExport.replacingText("%PK%", with: "m.pk")) END,
                        \(pendingImport.replacingText("%C%", with: "c")),
@@ -272,26 +272,47 @@ extension StoreHandle {
                 LEFT JOIN _storectl_records m ON m.record_name = c.record_name
                 WHERE c.record_type = ? AND c.deleted = 0
                   AND NOT EXISTS (SELECT 1 FROM temp._storectl_verify_local l WHERE l.record_name = c.record_name)
-                """, [e.name])
-            {
+                """).forEach([e.name]) { row in
                 table.cloudOnly += 1
-                let pending = row[3].int64 == 1 ? "pending_export" : row[4].int64 == 1 ? "pending_import"
-                    : row[5].int64 == 1 ? "waiting_for_parent" : row[6].int64 == 1 ? "parent_deleted"
-                    : row[7].string
-                all.append(.init(table: e.name, key: row[2].string.map(JSONValue.init(jsonText:)),
-                                 recordName: row[0].string ?? "", state: "cloud_only",
-                                 columns: try Self.columns(db, row[1].string ?? "{}", local: false), pending: pending))
+                let pending = row.int64(3) == 1 ? "pending_export" : row.int64(4) == 1 ? "pending_import"
+                    : row.int64(5) == 1 ? "waiting_for_parent" : row.int64(6) == 1 ? "parent_deleted"
+                    : row.string(7)
+                all.add(.init(table: e.name, key: row.string(2).map(JSONValue.init(jsonText:)),
+                              recordName: row.string(0) ?? "", state: "cloud_only",
+                              columns: try Self.columns(db, row.string(1) ?? "{}", local: false), pending: pending))
             }
             report.tables.append(table)
         }
         report.differenceCount = all.count
-        report.unexplainedCount = all.filter { $0.pending == nil }.count
-        report.inSync = all.isEmpty
-        // Unexplained differences first: they are what the user has to look at.
-        let ordered = all.filter { $0.pending == nil } + all.filter { $0.pending != nil }
-        report.differences = Array(ordered.prefix(max(limit, 0)))
-        report.truncated = ordered.count > report.differences.count
+        report.unexplainedCount = all.unexplainedCount
+        report.inSync = all.count == 0
+        report.differences = all.listed
+        report.truncated = all.count > report.differences.count
         return report
+    }
+
+    /// The differences `compare` found: every one counted, the first `limit` of each kind kept, unexplained ones
+    /// listed first (they are what the user has to look at).
+    struct Differences {
+        let limit: Int
+        private(set) var count = 0
+        private(set) var unexplainedCount = 0
+        private var unexplained: [VerifyReport.Difference] = []
+        private var explained: [VerifyReport.Difference] = []
+
+        init(limit: Int) { self.limit = max(limit, 0) }
+
+        mutating func add(_ difference: VerifyReport.Difference) {
+            count += 1
+            if difference.pending == nil {
+                unexplainedCount += 1
+                if unexplained.count < limit { unexplained.append(difference) }
+            } else if explained.count < limit {
+                explained.append(difference)
+            }
+        }
+
+        var listed: [VerifyReport.Difference] { Array((unexplained + explained).prefix(limit)) }
     }
 
     /// A reference naming a duplicate merged into another record (`{"$ref":"LOSER"}`) names the winner in the
