@@ -631,6 +631,7 @@ struct Exporter {
         defer { Trace.add("export.local-commit", tLocal) }
         var retry: [Pending] = []
         var conflicts: [ConflictReport] = []
+        var importFirst: ImportFirstError?
         var ownSeq: Int64 = 0
         // Local rows changed here (merges, the server's side of a conflict) are the cloud's changes.
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
@@ -683,6 +684,8 @@ struct Exporter {
                         case .saveAgain(let again):
                             report.conflictsResolved += 1
                             retry.append(again)
+                        case .importFirst(let error):
+                            importFirst = importFirst ?? error
                         }
                     }
                 }
@@ -691,6 +694,9 @@ struct Exporter {
         }
         Failpoint.hit("export.after-batch-commit")
         if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
+        // The export token stays where it was: the next export (after the import) sends this row, and finds the
+        // rows recorded here already saved.
+        if let importFirst { throw importFirst }
         return retry
     }
 
@@ -714,6 +720,8 @@ struct Exporter {
         case failed(ConflictReport)
         case resolved
         case saveAgain(Pending)
+        /// Left to the import (`ImportFirstError`): nothing is saved or recorded for it in this export.
+        case importFirst(ImportFirstError)
     }
 
     /// A save that met a newer server record: the merge policy decides (`MergePolicy.decide`, the same decision an
@@ -774,6 +782,9 @@ struct Exporter {
                 if item.save.deleted { return .resolved }  // (cannot happen: a local delete decides .deleted)
                 return .saveAgain(again)
             }
+            if try takesHeldUniqueValue(item, server: server, take: take, applier: applier, codec: codec) {
+                return .importFirst(ImportFirstError(entity: e.name, recordName: item.save.recordName))
+            }
             // Start from the server's record (its fields this store lacks included), put the local values of the
             // columns the local side wins.
             let localWins = Set(e.fieldColumns).subtracting(take)
@@ -794,6 +805,43 @@ struct Exporter {
             again.takeServer = take
             return .saveAgain(again)
         }
+    }
+
+    /// Whether bringing the local row of `item` to the server's values of the columns `take` would give it a UNIQUE
+    /// value another local row holds (the export then leaves the row to the import: `ImportFirstError`).
+    private func takesHeldUniqueValue(_ item: Pending, server: CloudRecord, take: Set<String>,
+                                      applier: RecordApplier, codec: FieldCodec) throws -> Bool
+    {
+        let e = item.entity
+        let keys = e.uniqueKeys.filter { $0.contains(where: take.contains) }
+        guard !keys.isEmpty else { return false }
+        let decoded = try codec.decodeRecord(server.fields, columns: e.fieldColumns)
+        for key in keys {
+            let local = try db.query("SELECT " + key.map { "t.\(quoteIdentifier($0))" }.joined(separator: ", ")
+                                         + " FROM \(e.quotedName) t WHERE \(e.pkMatches("t", json: "?1"))", [item.pk])
+                .first?.values ?? key.map { _ in Value.null }
+            var values: [Value] = []
+            for (i, column) in key.enumerated() {
+                guard take.contains(column), let field = decoded.values[column] else {
+                    values.append(local[i])
+                    continue
+                }
+                switch field {
+                case .value(let v): values.append(v)
+                case .ref(let name):
+                    guard let name, let ref = e.reference(for: column) else { values.append(.null); continue }
+                    values.append(try applier.parentKey(parent: ref.parent, recordName: name) ?? .null)
+                }
+            }
+            if values.contains(where: \.isNull) || values == local { continue }
+            let match = key.enumerated().map { "t.\(quoteIdentifier($1)) = ?\($0 + 2)" }.joined(separator: " AND ")
+            if try db.scalar("SELECT 1 FROM \(e.quotedName) t WHERE \(match) AND NOT (\(e.pkMatches("t", json: "?1"))) "
+                                + "LIMIT 1", [Value.text(item.pk)] + values) != nil
+            {
+                return true
+            }
+        }
+        return false
     }
 
     /// Brings the local row of `item` to `record`'s values for the columns `take`, and maps the row to it.

@@ -209,16 +209,56 @@ struct Importer {
 
     /// Applies what waited for the rest of the import (`RecordApplier.defersUntilSettled`): first the parked
     /// records whose parents came (a child moved to a new parent must be under it before its old parent's
-    /// tombstone cascades), then the held-back records, tombstones first.
+    /// tombstone cascades), then the held-back records (docs/sync-guarantees.md, "UNIQUE values that move
+    /// between rows").
     func applyHeldBack(_ applier: RecordApplier, report: inout ImportReport) throws {
         applier.defersUntilSettled = false
-        _ = try applier.retryPending { record, problem in
-            try setAside(record, problem)
-            report.setAside += 1
+        func retryParked() throws {
+            _ = try applier.retryPending { record, problem in
+                try setAside(record, problem)
+                report.setAside += 1
+            }
         }
-        for record in try applier.takeDeferred(zone: options.zone) {
-            try applyOne(record, applier: applier, report: &report)
+        try retryParked()
+        let held = try applier.takeDeferred(zone: options.zone)
+        guard !held.isEmpty else { return }
+        // UNIQUE values that move between rows (a swap, a shift, a reorder, a value handed from a deleted row to a
+        // new one) are freed first: applied one by one, each record would meet a row whose own record moves the
+        // value away, and merge distinct rows. With the values free, the live records go first, then the records
+        // waiting for them (children moved to a new parent), then the tombstones, whose cascades then reach only
+        // what is still under the deleted rows.
+        let before = report
+        let conflictsBefore = applier.conflicts.count
+        defer {
+            applier.keptRows = []
+            applier.blockedRows = []
         }
+        // A freed value another row took meanwhile: the settle is done again with the row that kept its value
+        // (by the merge policy) not freed, or, when its record could not be applied, blocking the records that
+        // would take its value (they are set aside with it). Each round settles one more row.
+        for _ in 0...held.count {
+            do {
+                try db.transaction {
+                    let freed = try applier.freeMovingUniqueValues(held)
+                    if freed.isEmpty && applier.blockedRows.isEmpty {
+                        for record in held { try applyOne(record, applier: applier, report: &report) }
+                        return
+                    }
+                    for record in held where !record.deleted { try applyOne(record, applier: applier, report: &report) }
+                    try retryParked()
+                    for record in held where record.deleted { try applyOne(record, applier: applier, report: &report) }
+                    try applier.restoreFreedValues(freed)
+                }
+                return
+            } catch let taken as RecordApplier.FreedValueTaken {
+                report = before
+                applier.conflicts.removeLast(applier.conflicts.count - conflictsBefore)
+                if taken.recordSetAside { applier.blockedRows.insert(taken.row) } else { applier.keptRows.insert(taken.row) }
+            }
+        }
+        // Not reached: each failed round keeps one more row as it is, and a round that frees nothing cannot fail.
+        throw StoreError(.software, "the held-back records of the import did not settle",
+                         hint: "run 'storectl sync' again: nothing of this import was kept, the records are still in the cloud")
     }
 
     /// Applies one record in a savepoint of its own; a record that fails is set aside.

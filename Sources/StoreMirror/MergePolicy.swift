@@ -85,6 +85,20 @@ public struct ConflictReport: Sendable, Codable, Equatable {
 }
 
 /// Raised when the merge policy is `error` and conflicts were found.
+/// An export met a newer server record that gives a row a UNIQUE value another local row holds: the holder's own
+/// record may move it away (a swap, a reorder), which only an import sees whole. `Mirror.sync` imports, then
+/// exports again; on its own (or when the second export meets it again) it is a temporary failure.
+public struct ImportFirstError: DiagnosedError {
+    public var entity: String
+    public var recordName: String
+    public var exitCode: ExitCode { .tempFail }
+    public var summary: String {
+        "record \(recordName) of table '\(entity)' changed in the cloud to a UNIQUE value another row holds here; "
+            + "the cloud's other changes must be imported first"
+    }
+    public var hint: String? { "run 'storectl sync' again (it imports, then exports)" }
+}
+
 public struct ConflictError: DiagnosedError {
     public var conflicts: [ConflictReport]
     public var exitCode: ExitCode { .dataError }

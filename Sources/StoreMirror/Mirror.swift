@@ -242,9 +242,17 @@ public final class Mirror {
     /// One round: export, then import.
     /// - Throws: see `exportChanges` and `importChanges`.
     public func sync(progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws -> SyncReport {
-        var exported = try exportChanges { progress("export", $0, $1) }
+        var exported = ExportReport()
+        var importFirst = false
+        do {
+            exported = try exportChanges { progress("export", $0, $1) }
+        } catch is ImportFirstError {
+            // A row the cloud moved to a UNIQUE value another row holds here: the import settles them together,
+            // then the export below sends what is left.
+            importFirst = true
+        }
         let imported = try importChanges { progress("import", $0, $1) }
-        if try MirrorState.pendingExportCount(db) > 0 || MirrorState.unsettledCounts(db).outbox > 0 {
+        if try importFirst || MirrorState.pendingExportCount(db) > 0 || MirrorState.unsettledCounts(db).outbox > 0 {
             // What the import changed locally (dedup's deletes and re-points, the children of deleted parents,
             // losers of a UNIQUE constraint) is exported in this same round, so that the other devices see it
             // after one round, not two.

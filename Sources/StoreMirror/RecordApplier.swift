@@ -646,6 +646,12 @@ final class RecordApplier {
             let holderName = holder[1].string ?? ""
             if holderName == record.recordName { continue }
             if defersUntilSettled { return try deferUntilSettled(record) }
+            if blockedRows.contains(entity.name + "\u{0}" + holderPK) {
+                throw RecordProblem(reason: "its value of UNIQUE (\(columns.joined(separator: ", "))) is held by the row "
+                                        + "of record \(holderName), whose own change that frees it cannot be applied here",
+                                    hint: "fix what the other set-aside record names; both are tried again on every "
+                                        + "'storectl sync'")
+            }
             let incomingWins = try wins(entity, columns: columns, incoming: (record.recordName, values),
                                         holder: (holderName, holderPK))
             if incomingWins {
@@ -797,6 +803,167 @@ final class RecordApplier {
         if dedupEntities.contains(entity.name) {
             try db.run("INSERT OR IGNORE INTO temp._storectl_touched(entity, pk) VALUES (?, ?)", [entity.name, pk])
         }
+    }
+
+    // MARK: UNIQUE values moving between rows
+
+    /// A UNIQUE value of a local row set aside while held-back records are applied (`freeMovingUniqueValues`).
+    struct FreedValue {
+        let entity: EntityMap
+        let pk: String
+        let column: String
+        let original: Value
+        let placeholder: Value
+    }
+
+    /// The restore of a freed value met another row holding it: the settle is done again, with that row kept
+    /// as it is (`keptRows`), or, when its own record could not be applied, blocking (`blockedRows`).
+    struct FreedValueTaken: Error {
+        let row: String
+        let recordSetAside: Bool
+    }
+
+    /// Rows (`entity NUL pk`) the settle does not free: a row that keeps its value by the merge policy, so a record
+    /// that meets it is a duplicate, as without freeing.
+    var keptRows: Set<String> = []
+    /// Rows whose held-back record could not be applied here (set aside): a record that meets one of their UNIQUE
+    /// values waits, set aside too, instead of merging two rows that are distinct in the cloud.
+    var blockedRows: Set<String> = []
+    /// The record name of each freed row's held-back record.
+    private var freedRecords: [String: String] = [:]
+
+    /// Frees the UNIQUE values that held-back records move away from their rows: a swap, a shift, a reorder of a
+    /// position column, a value handed from a deleted row to a new one. Each row that exists here and whose record
+    /// is a tombstone, or carries other values for one of the table's UNIQUE keys, gets a placeholder in one
+    /// column of that key (NULL where the column allows it, else a value no application writes), so that applying
+    /// the records in any order meets only the rows that keep their values: those are real duplicates.
+    /// `restoreFreedValues` puts back what no record replaced.
+    func freeMovingUniqueValues(_ records: [CloudRecord]) throws -> [FreedValue] {
+        var freed: [FreedValue] = []
+        var cascading: Set<String>?
+        for record in records {
+            guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty,
+                  let entry = try mapEntry(name: record.recordName), entry.entity == entity.name, !entry.deleted,
+                  !keptRows.contains(entity.name + "\u{0}" + entry.pk),
+                  !blockedRows.contains(entity.name + "\u{0}" + entry.pk),
+                  try rowExists(entity, pk: entry.pk)
+            else { continue }
+            freedRecords[entity.name + "\u{0}" + entry.pk] = record.recordName
+            // A column whose updates cascade into other rows (`ON UPDATE CASCADE`, `SET NULL`, `SET DEFAULT`) is
+            // never freed: the placeholder would reach the children.
+            if cascading == nil { cascading = try updateCascadingColumns() }
+            let decoded = record.deleted ? nil : try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+            var freedHere: Set<String> = []
+            for key in entity.uniqueKeys where key.allSatisfy({ !entity.primaryKey.contains($0) }) {
+                // A key that shares a column already freed in this row is free too (the placeholder is unique).
+                if key.contains(where: freedHere.contains) { continue }
+                let current = try currentValues(entity, pk: entry.pk, columns: key)
+                if current.count != key.count || current.contains(where: \.isNull) { continue }
+                if let decoded {
+                    var incoming: [Value] = []
+                    for column in key {
+                        guard case .value(let v)? = decoded.values[column], !v.isNull else { break }
+                        incoming.append(v)
+                    }
+                    // A key the record leaves out, or moves to NULL, frees nothing (NULLs never collide).
+                    if incoming.count != key.count || current == incoming { continue }
+                }
+                let candidates = key.enumerated().filter { !(cascading ?? []).contains(entity.name + "\u{0}" + $1) }
+                if let one = try free(entity, pk: entry.pk, columns: candidates.map { ($1, current[$0]) },
+                                      name: record.recordName, serial: freed.count)
+                {
+                    freed.append(one)
+                    freedHere.insert(one.column)
+                }
+            }
+        }
+        return freed
+    }
+
+    /// Puts back each freed value that no record replaced (the row kept it, by the merge policy, or its record
+    /// was set aside). Rows that are gone (merged as duplicates) have nothing to put back.
+    /// - Throws: `FreedValueTaken` when another row took the value meanwhile; `SQLiteError`.
+    func restoreFreedValues(_ freed: [FreedValue]) throws {
+        for f in freed where try rowExists(f.entity, pk: f.pk) {
+            guard try currentValues(f.entity, pk: f.pk, columns: [f.column]) == [f.placeholder] else { continue }
+            do {
+                try db.transaction { try update(f.entity, pk: f.pk, values: [f.column: f.original]) }
+            } catch let error as SQLiteError where error.isAboutValues {
+                let row = f.entity.name + "\u{0}" + f.pk
+                // Its record was set aside, waits for a parent, or is a conflict: it did not apply here.
+                let setAside = try freedRecords[row].map { name in
+                    try db.scalar("""
+                        SELECT EXISTS (SELECT 1 FROM _storectl_quarantine WHERE record_name = ?1)
+                            OR EXISTS (SELECT 1 FROM _storectl_pending WHERE record_name = ?1)
+                        """, [name])?.int64 == 1 || conflicts.contains { $0.recordName == name }
+                } ?? false
+                throw FreedValueTaken(row: row, recordSetAside: setAside)
+            }
+        }
+    }
+
+    private func currentValues(_ entity: EntityMap, pk: String, columns: [String]) throws -> [Value] {
+        let row = try db.query("SELECT " + columns.map { "t.\(quoteIdentifier($0))" }.joined(separator: ", ")
+                                   + " FROM \(entity.quotedName) t WHERE \(entity.pkMatches("t", json: "?1"))", [pk])
+        return row.first?.values ?? []
+    }
+
+    /// `table NUL column` of every column that another table's foreign key references with an `ON UPDATE` action.
+    private func updateCascadingColumns() throws -> Set<String> {
+        var out: Set<String> = []
+        let tables = try db.query("SELECT name FROM main.sqlite_master WHERE type = 'table'").compactMap { $0[0].string }
+        for table in tables {
+            for fk in try db.foreignKeys(of: table) where !["NO ACTION", "RESTRICT"].contains(fk.onUpdate.uppercased()) {
+                let parentKey = entities[fk.parentTable]?.primaryKey ?? []
+                for (i, column) in fk.parentColumns.enumerated() {
+                    if let column { out.insert(fk.parentTable + "\u{0}" + column) }
+                    else if i < parentKey.count { out.insert(fk.parentTable + "\u{0}" + parentKey[i]) }
+                }
+            }
+        }
+        return out
+    }
+
+    /// Sets one of `columns` (with their current values) to a placeholder the table accepts: NULL where the column
+    /// allows it, else a value of the column's own type that no application writes (an integer, a text or a blob
+    /// naming the record). The value as stored is what is kept as the placeholder. Nil when the table accepts none
+    /// (a CHECK, a STRICT type): the row keeps its value.
+    private func free(_ entity: EntityMap, pk: String, columns: [(String, Value)], name: String, serial: Int) throws
+        -> FreedValue?
+    {
+        let types = Dictionary(try db.columns(of: entity.name).map { ($0.name, $0.declaredType.uppercased()) },
+                               uniquingKeysWith: { a, _ in a })
+        for (column, original) in columns {
+            let integer = Value.integer(Int64.min + 7_919 + Int64(serial))
+            let text = Value.text("\u{1}storectl moving \(serial) " + name)
+            let blob = Value.blob(Array(("\u{1}storectl moving \(serial) " + name).utf8))
+            let type = types[column] ?? ""
+            var candidates: [Value] = entity.notNullColumns.contains(column) ? [] : [.null]
+            if type.contains("INT") || type.contains("REAL") || type.contains("FLOA") || type.contains("DOUB")
+                || type.contains("NUM") || type.contains("DEC") || type.contains("BOOL") || type.contains("DATE")
+            {
+                candidates += [integer, text, blob]
+            } else if type.contains("CHAR") || type.contains("CLOB") || type.contains("TEXT") {
+                candidates += [text, blob, integer]
+            } else {
+                candidates += [blob, text, integer]
+            }
+            for placeholder in candidates {
+                do {
+                    try db.transaction { try update(entity, pk: pk, values: [column: placeholder]) }
+                } catch let error as SQLiteError where error.isAboutValues {
+                    continue
+                }
+                // Kept as stored (a column's affinity may have converted it); it must differ from the value.
+                let stored = try currentValues(entity, pk: pk, columns: [column]).first ?? .null
+                if stored == original {
+                    try db.transaction { try update(entity, pk: pk, values: [column: original]) }
+                    continue
+                }
+                return FreedValue(entity: entity, pk: pk, column: column, original: original, placeholder: stored)
+            }
+        }
+        return nil
     }
 
     // MARK: Deferred and parked records
