@@ -270,7 +270,8 @@ private struct DoctorRun {
     /// store whose every sync fails is never called healthy.
     mutating func checkLastSync() throws {
         checks.append("sync")
-        guard let error = try store.syncState().lastError else { return }
+        // Another finding already says why sync fails (and its fix is the one to follow).
+        guard findings.isEmpty, let error = try store.syncState().lastError else { return }
         add("sync", "the last sync failed at \(error.at) (exit \(error.code)): \(error.message)",
             error.hint ?? command("sync"), error.code == ExitCode.dataError.rawValue ? .dataError : .unavailable)
     }

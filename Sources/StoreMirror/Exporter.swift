@@ -98,6 +98,9 @@ struct Exporter {
     let device: String
     /// Where background saves run, one at a time and in order (the cloud is one connection).
     private let saveQueue = DispatchQueue(label: "storectl.export.save")
+    /// Names of records set aside here when the export began (usually none): a save of one of them supersedes the
+    /// version set aside, which must never be applied over it later.
+    private let setAside: Set<String>
 
     init(db: Connection, cloud: any CloudDatabase, options: MirrorOptions, entities: [EntityMap], device: String) {
         self.db = db
@@ -105,6 +108,7 @@ struct Exporter {
         self.options = options
         self.entities = entities
         self.device = device
+        setAside = Set((try? db.query("SELECT record_name FROM _storectl_quarantine"))?.compactMap { $0[0].string } ?? [])
     }
 
     private struct Pending {
@@ -921,6 +925,9 @@ struct Exporter {
             // The name was attached to another key (an old mapping): move it.
             try RecordApplier.setMap(db, entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag,
                                      base: base, extra: extra, deleted: deleted)
+        }
+        if setAside.contains(item.save.recordName) {
+            try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [item.save.recordName])
         }
     }
 }

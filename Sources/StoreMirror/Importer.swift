@@ -80,9 +80,11 @@ struct Importer {
                                                 dedupEntities: Set(options.uniqueRules.keys),
                                                 uniqueRules: options.uniqueRules)
                 try applier.resetNotes()
+                // Set-aside records tried again are held back like the pages' records (a swap set aside together
+                // settles together).
+                applier.defersUntilSettled = true
                 if onlyTypes == nil { try retrySetAside(applier, report: &report) }
                 let pages = try PageApplier(db: db, applier: applier)
-                applier.defersUntilSettled = true
                 // The next page is fetched (on a thread of its own, through the cloud's own connection) while
                 // this one is applied; nothing else uses the cloud until the last page is in.
                 let queue = cloud.fetchesConcurrently ? DispatchQueue(label: "storectl.import.fetch") : nil
@@ -248,6 +250,7 @@ struct Importer {
                     try retryParked()
                     for record in held where record.deleted { try applyOne(record, applier: applier, report: &report) }
                     try applier.restoreFreedValues(freed)
+                    try applier.realignChildren(of: freed)
                 }
                 return
             } catch let taken as RecordApplier.FreedValueTaken {
@@ -341,9 +344,10 @@ struct Importer {
             }
             guard entities.contains(where: { $0.name == record.recordType }) else { continue }
             do {
-                _ = try db.transaction { try applier.apply(record) }
+                let outcome = try db.transaction { try applier.apply(record) }
                 try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
-                report.recovered += 1
+                // A held-back record is applied (or set aside again) with the others at the end of the import.
+                if case .deferred = outcome {} else { report.recovered += 1 }
             } catch let problem as RecordProblem {
                 try setAside(record, problem)
             } catch let error as SQLiteError where error.isAboutValues {

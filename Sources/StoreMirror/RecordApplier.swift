@@ -840,7 +840,7 @@ final class RecordApplier {
     /// `restoreFreedValues` puts back what no record replaced.
     func freeMovingUniqueValues(_ records: [CloudRecord]) throws -> [FreedValue] {
         var freed: [FreedValue] = []
-        var cascading: Set<String>?
+        var referenced: Set<String>?
         for record in records {
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty,
                   let entry = try mapEntry(name: record.recordName), entry.entity == entity.name, !entry.deleted,
@@ -849,9 +849,6 @@ final class RecordApplier {
                   try rowExists(entity, pk: entry.pk)
             else { continue }
             freedRecords[entity.name + "\u{0}" + entry.pk] = record.recordName
-            // A column whose updates cascade into other rows (`ON UPDATE CASCADE`, `SET NULL`, `SET DEFAULT`) is
-            // never freed: the placeholder would reach the children.
-            if cascading == nil { cascading = try updateCascadingColumns() }
             let decoded = record.deleted ? nil : try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
             var freedHere: Set<String> = []
             for key in entity.uniqueKeys where key.allSatisfy({ !entity.primaryKey.contains($0) }) {
@@ -868,8 +865,14 @@ final class RecordApplier {
                     // A key the record leaves out, or moves to NULL, frees nothing (NULLs never collide).
                     if incoming.count != key.count || current == incoming { continue }
                 }
-                let candidates = key.enumerated().filter { !(cascading ?? []).contains(entity.name + "\u{0}" + $1) }
-                if let one = try free(entity, pk: entry.pk, columns: candidates.map { ($1, current[$0]) },
+                var columns = key.enumerated().map { ($1, current[$0]) }
+                if record.deleted {
+                    // A row about to be deleted keeps a value other rows reference: its `ON DELETE` action finds
+                    // them by it.
+                    if referenced == nil { referenced = try referencedColumns() }
+                    columns = columns.filter { !(referenced ?? []).contains(entity.name + "\u{0}" + $0.0) }
+                }
+                if let one = try free(entity, pk: entry.pk, columns: columns,
                                       name: record.recordName, serial: freed.count)
                 {
                     freed.append(one)
@@ -908,20 +911,50 @@ final class RecordApplier {
         return row.first?.values ?? []
     }
 
-    /// `table NUL column` of every column that another table's foreign key references with an `ON UPDATE` action.
-    private func updateCascadingColumns() throws -> Set<String> {
+    /// `table NUL column` of every column a foreign key of some table of the store references.
+    private func referencedColumns() throws -> Set<String> {
         var out: Set<String> = []
-        let tables = try db.query("SELECT name FROM main.sqlite_master WHERE type = 'table'").compactMap { $0[0].string }
-        for table in tables {
-            for fk in try db.foreignKeys(of: table) where !["NO ACTION", "RESTRICT"].contains(fk.onUpdate.uppercased()) {
-                let parentKey = entities[fk.parentTable]?.primaryKey ?? []
+        for table in try db.query("SELECT name FROM main.sqlite_master WHERE type = 'table'").compactMap({ $0[0].string }) {
+            for fk in try db.foreignKeys(of: table) {
+                let parentKey = try db.columns(of: fk.parentTable).filter { $0.primaryKeyIndex > 0 }
+                    .sorted { $0.primaryKeyIndex < $1.primaryKeyIndex }.map(\.name)
                 for (i, column) in fk.parentColumns.enumerated() {
-                    if let column { out.insert(fk.parentTable + "\u{0}" + column) }
-                    else if i < parentKey.count { out.insert(fk.parentTable + "\u{0}" + parentKey[i]) }
+                    if let name = column ?? (i < parentKey.count ? parentKey[i] : nil) {
+                        out.insert(fk.parentTable + "\u{0}" + name)
+                    }
                 }
             }
         }
         return out
+    }
+
+    /// Brings the referencing columns of synced child rows back to their last synced records where a freed
+    /// value's `ON UPDATE` action (CASCADE, SET NULL, SET DEFAULT) moved them: a child applied before its parent
+    /// was freed followed the placeholder, then the parent's new value. A child with a local change of its own,
+    /// and rows storectl does not sync, keep what the actions gave them.
+    func realignChildren(of freed: [FreedValue]) throws {
+        let columns = Set(freed.map { $0.entity.name + "\u{0}" + $0.column })
+        guard !columns.isEmpty else { return }
+        for child in entities.values {
+            for fk in try db.foreignKeys(of: child.name) where !["NO ACTION", "RESTRICT"].contains(fk.onUpdate.uppercased()) {
+                guard let parent = entities[fk.parentTable] else { continue }
+                for (i, column) in fk.columns.enumerated() {
+                    guard let target = fk.parentColumns[i] ?? (i < parent.primaryKey.count ? parent.primaryKey[i] : nil),
+                          columns.contains(parent.name + "\u{0}" + target), child.fieldColumns.contains(column)
+                    else { continue }
+                    let path = quoteLiteral("$.\"" + column.replacingText("\"", with: "\\\"") + "\"")
+                    try db.run("""
+                        UPDATE main.\(child.quotedName) AS t SET \(quoteIdentifier(column)) = json_extract(r.base, \(path))
+                        FROM _storectl_records r
+                        WHERE r.entity = ?1 AND r.pk = \(child.pkJSON("t")) AND r.deleted = 0 AND r.base IS NOT NULL
+                          AND json_type(r.base, \(path)) IN ('text', 'integer', 'real', 'null')
+                          AND t.\(quoteIdentifier(column)) IS NOT json_extract(r.base, \(path))
+                          AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE h.seq > ?2 AND h.entity = ?1
+                                          AND h.pk = r.pk AND h.author <> ?3)
+                        """, [child.name, exportToken, MirrorState.importAuthor])
+                }
+            }
+        }
     }
 
     /// Sets one of `columns` (with their current values) to a placeholder the table accepts: NULL where the column

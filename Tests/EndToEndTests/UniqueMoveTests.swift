@@ -129,6 +129,111 @@ final class UniqueMoveTests: XCTestCase {
         if let pg = FleetBackend.postgres() { try handOver(pg) }
     }
 
+    /// Three swaps of a TEXT UNIQUE column on a, while b edits a title and gives two of the swapped rows values of
+    /// its own (local edits that keep their values by the merge policy); b's export, one record per batch, meets
+    /// the swap first and leaves the rest to the import. No placeholder is ever kept, in a row or in the cloud.
+    func testSwapsMeetLocalEditsOfTheSameColumnFile() throws {
+        let f = try Fleet(backend: .file, schema: Self.notesSchema, label: "storectl-unique-move")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO notes(id, uuid, title) VALUES (1, 'a', 'one'), (2, 'b', 'two'), (3, 'c', 'three'), "
+                  + "(4, 'd', 'four'), (5, 'e', 'five'), (6, 'f', 'six')")
+        try f.syncRounds(1, ["a", "b"])
+        try f.sql("a", """
+            UPDATE notes SET uuid = 't' WHERE id = 1; UPDATE notes SET uuid = 'a' WHERE id = 2; UPDATE notes SET uuid = 'b' WHERE id = 1;
+            UPDATE notes SET uuid = 't' WHERE id = 3; UPDATE notes SET uuid = 'c' WHERE id = 4; UPDATE notes SET uuid = 'd' WHERE id = 3;
+            UPDATE notes SET uuid = 't' WHERE id = 5; UPDATE notes SET uuid = 'e' WHERE id = 6; UPDATE notes SET uuid = 'f' WHERE id = 5;
+            """)
+        try f.run("a", ["sync"])
+        try f.sql("b", "UPDATE notes SET title = 'one (b)' WHERE id = 1; UPDATE notes SET uuid = 'z3' WHERE id = 3; "
+                  + "UPDATE notes SET uuid = 'z6' WHERE id = 6")
+        try f.run("b", ["sync"], env: ["STORECTL_BATCH_SIZE": "1"])
+        try f.syncRounds(2, ["a", "b"])
+        try f.assertRows(["notes|title=t:'one (b)'|uuid=t:'b'", "notes|title=t:'two'|uuid=t:'a'",
+                          "notes|title=t:'three'|uuid=t:'z3'", "notes|title=t:'four'|uuid=t:'c'",
+                          "notes|title=t:'five'|uuid=t:'f'", "notes|title=t:'six'|uuid=t:'z6'"],
+                         "swaps met by local edits of the same column")
+        XCTAssertEqual(try f.containerSQL("SELECT count(*) FROM records WHERE fields LIKE '%storectl moving%' "
+                                          + "OR fields LIKE '%-92233720368547%'"), "0\n", "a placeholder reached the cloud")
+        for s in f.stores { try f.assertHealthy(s, "swaps met by local edits") }
+    }
+
+    /// A swap whose one record b's own trigger refuses: its partner is set aside with it (the rows keep their
+    /// values, nothing is merged away), and both apply once the trigger is gone.
+    func testASwapWithARecordSetAsideWaitsWholeFile() throws {
+        let f = try Fleet(backend: .file, schema: """
+            CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, slot INTEGER NOT NULL UNIQUE, label TEXT NOT NULL DEFAULT '');
+            """, label: "storectl-unique-move")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO items VALUES (1, 1, 'one'), (2, 2, 'two'), (3, 3, 'three')")
+        try f.syncRounds(1, ["a", "b"])
+        try f.sql("b", "CREATE TRIGGER no_bad BEFORE UPDATE OF label ON items WHEN NEW.label = 'bad' "
+                  + "BEGIN SELECT RAISE(ABORT, 'no bad labels'); END;")
+        try f.sql("a", "UPDATE items SET slot = -1 WHERE id = 1; UPDATE items SET slot = 1 WHERE id = 2; "
+                  + "UPDATE items SET slot = 2, label = 'bad' WHERE id = 1")
+        try f.run("a", ["sync"])
+        try f.run("b", ["sync"])
+        XCTAssertEqual(try f.sql("b", "SELECT group_concat(id || '=' || slot || '/' || label, ' ') FROM items"),
+                       "1=1/one 2=2/two 3=3/three\n", "b keeps its rows while the swap waits")
+        try f.assertReported("b", mentions: ["no bad labels", "held by the row of record"], "a swap set aside whole")
+        try f.sql("b", "DROP TRIGGER no_bad")
+        try f.syncRounds(2, ["b", "a"])
+        try f.assertRows(["items|label=t:'bad'|slot=i:2", "items|label=t:'two'|slot=i:1",
+                          "items|label=t:'three'|slot=i:3"], "the swap applied once the trigger is gone")
+        for s in f.stores { try f.assertHealthy(s, "a swap set aside, then applied") }
+    }
+
+    /// Children that reference the swapped UNIQUE column with `ON UPDATE CASCADE` follow their parents, as on the
+    /// store that swapped.
+    func testChildrenByValueFollowASwapFile() throws {
+        let f = try Fleet(backend: .file, schema: Self.notesSchema + """
+
+            CREATE TABLE IF NOT EXISTS tags(id INTEGER PRIMARY KEY,
+                note_uuid TEXT REFERENCES notes(uuid) ON UPDATE CASCADE ON DELETE CASCADE, label TEXT);
+            """, label: "storectl-unique-move")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO notes(id, uuid, title) VALUES (1, 'a', 'one'), (2, 'b', 'two');"
+                  + "INSERT INTO tags(note_uuid, label) VALUES ('a', 'tag of one'), ('b', 'tag of two')")
+        try f.syncRounds(1, ["a", "b"])
+        try f.sql("a", "UPDATE notes SET uuid = 't' WHERE id = 1; UPDATE notes SET uuid = 'a' WHERE id = 2; "
+                  + "UPDATE notes SET uuid = 'b' WHERE id = 1")
+        try f.syncRounds(2, ["a", "b"])
+        let tree = "SELECT group_concat(x, ' ; ') FROM (SELECT t.label || ' -> ' || coalesce(n.title, '?') AS x "
+            + "FROM tags t LEFT JOIN notes n ON n.uuid = t.note_uuid ORDER BY 1)"
+        for s in f.stores {
+            XCTAssertEqual(try f.sql(s, tree), "tag of one -> one ; tag of two -> two\n", s)
+            try f.assertHealthy(s, "children by value after a swap")
+        }
+        try f.assertSameRows("children by value after a swap")
+    }
+
+    /// Two UNIQUE keys that share a column: the column is freed once, and what is put back is the row's value.
+    func testTwoKeysSharingAColumnFile() throws {
+        let f = try Fleet(backend: .file, schema: """
+            CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, a INTEGER NOT NULL, b INTEGER NOT NULL,
+                c INTEGER NOT NULL, label TEXT NOT NULL DEFAULT '', UNIQUE(a, b), UNIQUE(a, c));
+            """, label: "storectl-unique-move")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO items VALUES (1, 1, 1, 1, 'one'), (2, 2, 1, 1, 'two')")
+        try f.syncRounds(1, ["a", "b"])
+        try f.sql("b", "CREATE TRIGGER no_bad BEFORE UPDATE OF label ON items WHEN NEW.label = 'bad' "
+                  + "BEGIN SELECT RAISE(ABORT, 'no bad labels'); END;")
+        try f.sql("a", "UPDATE items SET a = -1 WHERE id = 1; UPDATE items SET a = 1 WHERE id = 2; "
+                  + "UPDATE items SET a = 2, label = 'bad' WHERE id = 1")
+        try f.run("a", ["sync"])
+        try f.run("b", ["sync"])
+        XCTAssertEqual(try f.sql("b", "SELECT group_concat(id || '=' || a || '/' || label, ' ') FROM items"),
+                       "1=1/one 2=2/two\n", "b keeps its rows' values while the swap waits")
+        try f.sql("b", "DROP TRIGGER no_bad")
+        try f.syncRounds(2, ["b", "a"])
+        try f.assertRows(["items|a=i:2|b=i:1|c=i:1|label=t:'bad'", "items|a=i:1|b=i:1|c=i:1|label=t:'two'"],
+                         "two keys sharing a column")
+        for s in f.stores { try f.assertHealthy(s, "two keys sharing a column") }
+    }
+
     /// A store put back from a copy taken before its own swap takes back its later self's records: both rows.
     func testRestoredBeforeASwapFile() throws {
         let f = try Fleet(backend: .file, schema: Self.notesSchema, label: "storectl-unique-move")
