@@ -234,6 +234,8 @@ struct Importer {
         defer {
             applier.keptRows = []
             applier.blockedRows = []
+            applier.unfreeableRows = []
+            applier.tombstonesFirst = []
         }
         // A freed value another row took meanwhile: the settle is done again with the row that kept its value
         // (by the merge policy) not freed, or, when its record could not be applied, blocking the records that
@@ -242,13 +244,19 @@ struct Importer {
             do {
                 try db.transaction {
                     let freed = try applier.freeMovingUniqueValues(held)
-                    if freed.isEmpty && applier.blockedRows.isEmpty {
+                    if freed.isEmpty && applier.blockedRows.isEmpty && applier.unfreeableRows.isEmpty {
                         for record in held { try applyOne(record, applier: applier, report: &report) }
                         return
                     }
+                    let first = applier.tombstonesFirst
+                    for record in held where record.deleted && first.contains(record.recordName) {
+                        try applyOne(record, applier: applier, report: &report)
+                    }
                     for record in held where !record.deleted { try applyOne(record, applier: applier, report: &report) }
                     try retryParked()
-                    for record in held where record.deleted { try applyOne(record, applier: applier, report: &report) }
+                    for record in held where record.deleted && !first.contains(record.recordName) {
+                        try applyOne(record, applier: applier, report: &report)
+                    }
                     try applier.restoreFreedValues(freed)
                     try applier.realignChildren(of: freed)
                 }

@@ -646,6 +646,13 @@ final class RecordApplier {
             let holderName = holder[1].string ?? ""
             if holderName == record.recordName { continue }
             if defersUntilSettled { return try deferUntilSettled(record) }
+            if unfreeableRows.contains(entity.name + "\u{0}" + holderPK) {
+                throw RecordProblem(reason: "its value of UNIQUE (\(columns.joined(separator: ", "))) is held by the row "
+                                        + "of record \(holderName), whose own record moves it away, but the table "
+                                        + "refuses every temporary value that would free it for the move",
+                                    hint: "let the column accept NULL, or relax its CHECK or STRICT type, then run "
+                                        + "'storectl sync' again")
+            }
             if blockedRows.contains(entity.name + "\u{0}" + holderPK) {
                 throw RecordProblem(reason: "its value of UNIQUE (\(columns.joined(separator: ", "))) is held by the row "
                                         + "of record \(holderName), whose own change that frees it cannot be applied here",
@@ -831,6 +838,12 @@ final class RecordApplier {
     var blockedRows: Set<String> = []
     /// The record name of each freed row's held-back record.
     private var freedRecords: [String: String] = [:]
+    /// Rows whose held-back record moves a UNIQUE value away that no placeholder could free: a record that meets
+    /// their value is set aside (reported), never merged with them.
+    var unfreeableRows: Set<String> = []
+    /// Tombstones of rows whose value could not be freed (other tables reference it): applied before the live
+    /// records, as their deletion frees the value.
+    var tombstonesFirst: Set<String> = []
 
     /// Frees the UNIQUE values that held-back records move away from their rows: a swap, a shift, a reorder of a
     /// position column, a value handed from a deleted row to a new one. Each row that exists here and whose record
@@ -841,6 +854,8 @@ final class RecordApplier {
     func freeMovingUniqueValues(_ records: [CloudRecord]) throws -> [FreedValue] {
         var freed: [FreedValue] = []
         var referenced: Set<String>?
+        unfreeableRows = []
+        tombstonesFirst = []
         for record in records {
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty,
                   let entry = try mapEntry(name: record.recordName), entry.entity == entity.name, !entry.deleted,
@@ -877,6 +892,13 @@ final class RecordApplier {
                 {
                     freed.append(one)
                     freedHere.insert(one.column)
+                } else if record.deleted {
+                    // Its deletion is what frees the value: it goes before the live records.
+                    tombstonesFirst.insert(record.recordName)
+                } else {
+                    // The table refuses every placeholder (a CHECK, a STRICT type): a record that meets this row's
+                    // value waits, set aside, rather than merge a row that moves away as a duplicate.
+                    unfreeableRows.insert(entity.name + "\u{0}" + entry.pk)
                 }
             }
         }
@@ -950,8 +972,10 @@ final class RecordApplier {
                           AND json_type(r.base, \(path)) IN ('text', 'integer', 'real', 'null')
                           AND t.\(quoteIdentifier(column)) IS NOT json_extract(r.base, \(path))
                           AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE h.seq > ?2 AND h.entity = ?1
-                                          AND h.pk = r.pk AND h.author <> ?3)
-                        """, [child.name, exportToken, MirrorState.importAuthor])
+                                          AND h.pk = r.pk AND h.author <> ?3
+                                          AND (h.op <> 'U' OR EXISTS (SELECT 1 FROM json_each(h.changed) c
+                                                                      WHERE c.value = ?4)))
+                        """, [child.name, exportToken, MirrorState.importAuthor, column])
                 }
             }
         }
@@ -968,18 +992,22 @@ final class RecordApplier {
                                uniquingKeysWith: { a, _ in a })
         for (column, original) in columns {
             let integer = Value.integer(Int64.min + 7_919 + Int64(serial))
+            let real = Value.real(-1e300 * Double(serial + 1))
             let text = Value.text("\u{1}storectl moving \(serial) " + name)
             let blob = Value.blob(Array(("\u{1}storectl moving \(serial) " + name).utf8))
             let type = types[column] ?? ""
             var candidates: [Value] = entity.notNullColumns.contains(column) ? [] : [.null]
-            if type.contains("INT") || type.contains("REAL") || type.contains("FLOA") || type.contains("DOUB")
-                || type.contains("NUM") || type.contains("DEC") || type.contains("BOOL") || type.contains("DATE")
-            {
-                candidates += [integer, text, blob]
+            if type.contains("INT") {
+                candidates += [integer, real, text, blob]
+            } else if type.contains("REAL") || type.contains("FLOA") || type.contains("DOUB") {
+                // A large integer would be stored as the same double for every row.
+                candidates += [real, integer, text, blob]
+            } else if type.contains("NUM") || type.contains("DEC") || type.contains("BOOL") || type.contains("DATE") {
+                candidates += [integer, real, text, blob]
             } else if type.contains("CHAR") || type.contains("CLOB") || type.contains("TEXT") {
-                candidates += [text, blob, integer]
+                candidates += [text, blob, integer, real]
             } else {
-                candidates += [blob, text, integer]
+                candidates += [blob, text, integer, real]
             }
             for placeholder in candidates {
                 do {

@@ -254,8 +254,9 @@ final class UniqueMoveTests: XCTestCase {
         for s in f.stores { try f.assertHealthy(s, "restored before a swap") }
     }
 
-    /// A CHECK that refuses every placeholder: the rows cannot be freed, and the settle does what it did before
-    /// (nothing is left holding a placeholder, nothing is corrupted).
+    /// A CHECK that refuses every placeholder: the rows cannot be freed. The swap waits on the importing store, set
+    /// aside and reported, with both rows kept as they were (nothing merged away, nothing left holding a
+    /// placeholder); the store that swapped keeps its swap.
     func testAColumnThatRefusesPlaceholdersFile() throws {
         let f = try Fleet(backend: .file, schema: """
             CREATE TABLE IF NOT EXISTS items(k TEXT PRIMARY KEY,
@@ -268,10 +269,56 @@ final class UniqueMoveTests: XCTestCase {
         try f.sql("a", "UPDATE items SET slot = 3 WHERE k = 'a'; UPDATE items SET slot = 1 WHERE k = 'b'; "
                   + "UPDATE items SET slot = 2 WHERE k = 'a'")
         try f.syncRounds(2, ["a", "b"])
-        for s in f.stores {
-            XCTAssertEqual(try f.sql(s, "SELECT count(*) FROM items WHERE slot NOT BETWEEN 1 AND 100"), "0\n", s)
-            XCTAssertEqual(try f.integrity(s), [], s)
-        }
+        for s in f.stores { XCTAssertEqual(try f.integrity(s), [], s) }
         XCTAssertEqual(try f.sql("a", "SELECT k || '=' || slot FROM items ORDER BY k"), "a=2\nb=1\n")
+        XCTAssertEqual(try f.sql("b", "SELECT k || '=' || slot FROM items ORDER BY k"), "a=1\nb=2\n")
+        try f.assertReported("b", mentions: ["refuses every temporary value"], "a swap no placeholder can free")
+        XCTAssertEqual(try f.containerSQL("SELECT count(*) FROM records WHERE deleted = 0"), "2\n",
+                       "both rows are still live in the cloud")
+    }
+
+    /// A REAL UNIQUE position in a STRICT table (fractional positions, a common reorder column): two rows swap.
+    func testARealPositionSwapInAStrictTableFile() throws {
+        let f = try Fleet(backend: .file, schema: """
+            CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, pos REAL NOT NULL UNIQUE, title TEXT NOT NULL DEFAULT '') STRICT;
+            """, label: "storectl-unique-move")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO items(id, pos, title) VALUES (1, 1.0, 'one'), (2, 2.0, 'two'), (3, 3.0, 'three')")
+        try f.syncRounds(1, ["a", "b"])
+        try f.sql("a", "UPDATE items SET pos = 9.5 WHERE id = 1; UPDATE items SET pos = 1.0 WHERE id = 2; "
+                  + "UPDATE items SET pos = 2.0 WHERE id = 1")
+        try f.syncRounds(2, ["a", "b"])
+        try f.assertRows(["items|pos=r:2.0|title=t:'one'", "items|pos=r:1.0|title=t:'two'",
+                          "items|pos=r:3.0|title=t:'three'"], "a swap of REAL positions in a STRICT table")
+        for s in f.stores { try f.assertHealthy(s, "a swap of REAL positions") }
+    }
+
+    /// A child that follows its parent through `ON UPDATE CASCADE`, edited on the importing store in another
+    /// column: it stays under the parent its record names, with its local edit.
+    func testAChildByValueEditedHereFollowsTheSwapFile() throws {
+        let f = try Fleet(backend: .file, schema: Self.notesSchema + """
+
+            CREATE TABLE IF NOT EXISTS tags(id INTEGER PRIMARY KEY,
+                note_uuid TEXT REFERENCES notes(uuid) ON UPDATE CASCADE ON DELETE CASCADE, label TEXT);
+            """, label: "storectl-unique-move")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO notes(id, uuid, title) VALUES (1, 'a', 'one'), (2, 'b', 'two');"
+                  + "INSERT INTO tags(id, note_uuid, label) VALUES (1, 'a', 'tag of one'), (2, 'b', 'tag of two')")
+        try f.syncRounds(1, ["a", "b"])
+        try f.sql("a", "UPDATE notes SET uuid = 't' WHERE id = 1; UPDATE notes SET uuid = 'a' WHERE id = 2; "
+                  + "UPDATE notes SET uuid = 'b' WHERE id = 1")
+        try f.sql("b", "UPDATE notes SET title = 'one (b)' WHERE id = 1; "
+                  + "UPDATE tags SET label = 'tag of one (edited on b)' WHERE id = 1")
+        try f.run("a", ["sync"])
+        try f.run("b", ["sync"], env: ["STORECTL_BATCH_SIZE": "1"])
+        try f.syncRounds(2, ["b", "a"])
+        let tree = "SELECT group_concat(x, ' ; ') FROM (SELECT t.label || ' -> ' || coalesce(n.title, '?') AS x "
+            + "FROM tags t LEFT JOIN notes n ON n.uuid = t.note_uuid ORDER BY 1)"
+        for s in f.stores {
+            XCTAssertEqual(try f.sql(s, tree), "tag of one (edited on b) -> one (b) ; tag of two -> two\n", s)
+            try f.assertHealthy(s, "an edited child by value after a swap")
+        }
     }
 }
