@@ -155,9 +155,6 @@ struct Exporter {
         Failpoint.hit("export.before-commit")
         try db.transaction {
             try MirrorState.setExportToken(db, upto)
-            if try db.tableExists("_storectl_renamed") {
-                try db.run("DELETE FROM _storectl_renamed WHERE insert_seq <= ?", [upto])
-            }
             if baseline {
                 try MirrorState.setMeta(db, .baselineContainer, cloud.container + "/" + options.zone)
                 try MirrorState.setMeta(db, .historyGap, nil)
@@ -216,30 +213,15 @@ struct Exporter {
                     // A row deleted and then another inserted at its rowid before this export: the new row is not
                     // the old record (which other devices may know merged into another, or link children to). The
                     // old record's tombstone goes through the outbox, and the new row gets a new name.
-                    // A row renamed for the same insert by an export that stopped before its token moved (a kill
-                    // after the new record reached the cloud) keeps that name: renamed again, its record would be
-                    // deleted in the cloud, and with it the children other devices gave it meanwhile.
-                    try db.execute("""
-                        CREATE TABLE IF NOT EXISTS _storectl_renamed(entity TEXT NOT NULL, pk TEXT NOT NULL,
-                            insert_seq INTEGER NOT NULL, PRIMARY KEY (entity, pk)) WITHOUT ROWID
-                        """)
                     let reused = try db.query("""
-                        SELECT q.pk, q.record_name, q.change_tag, q.inserted FROM (
-                            SELECT h.pk AS pk, r.record_name AS record_name, r.change_tag AS change_tag,
-                                   min(CASE WHEN h.op = 'D' THEN h.seq END) AS deleted,
-                                   max(CASE WHEN h.op = 'I' THEN h.seq END) AS inserted
-                            FROM _storectl_history h
-                            JOIN _storectl_records r ON r.entity = h.entity AND r.pk = h.pk AND r.deleted = 0
-                            WHERE h.seq > ?1 AND h.entity = ?2 AND h.author <> ?3
-                            GROUP BY h.pk) q
-                        WHERE q.deleted < q.inserted
-                          AND NOT EXISTS (SELECT 1 FROM _storectl_renamed x WHERE x.entity = ?2 AND x.pk = q.pk
-                                          AND x.insert_seq >= q.inserted)
+                        SELECT h.pk, r.record_name, r.change_tag FROM _storectl_history h
+                        JOIN _storectl_records r ON r.entity = h.entity AND r.pk = h.pk AND r.deleted = 0
+                        WHERE h.seq > ?1 AND h.entity = ?2 AND h.author <> ?3
+                        GROUP BY h.pk
+                        HAVING min(CASE WHEN h.op = 'D' THEN h.seq END) < max(CASE WHEN h.op = 'I' THEN h.seq END)
                         """, [try MirrorState.exportToken(db), e.name, MirrorState.importAuthor])
                     for row in reused {
                         guard let pk = row[0].string, let old = row[1].string else { continue }
-                        try db.run("INSERT OR REPLACE INTO _storectl_renamed(entity, pk, insert_seq) VALUES (?, ?, ?)",
-                                   [e.name, pk, row[3].int64 ?? 0])
                         if let tag = row[2].string {
                             try RecordApplier.outbox(db, old, type: e.name, tag: tag,
                                                      reason: "its row was deleted and its rowid reused by a new row")

@@ -1,8 +1,5 @@
 import Dispatch
 import FoundationEssentials
-#if canImport(Glibc)
-import Glibc
-#endif
 import StoreBase
 import StoreCloud
 import StoreHistory
@@ -248,15 +245,11 @@ struct Importer {
                         for record in held { try applyOne(record, applier: applier, report: &report) }
                         return
                     }
-                    let first = applier.tombstonesFirst
-                    for record in held where record.deleted && first.contains(record.recordName) {
-                        try applyOne(record, applier: applier, report: &report)
-                    }
+                    // Tombstones first, as without freeing (their deletions free values too), then the live
+                    // records, then the records that waited for them.
+                    for record in held where record.deleted { try applyOne(record, applier: applier, report: &report) }
                     for record in held where !record.deleted { try applyOne(record, applier: applier, report: &report) }
                     try retryParked()
-                    for record in held where record.deleted && !first.contains(record.recordName) {
-                        try applyOne(record, applier: applier, report: &report)
-                    }
                     try applier.restoreFreedValues(freed)
                     try applier.realignChildren(of: freed)
                 }

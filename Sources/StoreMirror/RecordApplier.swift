@@ -856,7 +856,8 @@ final class RecordApplier {
         var referenced: Set<String>?
         unfreeableRows = []
         tombstonesFirst = []
-        for record in records {
+        // Only live records move values; a tombstone's row frees its values by its deletion, applied first.
+        for record in records where !record.deleted {
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty,
                   let entry = try mapEntry(name: record.recordName), entry.entity == entity.name, !entry.deleted,
                   !keptRows.contains(entity.name + "\u{0}" + entry.pk),

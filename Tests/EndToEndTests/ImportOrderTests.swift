@@ -338,37 +338,3 @@ extension ResilienceGuardTests {
 
     func testEditWhileMergedPostgres() throws { try onPostgres { try editWhileMerged($0, policy: "error") } }
 }
-
-extension ResilienceGuardTests {
-    /// A note deleted and inserted again at its rowid gets a new record name; the export that sends it is killed
-    /// after the new record reached the cloud. Another store tags the new note before the resume: the resume keeps
-    /// the name it gave (renamed again, the record would be deleted in the cloud, and the tag with it).
-    func resumeKeepsTheNameOfAReinsertedRow(_ backend: FleetBackend) throws {
-        for failpoint in ["export.after-batch-commit:1", "export.after-save:2", "export.before-commit"] {
-            try resumeKeepsTheNameOfAReinsertedRow(backend, killedAt: failpoint)
-        }
-    }
-
-    func resumeKeepsTheNameOfAReinsertedRow(_ backend: FleetBackend, killedAt failpoint: String) throws {
-        let f = try Fleet(backend: backend, schema: ResilienceGuardTests.uniqueSchema, label: "storectl-guard")
-        try f.cloudMode("a")
-        try f.cloudMode("b")
-        try f.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'); INSERT INTO tags SELECT id, 'x' FROM notes")
-        try f.syncRounds(1, ["a", "b"])
-        try f.sql("a", Self.reinsertN1(then: "INSERT INTO tags SELECT id, 'x' FROM notes WHERE uuid = 'n1';"))
-        try f.run("a", ["sync"], env: ["STORECTL_BATCH_SIZE": "1", "STORECTL_FAILPOINT": failpoint], expect: 137)
-        try f.run("b", ["sync"])
-        try f.sql("b", "INSERT INTO tags SELECT id, 'by-b' FROM notes WHERE uuid = 'n1'")
-        XCTAssertEqual(try f.sql("b", "SELECT count(*) FROM tags WHERE tag = 'by-b'"), "1\n",
-                       "[\(backend)] b sees the new note before the resume (killed at \(failpoint))")
-        try f.syncRounds(3, ["a", "b"])
-        let note = "->notes{title=t:'one reborn',uuid=t:'n1'}"
-        try f.assertRows(["notes|title=t:'one reborn'|uuid=t:'n1'", "tags|note_id=\(note)|tag=t:'x'",
-                          "tags|note_id=\(note)|tag=t:'by-b'"], tables: ["notes", "tags"],
-                         "a tag added to a re-inserted note between a killed export and its resume (\(failpoint))")
-        for s in f.stores { try f.assertHealthy(s, "a re-inserted note's export resumed (\(failpoint))") }
-    }
-
-    func testResumeKeepsTheNameOfAReinsertedRowFile() throws { try resumeKeepsTheNameOfAReinsertedRow(.file) }
-    func testResumeKeepsTheNameOfAReinsertedRowPostgres() throws { try onPostgres(resumeKeepsTheNameOfAReinsertedRow) }
-}
