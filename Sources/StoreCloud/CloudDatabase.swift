@@ -356,10 +356,33 @@ public protocol CloudDatabase: AnyObject {
     /// The devices that have talked to the container, with when each was last seen.
     /// - Throws: `CloudError`.
     func devices() throws -> [DeviceInfo]
+
+    /// What a sync round with nothing to do depends on in the container, read cheaply on this open connection:
+    /// nil unless the configured account is available by this very read. A round that finds the same state as
+    /// the last full round, with nothing changed in the store either, has nothing to do (`StoreHandle.sync`).
+    /// The default is nil: every round is then a full one.
+    /// - Throws: `CloudError` met while reading.
+    func quietState(zone: String) throws -> QuietState?
+}
+
+/// The state of a container as a sync round with nothing to do sees it: a digest of the container's identity,
+/// format and the configured account's registration, and where the zone stands.
+public struct QuietState: Sendable, Equatable {
+    /// SHA-256 of what the round's account and container checks read (never printed).
+    public var digest: [UInt8]
+    /// The zone's epoch and last seq, or nil when the zone does not exist.
+    public var zone: ServerChangeToken?
+
+    public init(digest: [UInt8], zone: ServerChangeToken?) {
+        self.digest = digest
+        self.zone = zone
+    }
 }
 
 extension CloudDatabase {
     public var fetchesConcurrently: Bool { true }
+
+    public func quietState(zone: String) throws -> QuietState? { nil }
 
     /// The zone with its live record count, or nil when it does not exist.
     /// - Throws: `CloudError`.

@@ -45,6 +45,11 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// them when writing).
     private let writeProblem: String?
     private var verifiedRole: AccountRole?
+    /// The file this connection reads, as it was when it was opened: a file put in its place later (a restored
+    /// copy moved over it) is another container for `quietState`.
+    private let identity: FileIdentity?
+    /// The digest of the last `quietState` whose account and container checks passed.
+    private var quietVerified: [UInt8]?
     /// The PBKDF2 iterations `addAccount` hashes new secrets with, and that an older, weaker hash is raised to on
     /// its next successful check: the count the container was created with (`hash_iterations` in its meta), else
     /// `PasswordHash.defaultIterations`.
@@ -62,8 +67,10 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     public var displayURL: String { "file:" + path }
 
     private init(path: String, container: String, account: String?, secret: String?,
-                 secretCache: VerifiedSecretCache?, busyTimeout: Int32, db: Connection, writeProblem: String?)
+                 secretCache: VerifiedSecretCache?, busyTimeout: Int32, db: Connection, writeProblem: String?,
+                 identity: FileIdentity?)
     {
+        self.identity = identity
         self.path = path
         self.container = container
         self.account = account
@@ -94,13 +101,16 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         guard FileManager.default.fileExists(atPath: path) else { throw missing(path: path, container: container) }
         try refuseIfDamaged(path: path)
         let problem = writeProblem(path: path)
+        // Taken before the file is opened: a file moved in between is then never taken for the one opened.
+        let identity = FileIdentity(path: path)
         let db = try connect(path: path, readOnly: problem != nil, busyTimeout: busyTimeout)
         let meta = try readMeta(db, path: path)
         guard let meta else { throw missing(path: path, container: container) }
         try check(meta, path: path, container: container)
         if problem == nil { try upgrade(db, path: path, meta: meta) }
         return FileCloudDatabase(path: path, container: container, account: account, secret: secret,
-                                 secretCache: secretCache, busyTimeout: busyTimeout, db: db, writeProblem: problem)
+                                 secretCache: secretCache, busyTimeout: busyTimeout, db: db, writeProblem: problem,
+                                 identity: identity)
     }
 
     /// Creates the container at `path` (and its folder) and registers `account` as its owner. When the container
@@ -135,7 +145,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             }
             try check(meta, path: path, container: container)
             return (FileCloudDatabase(path: path, container: container, account: account, secret: secret,
-                                      secretCache: secretCache, busyTimeout: busyTimeout, db: db, writeProblem: problem), false)
+                                      secretCache: secretCache, busyTimeout: busyTimeout, db: db, writeProblem: problem,
+                                      identity: nil), false)
         }
         let db = try connect(path: path, readOnly: false, busyTimeout: busyTimeout, create: true)
         if let meta = try readMeta(db, path: path) {
@@ -166,7 +177,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             }
         }
         return (FileCloudDatabase(path: path, container: container, account: account, secret: secret,
-                                  secretCache: secretCache, busyTimeout: busyTimeout, db: db, writeProblem: nil), created)
+                                  secretCache: secretCache, busyTimeout: busyTimeout, db: db, writeProblem: nil,
+                                  identity: nil), created)
     }
 
     /// The account status for a container that may not even exist: never throws, always explains.
@@ -739,6 +751,40 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         }
     }
 
+    /// One read of the container meta, the account's registration and the zone. The account and container are
+    /// checked as a full round checks them (registered, the secret matching, enabled, the container's own meta)
+    /// whenever what was read differs from the last state that passed; nil when they fail, when the file at the
+    /// path is no longer the one this connection reads, when it is marked damaged or cannot be written.
+    public func quietState(zone: String) throws -> QuietState? {
+        guard let account, let secret, let identity, FileIdentity(path: path) == identity, writeProblem == nil,
+              Self.writeProblem(path: path) == nil,
+              !FileManager.default.fileExists(atPath: Self.damageMarker(path: path))
+        else { return nil }
+        let row = try translated("reading the state of zone '\(zone)'") {
+            try db.query("""
+                SELECT (SELECT group_concat(key || '=' || value, char(10))
+                          FROM (SELECT key, value FROM container_meta ORDER BY key)),
+                       (SELECT secret_hash FROM accounts WHERE id = ?1),
+                       (SELECT role || ',' || disabled FROM accounts WHERE id = ?1),
+                       (SELECT epoch FROM zones WHERE name = ?2), (SELECT last_seq FROM zones WHERE name = ?2)
+                """, [account, zone]).first
+        }
+        guard let row, let meta = row[0].string, let stored = row[1].string, let registration = row[2].string else {
+            return nil
+        }
+        let digest = try Crypto.sha256(Array([meta, stored, registration].joined(separator: "\n\u{0}\n").utf8))
+        if digest != quietVerified {
+            quietVerified = nil
+            guard let values = try translated("reading the container meta", { try Self.readMeta(db, path: path) }),
+                  (try? Self.check(values, path: path, container: container)) != nil,
+                  registration.hasSuffix(",0"), try PasswordHash.verify(secret: secret, stored: stored, cache: secretCache)
+            else { return nil }
+            quietVerified = digest
+        }
+        let epoch = row[3].string
+        return QuietState(digest: digest, zone: epoch.map { ServerChangeToken(epoch: $0, seq: row[4].int64 ?? 0) })
+    }
+
     private func zoneNotFound(_ zone: String) -> CloudError {
         CloudError(.zoneNotFound, "zone '\(zone)' does not exist in container '\(container)'",
                    hint: "it is created by the first sync of a store that uses it")
@@ -1048,3 +1094,4 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         }
     }
 }
+

@@ -226,6 +226,9 @@ extension StoreHandle {
             throw StoreError(.config, "store '\(settings.name)' is in local mode, and a store in local mode never contacts the cloud",
                              hint: "run 'storectl mode cloud' to enable sync")
         }
+        // Nothing changed here or in the container since the last full round left nothing to do.
+        if let quiet = quietRound(options) { return quiet }
+        let dataVersion = dataVersionBeforeRound()
         do {
             // A target edited by hand is said as such, before its account is looked at.
             if !options.rebind, let moved = try targetChange(db: try database(), cloud: try cloudSettings()) {
@@ -238,7 +241,9 @@ extension StoreHandle {
                 // missing or changed here, and never puts this store's older copy over their rows.
                 _ = try mirror.importChanges { progress("import", $0, $1) }
             }
-            return try mirror.sync(progress: progress)
+            let report = try mirror.sync(progress: progress)
+            takeQuietMark(after: report, mirror: mirror, dataVersion: dataVersion, options: options)
+            return report
         } catch {
             // `status` (last_error) and `doctor` say so until a sync succeeds, as they do for `watch`.
             recordSyncError(SyncErrorRecord(at: WatchTime.nowMilliseconds(), error: WatchErrorBody(error, store: settings.name)))

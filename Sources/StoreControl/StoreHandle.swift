@@ -36,6 +36,9 @@ public final class StoreHandle {
     public var readOnly = false
     /// The container `requireAvailableAccount()` opened and checked, for the `openMirror()` that follows it.
     var checkedCloud: (any CloudDatabase)?
+    /// Where the store and its container stood after the last full sync round that left nothing to do
+    /// (`StoreHandle+QuietRound`).
+    var quietMark: QuietMark?
     /// Where notes for the user go (a format upgrade, say); the CLI prints them on stderr.
     public var log: (String) -> Void = { _ in }
 
@@ -156,5 +159,6 @@ public final class StoreHandle {
     public func close() {
         connection = nil
         checkedCloud = nil
+        quietMark = nil
     }
 }

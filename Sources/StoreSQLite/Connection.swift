@@ -245,6 +245,8 @@ public final class Connection {
 
     /// How many rows the most recent INSERT, UPDATE or DELETE changed.
     public var changes: Int { Int(sqlite3_changes(handle)) }
+    /// The rows inserted, updated or deleted through this connection since it was opened (`sqlite3_total_changes64`).
+    public var totalChanges: Int64 { sqlite3_total_changes64(handle) }
 
     /// Whether a transaction is open on this connection.
     public var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
