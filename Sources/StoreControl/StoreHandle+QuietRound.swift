@@ -54,7 +54,7 @@ struct QuietMark {
 extension StoreHandle {
     /// The longest a run of quiet rounds lasts, in seconds: then a full round checks everything again, registers
     /// the device (its `last_seen`) and takes a new mark.
-    static let quietRoundLimit = 300.0
+    public static let quietRoundLimit = 300.0
 
     /// Whether `options` allow a quiet round: plain rounds only.
     private static func isPlain(_ options: SyncOptions) -> Bool {
