@@ -420,3 +420,6 @@ enum Runner {
         try Output.emit(report, json: options.json, file: options.jsonFile)
     }
 }
+
+/// Seconds as microseconds, for steps too short for `ms`.
+func us(_ s: Double) -> String { String(format: "%.0f us", s * 1_000_000) }

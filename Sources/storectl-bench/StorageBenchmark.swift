@@ -161,7 +161,7 @@ enum StorageBenchmark {
             Figure(id: "idle.cpu", what: "CPU per idle sync round (watch), one \(options.rows)-row store",
                    value: cpu * 1000, unit: .milliseconds, target: .atMost(1.0),
                    detail: "watch's default schedule (a round every \(Int(interval)) s, a full one every "
-                       + "\(Int(perFull)) rounds): quiet round \(ms(quiet)) of CPU (\(ms(wall / Double(rounds))) of wall "
+                       + "\(Int(perFull)) rounds): quiet round \(us(quiet)) of CPU (\(us(wall / Double(rounds))) of wall "
                        + "time, \(rounds) rounds), full round \(ms(full)) of CPU (\(fullRounds) rounds)",
                    numbers: ["cpu_seconds_per_round": cpu, "quiet_cpu_seconds_per_round": quiet,
                              "full_cpu_seconds_per_round": full, "wall_seconds_per_quiet_round": wall / Double(rounds),
