@@ -368,7 +368,8 @@ public protocol CloudDatabase: AnyObject {
 /// The state of a container as a sync round with nothing to do sees it: a digest of the container's identity,
 /// format and the configured account's registration, and where the zone stands.
 public struct QuietState: Sendable, Equatable {
-    /// SHA-256 of what the round's account and container checks read (never printed).
+    /// What the round's account and container checks read, as bytes to compare: a SHA-256 digest where that
+    /// covers a secret's stored hash. Never printed.
     public var digest: [UInt8]
     /// The zone's epoch and last seq, or nil when the zone does not exist.
     public var zone: ServerChangeToken?

@@ -141,6 +141,22 @@ extension PostgresCloudDatabase {
                                        + "container \(container)" + whose, account: role, owner: owner.owner)
     }
 
+    /// On the open session: the account checks a full round makes (`privilegeStatus`: the server writable, the
+    /// schema's USAGE, every table privilege, the container's owner) and the zone's epoch and last seq; nil unless
+    /// the role is available. The session was authenticated when it was opened: a password changed since then
+    /// is met by the next full round, which logs in again (`StoreHandle.quietRoundLimit`).
+    public func quietState(zone: String) throws -> QuietState? {
+        guard let role else { return nil }
+        return try run("cannot read the state of zone \(zone) of \(container)") { c in
+            let status = try privilegeStatus(c, role: role)
+            guard status.status == .available else { return nil }
+            let r = try c.execute("SELECT epoch, last_seq FROM \(s).zones WHERE name = $1", [zone])
+            let seen = [status.reason, status.owner ?? ""].joined(separator: "\n")
+            return QuietState(digest: Array(seen.utf8),
+                              zone: r.rowCount == 1 ? ServerChangeToken(epoch: r.string(0, 0) ?? "", seq: r.int64(0, 1) ?? 0) : nil)
+        }
+    }
+
     /// The role that owns the container, and whether the configured role is it (or a member of it); nil when the
     /// container does not exist.
     /// - Throws: `CloudError` when the server cannot be asked.

@@ -64,7 +64,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
     private let timeout: Double
     private var connection: PGConnection?
     /// The quoted schema name, ready for SQL.
-    private let s: String
+    let s: String
 
     /// Test hook: seconds to sleep inside each save transaction before taking the zone lock and after assigning
     /// seqs, to make concurrent transactions start and commit in different orders.

@@ -1,6 +1,7 @@
 import Foundation
 import StoreBase
 import StoreCloud
+import StoreCloudPostgres
 import StoreConfig
 import StoreHistory
 import StoreMirror
@@ -37,6 +38,35 @@ final class QuietRoundTests: XCTestCase {
         let (owner, _) = try FileCloudDatabase.create(path: dir.file("quiet.container"), container: "iCloud.com.example.quiet",
                                                       account: "owner", secret: "owner-secret", iterations: 1000)
         try owner.addAccount(id: "member", secret: "member-secret", role: .member)
+    }
+
+    /// Points both stores at a new container on the test server (`STORECTL_TEST_PG_URL`); nil without one
+    /// (a failure under `STORECTL_REQUIRE_PG=1`). The container is deleted when the test ends.
+    private func usePostgres() throws -> (url: String, container: String)? {
+        let env = ProcessInfo.processInfo.environment
+        guard let url = env["STORECTL_TEST_PG_URL"], !url.isEmpty else {
+            if env["STORECTL_REQUIRE_PG"] == "1" { XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set") }
+            return nil
+        }
+        let container = "test.quiet.\(UInt32.random(in: 0...UInt32.max))"
+        let pg = try PostgresCloudDatabase(url: url, container: container)
+        _ = try pg.initializeContainer()
+        addTeardownBlock { try? PostgresCloudDatabase(url: url, container: container).deleteContainer() }
+        var stores = ""
+        for name in ["a", "b"] {
+            stores += """
+                  \(name):
+                    path: \(name).sqlite
+                    schema: schema.sql
+                    cloud:
+                      container: \(container)
+                      url: '\(url)'
+                      account: \(pg.role ?? "postgres")
+
+                """
+        }
+        try dir.write("config.yaml", "version: 1\nstores:\n" + stores)
+        return (url, container)
     }
 
     private func handle(_ name: String) throws -> StoreHandle {
@@ -191,6 +221,45 @@ final class QuietRoundTests: XCTestCase {
         XCTAssertFalse(try syncIsQuiet(a).quiet)
     }
 
+    /// PostgreSQL: idle rounds on the kept session are quiet; a save by another device, a purge and a session
+    /// the server ended all make the next round a full one.
+    func testPostgresQuietRoundsEndWithEveryChange() throws {
+        guard let (url, container) = try usePostgres() else { return }
+        let env = ProcessInfo.processInfo.environment
+        let (a, b) = try fleet()
+        XCTAssertNotNil(a.quietMark)
+        XCTAssertTrue(try syncIsQuiet(a).quiet)
+        XCTAssertTrue(try syncIsQuiet(a).quiet)
+        try b.database().run("INSERT INTO notes(id, title) VALUES ('p1', 'from b')")
+        _ = try b.sync(SyncOptions())
+        var round = try syncIsQuiet(a)
+        XCTAssertFalse(round.quiet)
+        XCTAssertEqual(round.report.imported.applied, 1)
+        try a.database().run("UPDATE notes SET title = 'from a' WHERE id = 'p1'")
+        round = try syncIsQuiet(a)
+        XCTAssertFalse(round.quiet)
+        XCTAssertEqual(round.report.exported.saved, 1)
+        _ = try b.sync(SyncOptions())
+        XCTAssertEqual(try titles(b), ["p1": "from a"])
+        XCTAssertTrue(try syncIsQuiet(a).quiet)
+
+        // The server ends the kept session: the next round logs in again.
+        let psql = env["STORECTL_TEST_PG_BIN"].map { $0 + "/psql" } ?? "/usr/bin/psql"
+        let ended = try Binary.run(psql, ["-X", "-q", "-A", "-t", "-d", url, "-c", """
+            SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+            WHERE application_name = 'storectl' AND pid <> pg_backend_pid()
+            """], in: dir.path)
+        XCTAssertEqual(ended.status, 0, "\(ended)")
+        XCTAssertNotEqual(ended.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "0", "the kept session was ended")
+        XCTAssertFalse(try syncIsQuiet(a).quiet)
+        XCTAssertTrue(try syncIsQuiet(a).quiet)
+
+        try PostgresCloudDatabase(url: url, container: container).purgeZone("default")
+        XCTAssertThrowsError(try a.sync(SyncOptions()), "a purged zone is said, not skipped")
+        a.close()
+        b.close()
+    }
+
     /// Random writes on both stores (another connection and the kept one for `a`, disjoint keys so that no merge
     /// policy is involved), random rounds: after `b` syncs and then `a`, `a` holds every row `b` has sent, and the
     /// other way round; at the end both hold exactly what the model says.
@@ -198,6 +267,14 @@ final class QuietRoundTests: XCTestCase {
         let seeds = ProcessInfo.processInfo.environment["STORECTL_QUIET_SEEDS"].flatMap(Int.init) ?? 6
         for seed in 1...seeds {
             try setUpWithError()
+            try runModel(seed: UInt64(seed))
+        }
+    }
+
+    func testRandomRoundsAgainstAModelPostgres() throws {
+        for seed in 101...102 {
+            try setUpWithError()
+            guard try usePostgres() != nil else { return }
             try runModel(seed: UInt64(seed))
         }
     }
