@@ -221,18 +221,16 @@ struct Importer {
         try retryParked()
         let held = try applier.takeDeferred(zone: options.zone)
         guard !held.isEmpty else { return }
-        // UNIQUE values that move between rows (a swap, a shift, a reorder, a value handed from a deleted row to a
-        // new one) are freed first: applied one by one, each record would meet a row whose own record moves the
-        // value away, and merge distinct rows. With the values free, the live records go first, then the records
-        // waiting for them (children moved to a new parent), then the tombstones, whose cascades then reach only
-        // what is still under the deleted rows.
+        // UNIQUE values that live rows move between them (a swap, a shift, a reorder) are freed first: applied one
+        // by one, each record would meet a row whose own record moves the value away, and merge distinct rows.
+        // With the values free, the tombstones go first (their deletions free values too), then the live records,
+        // then the records waiting for them (children moved to a new parent).
         let before = report
         let conflictsBefore = applier.conflicts.count
         defer {
             applier.keptRows = []
             applier.blockedRows = []
             applier.unfreeableRows = []
-            applier.tombstonesFirst = []
         }
         // A freed value another row took meanwhile: the settle is done again with the row that kept its value
         // (by the merge policy) not freed, or, when its record could not be applied, blocking the records that

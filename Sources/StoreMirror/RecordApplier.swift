@@ -841,21 +841,16 @@ final class RecordApplier {
     /// Rows whose held-back record moves a UNIQUE value away that no placeholder could free: a record that meets
     /// their value is set aside (reported), never merged with them.
     var unfreeableRows: Set<String> = []
-    /// Tombstones of rows whose value could not be freed (other tables reference it): applied before the live
-    /// records, as their deletion frees the value.
-    var tombstonesFirst: Set<String> = []
 
-    /// Frees the UNIQUE values that held-back records move away from their rows: a swap, a shift, a reorder of a
-    /// position column, a value handed from a deleted row to a new one. Each row that exists here and whose record
-    /// is a tombstone, or carries other values for one of the table's UNIQUE keys, gets a placeholder in one
-    /// column of that key (NULL where the column allows it, else a value no application writes), so that applying
-    /// the records in any order meets only the rows that keep their values: those are real duplicates.
-    /// `restoreFreedValues` puts back what no record replaced.
+    /// Frees the UNIQUE values that held-back live records move away from their rows: a swap, a shift, a reorder
+    /// of a position column. Each row that exists here and whose record carries other values for one of the
+    /// table's UNIQUE keys gets a placeholder in one column of that key (NULL where the column allows it, else a
+    /// value no application writes), so that applying the records in any order meets only the rows that keep
+    /// their values: those are real duplicates. A tombstone's row frees its values by its deletion, applied
+    /// before the live records. `restoreFreedValues` puts back what no record replaced.
     func freeMovingUniqueValues(_ records: [CloudRecord]) throws -> [FreedValue] {
         var freed: [FreedValue] = []
-        var referenced: Set<String>?
         unfreeableRows = []
-        tombstonesFirst = []
         // Only live records move values; a tombstone's row frees its values by its deletion, applied first.
         for record in records where !record.deleted {
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty,
@@ -865,37 +860,26 @@ final class RecordApplier {
                   try rowExists(entity, pk: entry.pk)
             else { continue }
             freedRecords[entity.name + "\u{0}" + entry.pk] = record.recordName
-            let decoded = record.deleted ? nil : try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+            let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
             var freedHere: Set<String> = []
             for key in entity.uniqueKeys where key.allSatisfy({ !entity.primaryKey.contains($0) }) {
                 // A key that shares a column already freed in this row is free too (the placeholder is unique).
                 if key.contains(where: freedHere.contains) { continue }
                 let current = try currentValues(entity, pk: entry.pk, columns: key)
                 if current.count != key.count || current.contains(where: \.isNull) { continue }
-                if let decoded {
-                    var incoming: [Value] = []
-                    for column in key {
-                        guard case .value(let v)? = decoded.values[column], !v.isNull else { break }
-                        incoming.append(v)
-                    }
-                    // A key the record leaves out, or moves to NULL, frees nothing (NULLs never collide).
-                    if incoming.count != key.count || current == incoming { continue }
+                var incoming: [Value] = []
+                for column in key {
+                    guard case .value(let v)? = decoded.values[column], !v.isNull else { break }
+                    incoming.append(v)
                 }
-                var columns = key.enumerated().map { ($1, current[$0]) }
-                if record.deleted {
-                    // A row about to be deleted keeps a value other rows reference: its `ON DELETE` action finds
-                    // them by it.
-                    if referenced == nil { referenced = try referencedColumns() }
-                    columns = columns.filter { !(referenced ?? []).contains(entity.name + "\u{0}" + $0.0) }
-                }
+                // A key the record leaves out, or moves to NULL, frees nothing (NULLs never collide).
+                if incoming.count != key.count || current == incoming { continue }
+                let columns = key.enumerated().map { ($1, current[$0]) }
                 if let one = try free(entity, pk: entry.pk, columns: columns,
                                       name: record.recordName, serial: freed.count)
                 {
                     freed.append(one)
                     freedHere.insert(one.column)
-                } else if record.deleted {
-                    // Its deletion is what frees the value: it goes before the live records.
-                    tombstonesFirst.insert(record.recordName)
                 } else {
                     // The table refuses every placeholder (a CHECK, a STRICT type): a record that meets this row's
                     // value waits, set aside, rather than merge a row that moves away as a duplicate.
@@ -932,23 +916,6 @@ final class RecordApplier {
         let row = try db.query("SELECT " + columns.map { "t.\(quoteIdentifier($0))" }.joined(separator: ", ")
                                    + " FROM \(entity.quotedName) t WHERE \(entity.pkMatches("t", json: "?1"))", [pk])
         return row.first?.values ?? []
-    }
-
-    /// `table NUL column` of every column a foreign key of some table of the store references.
-    private func referencedColumns() throws -> Set<String> {
-        var out: Set<String> = []
-        for table in try db.query("SELECT name FROM main.sqlite_master WHERE type = 'table'").compactMap({ $0[0].string }) {
-            for fk in try db.foreignKeys(of: table) {
-                let parentKey = try db.columns(of: fk.parentTable).filter { $0.primaryKeyIndex > 0 }
-                    .sorted { $0.primaryKeyIndex < $1.primaryKeyIndex }.map(\.name)
-                for (i, column) in fk.parentColumns.enumerated() {
-                    if let name = column ?? (i < parentKey.count ? parentKey[i] : nil) {
-                        out.insert(fk.parentTable + "\u{0}" + name)
-                    }
-                }
-            }
-        }
-        return out
     }
 
     /// Brings the referencing columns of synced child rows back to their last synced records where a freed
