@@ -223,8 +223,7 @@ struct Exporter {
                     for row in reused {
                         guard let pk = row[0].string, let old = row[1].string else { continue }
                         if let tag = row[2].string {
-                            try RecordApplier.outbox(db, old, type: e.name, tag: tag,
-                                                     reason: "its row was deleted and its rowid reused by a new row")
+                            try RecordApplier.outbox(db, old, type: e.name, tag: tag, reason: Self.reusedRowidReason)
                         }
                         try db.run("""
                             UPDATE _storectl_records SET record_name = \(e.surrogateName("json_extract(pk, '$[0]')"))
@@ -278,8 +277,7 @@ struct Exporter {
         for row in rows {
             guard let pk = row[0].string, let old = row[1].string, let wanted = row[4].string else { continue }
             if row[3].int64 == 0, let tag = row[2].string {
-                try RecordApplier.outbox(db, old, type: e.name, tag: tag,
-                                         reason: "its row belongs to a new parent inserted at the old parent's rowid")
+                try RecordApplier.outbox(db, old, type: e.name, tag: tag, reason: Self.newParentReason)
             }
             let taken = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_records WHERE record_name = ?)",
                                       [wanted])?.int64 == 1
@@ -488,17 +486,35 @@ struct Exporter {
         return (batch, rows < limit ? nil : lastKey)
     }
 
-    /// Sends the tombstones of records that no local row stands for (`_storectl_outbox`): losers of a UNIQUE
-    /// constraint, orphaned children of a deleted parent, own records a crash left behind.
+    /// The outbox reason of a row deleted here while another row was inserted at its rowid.
+    static let reusedRowidReason = "its row was deleted and its rowid reused by a new row"
+    /// The outbox reason of a child whose key now names a new parent inserted at the old parent's rowid.
+    static let newParentReason = "its row belongs to a new parent inserted at the old parent's rowid"
+
+    /// Sends the tombstones of records that no local row stands for (`_storectl_outbox`): rows deleted here whose
+    /// rowid (or parent's rowid) a new row took, losers of a UNIQUE constraint, orphaned children of a deleted
+    /// parent, own records a crash left behind.
+    ///
+    /// The first two are deletes a user made: a tombstone that meets a newer server record goes through the merge
+    /// policy, as any local delete does (the server's edit stands under `server-wins` and `property-server-wins`,
+    /// and the import brings the row back, at a rowid of its own; `error` reports the conflict). The others are
+    /// decisions storectl made (a delete wins) and are sent over a newer record.
+    /// - Throws: `ConflictError` under `merge_policy: error`, after the rest of the outbox was sent.
     private func sendOutbox(serial: Int64, report: inout ExportReport) throws {
-        let rows = try db.query("SELECT record_name, record_type, change_tag FROM _storectl_outbox ORDER BY record_name")
+        let rows = try db.query(
+            "SELECT record_name, record_type, change_tag, reason FROM _storectl_outbox ORDER BY record_name")
         guard !rows.isEmpty else { return }
         var saves: [RecordSave] = []
+        var userDeletes: Set<String> = []
         for row in rows {
             let name = row[0].string ?? ""
             saves.append(RecordSave(recordName: name, recordType: row[1].string ?? "", fields: try tombstoneFields(name),
                                     deleted: true, expectedTag: row[2].string))
+            if let reason = row[3].string, reason == Self.reusedRowidReason || reason == Self.newParentReason {
+                userDeletes.insert(name)
+            }
         }
+        var conflicts: [ConflictReport] = []
         let historySeq = try MirrorState.lastHistorySeq(db)
         var round = 0
         while !saves.isEmpty && round < 5 {
@@ -519,6 +535,23 @@ struct Exporter {
                             try db.run("DELETE FROM _storectl_outbox WHERE record_name = ?", [save.recordName])
                             continue
                         }
+                        if userDeletes.contains(save.recordName), server.modifiedBy != device {
+                            // A delete made here meets an edit made elsewhere: the merge policy decides.
+                            switch options.mergePolicy.decide(local: MergeSide(deleted: true, changed: []),
+                                                              server: MergeSide(deleted: false, changed: []), columns: []) {
+                            case .deleted:
+                                report.conflictsResolved += 1
+                            case .live:
+                                // The server's record stands; the import brings it here as a row of its own.
+                                report.conflictsResolved += 1
+                                try db.run("DELETE FROM _storectl_outbox WHERE record_name = ?", [save.recordName])
+                                continue
+                            case .fail:
+                                conflicts.append(ConflictReport(entity: save.recordType, recordName: save.recordName,
+                                                                localColumns: [], serverDeleted: false))
+                                continue
+                            }
+                        }
                         var retry = save
                         retry.expectedTag = server.changeTag
                         again.append(retry)
@@ -527,6 +560,7 @@ struct Exporter {
             }
             saves = again
         }
+        if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
     }
 
     /// The fields of the tombstone of record `name`: `{}`, or `{"$alias": WINNER}` when the record was merged into
