@@ -357,12 +357,13 @@ public protocol CloudDatabase: AnyObject {
     /// - Throws: `CloudError`.
     func devices() throws -> [DeviceInfo]
 
-    /// What a sync round with nothing to do depends on in the container, read cheaply on this open connection:
-    /// nil unless the configured account is available by this very read. A round that finds the same state as
-    /// the last full round, with nothing changed in the store either, has nothing to do (`StoreHandle.sync`).
-    /// The default is nil: every round is then a full one.
+    /// What a sync round with nothing to do depends on in the container, read cheaply on this connection: nil
+    /// unless the configured account is available by this very read. A round that finds the same state as the
+    /// last full round, with nothing changed in the store either, has nothing to do (`StoreHandle.sync`).
+    /// `known` is a state this backend returned before, whose checks passed: a read that gives the same digest
+    /// need not check again. The default is nil: every round is then a full one.
     /// - Throws: `CloudError` met while reading.
-    func quietState(zone: String) throws -> QuietState?
+    func quietState(zone: String, known: QuietState?) throws -> QuietState?
 }
 
 /// The state of a container as a sync round with nothing to do sees it: a digest of the container's identity,
@@ -383,7 +384,7 @@ public struct QuietState: Sendable, Equatable {
 extension CloudDatabase {
     public var fetchesConcurrently: Bool { true }
 
-    public func quietState(zone: String) throws -> QuietState? { nil }
+    public func quietState(zone: String, known: QuietState?) throws -> QuietState? { nil }
 
     /// The zone with its live record count, or nil when it does not exist.
     /// - Throws: `CloudError`.

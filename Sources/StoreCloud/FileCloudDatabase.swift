@@ -48,8 +48,6 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// The file this connection reads, as it was when it was opened: a file put in its place later (a restored
     /// copy moved over it) is another container for `quietState`.
     private let identity: FileIdentity?
-    /// The digest of the last `quietState` whose account and container checks passed.
-    private var quietVerified: [UInt8]?
     /// The PBKDF2 iterations `addAccount` hashes new secrets with, and that an older, weaker hash is raised to on
     /// its next successful check: the count the container was created with (`hash_iterations` in its meta), else
     /// `PasswordHash.defaultIterations`.
@@ -751,11 +749,14 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         }
     }
 
-    /// One read of the container meta, the account's registration and the zone. The account and container are
-    /// checked as a full round checks them (registered, the secret matching, enabled, the container's own meta)
-    /// whenever what was read differs from the last state that passed; nil when they fail, when the file at the
-    /// path is no longer the one this connection reads, when it is marked damaged or cannot be written.
-    public func quietState(zone: String) throws -> QuietState? {
+    /// One read of the container meta, the account's registration and the zone, with the file's identity. The
+    /// account and container are checked as a full round checks them (registered, the secret matching, enabled,
+    /// the container's own meta) unless the digest equals `known`'s; nil when they fail, when the file at the path
+    /// is no longer the one this connection reads, when it is marked damaged or cannot be written.
+    ///
+    /// Meant for a connection opened for this one read: a connection kept open while someone removes the
+    /// container's `-wal` and `-shm` files reads the old ones, and on closing deletes the new WAL by its path.
+    public func quietState(zone: String, known: QuietState?) throws -> QuietState? {
         guard let account, let secret, let identity, FileIdentity(path: path) == identity, writeProblem == nil,
               Self.writeProblem(path: path) == nil,
               !FileManager.default.fileExists(atPath: Self.damageMarker(path: path))
@@ -772,14 +773,22 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         guard let row, let meta = row[0].string, let stored = row[1].string, let registration = row[2].string else {
             return nil
         }
-        let digest = try Crypto.sha256(Array([meta, stored, registration].joined(separator: "\n\u{0}\n").utf8))
-        if digest != quietVerified {
-            quietVerified = nil
+        let file = "\(identity.device):\(identity.inode)"
+        let digest = try Crypto.sha256(Array([file, meta, stored, registration].joined(separator: "\n\u{0}\n").utf8))
+        if digest != known?.digest {
             guard let values = try translated("reading the container meta", { try Self.readMeta(db, path: path) }),
                   (try? Self.check(values, path: path, container: container)) != nil,
                   registration.hasSuffix(",0"), try PasswordHash.verify(secret: secret, stored: stored, cache: secretCache)
             else { return nil }
-            quietVerified = digest
+        }
+        // As the account check of a full round: a lock held beyond the busy timeout means every write would fail
+        // now, which that round reports (temporarily unavailable).
+        do {
+            try db.execute("BEGIN IMMEDIATE")
+            try db.execute("ROLLBACK")
+        } catch {
+            if db.isInTransaction { try? db.execute("ROLLBACK") }
+            return nil
         }
         let epoch = row[3].string
         return QuietState(digest: digest, zone: epoch.map { ServerChangeToken(epoch: $0, seq: row[4].int64 ?? 0) })

@@ -145,7 +145,7 @@ extension PostgresCloudDatabase {
     /// schema's USAGE, every table privilege, the container's owner) and the zone's epoch and last seq; nil unless
     /// the role is available. The session was authenticated when it was opened: a password changed since then
     /// is met by the next full round, which logs in again (`StoreHandle.quietRoundLimit`).
-    public func quietState(zone: String) throws -> QuietState? {
+    public func quietState(zone: String, known: QuietState?) throws -> QuietState? {
         guard let role else { return nil }
         return try run("cannot read the state of zone \(zone) of \(container)") { c in
             let status = try privilegeStatus(c, role: role)

@@ -17,14 +17,18 @@ import StoreSQLite
 ///   the one the connection reads;
 /// - the container (`CloudDatabase.quietState`): the same file, its meta, the account's registration (secret
 ///   hash, role, enabled) and the zone's epoch and last seq, which must equal the server token the import
-///   recorded, so that a save by any device after that import makes the next round a full one.
+///   recorded, so that a save by any device after that import makes the next round a full one. A container file
+///   is opened for each quiet round and closed after it, as for a full round: a connection kept open across
+///   rounds would read old `-wal` and `-shm` files removed meanwhile, and delete the new WAL on closing. A
+///   PostgreSQL session is kept.
 ///
 /// A round with options (`--reupload`, `--rebind`, `--accept-owner`), one after a failure, after a round that
 /// left anything unsettled (a change not exported, a record set aside or waiting for its parent, an outbox entry,
 /// an unsent row, a seed marker to claim), or `quietRoundLimit` seconds after the last full round, is a full one.
 struct QuietMark {
-    /// The container connection the full round used, kept open between rounds.
-    var cloud: any CloudDatabase
+    /// The container connection the full round used, kept open between rounds; nil for a container file,
+    /// opened for each round.
+    var cloud: (any CloudDatabase)?
     var state: QuietState
     var local: LocalState
     /// When the full round that took this mark ended (monotonic seconds).
@@ -71,9 +75,10 @@ extension StoreHandle {
               let zone = settings.cloud?.zone, let db = try? database()
         else { return nil }
         do {
-            guard try QuietMark.LocalState.read(db, path: settings.path) == mark.local,
-                  try mark.cloud.quietState(zone: zone) == mark.state
-            else { return nil }
+            guard try QuietMark.LocalState.read(db, path: settings.path) == mark.local else { return nil }
+            let cloud = try mark.cloud ?? CloudConnector.open(settings: try cloudSettings(), environment: environment,
+                                                              createIfMissing: false)
+            guard try cloud.quietState(zone: zone, known: mark.state) == mark.state else { return nil }
             try db.transaction { try MirrorState.setMeta(db, .lastSyncAt, String(WatchTime.nowMilliseconds())) }
             mark.local.totalChanges = db.totalChanges
         } catch {
@@ -99,10 +104,10 @@ extension StoreHandle {
             guard unsettled == (0, 0, 0), try MirrorState.pendingExportCount(db) == 0,
                   try Seeder.pendingMarkers(db).isEmpty,
                   try db.scalar("SELECT count(*) FROM _storectl_unsent")?.int64 == 0,
-                  let state = try mirror.cloud.quietState(zone: zone), let at = state.zone,
+                  let state = try mirror.cloud.quietState(zone: zone, known: nil), let at = state.zone,
                   try MirrorState.serverToken(db, zone: zone) == at.rawValue
             else { return }
-            quietMark = QuietMark(cloud: mirror.cloud, state: state,
+            quietMark = QuietMark(cloud: mirror.cloud is FileCloudDatabase ? nil : mirror.cloud, state: state,
                                   local: try .read(db, path: settings.path, dataVersion: dataVersion),
                                   since: monotonicNow(), exportToken: try MirrorState.exportToken(db))
         } catch {

@@ -63,6 +63,29 @@ public struct ZoneResetError: DiagnosedError {
     }
 }
 
+/// The zone is behind what this store saw of it (same epoch, a lower last seq): the container was put back to an
+/// older copy (a file restored from a backup, a PostgreSQL server failed over to a replica that lagged), so
+/// records saved after that copy are missing from it. Syncing on would leave them missing for every other device.
+public struct ZoneBehindError: DiagnosedError {
+    public var zone: String
+    public var container: String
+    /// The zone's last seq now.
+    public var zoneSeq: Int64
+    /// The highest seq this store imported or saved in the zone.
+    public var seen: Int64
+    public var exitCode: ExitCode { .dataError }
+    public var summary: String {
+        "zone '\(zone)' of container '\(container)' is at seq \(zoneSeq), behind seq \(seen) that this store already "
+            + "saw in it: the container was restored from an older copy, and the records saved after that copy are "
+            + "missing from it; nothing was changed here"
+    }
+    public var hint: String? {
+        "if the older copy is what the container should hold, run 'storectl sync --reupload' here and on the zone's "
+            + "other stores: their rows are kept and uploaded again (rows deleted after that copy come back from it); "
+            + "else put the newer container back"
+    }
+}
+
 /// The sync engine: mirrors one store's tracked tables into one cloud zone, both ways.
 ///
 /// Export reads history after the export token (skipping changes that came from the cloud), coalesces them per
@@ -118,6 +141,12 @@ public final class Mirror {
         let token = try MirrorState.serverToken(db, zone: options.zone).flatMap(ServerChangeToken.init(rawValue:))
         if let zone = try cloud.zoneInfo(options.zone, countLive: false) {
             if let token, token.epoch != zone.epoch { throw ZoneResetError(zone: options.zone) }
+            // Seqs only grow: a zone below what this store imported or saved went back to an older copy.
+            let seen = max(token?.seq ?? 0,
+                           token == nil ? 0 : try MirrorState.ownSeq(db, container: cloud.container, zone: options.zone))
+            if seen > zone.lastSeq {
+                throw ZoneBehindError(zone: options.zone, container: cloud.container, zoneSeq: zone.lastSeq, seen: seen)
+            }
             return zone
         }
         if token != nil { throw ZoneResetError(zone: options.zone) }
