@@ -392,6 +392,14 @@ extension StoreHandle {
                 INSERT INTO _storectl_consumers(name, token, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
                 ON CONFLICT(name) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
                 """, [MirrorState.exportConsumer, upTo, now])
+            // The highest seq this store saved into the new target is the snapshot's: the one of the old target,
+            // under the same container id and zone, would make the new zone look behind (`ZoneBehindError`).
+            let ownSeq = MetaKey.ownSeq(container: configured.container, zone: configured.zone).rawValue
+            try db.run("DELETE FROM main._storectl_meta WHERE key = ?", [ownSeq])
+            try db.run("""
+                INSERT INTO main._storectl_meta(key, value)
+                SELECT key, value FROM switch_snapshot._storectl_meta WHERE key = ?
+                """, [ownSeq])
             try MirrorState.setMeta(db, .baselineContainer, configured.container + "/" + configured.zone)
             try MirrorState.setMeta(db, .historyGap, nil)
             try MirrorState.setMeta(db, .boundAccount, settings.account ?? "")

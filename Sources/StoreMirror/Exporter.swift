@@ -495,10 +495,13 @@ struct Exporter {
     /// rowid (or parent's rowid) a new row took, losers of a UNIQUE constraint, orphaned children of a deleted
     /// parent, own records a crash left behind.
     ///
-    /// The first two are deletes a user made: a tombstone that meets a newer server record goes through the merge
-    /// policy, as any local delete does (the server's edit stands under `server-wins` and `property-server-wins`,
-    /// and the import brings the row back, at a rowid of its own; `error` reports the conflict). The others are
-    /// decisions storectl made (a delete wins) and are sent over a newer record.
+    /// A row deleted here while another took its rowid is a delete a user made: its tombstone, meeting a newer
+    /// server record, goes through the merge policy, as any local delete does (the server's edit stands under
+    /// `server-wins` and `property-server-wins`, and the import brings the row back at a rowid of its own; `error`
+    /// reports the conflict). Except when a local row holds one of the record's UNIQUE values (the row was
+    /// re-created as itself): the old record must never stay live beside the new one, which stands for it, so the
+    /// tombstone goes. The other reasons are decisions storectl made (a child of a re-inserted parent goes with
+    /// the old parent, a UNIQUE loser, an orphan: a delete wins) and are sent over a newer record.
     /// - Throws: `ConflictError` under `merge_policy: error`, after the rest of the outbox was sent.
     private func sendOutbox(serial: Int64, report: inout ExportReport) throws {
         let rows = try db.query(
@@ -510,9 +513,7 @@ struct Exporter {
             let name = row[0].string ?? ""
             saves.append(RecordSave(recordName: name, recordType: row[1].string ?? "", fields: try tombstoneFields(name),
                                     deleted: true, expectedTag: row[2].string))
-            if let reason = row[3].string, reason == Self.reusedRowidReason || reason == Self.newParentReason {
-                userDeletes.insert(name)
-            }
+            if row[3].string == Self.reusedRowidReason { userDeletes.insert(name) }
         }
         var conflicts: [ConflictReport] = []
         let historySeq = try MirrorState.lastHistorySeq(db)
@@ -535,7 +536,9 @@ struct Exporter {
                             try db.run("DELETE FROM _storectl_outbox WHERE record_name = ?", [save.recordName])
                             continue
                         }
-                        if userDeletes.contains(save.recordName), server.modifiedBy != device {
+                        if userDeletes.contains(save.recordName), server.modifiedBy != device,
+                           try !heldUniqueValue(of: server)
+                        {
                             // A delete made here meets an edit made elsewhere: the merge policy decides.
                             switch options.mergePolicy.decide(local: MergeSide(deleted: true, changed: []),
                                                               server: MergeSide(deleted: false, changed: []), columns: []) {
@@ -561,6 +564,30 @@ struct Exporter {
             saves = again
         }
         if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
+    }
+
+    /// Whether a local row holds the values `record` has for one of its table's UNIQUE keys (schema constraints
+    /// and `unique:` rules); NULLs never collide.
+    private func heldUniqueValue(of record: CloudRecord) throws -> Bool {
+        guard let e = entities.first(where: { $0.name == record.recordType }) else { return false }
+        let keys = e.uniqueKeys + (options.uniqueRules[e.name].map { [$0.columns] } ?? [])
+        guard !keys.isEmpty else { return false }
+        let decoded = try FieldCodec(db: db).decodeRecord(record.fields, columns: e.fieldColumns)
+        for key in keys {
+            var values: [Value] = []
+            for column in key {
+                guard case .value(let v)? = decoded.values[column], !v.isNull else { break }
+                values.append(v)
+            }
+            guard values.count == key.count else { continue }
+            let match = key.map { "t.\(quoteIdentifier($0)) = ?" }.joined(separator: " AND ")
+            if try db.scalar("SELECT 1 FROM main.\(e.quotedName) t WHERE \(match) LIMIT 1",
+                             values.map { $0 as any SQLBindable }) != nil
+            {
+                return true
+            }
+        }
+        return false
     }
 
     /// The fields of the tombstone of record `name`: `{}`, or `{"$alias": WINNER}` when the record was merged into
