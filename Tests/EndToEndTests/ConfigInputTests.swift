@@ -50,7 +50,7 @@ final class ConfigInputTests: XCTestCase {
         let runs = env["STORECTL_FUZZ_RUNS"].flatMap(Int.init) ?? 150
         let seed = env["STORECTL_FUZZ_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 0...UInt64.max)
         print("binary config fuzz: seed \(seed), \(runs) runs")
-        var rng = SeededRandom(seed: seed)
+        var rng = SplitMix64(seed: seed)
         let dir = try TempDirectory("storectl-fuzz")
         let seeds = Self.seeds
         var codes: [Int32: Int] = [:]
@@ -113,15 +113,3 @@ final class ConfigInputTests: XCTestCase {
     ]
 }
 
-/// SplitMix64, seeded, for replayable runs.
-struct SeededRandom: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

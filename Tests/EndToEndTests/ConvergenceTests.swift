@@ -8,23 +8,6 @@ import StoreControl
 import TestSupport
 import XCTest
 
-/// A tiny deterministic PRNG (SplitMix64), so that a seed replays the same run everywhere.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(max(n, 1))) }
-    mutating func chance(_ percent: Int) -> Bool { below(100) < percent }
-}
-
 /// Seeded random schedules on three stores sharing one container: random writes by storectl's library and by
 /// external `sqlite3` processes, random mode switches with long local periods, random syncs in random order,
 /// duplicated natural keys. After a final sync round every store must hold the same rows.

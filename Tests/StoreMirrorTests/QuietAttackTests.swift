@@ -348,14 +348,8 @@ final class QuietAttackTests: XCTestCase {
     }
 
     private func conflictModel(seed: UInt64) throws {
-        var state = seed &* 0x9E37_79B9_7F4A_7C15
-        func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
+        var random = SplitMix64(seed: seed &* 0x9E37_79B9_7F4A_7C15)
+        func next() -> UInt64 { random.next() }
         let a = try fleet()
         let b = try handle("b")
         let aWriter = try Connection(path: dir.file("a.sqlite"))

@@ -280,7 +280,7 @@ final class QuietRoundTests: XCTestCase {
     }
 
     private func runModel(seed: UInt64) throws {
-        var random = SeededRandom(seed: seed)
+        var random = SplitMix64(seed: seed)
         let (a, b) = try fleet()
         let aWriter = try writer("a")
         var model: [String: String] = [:]
@@ -288,36 +288,27 @@ final class QuietRoundTests: XCTestCase {
         var sentByA: [String: String?] = [:], sentByB: [String: String?] = [:]
         var pendingA: Set<String> = [], pendingB: Set<String> = []
         var quietRounds = 0
+        /// Deletes row `id` one time in three when it exists, else writes `title` into it; keeps the model.
+        func write(_ db: Connection, id: String, title: String) throws -> String {
+            if model[id] != nil, random.next() % 3 == 0 {
+                try db.run("DELETE FROM notes WHERE id = ?", [id])
+                model[id] = nil
+            } else {
+                try db.run("INSERT INTO notes(id, title) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET title = excluded.title",
+                           [id, title])
+                model[id] = title
+            }
+            return id
+        }
         for step in 0..<120 {
             let where_ = "seed \(seed) step \(step)"
             switch random.next() % 6 {
             case 0, 1:
                 // A write on a: keys a0...a19, through another connection or the kept one.
-                let id = "a\(random.next() % 20)"
                 let db = random.next() % 2 == 0 ? aWriter : try a.database()
-                if model[id] != nil, random.next() % 3 == 0 {
-                    try db.run("DELETE FROM notes WHERE id = ?", [id])
-                    model[id] = nil
-                } else {
-                    let title = "a\(step)"
-                    try db.run("INSERT INTO notes(id, title) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET title = excluded.title",
-                               [id, title])
-                    model[id] = title
-                }
-                pendingA.insert(id)
+                pendingA.insert(try write(db, id: "a\(random.next() % 20)", title: "a\(step)"))
             case 2:
-                let id = "b\(random.next() % 20)"
-                let db = try b.database()
-                if model[id] != nil, random.next() % 3 == 0 {
-                    try db.run("DELETE FROM notes WHERE id = ?", [id])
-                    model[id] = nil
-                } else {
-                    let title = "b\(step)"
-                    try db.run("INSERT INTO notes(id, title) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET title = excluded.title",
-                               [id, title])
-                    model[id] = title
-                }
-                pendingB.insert(id)
+                pendingB.insert(try write(try b.database(), id: "b\(random.next() % 20)", title: "b\(step)"))
             case 3, 4:
                 if try syncIsQuiet(a).quiet { quietRounds += 1 }
                 for id in pendingA { sentByA[id] = .some(model[id]) }
@@ -344,15 +335,3 @@ final class QuietRoundTests: XCTestCase {
     }
 }
 
-/// SplitMix64: a reproducible sequence for a seed.
-private struct SeededRandom {
-    var state: UInt64
-    init(seed: UInt64) { state = seed &* 0x9E37_79B9_7F4A_7C15 }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
