@@ -757,8 +757,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// Meant for a connection opened for this one read: a connection kept open while someone removes the
     /// container's `-wal` and `-shm` files reads the old ones, and on closing deletes the new WAL by its path.
     public func quietState(zone: String, known: QuietState?) throws -> QuietState? {
+        // `writeProblem` was read when this connection was opened, for this round.
         guard let account, let secret, let identity, FileIdentity(path: path) == identity, writeProblem == nil,
-              Self.writeProblem(path: path) == nil,
               !FileManager.default.fileExists(atPath: Self.damageMarker(path: path))
         else { return nil }
         let row = try translated("reading the state of zone '\(zone)'") {

@@ -81,7 +81,8 @@ extension StoreHandle {
     /// Checks: the store file; history tracking (off, stale triggers, drift, a history gap); the mode in
     /// config.yaml against the store's; the account and the cloud (in cloud mode); the bound account and
     /// container; a zone purged elsewhere; duplicates of `unique:` keys; history kept beyond `history.retention`; a
-    /// last sync that failed (in cloud mode, until a sync succeeds).
+    /// last sync that failed (in cloud mode, until a sync succeeds); and, when nothing else is wrong, the rows
+    /// against the zone's records (`data`: a difference no pending change explains).
     /// - Throws: `StoreError` only when the store file exists but is not a SQLite database or cannot be opened.
     public func doctor() throws -> DoctorReport {
         var run = DoctorRun(store: self)
@@ -262,8 +263,11 @@ private struct DoctorRun {
             return
         }
         try checkBinding(db, cloud: cloud)
-        if inCloud, try store.targetChange(db: db, cloud: cloud) == nil { checkAccount(db, cloud: cloud) }
+        var available = false
+        if inCloud, try store.targetChange(db: db, cloud: cloud) == nil { available = checkAccount(db, cloud: cloud) }
         if inCloud { try checkLastSync() }
+        // Compared only when nothing else is wrong: an earlier finding (a failed sync) already says why they differ.
+        if available, findings.isEmpty { checkData(db, cloud: cloud) }
     }
 
     /// The last sync round (`storectl sync` or `watch`): a failure not followed by a success is a finding, so a
@@ -295,14 +299,15 @@ private struct DoctorRun {
         }
     }
 
-    /// The account's status, and when it is available the zone.
-    mutating func checkAccount(_ db: Connection, cloud: CloudSettings) {
+    /// The account's status, and when it is available the zone. Returns whether the account is available.
+    mutating func checkAccount(_ db: Connection, cloud: CloudSettings) -> Bool {
         checks.append("account")
         let report = CloudConnector.accountStatus(settings: cloud, environment: store.environment)
         switch report.status {
         case .available:
             checks.append("zone")
             findings += store.zoneFindings(db: db, cloud: cloud, command: command)
+            return true
         case .noAccount:
             add("account", "account '\(report.account ?? "(none)")' is noAccount: \(report.reason)",
                 cloud.account == nil || cloud.secret == nil
@@ -318,6 +323,40 @@ private struct DoctorRun {
                 report.status == .temporarilyUnavailable ? "retry later: " + command("sync")
                     : "check stores.\(name).cloud.url; for a container file run "
                         + command("cloud init"), .unavailable)
+        }
+        return false
+    }
+}
+
+extension DoctorRun {
+    /// The store's rows against the zone's live records, compared as `storectl verify` compares them: a row that
+    /// differs and that no pending change explains (not exported yet, not imported yet, waiting for its parent,
+    /// set aside) is a finding, so a store that differs from the cloud is never called healthy.
+    mutating func checkData(_ db: Connection, cloud: CloudSettings) {
+        checks.append("data")
+        do {
+            let backend = try CloudConnector.open(settings: cloud, environment: store.environment,
+                                                  createIfMissing: false)
+            let report = try StoreHandle.compare(db: db, store: name, cloud: backend, url: cloud.url,
+                                                 zone: cloud.zone, limit: 3)
+            guard report.unexplainedCount > 0 else { return }
+            let named = report.differences.filter { $0.pending == nil }.map { d in
+                let state = d.state == "local_only" ? "only here"
+                    : d.state == "cloud_only" ? "only in the cloud" : "differs"
+                return "\(d.table) \(d.key?.display ?? d.recordName) \(state)"
+            }
+            let more = report.unexplainedCount > named.count ? ", ..." : ""
+            add("data", "\(report.unexplainedCount) row(s) of this store differ from zone '\(cloud.zone)' and no "
+                    + "pending change explains them (\(named.joined(separator: ", "))\(more)): a change reached one "
+                    + "side and not the other",
+                command("verify") + " names each row with its values here and in the cloud; change the row here "
+                    + "(or in the cloud's other stores) to the value it should hold, then " + command("sync"),
+                .dataError)
+        } catch let error as any DiagnosedError {
+            add("cloud", "the cloud could not be read: \(error.summary)", error.hint ?? command("cloud check"),
+                .unavailable)
+        } catch {
+            add("cloud", "the cloud could not be read: \(error)", command("cloud check"), .unavailable)
         }
     }
 }

@@ -574,12 +574,7 @@ struct Exporter {
         guard !keys.isEmpty else { return false }
         let decoded = try FieldCodec(db: db).decodeRecord(record.fields, columns: e.fieldColumns)
         for key in keys {
-            var values: [Value] = []
-            for column in key {
-                guard case .value(let v)? = decoded.values[column], !v.isNull else { break }
-                values.append(v)
-            }
-            guard values.count == key.count else { continue }
+            guard let values = decoded.keyValues(key) else { continue }
             let match = key.map { "t.\(quoteIdentifier($0)) = ?" }.joined(separator: " AND ")
             if try db.scalar("SELECT 1 FROM main.\(e.quotedName) t WHERE \(match) LIMIT 1",
                              values.map { $0 as any SQLBindable }) != nil

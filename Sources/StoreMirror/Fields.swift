@@ -20,6 +20,17 @@ struct DecodedFields {
     /// The fields whose value is a JSON object or array (not a reference, blob or text): stored as their JSON
     /// text, but never a key.
     var objects: Set<String> = []
+
+    /// The record's values for the key `columns`, in their order; nil when the record leaves one out or holds
+    /// NULL for it (a NULL never collides with another row's value).
+    func keyValues(_ columns: [String]) -> [Value]? {
+        var values: [Value] = []
+        for column in columns {
+            guard case .value(let v)? = self.values[column], !v.isNull else { return nil }
+            values.append(v)
+        }
+        return values
+    }
 }
 
 /// Decoding and combining record fields. All JSON work runs in SQLite's JSON functions.

@@ -867,13 +867,8 @@ final class RecordApplier {
                 if key.contains(where: freedHere.contains) { continue }
                 let current = try currentValues(entity, pk: entry.pk, columns: key)
                 if current.count != key.count || current.contains(where: \.isNull) { continue }
-                var incoming: [Value] = []
-                for column in key {
-                    guard case .value(let v)? = decoded.values[column], !v.isNull else { break }
-                    incoming.append(v)
-                }
                 // A key the record leaves out, or moves to NULL, frees nothing (NULLs never collide).
-                if incoming.count != key.count || current == incoming { continue }
+                guard let incoming = decoded.keyValues(key), current != incoming else { continue }
                 let columns = key.enumerated().map { ($1, current[$0]) }
                 if let one = try free(entity, pk: entry.pk, columns: columns,
                                       name: record.recordName, serial: freed.count)

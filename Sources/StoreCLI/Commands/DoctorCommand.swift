@@ -9,7 +9,10 @@ struct DoctorCommand: Command {
         Checks, per store: the store file; history tracking (off in the config, stale triggers, schema drift);
         the mode in config.yaml against the store's; for a store in cloud mode, the account (noAccount,
         restricted), whether the cloud is reachable, and a zone purged or deleted elsewhere; the bound account
-        and container against the config; a store file that is a copy of another (sync refuses it); duplicates of unique: keys; history kept beyond history.retention.
+        and container against the config; a store file that is a copy of another (sync refuses it); duplicates
+        of unique: keys; history kept beyond history.retention; a last sync that failed; and, when nothing else
+        is wrong, the rows against the zone's records as verify compares them (a difference no pending change
+        explains is a finding).
         Nothing is changed: not the config, not the store, not the cloud. Without --store, every store is checked.
         Exit 0 when healthy; 65 when any problem is with the data or the store; otherwise 69 (account or cloud).
         """
