@@ -107,10 +107,3 @@ final class DoctorDataTests: XCTestCase {
         try differences(pg)
     }
 }
-
-private extension FleetBackend {
-    var isFile: Bool {
-        if case .file = self { return true }
-        return false
-    }
-}
