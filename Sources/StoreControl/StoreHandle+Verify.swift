@@ -109,6 +109,15 @@ extension StoreHandle {
     static func compare(db: Connection, store: String, cloud: any CloudDatabase, url: String, zone: String,
                         limit: Int) throws -> VerifyReport
     {
+        // One read snapshot of the store for the whole comparison, taken before the cloud is fetched: a sync that
+        // commits meanwhile (another process) changes nothing the comparison reads here, and what it saved or
+        // imported is newer in the fetched records than in the store, which the tokens read in the same snapshot
+        // mark as pending. Without it, a row imported after the fetch differed from its (older) fetched record.
+        if !db.isInTransaction {
+            return try db.transaction(.deferred) {
+                try compare(db: db, store: store, cloud: cloud, url: url, zone: zone, limit: limit)
+            }
+        }
         let withdraw = try readableMirrorState(db)
         defer { withdraw() }
         let entities = try Mirror.entityMaps(db)
@@ -168,6 +177,7 @@ extension StoreHandle {
             }
             try resolveAliases(db)
         }
+        Failpoint.hit("verify.after-fetch")
         let tracked = Set(entities.map(\.name))
         report.untrackedRecords = Int(try db.scalar(
             "SELECT count(*) FROM temp._storectl_verify_cloud WHERE deleted = 0 AND record_type NOT IN (SELECT value FROM json_each(?))",

@@ -196,6 +196,9 @@ struct Exporter {
     /// anything is saved, so that a replay after a crash uses the same one.
     private func renameReusedKeys(_ ordered: [EntityMap], baseline: Bool) throws {
         try db.transaction {
+            try db.execute(Self.renamedTableSQL)
+            // Keys renamed by an export whose history the token has passed since need no mark any more.
+            try db.run("DELETE FROM _storectl_renamed WHERE upto <= ?", [try MirrorState.exportToken(db)])
             for e in ordered where e.isSurrogate {
                 // Incrementally, only the changed keys are looked at (the changes drive the loop).
                 let scope = baseline ? "" : """
@@ -213,10 +216,15 @@ struct Exporter {
                     // A row deleted and then another inserted at its rowid before this export: the new row is not
                     // the old record (which other devices may know merged into another, or link children to). The
                     // old record's tombstone goes through the outbox, and the new row gets a new name.
+                    // History an interrupted export already renamed the key for (its new name may be saved in the
+                    // cloud, and other devices may have added children to it) is not looked at again: only a
+                    // delete and an insert after it make the row new once more.
                     let reused = try db.query("""
-                        SELECT h.pk, r.record_name, r.change_tag FROM _storectl_history h
+                        SELECT h.pk, r.record_name, r.change_tag, max(h.seq) FROM _storectl_history h
                         JOIN _storectl_records r ON r.entity = h.entity AND r.pk = h.pk AND r.deleted = 0
                         WHERE h.seq > ?1 AND h.entity = ?2 AND h.author <> ?3
+                          AND h.seq > coalesce((SELECT x.upto FROM _storectl_renamed x
+                                                WHERE x.entity = h.entity AND x.pk = h.pk), 0)
                         GROUP BY h.pk
                         HAVING min(CASE WHEN h.op = 'D' THEN h.seq END) < max(CASE WHEN h.op = 'I' THEN h.seq END)
                         """, [try MirrorState.exportToken(db), e.name, MirrorState.importAuthor])
@@ -230,6 +238,7 @@ struct Exporter {
                                 || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, extra = NULL
                             WHERE entity = ? AND pk = ?
                             """, [e.name, pk])
+                        try markRenamed(e.name, pk: pk, upto: row[3].int64 ?? 0)
                     }
                 }
                 // A row the map does not know, whose derived name another row of the map holds.
@@ -263,8 +272,11 @@ struct Exporter {
     /// through the outbox. (Called parent first, so the parent's new name is in the map already. A child moved to
     /// another parent changes its key, and is not concerned; a child of a merged duplicate keeps its name.)
     private func renameReusedReferenceKeys(_ e: EntityMap) throws {
+        // As for the parents: history an interrupted export already renamed the key for is not looked at again.
         let rows = try db.query("""
-            SELECT m.pk, m.record_name, m.change_tag, m.deleted, \(e.naturalName("t")) AS wanted
+            SELECT m.pk, m.record_name, m.change_tag, m.deleted, \(e.naturalName("t")) AS wanted,
+                   (SELECT max(h.seq) FROM _storectl_history h WHERE h.seq > ?2 AND h.entity = c.entity
+                    AND h.pk = c.pk AND h.author <> ?3)
             FROM temp._storectl_changes c
             JOIN _storectl_records m ON m.entity = c.entity AND m.pk = c.pk
             JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
@@ -272,10 +284,13 @@ struct Exporter {
               AND (m.deleted = 1 OR (SELECT min(CASE WHEN h.op = 'D' THEN h.seq END)
                                              < max(CASE WHEN h.op = 'I' THEN h.seq END)
                                      FROM _storectl_history h
-                                     WHERE h.seq > ?2 AND h.entity = c.entity AND h.pk = c.pk AND h.author <> ?3))
+                                     WHERE h.seq > ?2 AND h.entity = c.entity AND h.pk = c.pk AND h.author <> ?3
+                                       AND h.seq > coalesce((SELECT x.upto FROM _storectl_renamed x
+                                                             WHERE x.entity = h.entity AND x.pk = h.pk), 0)))
             """, [e.name, try MirrorState.exportToken(db), MirrorState.importAuthor])
         for row in rows {
             guard let pk = row[0].string, let old = row[1].string, let wanted = row[4].string else { continue }
+            if let upto = row[5].int64 { try markRenamed(e.name, pk: pk, upto: upto) }
             if row[3].int64 == 0, let tag = row[2].string {
                 try RecordApplier.outbox(db, old, type: e.name, tag: tag, reason: Self.newParentReason)
             }
@@ -287,6 +302,18 @@ struct Exporter {
                 WHERE entity = ?3 AND pk = ?4
                 """, [wanted, taken, e.name, pk])
         }
+    }
+
+    /// The keys an export renamed because their rowid was reused, with the last history seq it looked at: a
+    /// replay of that history after a crash (the export token did not move) must not rename them again, which would
+    /// delete the record the first rename saved and every child other devices gave it since.
+    static let renamedTableSQL = """
+        CREATE TABLE IF NOT EXISTS _storectl_renamed(entity TEXT NOT NULL, pk TEXT NOT NULL, upto INTEGER NOT NULL,
+            PRIMARY KEY (entity, pk)) WITHOUT ROWID
+        """
+
+    private func markRenamed(_ entity: String, pk: String, upto: Int64) throws {
+        try db.run("INSERT OR REPLACE INTO _storectl_renamed(entity, pk, upto) VALUES (?, ?, ?)", [entity, pk, upto])
     }
 
     /// The mass-delete breaker: an export that deletes more than `max_delete_fraction` of the zone's live records

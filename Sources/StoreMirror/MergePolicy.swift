@@ -26,6 +26,10 @@ struct MergeSide: Equatable {
     var deleted: Bool
     /// The columns this side changed since the last sync (every column for an insert; empty for a delete).
     var changed: Set<String>
+    /// Every change of the local side is storectl's own, none a user's: references of children re-pointed at the
+    /// winner of a merge (author `dedupe`, reference columns only), which the merges the import brings redo on
+    /// every device.
+    var derived = false
 }
 
 /// What a conflict resolves to, column by column.
@@ -53,13 +57,17 @@ extension MergePolicy {
     /// `serverHoldsLocalValues`: both sides are live and the server's record has, in every column the local side
     /// changed, the value the local row holds (two devices made the same change, such as re-pointing a child at
     /// the winner of a merge). Taking the server's record then loses nothing, so it is no conflict even under
-    /// `error`; the other policies decide as without it.
+    /// `error`; the other policies decide as without it. Likewise a local side whose changes are all storectl's
+    /// own (`derived`): `error` arbitrates between users' edits, and a re-point made here, by a merge another
+    /// device made differently (at another step of the same chain of duplicates), is no user's edit; the
+    /// server's record stands, and the merges the import brings re-point the row again.
     func decide(local: MergeSide, server: MergeSide, columns: [String],
                 serverHoldsLocalValues: Bool = false) -> MergeDecision {
         let all = Set(columns)
         switch self {
         case .error:
-            return serverHoldsLocalValues && !local.deleted && !server.deleted ? .live(takeServer: all) : .fail
+            return (serverHoldsLocalValues || local.derived) && !local.deleted && !server.deleted
+                ? .live(takeServer: all) : .fail
         case .serverWins:
             return server.deleted ? .deleted : .live(takeServer: all)
         case .localWins:

@@ -160,15 +160,17 @@ final class RecordApplier {
     func localChanges(_ entity: EntityMap, pk: String, after: Int64? = nil) throws -> MergeSide? {
         guard hasPendingLocal || after != nil else { return nil }
         let s = try db.cached("""
-            SELECT op, changed FROM _storectl_history
+            SELECT op, changed, author FROM _storectl_history
             WHERE seq > ?1 AND entity = ?2 AND pk = ?3 AND author <> ?4 ORDER BY seq
             """)
         var columns: Set<String> = []
         var any = false
         var lastOp = ""
+        var derived = true
         try s.forEach([after ?? exportToken, entity.name, pk, MirrorState.importAuthor]) { row in
             any = true
             lastOp = row.string(0) ?? ""
+            if row.string(2) != Deduplicator.author || lastOp != "U" { derived = false }
             if lastOp == "I" {
                 columns = Set(entity.fieldColumns)
             } else if lastOp == "U", let changed = row.string(1) {
@@ -177,7 +179,10 @@ final class RecordApplier {
         }
         guard any else { return nil }
         let deleted = lastOp == "D"
-        return MergeSide(deleted: deleted, changed: deleted ? [] : columns.intersection(entity.fieldColumns))
+        // Re-points only: a merge's `keep:` values on the winner's row are a user's values, never derived.
+        let references = Set(entity.foreignKeys.flatMap(\.columns))
+        return MergeSide(deleted: deleted, changed: deleted ? [] : columns.intersection(entity.fieldColumns),
+                         derived: derived && !deleted && !columns.isEmpty && columns.isSubset(of: references))
     }
 
     private func codecColumns(_ json: String) throws -> [String] {

@@ -186,6 +186,7 @@ final class CrashTests: XCTestCase {
         if failpoint.hasPrefix("schema.") { return "MigrateSQLTests.testAKillBeforeTheCommitChangesNothing" }
         if failpoint.hasPrefix("switch.") { return "SwitchPlanTests.testAKillDuringTheSwitchLeavesTheStoreLocal" }
         if failpoint.hasPrefix("cloud-move.") { return "MigrateCloudTests.testAKillAtEveryStepLeavesAWorkingSetup" }
+        if failpoint.hasPrefix("verify.") { return "DoctorDataTests.testASyncWhileDoctorComparesIsNoFinding" }
         return nil
     }
 

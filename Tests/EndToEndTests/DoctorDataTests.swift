@@ -91,6 +91,37 @@ final class DoctorDataTests: XCTestCase {
         try assertAgree(f, "a record deleted from the cloud", healthy: false)
     }
 
+    /// A sync that imports while `doctor` (or `verify`) compares, after the zone was fetched and before the rows
+    /// are read: the comparison reads the store as it was before the fetch, so the import is no difference.
+    func testASyncWhileDoctorComparesIsNoFinding() throws {
+        let f = try Fleet(backend: .file, schema: Self.schema, label: "storectl-doctor-race")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two')")
+        try f.syncRounds(1, ["a", "b"])
+        for command in [["--json", "doctor"], ["--json", "verify"]] {
+            try f.sql("a", "UPDATE notes SET title = title || ', edited' WHERE uuid = 'n1'; "
+                      + "DELETE FROM notes WHERE uuid = 'n2'; INSERT INTO notes(uuid, title) VALUES ('n\(command[1])', 'new')")
+            let check = try BackgroundProcess.storectl(["--store", "b"] + command, in: f.dir.path,
+                                                       environment: ["STORECTL_FAILPOINT": "verify.after-fetch:pause=3"])
+            XCTAssertTrue(check.wait(upTo: 20) { check.stderr.contains("failpoint verify.after-fetch paused") },
+                          check.stderr)
+            try f.run("a", ["sync"])
+            try f.run("b", ["sync"])
+            XCTAssertNil(check.waitForExit(upTo: 0), "the sync ran while the comparison was paused")
+            XCTAssertEqual(try f.sql("b", "SELECT title FROM notes WHERE uuid = 'n1'"), "one, edited\(command[1] == "doctor" ? "" : ", edited")\n")
+            let status = check.waitForExit(upTo: 30)
+            let doc = JSONDoc.parse(check.stdout)
+            let entry = (JSONDoc.get(doc, "stores") as? [Any])?.first ?? doc
+            if command[1] == "doctor" {
+                XCTAssertEqual(status, 0, "a row imported during the comparison is no finding\n\(check.stdout)")
+                XCTAssertEqual(JSONDoc.get(entry, "healthy") as? Bool, true, check.stdout)
+            } else {
+                XCTAssertEqual(JSONDoc.int(entry, "unexplained_count"), 0, check.stdout)
+            }
+        }
+    }
+
     /// Runs SQL on the container, `%RECORDS%` naming its records table.
     private func cloudSQL(_ f: Fleet, _ statement: String) throws {
         if f.backend.isFile {

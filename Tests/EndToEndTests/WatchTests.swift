@@ -17,7 +17,7 @@ class WatchTestCase: XCTestCase {
                 isPostgres: false)
     }
 
-    private var cachedBackend: Backend?
+    fileprivate var cachedBackend: Backend?
     private var watchers: [BackgroundProcess] = []
 
     override func tearDown() {
@@ -527,8 +527,11 @@ final class PostgresWatchTests: WatchTests {
             throw XCTSkip("no PostgreSQL server (set STORECTL_TEST_PG_URL)")
         }
         let suffix = String(UInt64.random(in: 0...UInt64.max), radix: 16)
-        return Backend(url: url, account: env["PGUSER"] ?? "postgres", container: "iCloud.com.example.watch\(suffix)",
-                       isPostgres: true)
+        let container = "iCloud.com.example.watch\(suffix)"
+        // The test's own sessions carry its container as their application name, so that a test that ends
+        // sessions ends only its own (tests run side by side on one server).
+        return Backend(url: url + (url.contains("?") ? "&" : "?") + "application_name=\(container)",
+                       account: env["PGUSER"] ?? "postgres", container: container, isPostgres: true)
     }
 
     override func testASqliteWriteOnOneStoreReachesTheOtherThroughTwoWatchers() throws {
@@ -591,12 +594,14 @@ final class PostgresWatchTests: WatchTests {
         let b = try watch(p, ["--store", "b", "--json", "--max-backoff", "2"])
         XCTAssertTrue(b.wait(upTo: 10) { b.stderr.contains("in cloud mode: syncing") })
         Thread.sleep(forTimeInterval: 1.5)
-        // The server ends every storectl connection (the listener's included), as a restart or a network cut would.
+        // The server ends every connection of this test's storectl (the listener's included), as a restart or a
+        // network cut would.
         let env = ProcessInfo.processInfo.environment
         let url = try XCTUnwrap(env["STORECTL_TEST_PG_URL"])
+        let app = try XCTUnwrap(cachedBackend?.container)
         for _ in 0..<3 {
             _ = try Binary.run("/usr/bin/psql", [url, "-Atc", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                                 + "WHERE application_name = 'storectl' AND pid <> pg_backend_pid()"],
+                                                 + "WHERE application_name = '\(app)' AND pid <> pg_backend_pid()"],
                                in: p.dir.path)
             Thread.sleep(forTimeInterval: 0.3)
         }

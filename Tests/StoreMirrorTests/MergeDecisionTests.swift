@@ -29,6 +29,22 @@ final class MergeDecisionTests: XCTestCase {
                                                     serverHoldsLocalValues: true), .live(takeServer: []))
     }
 
+    func testStorectlsOwnRepointIsNoConflictUnderError() {
+        var repoint = live(["title"])
+        repoint.derived = true
+        XCTAssertEqual(MergePolicy.error.decide(local: repoint, server: live(["title"]), columns: columns),
+                       .live(takeServer: Set(columns)))
+        XCTAssertEqual(MergePolicy.error.decide(local: repoint, server: deleted, columns: columns), .fail,
+                       "a deletion elsewhere is still a conflict")
+        XCTAssertEqual(MergePolicy.error.decide(local: live(["title"]), server: live(["title"]), columns: columns), .fail,
+                       "a user's edit is still a conflict")
+        // The other policies decide as without it.
+        for policy in MergePolicy.allCases where policy != .error {
+            XCTAssertEqual(policy.decide(local: repoint, server: live(["body"]), columns: columns),
+                           policy.decide(local: live(["title"]), server: live(["body"]), columns: columns), "\(policy)")
+        }
+    }
+
     func testServerWins() {
         let p = MergePolicy.serverWins
         XCTAssertEqual(p.decide(local: live(["title"]), server: live(["body"]), columns: columns),

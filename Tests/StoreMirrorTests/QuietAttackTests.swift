@@ -250,7 +250,7 @@ final class QuietAttackTests: XCTestCase {
             XCTAssertFalse(try syncIsQuiet(a).quiet)
             XCTAssertTrue(try syncIsQuiet(a).quiet)
         }
-        XCTAssertEqual(openDescriptors(), start, "descriptors after 200 full and 200 quiet rounds")
+        XCTAssertLessThanOrEqual(openDescriptors(), start, "descriptors after 200 full and 200 quiet rounds")
         a.close()
     }
 

@@ -60,7 +60,7 @@ final class QuietRoundTests: XCTestCase {
                     schema: schema.sql
                     cloud:
                       container: \(container)
-                      url: '\(url)'
+                      url: '\(url)\(url.contains("?") ? "&" : "?")application_name=\(container)'
                       account: \(pg.role ?? "postgres")
 
                 """
@@ -247,7 +247,7 @@ final class QuietRoundTests: XCTestCase {
         let psql = env["STORECTL_TEST_PG_BIN"].map { $0 + "/psql" } ?? "/usr/bin/psql"
         let ended = try Binary.run(psql, ["-X", "-q", "-A", "-t", "-d", url, "-c", """
             SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-            WHERE application_name = 'storectl' AND pid <> pg_backend_pid()
+            WHERE application_name = '\(container)' AND pid <> pg_backend_pid()
             """], in: dir.path)
         XCTAssertEqual(ended.status, 0, "\(ended)")
         XCTAssertNotEqual(ended.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "0", "the kept session was ended")
