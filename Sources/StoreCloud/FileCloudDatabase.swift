@@ -111,6 +111,24 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                                  identity: identity)
     }
 
+    /// Opens the container at `path` for `quietState` only: the meta is neither read nor checked here, because
+    /// the state read digests it and checks it again (with the account's secret) whenever it differs from the last
+    /// state that passed, which a full round's `open` checked. Nil when the file is missing, damaged or cannot be
+    /// written (the full round reports why).
+    public static func openForQuietState(path: String, container: String, account: String?, secret: String?,
+                                         busyTimeout: Int32 = defaultBusyTimeout,
+                                         secretCache: VerifiedSecretCache? = nil) -> FileCloudDatabase?
+    {
+        guard writeProblem(path: path) == nil, let identity = FileIdentity(path: path),
+              !FileManager.default.fileExists(atPath: damageMarker(path: path)),
+              let db = try? Connection(path: path, mode: .readWrite, busyTimeout: busyTimeout, wal: true,
+                                       foreignKeys: false)
+        else { return nil }
+        return FileCloudDatabase(path: path, container: container, account: account, secret: secret,
+                                 secretCache: secretCache, busyTimeout: busyTimeout, db: db, writeProblem: nil,
+                                 identity: identity)
+    }
+
     /// Creates the container at `path` (and its folder) and registers `account` as its owner. When the container
     /// already exists it is opened as it is, and `created` is false.
     ///
@@ -757,9 +775,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// Meant for a connection opened for this one read: a connection kept open while someone removes the
     /// container's `-wal` and `-shm` files reads the old ones, and on closing deletes the new WAL by its path.
     public func quietState(zone: String, known: QuietState?) throws -> QuietState? {
-        // `writeProblem` was read when this connection was opened, for this round.
-        guard let account, let secret, let identity, FileIdentity(path: path) == identity, writeProblem == nil,
-              !FileManager.default.fileExists(atPath: Self.damageMarker(path: path))
+        // `writeProblem` and the damage marker were read when this connection was opened, for this round.
+        guard let account, let secret, let identity, FileIdentity(path: path) == identity, writeProblem == nil
         else { return nil }
         let row = try translated("reading the state of zone '\(zone)'") {
             try db.query("""

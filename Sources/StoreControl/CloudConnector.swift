@@ -64,6 +64,15 @@ public enum CloudConnector {
         }
     }
 
+    /// A container file opened for a quiet round's state read only (`FileCloudDatabase.openForQuietState`); nil
+    /// for PostgreSQL (a quiet round keeps the full round's session) or when the file cannot be opened so.
+    static func openForQuietRound(settings: CloudSettings, environment: [String: String]) -> (any CloudDatabase)? {
+        guard case .file(let path)? = try? backend(of: settings.url) else { return nil }
+        return FileCloudDatabase.openForQuietState(path: path, container: settings.container,
+                                                   account: settings.account, secret: settings.secret?.value,
+                                                   secretCache: VerifiedSecretCache.forUser(environment: environment))
+    }
+
     /// Creates the container (`storectl cloud init`) and registers the configured account as its owner.
     /// Returns the container, and whether this call created it.
     /// - Throws: `CloudError` or `StoreError`.

@@ -76,9 +76,10 @@ extension StoreHandle {
         else { return nil }
         do {
             guard try QuietMark.LocalState.read(db, path: settings.path) == mark.local else { return nil }
-            let cloud = try mark.cloud ?? CloudConnector.open(settings: try cloudSettings(), environment: environment,
-                                                              createIfMissing: false)
-            guard try cloud.quietState(zone: zone, known: mark.state) == mark.state else { return nil }
+            guard let cloud = try mark.cloud
+                    ?? CloudConnector.openForQuietRound(settings: try cloudSettings(), environment: environment),
+                  try cloud.quietState(zone: zone, known: mark.state) == mark.state
+            else { return nil }
             try db.transaction { try MirrorState.setMeta(db, .lastSyncAt, String(WatchTime.nowMilliseconds())) }
             mark.local.totalChanges = db.totalChanges
         } catch {
