@@ -56,8 +56,8 @@ public enum Failpoint {
         ("schema.before-commit", "migrate --sql: after the SQL ran, the triggers were regenerated and the record "
             + "names kept, before the commit"),
         ("move.after-fence", "migrate --to: after the old file refuses writes, before it is removed"),
-        ("verify.after-fetch", "verify and doctor: after the zone's records were fetched, before the store's rows "
-            + "are compared with them (they only read: a kill changes nothing)"),
+        ("verify.before-fetch", "verify and doctor: after the store's snapshot was taken, before the zone's records "
+            + "are fetched (they only read: a kill changes nothing)"),
     ]
 
     /// What an armed failpoint does when it fires.

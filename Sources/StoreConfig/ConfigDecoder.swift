@@ -292,6 +292,10 @@ struct ConfigDecoder {
                 throw fail(pair.value, authorPath, "'cloud-import' is reserved for changes that came from the cloud",
                            hint: "pick another name, like 'app'")
             }
+            if ["dedupe", "import-cascade", "rescan"].contains(history.author) {
+                throw fail(pair.value, authorPath, "'\(history.author)' is reserved for storectl's own changes",
+                           hint: "pick another name, like 'app'")
+            }
         }
         if let pair = keys["retention"], !pair.value.isNull {
             let retentionPath = KeyPath.child(path, "retention")

@@ -107,15 +107,18 @@ extension StoreHandle {
     /// so that what verify calls in sync is what sync calls nothing to do.
     /// - Throws: `CloudError`, `SQLiteError`.
     static func compare(db: Connection, store: String, cloud: any CloudDatabase, url: String, zone: String,
-                        limit: Int) throws -> VerifyReport
+                        limit: Int, zoneBefore: ZoneInfo? = nil) throws -> VerifyReport
     {
         // One read snapshot of the store for the whole comparison, taken before the cloud is fetched: a sync that
         // commits meanwhile (another process) changes nothing the comparison reads here, and what it saved or
         // imported is newer in the fetched records than in the store, which the tokens read in the same snapshot
         // mark as pending. Without it, a row imported after the fetch differed from its (older) fetched record.
         if !db.isInTransaction {
+            // The zone as it was before the snapshot: a record saved after that (this store's own export running
+            // meanwhile in another process included) is newer than the snapshot, and pending.
+            let before = try cloud.zoneInfo(zone, countLive: false)
             return try db.transaction(.deferred) {
-                try compare(db: db, store: store, cloud: cloud, url: url, zone: zone, limit: limit)
+                try compare(db: db, store: store, cloud: cloud, url: url, zone: zone, limit: limit, zoneBefore: before)
             }
         }
         let withdraw = try readableMirrorState(db)
@@ -154,13 +157,17 @@ extension StoreHandle {
             """, [exportToken, MirrorState.importAuthor])
         // Records saved after the server token by other devices are changes this store has not imported yet.
         var importedUpTo: Int64 = -1
+        // Records with a higher seq were saved after the snapshot began (none is known without `zoneBefore`).
+        var savedAfter = Int64.max
         if let info = try cloud.zoneInfo(zone, countLive: false) {
             report.zoneExists = true
+            if let zoneBefore, zoneBefore.epoch == info.epoch { savedAfter = zoneBefore.lastSeq }
             if let raw = try MirrorState.serverToken(db, zone: zone), let token = ServerChangeToken(rawValue: raw),
                token.epoch == info.epoch
             {
                 importedUpTo = token.seq
             }
+            Failpoint.hit("verify.before-fetch")
             let insert = try db.prepare("INSERT OR REPLACE INTO temp._storectl_verify_cloud VALUES (?, ?, ?, ?, ?, ?)")
             var token: ServerChangeToken?
             while true {
@@ -177,7 +184,6 @@ extension StoreHandle {
             }
             try resolveAliases(db)
         }
-        Failpoint.hit("verify.after-fetch")
         let tracked = Set(entities.map(\.name))
         report.untrackedRecords = Int(try db.scalar(
             "SELECT count(*) FROM temp._storectl_verify_cloud WHERE deleted = 0 AND record_type NOT IN (SELECT value FROM json_each(?))",
@@ -209,13 +215,15 @@ extension StoreHandle {
                             AND h.author <> \(quoteLiteral(MirrorState.importAuthor))))
                 """
             let pendingImport = "(%C%.seq > \(importedUpTo) AND %C%.modified_by IS NOT \(quoteLiteral(device)))"
+            // This store's own save after the snapshot began: an export in another process, pending here.
+            let ownSaveDuring = "(%C%.seq > \(savedAfter) AND %C%.modified_by IS \(quoteLiteral(device)))"
 
             // Both sides hold the record.
             // Each query streams its rows (a whole zone may be compared): nothing but the counts and the first
             // `limit` differences of each kind is kept.
             try db.prepare("""
                 SELECT l.pk, l.record_name, l.fields, c.fields,
-                       \(pendingExport.replacingText("%PK%", with: "l.pk")),
+                       \(pendingExport.replacingText("%PK%", with: "l.pk")) OR \(ownSaveDuring.replacingText("%C%", with: "c")),
                        \(pendingImport.replacingText("%C%", with: "c"))
                 FROM temp._storectl_verify_local l JOIN temp._storectl_verify_cloud c
                   ON c.record_name = l.record_name AND c.deleted = 0
@@ -239,7 +247,9 @@ extension StoreHandle {
             }
             // Rows with no live record: not exported yet, or deleted in the cloud.
             try db.prepare("""
-                SELECT l.pk, l.record_name, l.fields, \(pendingExport.replacingText("%PK%", with: "l.pk")),
+                SELECT l.pk, l.record_name, l.fields, \(pendingExport.replacingText("%PK%", with: "l.pk"))
+                           OR coalesce((SELECT \(ownSaveDuring.replacingText("%C%", with: "c"))
+                                        FROM temp._storectl_verify_cloud c WHERE c.record_name = l.record_name), 0),
                        coalesce((SELECT \(pendingImport.replacingText("%C%", with: "c"))
                                  FROM temp._storectl_verify_cloud c WHERE c.record_name = l.record_name), 0)
                 FROM temp._storectl_verify_local l
@@ -273,7 +283,8 @@ extension StoreHandle {
             // Live records with no row: not imported yet, waiting for a parent, or deleted here.
             try db.prepare("""
                 SELECT c.record_name, c.fields, m.pk,
-                       CASE WHEN m.pk IS NULL THEN 0 ELSE \(pendingExport.replacingText("%PK%", with: "m.pk")) END,
+                       CASE WHEN m.pk IS NULL THEN 0 ELSE \(pendingExport.replacingText("%PK%", with: "m.pk")) END
+                           OR \(ownSaveDuring.replacingText("%C%", with: "c")),
                        \(pendingImport.replacingText("%C%", with: "c")),
                        EXISTS (SELECT 1 FROM _storectl_pending p WHERE p.record_name = c.record_name),
                        \(orphan),

@@ -60,14 +60,14 @@ extension MergePolicy {
     /// `error`; the other policies decide as without it. Likewise a local side whose changes are all storectl's
     /// own (`derived`): `error` arbitrates between users' edits, and a re-point made here, by a merge another
     /// device made differently (at another step of the same chain of duplicates), is no user's edit; the
-    /// server's record stands, and the merges the import brings re-point the row again.
+    /// server's record stands (a deletion too), and the merges the import brings re-point the row again.
     func decide(local: MergeSide, server: MergeSide, columns: [String],
                 serverHoldsLocalValues: Bool = false) -> MergeDecision {
         let all = Set(columns)
         switch self {
         case .error:
-            return (serverHoldsLocalValues || local.derived) && !local.deleted && !server.deleted
-                ? .live(takeServer: all) : .fail
+            if local.derived && !local.deleted { return server.deleted ? .deleted : .live(takeServer: all) }
+            return serverHoldsLocalValues && !local.deleted && !server.deleted ? .live(takeServer: all) : .fail
         case .serverWins:
             return server.deleted ? .deleted : .live(takeServer: all)
         case .localWins:

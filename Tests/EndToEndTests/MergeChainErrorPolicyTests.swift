@@ -20,7 +20,8 @@ final class MergeChainErrorPolicyTests: XCTestCase {
               links: {}
         """
 
-    private func chain(_ backend: FleetBackend) throws {
+    /// - Parameter deleteElsewhere: a user on b deletes L-c before b re-points it: the delete wins everywhere.
+    private func chain(_ backend: FleetBackend, deleteElsewhere: Bool = false) throws {
         let f = try Fleet(stores: ["a", "b", "c"], backend: backend, schema: Self.schema, storeYAML: Self.entities,
                           cloudExtra: "      merge_policy: error", label: "storectl-merge-chain")
         // Record names of rowid tables begin with the store id: these make a's copy the winner of all three and
@@ -40,12 +41,13 @@ final class MergeChainErrorPolicyTests: XCTestCase {
         try f.run("c", ["mode", "cloud"])
         XCTAssertEqual(JSONDoc.int(try f.status("c").doc, "pending_export"), 1, "[\(backend)] the re-point waits")
         try f.run("a", ["sync"])  // a's copy wins over both
+        if deleteElsewhere { try f.sql("b", "DELETE FROM links WHERE label = 'L-c'") }
         try f.run("b", ["sync"])  // b's copy loses too: b re-points L-c at a's copy and saves it
         try f.run("c", ["sync"])  // c's own re-point (at b's copy) meets b's: no user's edit on either side
         try f.syncRounds(2, ["c", "b", "a"])
         let query = "SELECT n.uuid, n.title, group_concat(l.label) FROM notes n LEFT JOIN "
             + "(SELECT * FROM links ORDER BY label) l ON l.note_id = n.id GROUP BY n.id ORDER BY 1"
-        let expected = "shared|by a|L-a,L-b,L-c\n"
+        let expected = deleteElsewhere ? "shared|by a|L-a,L-b\n" : "shared|by a|L-a,L-b,L-c\n"
         for store in f.stores {
             XCTAssertEqual(try f.sql(store, query), expected, "[\(backend)] \(store)")
             try f.assertHealthy(store, "[\(backend)] after the merges")
@@ -54,7 +56,10 @@ final class MergeChainErrorPolicyTests: XCTestCase {
         XCTAssertEqual(try f.sql(Fleet.lateStore, query), expected, "[\(backend)] a store that joins later")
     }
 
-    func testAChainOfMergesIsNoConflictOnAContainerFile() throws { try chain(.file) }
+    func testAChainOfMergesIsNoConflictOnAContainerFile() throws {
+        try chain(.file)
+        try chain(.file, deleteElsewhere: true)
+    }
 
     func testAChainOfMergesIsNoConflictOnPostgreSQL() throws {
         guard let pg = FleetBackend.postgres() else { return }

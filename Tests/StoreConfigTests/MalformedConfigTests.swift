@@ -199,6 +199,14 @@ let malformedCorpus: [MalformedCase] = [
             history: {author: cloud-import}
         """,
         expected: "config.yaml:5:23: error: stores.notes.history.author: 'cloud-import' is reserved for changes that came from the cloud"),
+    MalformedCase(name: "32b-reserved-author-dedupe", text: """
+        version: 1
+        stores:
+          notes:
+            path: a.sqlite
+            history: {author: dedupe}
+        """,
+        expected: "config.yaml:5:23: error: stores.notes.history.author: 'dedupe' is reserved for storectl's own changes"),
     MalformedCase(name: "33-bad-retention", text: """
         version: 1
         stores:

@@ -34,8 +34,8 @@ final class MergeDecisionTests: XCTestCase {
         repoint.derived = true
         XCTAssertEqual(MergePolicy.error.decide(local: repoint, server: live(["title"]), columns: columns),
                        .live(takeServer: Set(columns)))
-        XCTAssertEqual(MergePolicy.error.decide(local: repoint, server: deleted, columns: columns), .fail,
-                       "a deletion elsewhere is still a conflict")
+        XCTAssertEqual(MergePolicy.error.decide(local: repoint, server: deleted, columns: columns), .deleted,
+                       "a deletion elsewhere wins over storectl's own re-point")
         XCTAssertEqual(MergePolicy.error.decide(local: live(["title"]), server: live(["title"]), columns: columns), .fail,
                        "a user's edit is still a conflict")
         // The other policies decide as without it.
