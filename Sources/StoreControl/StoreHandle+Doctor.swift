@@ -263,11 +263,17 @@ private struct DoctorRun {
             return
         }
         try checkBinding(db, cloud: cloud)
-        var available = false
+        var available: Available?
         if inCloud, try store.targetChange(db: db, cloud: cloud) == nil { available = checkAccount(db, cloud: cloud) }
         if inCloud { try checkLastSync() }
         // Compared only when nothing else is wrong: an earlier finding (a failed sync) already says why they differ.
-        if available, findings.isEmpty { checkData(db, cloud: cloud) }
+        if let available, findings.isEmpty { checkData(db, cloud: cloud, container: available.container) }
+    }
+
+    /// An available account, with the container its check opened (nil when it opened none): the zone and data
+    /// checks read the cloud through it rather than opening it again.
+    struct Available {
+        var container: (any CloudDatabase)?
     }
 
     /// The last sync round (`storectl sync` or `watch`): a failure not followed by a success is a finding, so a
@@ -299,15 +305,16 @@ private struct DoctorRun {
         }
     }
 
-    /// The account's status, and when it is available the zone. Returns whether the account is available.
-    mutating func checkAccount(_ db: Connection, cloud: CloudSettings) -> Bool {
+    /// The account's status, and when it is available the zone. Nil unless the account is available.
+    mutating func checkAccount(_ db: Connection, cloud: CloudSettings) -> Available? {
         checks.append("account")
-        let report = CloudConnector.accountStatus(settings: cloud, environment: store.environment)
+        let (report, container) = CloudConnector.accountStatusAndContainer(settings: cloud,
+                                                                           environment: store.environment)
         switch report.status {
         case .available:
             checks.append("zone")
-            findings += store.zoneFindings(db: db, cloud: cloud, command: command)
-            return true
+            findings += store.zoneFindings(db: db, cloud: cloud, container: container, command: command)
+            return Available(container: container)
         case .noAccount:
             add("account", "account '\(report.account ?? "(none)")' is noAccount: \(report.reason)",
                 cloud.account == nil || cloud.secret == nil
@@ -324,7 +331,7 @@ private struct DoctorRun {
                     : "check stores.\(name).cloud.url; for a container file run "
                         + command("cloud init"), .unavailable)
         }
-        return false
+        return nil
     }
 }
 
@@ -332,18 +339,16 @@ extension DoctorRun {
     /// The store's rows against the zone's live records, compared as `storectl verify` compares them: a row that
     /// differs and that no pending change explains (not exported yet, not imported yet, waiting for its parent,
     /// set aside) is a finding, so a store that differs from the cloud is never called healthy.
-    mutating func checkData(_ db: Connection, cloud: CloudSettings) {
+    mutating func checkData(_ db: Connection, cloud: CloudSettings, container: (any CloudDatabase)?) {
         checks.append("data")
         do {
-            let backend = try CloudConnector.open(settings: cloud, environment: store.environment,
-                                                  createIfMissing: false)
+            let backend = try container
+                ?? CloudConnector.open(settings: cloud, environment: store.environment, createIfMissing: false)
             let report = try StoreHandle.compare(db: db, store: name, cloud: backend, url: cloud.url,
                                                  zone: cloud.zone, limit: 3)
             guard report.unexplainedCount > 0 else { return }
             let named = report.differences.filter { $0.pending == nil }.map { d in
-                let state = d.state == "local_only" ? "only here"
-                    : d.state == "cloud_only" ? "only in the cloud" : "differs"
-                return "\(d.table) \(d.key?.display ?? d.recordName) \(state)"
+                "\(d.table) \(d.key?.display ?? d.recordName) \(d.stateInWords)"
             }
             let more = report.unexplainedCount > named.count ? ", ..." : ""
             add("data", "\(report.unexplainedCount) row(s) of this store differ from zone '\(cloud.zone)' and no "
@@ -352,20 +357,29 @@ extension DoctorRun {
                 command("verify") + " names each row with its values here and in the cloud; change the row here "
                     + "(or in the cloud's other stores) to the value it should hold, then " + command("sync"),
                 .dataError)
-        } catch let error as any DiagnosedError {
-            add("cloud", "the cloud could not be read: \(error.summary)", error.hint ?? command("cloud check"),
-                .unavailable)
         } catch {
-            add("cloud", "the cloud could not be read: \(error)", command("cloud check"), .unavailable)
+            findings.append(DoctorFinding.cloudUnreadable(error, command: command))
         }
+    }
+}
+
+extension DoctorFinding {
+    /// The finding for a cloud that could not be read, with the error's hint when it has one.
+    fileprivate static func cloudUnreadable(_ error: any Error, command: (String) -> String) -> DoctorFinding {
+        let diagnosed = error as? any DiagnosedError
+        return DoctorFinding(check: "cloud", problem: "the cloud could not be read: \(diagnosed?.summary ?? "\(error)")",
+                             fix: diagnosed?.hint ?? command("cloud check"), exitCode: .unavailable)
     }
 }
 
 extension StoreHandle {
     /// A zone purged or deleted elsewhere since this store last imported.
-    fileprivate func zoneFindings(db: Connection, cloud: CloudSettings, command: (String) -> String) -> [DoctorFinding] {
+    /// - Parameter container: the container the account check opened; nil opens it here.
+    fileprivate func zoneFindings(db: Connection, cloud: CloudSettings, container: (any CloudDatabase)?,
+                                  command: (String) -> String) -> [DoctorFinding] {
         do {
-            let backend = try CloudConnector.open(settings: cloud, environment: environment, createIfMissing: false)
+            let backend = try container
+                ?? CloudConnector.open(settings: cloud, environment: environment, createIfMissing: false)
             if try backend.zoneInfo(cloud.zone, countLive: false) != nil,
                try MirrorState.unrecordedOwnSaves(db, cloud: backend, zone: cloud.zone)
             {
@@ -398,12 +412,8 @@ extension StoreHandle {
                                       fix: command("sync --reupload"), exitCode: .unavailable)]
             }
             return []
-        } catch let error as any DiagnosedError {
-            return [DoctorFinding(check: "cloud", problem: "the cloud could not be read: \(error.summary)",
-                                  fix: error.hint ?? command("cloud check"), exitCode: .unavailable)]
         } catch {
-            return [DoctorFinding(check: "cloud", problem: "the cloud could not be read: \(error)",
-                                  fix: command("cloud check"), exitCode: .unavailable)]
+            return [DoctorFinding.cloudUnreadable(error, command: command)]
         }
     }
 }

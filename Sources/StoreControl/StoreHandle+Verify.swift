@@ -53,6 +53,15 @@ public struct VerifyReport: Sendable, Codable, Equatable {
         /// not arrived), `parent_deleted` (a record whose parent the zone deleted, so no store can hold it). Nil: nothing storectl knows of explains it (it was changed behind storectl's back).
         public var pending: String?
 
+        /// `state` in words: `differs`, `only here` or `only in the cloud`.
+        public var stateInWords: String {
+            switch state {
+            case "local_only": return "only here"
+            case "cloud_only": return "only in the cloud"
+            default: return "differs"
+            }
+        }
+
         public func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
             try c.encode(table, forKey: .table)

@@ -223,8 +223,7 @@ struct Exporter {
                         SELECT h.pk, r.record_name, r.change_tag, max(h.seq) FROM _storectl_history h
                         JOIN _storectl_records r ON r.entity = h.entity AND r.pk = h.pk AND r.deleted = 0
                         WHERE h.seq > ?1 AND h.entity = ?2 AND h.author <> ?3
-                          AND h.seq > coalesce((SELECT x.upto FROM _storectl_renamed x
-                                                WHERE x.entity = h.entity AND x.pk = h.pk), 0)
+                          AND \(Self.notRenamedFor)
                         GROUP BY h.pk
                         HAVING min(CASE WHEN h.op = 'D' THEN h.seq END) < max(CASE WHEN h.op = 'I' THEN h.seq END)
                         """, [try MirrorState.exportToken(db), e.name, MirrorState.importAuthor])
@@ -285,8 +284,7 @@ struct Exporter {
                                              < max(CASE WHEN h.op = 'I' THEN h.seq END)
                                      FROM _storectl_history h
                                      WHERE h.seq > ?2 AND h.entity = c.entity AND h.pk = c.pk AND h.author <> ?3
-                                       AND h.seq > coalesce((SELECT x.upto FROM _storectl_renamed x
-                                                             WHERE x.entity = h.entity AND x.pk = h.pk), 0)))
+                                       AND \(Self.notRenamedFor)))
             """, [e.name, try MirrorState.exportToken(db), MirrorState.importAuthor])
         for row in rows {
             guard let pk = row[0].string, let old = row[1].string, let wanted = row[4].string else { continue }
@@ -310,6 +308,11 @@ struct Exporter {
     static let renamedTableSQL = """
         CREATE TABLE IF NOT EXISTS _storectl_renamed(entity TEXT NOT NULL, pk TEXT NOT NULL, upto INTEGER NOT NULL,
             PRIMARY KEY (entity, pk)) WITHOUT ROWID
+        """
+
+    /// A condition on history row `h`: it is past what a rename of its key already looked at.
+    static let notRenamedFor = """
+        h.seq > coalesce((SELECT x.upto FROM _storectl_renamed x WHERE x.entity = h.entity AND x.pk = h.pk), 0)
         """
 
     private func markRenamed(_ entity: String, pk: String, upto: Int64) throws {

@@ -64,13 +64,7 @@ struct VerifyCommand: Command {
         for d in r.differences {
             let key = d.key?.display ?? "(no local row)"
             let why = d.pending.map { " [\($0.replacingText("_", with: " "))]" } ?? " [changed behind storectl's back]"
-            let state: String
-            switch d.state {
-            case "local_only": state = "only here"
-            case "cloud_only": state = "only in the cloud"
-            default: state = "differs"
-            }
-            lines.append("  - \(d.table) \(key) (\(d.recordName)): \(state)\(why)")
+            lines.append("  - \(d.table) \(key) (\(d.recordName)): \(d.stateInWords)\(why)")
             for c in d.columns {
                 lines.append("      \(c.column): \(c.local?.display ?? "-") here, \(c.cloud?.display ?? "-") in the cloud")
             }
