@@ -159,6 +159,7 @@ struct Importer {
                 try rememberUnknown(unknown)
             }
             try MirrorState.setMeta(db, .lastImportAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
+            try MirrorState.passImportedHistory(db)
             let unsettled = try MirrorState.unsettled(db)
             report.setAsideRecords = unsettled.setAside
             report.waitingRecords = unsettled.waitingForParent

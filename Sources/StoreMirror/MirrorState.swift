@@ -111,6 +111,19 @@ public enum MirrorState {
             """, [exportConsumer, token, now])
     }
 
+    /// Moves the export token past the history an import just wrote when nothing after the token waits for export
+    /// (every row after it is authored `cloud-import`), so that what reads "changes not exported" (`status`,
+    /// `watch`, the next export) does not walk the import's history, which grows with the rows imported. The
+    /// token only moves when the export consumer exists (before it, the first export is a baseline).
+    static func passImportedHistory(_ db: Connection) throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        try db.run("""
+            UPDATE _storectl_consumers AS c SET token = (SELECT max(seq) FROM _storectl_history), updated_at = ?3
+            WHERE c.name = ?1 AND (SELECT max(seq) FROM _storectl_history) > c.token
+              AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE h.seq > c.token AND h.author <> ?2)
+            """, [exportConsumer, importAuthor, now])
+    }
+
     /// The server change token of `zone`, or nil when nothing was imported yet.
     public static func serverToken(_ db: Connection, zone: String) throws -> String? {
         try db.scalar("SELECT value FROM _storectl_tokens WHERE name = ?", ["server:" + zone])?.string

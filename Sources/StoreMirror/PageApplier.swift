@@ -41,6 +41,7 @@ final class PageApplier {
                 record_type TEXT NOT NULL, fields TEXT NOT NULL, change_tag TEXT NOT NULL, deleted INTEGER NOT NULL);
             CREATE TEMP TABLE IF NOT EXISTS _storectl_page_kind(i INTEGER PRIMARY KEY, record_type TEXT NOT NULL,
                 kind TEXT NOT NULL, pk TEXT, local INTEGER);
+            CREATE TEMP TABLE IF NOT EXISTS _storectl_page_new(local INTEGER PRIMARY KEY, i INTEGER NOT NULL);
             DELETE FROM temp._storectl_page;
             DELETE FROM temp._storectl_page_kind;
             """)
@@ -151,9 +152,6 @@ final class PageApplier {
                 + " AND (SELECT count(*) FROM json_each(s.fields)) = \(columns.count)"
             return """
                 INSERT OR REPLACE INTO temp._storectl_page_kind(i, record_type, kind, pk, local)
-                SELECT i, record_type, kind, CASE WHEN kind = 'new' THEN '[' || (?7 + n) || ']' ELSE pk END,
-                       CASE WHEN kind = 'new' THEN ?7 + n ELSE local END
-                FROM (SELECT *, row_number() OVER (PARTITION BY kind = 'new' ORDER BY i) AS n FROM (
                     SELECT s.i AS i, s.record_type AS record_type, CASE
                         WHEN r.record_name IS NULL THEN
                             CASE WHEN s.deleted THEN 'skip' WHEN ?6 AND \(shape) THEN 'new' ELSE 'rest' END
@@ -169,11 +167,25 @@ final class PageApplier {
                         ELSE 'rest' END AS kind, r.pk AS pk, json_extract(r.pk, '$[0]') AS local
                     FROM temp._storectl_page s
                     LEFT JOIN main._storectl_records r ON r.record_name = s.record_name
-                    WHERE s.record_type = ?1 AND s.i > ?2))
+                    WHERE s.record_type = ?1 AND s.i > ?2
                 """
         }
         try db.run(text, [entity.name, after, applier.hasPendingLocal, applier.exportToken, MirrorState.importAuthor,
-                          room, top])
+                          room])
+        guard room else { return }
+        // The new rows take the rowids top + 1, top + 2, ... in page order: the rowids an INTEGER PRIMARY KEY
+        // gives rows inserted after one at `top` (a window function over the run cost as much as the rest of the
+        // classification).
+        try db.run("DELETE FROM temp._storectl_page_new")
+        try db.run("INSERT INTO temp._storectl_page_new(local, i) VALUES (?1, -1)", [top])
+        try db.run("""
+            INSERT INTO temp._storectl_page_new(i) SELECT i FROM temp._storectl_page_kind
+            WHERE record_type = ?1 AND i > ?2 AND kind = 'new' ORDER BY i
+            """, [entity.name, after])
+        try db.run("""
+            UPDATE temp._storectl_page_kind AS k SET local = n.local, pk = '[' || n.local || ']'
+            FROM temp._storectl_page_new n WHERE n.i = k.i AND n.i >= 0
+            """)
     }
 
     /// Applies the records of `entity` classified `new`, `update` and `delete` between the two indexes.
