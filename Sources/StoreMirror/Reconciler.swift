@@ -228,12 +228,14 @@ struct Reconciler {
             // its history up to there).
             let exported = try db.scalar("SELECT max(seq) FROM _storectl_history WHERE ts <= ?", [state.mark.time])?
                 .int64 ?? 0
-            if exported > (try MirrorState.exportToken(db)) { try MirrorState.setExportToken(db, exported) }
+            let token = try MirrorState.exportToken(db)
+            if exported > token { try MirrorState.setExportToken(db, exported) }
             try MirrorState.setMeta(db, .restoredAt, String(state.mark.time))
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
                 let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy,
                                                 uniqueRules: options.uniqueRules)
                 try applier.resetNotes()
+                if exported > token { applier.exportedByLaterSelf = (after: token, upTo: exported) }
                 let importer = Importer(db: db, cloud: cloud, options: options, entities: entities, device: device)
                 var applied = ImportReport()
                 // The later self's export order is not an order this copy passed through (a row inserted again
