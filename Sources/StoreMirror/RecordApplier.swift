@@ -492,14 +492,18 @@ final class RecordApplier {
         }
         guard let entry else { return .skipped }
         let exists = try rowExists(entity, pk: entry.pk)
-        if exists, respectLocalChanges, let local = try localChanges(entity, pk: entry.pk), !local.deleted {
-            if local.recreated {
-                // The row this record stood for was deleted here too, and the row at its rowid now is a new one
-                // (it gets a name of its own on export): both sides deleted the record, and the new row stays.
-                try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag,
-                           base: nil, extra: nil, deleted: true)
-                return .skipped
-            }
+        let local = exists && respectLocalChanges ? try localChanges(entity, pk: entry.pk) : nil
+        if exists, respectLocalChanges, local?.deleted != true,
+           try local?.recreated == true || reinsertedInLaterSelfsExport(entity, pk: entry.pk)
+        {
+            // The row this record stood for was deleted here too (since the last export, or, on a restored copy,
+            // before it was copied), and the row at its rowid now is a new one (it gets a name of its own on
+            // export): both sides deleted the record, and the new row stays.
+            try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag,
+                       base: nil, extra: nil, deleted: true)
+            return .skipped
+        }
+        if exists, respectLocalChanges, let local, !local.deleted {
             switch policy.decide(local: local, server: MergeSide(deleted: true, changed: []),
                                  columns: entity.fieldColumns)
             {
@@ -787,7 +791,9 @@ final class RecordApplier {
         if let tag, mapped != record.recordName {
             try outbox(mapped, type: entity.name, tag: tag, reason: Exporter.reusedRowidReason)
         }
-        if try isLaterSelfsName(entity, record: record, forRowAt: pk) {
+        if try localChanges(entity, pk: pk)?.recreated == true,
+           try isLaterSelfsName(entity, record: record, forRowAt: pk)
+        {
             try outbox(record.recordName, type: entity.name, tag: record.changeTag, reason: Exporter.reusedRowidReason)
             try setMap(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag, base: nil,
                        extra: nil, deleted: true)
@@ -814,9 +820,17 @@ final class RecordApplier {
     /// this copy made too (in the history its later self exported): a name of this store for that rowid, with the
     /// suffix a rename adds.
     private func isLaterSelfsName(_ entity: EntityMap, record: CloudRecord, forRowAt pk: String) throws -> Bool {
-        guard let range = exportedByLaterSelf, let rowid = Self.rowID(pk), !entity.namePrefix.isEmpty,
+        guard let rowid = Self.rowID(pk), !entity.namePrefix.isEmpty,
               let base = try db.scalar("SELECT \(entity.surrogateName("?1"))", [rowid])?.string,
               record.recordName.hasPrefix(base + ".") else { return false }
+        return try reinsertedInLaterSelfsExport(entity, pk: pk)
+    }
+
+    /// Whether this copy deleted the row at `pk` and inserted another there in the history its later self exported
+    /// (a restored store taking back its later records): its later self gave that row a new name (a rowid reused,
+    /// or a key that names a parent whose rowid was reused).
+    private func reinsertedInLaterSelfsExport(_ entity: EntityMap, pk: String) throws -> Bool {
+        guard let range = exportedByLaterSelf else { return false }
         return try db.scalar("""
             SELECT 1 FROM _storectl_history d JOIN _storectl_history i ON i.entity = d.entity AND i.pk = d.pk
             WHERE d.entity = ?1 AND d.pk = ?2 AND d.op = 'D' AND i.op = 'I' AND d.seq < i.seq

@@ -66,8 +66,13 @@ final class RestoredReinsertTests: XCTestCase {
     static let query = "SELECT n.uuid, n.title, group_concat(t.tag) FROM notes n LEFT JOIN "
         + "(SELECT * FROM tags ORDER BY tag) t ON t.note_id = n.id GROUP BY n.id ORDER BY 1"
 
-    private func scenario(_ backend: FleetBackend, policy: String, failpoint: String, copy taken: CopyTaken) throws {
+    /// - Parameter insertsAgain: whether the user deletes n1 and creates it again on the restored copy before its
+    ///   first sync (else the copy only takes back what its later self exported).
+    private func scenario(_ backend: FleetBackend, policy: String, failpoint: String, copy taken: CopyTaken,
+                          insertsAgain: Bool) throws
+    {
         let what = "[\(backend)] \(policy), killed at \(failpoint), \(taken.rawValue)"
+            + (insertsAgain ? ", n1 inserted again on the copy" : "")
         let f = try Fleet(backend: backend, schema: Self.schema, cloudExtra: "      merge_policy: \(policy)",
                           label: "storectl-restored-reinsert")
         try run(f, "a", ["mode", "cloud"], what)
@@ -97,10 +102,10 @@ final class RestoredReinsertTests: XCTestCase {
         let n2Title = seen.first { $0[0] == "n2" }?[1] ?? "?"
         // The copy is put back; the user deletes n1 and creates it again, with a tag of its own.
         try putBack(f, "a", from: "a")
-        try f.sql("a", """
+        if insertsAgain { try f.sql("a", """
             BEGIN; DELETE FROM notes WHERE uuid = 'n1'; INSERT INTO notes(id, uuid, title) VALUES (1, 'n1', 'one again');
             INSERT INTO tags VALUES (1, 'z'); COMMIT;
-            """)
+            """) }
         for _ in 0..<3 {
             for s in ["a", "b"] { try run(f, s, ["sync"], what) }
         }
@@ -112,12 +117,22 @@ final class RestoredReinsertTests: XCTestCase {
         // - a copy taken after the writes held the n1 created again, and the user deleted it with its tags: b's tag
         //   of it follows it (a delete wins), and the new n1 is a note of its own.
         // n2's edit was made on the copy, or reached the cloud before the kill.
-        var n1Tags = Set(["z"])
-        if let reborn, taken == .beforeTheWrites {
+        // Without those writes, the copy ends as its later self left n1: the n1 created again, with the tags the
+        // copy gave it and those of it that reached b; or, on a copy taken before the writes, the one that reached
+        // the cloud, or none (its later self deleted the first n1, and its new n1 never left it).
+        var n1Tags = Set(insertsAgain ? ["z"] : [])
+        var n1Title: String? = insertsAgain ? "one again" : nil
+        if !insertsAgain, taken == .beforeTheKilledSync {
+            n1Title = "one reborn"
+            n1Tags.formUnion(["x", "y"])
+        }
+        if let reborn, taken == .beforeTheWrites || !insertsAgain {
+            n1Title = n1Title ?? "one reborn"
             n1Tags.formUnion(reborn[2].split(separator: ",").map(String.init))
         }
         let n2 = taken == .beforeTheKilledSync ? "two edited" : n2Title
-        let expected = "n1|one again|\(n1Tags.sorted().joined(separator: ","))\nn2|\(n2)|by-b,x\n"
+        let expected = (n1Title.map { "n1|\($0)|\(n1Tags.sorted().joined(separator: ","))\n" } ?? "")
+            + "n2|\(n2)|by-b,x\n"
         for store in f.stores + [Fleet.lateStore] {
             XCTAssertEqual(try f.integrity(store), [], "\(what): integrity of \(store)")
             let rows = try f.sql(store, Self.query)
@@ -131,17 +146,24 @@ final class RestoredReinsertTests: XCTestCase {
         for policy in policies {
             for failpoint in failpoints {
                 for taken in [CopyTaken.beforeTheWrites, .beforeTheKilledSync] {
-                    do {
-                        try scenario(backend, policy: policy, failpoint: failpoint, copy: taken)
-                    } catch is NeverEnded {
-                        continue  // reported; the other cases still run
+                    for insertsAgain in [true, false] {
+                        do {
+                            try scenario(backend, policy: policy, failpoint: failpoint, copy: taken,
+                                         insertsAgain: insertsAgain)
+                        } catch is NeverEnded {
+                            continue  // reported; the other cases still run
+                        }
                     }
                 }
             }
         }
     }
 
-    static let failpoints = ["export.after-batch-commit:1", "export.after-save:1", "export.before-commit:1"]
+    /// Where the export is killed: after the old record's tombstone only (`before-save:2`), after the rows
+    /// (`before-save:3`; the children later), after one batch or one save (which the next save in flight may
+    /// follow), after every save.
+    static let failpoints = ["export.before-save:2", "export.before-save:3", "export.after-batch-commit:1",
+                             "export.after-save:1", "export.before-commit:1"]
 
     func testARestoredStoreThatInsertsARowAgainSyncsToTheEndOnAContainerFile() throws {
         try all(.file, policies: ["error", "property-local-wins"], failpoints: Self.failpoints)
