@@ -30,6 +30,9 @@ struct MergeSide: Equatable {
     /// winner of a merge (author `dedupe`, reference columns only), which the merges the import brings redo on
     /// every device.
     var derived = false
+    /// The local row was deleted and another row inserted at its key since the last export: the row there now is
+    /// a new row, not the record the key was mapped to (which the local side deleted).
+    var recreated = false
 }
 
 /// What a conflict resolves to, column by column.

@@ -216,6 +216,49 @@ struct Reconciler {
 
     // MARK: After a restore
 
+    /// The later self's last export may have been stopped before it saved every row of this copy's history up to
+    /// its time (a crash between two batches): a row changed there that no record of the cloud reflects (its
+    /// values differ from the record the map now holds, it has no record, or its deletion never went out) is
+    /// still a local change, written again into history (author `rescan`) so that the export sends it. A row
+    /// whose record the later self saved holds that record's values by now, and is left alone.
+    private func keepUnsavedChanges(after token: Int64, upTo exported: Int64) throws {
+        for e in entities {
+            let keys = try db.query("""
+                SELECT DISTINCT pk FROM _storectl_history WHERE seq > ?1 AND seq <= ?2 AND entity = ?3 AND author <> ?4
+                """, [token, exported, e.name, MirrorState.importAuthor]).compactMap { $0[0].string }
+            for pk in keys {
+                let entry = try db.query("""
+                    SELECT base, deleted, change_tag FROM _storectl_records WHERE entity = ? AND pk = ?
+                    """, [e.name, pk]).first
+                let fields = try db.scalar("SELECT \(e.fieldsJSON("t")) FROM main.\(e.quotedName) t WHERE "
+                                           + e.pkMatches("t", json: "?1"), [pk])?.string
+                let live = entry.map { $0[1].int64 == 0 && $0[2].string != nil } ?? false
+                if let fields {
+                    let base = live ? entry?[0].string : nil
+                    let changed = try FieldCodec(db: db).differing(base, fields, columns: e.fieldColumns)
+                    guard !changed.isEmpty else { continue }
+                    let params = changed.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
+                    let list = try db.scalar("SELECT json_array(\(params))", changed.map { Value.text($0) })?
+                        .string ?? "[]"
+                    try db.run("""
+                        INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
+                        VALUES (NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2, ?3, 'U',
+                                ?4)
+                        """, [MirrorState.rescanAuthor, e.name, pk, list])
+                } else if live {
+                    // Deleted here, and the cloud still holds its record: the deletion goes out again.
+                    try db.run("""
+                        INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed, tombstone)
+                        SELECT NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), entity, pk, 'D',
+                               NULL, tombstone
+                        FROM _storectl_history WHERE seq > ?2 AND seq <= ?3 AND entity = ?4 AND pk = ?5 AND op = 'D'
+                        ORDER BY seq DESC LIMIT 1
+                        """, [MirrorState.rescanAuthor, token, exported, e.name, pk])
+                }
+            }
+        }
+    }
+
     private func takeBackLaterRecords(after ownSeq: Int64, state: DeviceExportState, only: Set<String>? = nil) throws
         -> ReconcileReport
     {
@@ -228,12 +271,14 @@ struct Reconciler {
             // its history up to there).
             let exported = try db.scalar("SELECT max(seq) FROM _storectl_history WHERE ts <= ?", [state.mark.time])?
                 .int64 ?? 0
-            if exported > (try MirrorState.exportToken(db)) { try MirrorState.setExportToken(db, exported) }
+            let token = try MirrorState.exportToken(db)
+            if exported > token { try MirrorState.setExportToken(db, exported) }
             try MirrorState.setMeta(db, .restoredAt, String(state.mark.time))
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
                 let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy,
                                                 uniqueRules: options.uniqueRules)
                 try applier.resetNotes()
+                if exported > token { applier.exportedByLaterSelf = (after: token, upTo: exported) }
                 let importer = Importer(db: db, cloud: cloud, options: options, entities: entities, device: device)
                 var applied = ImportReport()
                 // The later self's export order is not an order this copy passed through (a row inserted again
@@ -250,6 +295,7 @@ struct Reconciler {
                 _ = try applier.retryPending { record, problem in try importer.setAside(record, problem) }
                 _ = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName, applier: applier)
                     .resolve { record, problem in try importer.setAside(record, problem) }
+                if exported > token { try keepUnsavedChanges(after: token, upTo: exported) }
             }
             try MirrorState.setMeta(db, .exportSerial, String(max(try MirrorState.exportSerial(db), state.mark.serial)))
             try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, state.lastSeq)

@@ -57,6 +57,9 @@ final class RecordApplier {
     /// The restore time, when this store was found to be an older copy of itself (see `Reconciler`): a row
     /// inserted after it is a new row, never the row an own record of the same rowid describes.
     var restoredAt: Int64?
+    /// While a restored store takes back its later self's records: the history (after, upTo] of this copy that its
+    /// later self exported (see `Reconciler`).
+    var exportedByLaterSelf: (after: Int64, upTo: Int64)?
     /// While an import applies its pages: two kinds of record wait in `temp._storectl_deferred` until every other
     /// record of the import is in, because the order the cloud hands them over in is not an order the origin
     /// store ever passed through.
@@ -160,29 +163,48 @@ final class RecordApplier {
     func localChanges(_ entity: EntityMap, pk: String, after: Int64? = nil) throws -> MergeSide? {
         guard hasPendingLocal || after != nil else { return nil }
         let s = try db.cached("""
-            SELECT op, changed, author FROM _storectl_history
+            SELECT op, changed, author, seq FROM _storectl_history
             WHERE seq > ?1 AND entity = ?2 AND pk = ?3 AND author <> ?4 ORDER BY seq
             """)
         var columns: Set<String> = []
         var any = false
         var lastOp = ""
         var derived = true
+        var deletes: [Int64] = []
+        var lastInsert: Int64?
         try s.forEach([after ?? exportToken, entity.name, pk, MirrorState.importAuthor]) { row in
             any = true
             lastOp = row.string(0) ?? ""
             if row.string(2) != Deduplicator.author || lastOp != "U" { derived = false }
             if lastOp == "I" {
                 columns = Set(entity.fieldColumns)
+                lastInsert = row.int64(3)
             } else if lastOp == "U", let changed = row.string(1) {
                 for c in try codecColumns(changed) { columns.insert(c) }
+            } else if lastOp == "D", let seq = row.int64(3) {
+                deletes.append(seq)
             }
         }
         guard any else { return nil }
         let deleted = lastOp == "D"
         // Re-points only: a merge's `keep:` values on the winner's row are a user's values, never derived.
         let references = Set(entity.foreignKeys.flatMap(\.columns))
-        return MergeSide(deleted: deleted, changed: deleted ? [] : columns.intersection(entity.fieldColumns),
-                         derived: derived && !deleted && !columns.isEmpty && columns.isSubset(of: references))
+        var side = MergeSide(deleted: deleted, changed: deleted ? [] : columns.intersection(entity.fieldColumns),
+                             derived: derived && !deleted && !columns.isEmpty && columns.isSubset(of: references))
+        if !deleted, entity.isSurrogate, after == nil, let lastInsert, let first = deletes.first, first < lastInsert {
+            // A delete and an insert at the key that an export already gave a new name for do not make the row new
+            // again (`Exporter.renameReusedKeys`): only a delete after that does.
+            let renamed = try renamedUpTo(entity, pk: pk) ?? 0
+            side.recreated = deletes.contains { $0 > renamed && $0 < lastInsert }
+        }
+        return side
+    }
+
+    /// The last history seq an export's rename of a reused rowid looked at for this key (`_storectl_renamed`).
+    private func renamedUpTo(_ entity: EntityMap, pk: String) throws -> Int64? {
+        guard try db.tableExists("_storectl_renamed") else { return nil }
+        return try db.scalar("SELECT upto FROM _storectl_renamed WHERE entity = ? AND pk = ?", [entity.name, pk])?
+            .int64
     }
 
     private func codecColumns(_ json: String) throws -> [String] {
@@ -295,7 +317,9 @@ final class RecordApplier {
         let exists = try pk.map { try rowExists(entity, pk: $0) } ?? false
         // The columns to take from the record; nil: the record is not applied to the row (local delete wins).
         var take: Set<String>? = Set(decoded.values.keys)
-        if respectLocalChanges, let pk, let local = try localChanges(entity, pk: pk), exists || local.deleted {
+        if respectLocalChanges, let pk, let local = try localChanges(entity, pk: pk), exists || local.deleted,
+           try !(local.deleted && entry == nil && keyStoodForAnotherRecord(entity, pk: pk, name: record.recordName))
+        {
             let server = MergeSide(deleted: false,
                                    changed: Set(try codec.differing(entry?.base, record.fields,
                                                                     columns: entity.fieldColumns)))
@@ -338,6 +362,20 @@ final class RecordApplier {
         }
         try finish(record, entity: entity, entry: entry, pk: finalPK, extra: decoded.extra)
         return .applied
+    }
+
+    /// Whether the record map gives `pk` to another record than `name` (neither an alias of the other): a key that
+    /// names its parent's row (`tags(note_id, tag)`) stands for another record once the parent's rowid holds a new
+    /// parent. A deletion made here at that key deleted the other record's row, not this record's, which is new
+    /// here.
+    private func keyStoodForAnotherRecord(_ entity: EntityMap, pk: String, name: String) throws -> Bool {
+        guard let mapped = try db.scalar("SELECT record_name FROM _storectl_records WHERE entity = ? AND pk = ?",
+                                         [entity.name, pk])?.string, mapped != name else { return false }
+        let same = try db.scalar("""
+            SELECT coalesce((SELECT target FROM _storectl_aliases WHERE record_name = ?1), ?1)
+                 = coalesce((SELECT target FROM _storectl_aliases WHERE record_name = ?2), ?2)
+            """, [mapped, name])?.int64 == 1
+        return !same
     }
 
     /// Whether the row holds `values` in every one of `columns` (each of which `values` must have).
@@ -454,7 +492,18 @@ final class RecordApplier {
         }
         guard let entry else { return .skipped }
         let exists = try rowExists(entity, pk: entry.pk)
-        if exists, respectLocalChanges, let local = try localChanges(entity, pk: entry.pk), !local.deleted {
+        let local = exists && respectLocalChanges ? try localChanges(entity, pk: entry.pk) : nil
+        if exists, respectLocalChanges, local?.deleted != true,
+           try local?.recreated == true || reinsertedInLaterSelfsExport(entity, pk: entry.pk)
+        {
+            // The row this record stood for was deleted here too (since the last export, or, on a restored copy,
+            // before it was copied), and the row at its rowid now is a new one (it gets a name of its own on
+            // export): both sides deleted the record, and the new row stays.
+            try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag,
+                       base: nil, extra: nil, deleted: true)
+            return .skipped
+        }
+        if exists, respectLocalChanges, let local, !local.deleted {
             switch policy.decide(local: local, server: MergeSide(deleted: true, changed: []),
                                  columns: entity.fieldColumns)
             {
@@ -642,7 +691,8 @@ final class RecordApplier {
             let match = columns.enumerated().map { "t.\(quoteIdentifier($1)) = ?\($0 + 1)" }.joined(separator: " AND ")
             let n = columns.count
             let rows = try db.query("""
-                SELECT \(entity.pkJSON("t")), coalesce(r.record_name, \(entity.derivedName("t"))), r.change_tag
+                SELECT \(entity.pkJSON("t")), coalesce(r.record_name, \(entity.derivedName("t"))), r.change_tag,
+                       r.deleted
                 FROM \(entity.quotedName) t
                 LEFT JOIN _storectl_records r ON r.entity = ?\(n + 1) AND r.pk = \(entity.pkJSON("t"))
                 WHERE \(match)
@@ -663,6 +713,12 @@ final class RecordApplier {
                                         + "of record \(holderName), whose own change that frees it cannot be applied here",
                                     hint: "fix what the other set-aside record names; both are tried again on every "
                                         + "'storectl sync'")
+            }
+            if target == nil, entity.isSurrogate,
+               try holder[3].int64 == 1 || localChanges(entity, pk: holderPK)?.recreated == true
+            {
+                return try recreate(entity, record: record, values: values, as: holderPK, mapped: holderName,
+                                    tag: holder[3].int64 == 1 ? nil : holder[2].string)
             }
             let incomingWins = try wins(entity, columns: columns, incoming: (record.recordName, values),
                                         holder: (holderName, holderPK))
@@ -712,6 +768,75 @@ final class RecordApplier {
             return .deleted
         }
         return nil
+    }
+
+    /// The holder of the record's UNIQUE value is a row inserted here, since the last export, at the rowid of a
+    /// deleted row: it has no record of its own yet (the record its rowid was mapped to is deleted, here or
+    /// everywhere), and it would get a new name on export. It is the record re-created here (the row stands for the
+    /// record that holds its UNIQUE value, as `Exporter.sendOutbox` says), not a duplicate of it: merging the two
+    /// under the name its rowid had would make a deleted record the winner, and the record and its children would
+    /// follow it on every device. So the row takes the record's name, and keeps what was written here where the
+    /// merge policy says the local side wins (`error` included: this store never saw the record, so no edit was
+    /// made over it); the children other devices gave the record come to it, and the export sends the row as an
+    /// update of the record. The record its rowid was mapped to, when still live, is deleted through the outbox, as
+    /// the export's rename would have.
+    ///
+    /// Unless the record is this store's own, the name its later self gave the row at this rowid when this copy had
+    /// already deleted and inserted it there (before it was copied): then the record is the row this copy held,
+    /// which was deleted here since, and it is deleted everywhere, its children with it; the row here is new, and
+    /// gets a name of its own on export.
+    private func recreate(_ entity: EntityMap, record: CloudRecord, values: [String: Value], as pk: String,
+                          mapped: String, tag: String?) throws -> Outcome
+    {
+        if let tag, mapped != record.recordName {
+            try outbox(mapped, type: entity.name, tag: tag, reason: Exporter.reusedRowidReason)
+        }
+        if try localChanges(entity, pk: pk)?.recreated == true,
+           try isLaterSelfsName(entity, record: record, forRowAt: pk)
+        {
+            try outbox(record.recordName, type: entity.name, tag: record.changeTag, reason: Exporter.reusedRowidReason)
+            try setMap(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag, base: nil,
+                       extra: nil, deleted: true)
+            return .deleted
+        }
+        let all = Set(entity.fieldColumns)
+        if case .live(let takeServer) = policy.decide(local: MergeSide(deleted: false, changed: all),
+                                                     server: MergeSide(deleted: false, changed: all),
+                                                     columns: entity.fieldColumns)
+        {
+            try update(entity, pk: pk, values: values.filter { takeServer.contains($0.key) })
+        }
+        let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+        try finish(record, entity: entity, entry: nil, pk: pk, extra: decoded.extra)
+        // The export must not rename the row again for the delete and insert it already stands for.
+        try db.execute(Exporter.renamedTableSQL)
+        try db.run("INSERT OR REPLACE INTO _storectl_renamed(entity, pk, upto) VALUES (?, ?, ?)",
+                   [entity.name, pk, try MirrorState.lastHistorySeq(db)])
+        try note(entity, pk: pk)
+        return .applied
+    }
+
+    /// Whether `record` is the name this store's later self gave the row at `pk` for a delete and insert there that
+    /// this copy made too (in the history its later self exported): a name of this store for that rowid, with the
+    /// suffix a rename adds.
+    private func isLaterSelfsName(_ entity: EntityMap, record: CloudRecord, forRowAt pk: String) throws -> Bool {
+        guard let rowid = Self.rowID(pk), !entity.namePrefix.isEmpty,
+              let base = try db.scalar("SELECT \(entity.surrogateName("?1"))", [rowid])?.string,
+              record.recordName.hasPrefix(base + ".") else { return false }
+        return try reinsertedInLaterSelfsExport(entity, pk: pk)
+    }
+
+    /// Whether this copy deleted the row at `pk` and inserted another there in the history its later self exported
+    /// (a restored store taking back its later records): its later self gave that row a new name (a rowid reused,
+    /// or a key that names a parent whose rowid was reused).
+    private func reinsertedInLaterSelfsExport(_ entity: EntityMap, pk: String) throws -> Bool {
+        guard let range = exportedByLaterSelf else { return false }
+        return try db.scalar("""
+            SELECT 1 FROM _storectl_history d JOIN _storectl_history i ON i.entity = d.entity AND i.pk = d.pk
+            WHERE d.entity = ?1 AND d.pk = ?2 AND d.op = 'D' AND i.op = 'I' AND d.seq < i.seq
+              AND d.seq > ?3 AND i.seq <= ?4 AND d.author <> ?5 AND i.author <> ?5
+            LIMIT 1
+            """, [entity.name, pk, range.after, range.upTo, MirrorState.importAuthor]) != nil
     }
 
     /// Whether the incoming record beats the local holder of the same unique values.
@@ -1037,6 +1162,10 @@ final class RecordApplier {
     /// references still unknown set to NULL, then the references are filled in, in the same transaction.
     /// Returns how many are still waiting.
     /// - Throws: `SQLiteError`; a parked record that fails is set aside by `onProblem`.
+    ///
+    /// Progress is a record that settles: applied, merged, skipped (a local delete wins, a version already in).
+    /// Such a record leaves the parked list. A conflict under `merge_policy: error` (which the caller reports)
+    /// is no progress and stays parked: trying it again changes nothing.
     func retryPending(onProblem: (CloudRecord, RecordProblem) throws -> Void) throws -> Int {
         var cycleRound = false
         while true {
@@ -1045,7 +1174,13 @@ final class RecordApplier {
             var progress = false
             for record in parked {
                 do {
-                    if try apply(record) != .pending { progress = true }
+                    switch try apply(record) {
+                    case .pending, .conflict, .unknownType:
+                        break
+                    case .applied, .deleted, .skipped, .deferred:
+                        try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
+                        progress = true
+                    }
                 } catch let problem as RecordProblem {
                     try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
                     try onProblem(record, problem)
