@@ -140,6 +140,8 @@ struct Importer {
                     try setAside(record, problem)
                     report.setAside += 1
                 }
+                // A waiting record that met a conflict now is reported by this import, as the others were.
+                if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
                 report.orphans = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName,
                                              applier: applier).resolve { record, problem in
                     try setAside(record, problem)

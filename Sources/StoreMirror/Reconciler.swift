@@ -220,7 +220,9 @@ struct Reconciler {
     /// its time (a crash between two batches): a row changed there that no record of the cloud reflects (its
     /// values differ from the record the map now holds, it has no record, or its deletion never went out) is
     /// still a local change, written again into history (author `rescan`) so that the export sends it. A row
-    /// whose record the later self saved holds that record's values by now, and is left alone.
+    /// whose record the later self saved holds that record's values by now, and is left alone. So is a row whose
+    /// record another device saved since the change the map holds: the later self may have saved the row before
+    /// it, and the other device's save is then the newer one (sending the copy's old values again would undo it).
     private func keepUnsavedChanges(after token: Int64, upTo exported: Int64) throws {
         for e in entities {
             let keys = try db.query("""
@@ -228,8 +230,13 @@ struct Reconciler {
                 """, [token, exported, e.name, MirrorState.importAuthor]).compactMap { $0[0].string }
             for pk in keys {
                 let entry = try db.query("""
-                    SELECT base, deleted, change_tag FROM _storectl_records WHERE entity = ? AND pk = ?
+                    SELECT base, deleted, change_tag, record_name FROM _storectl_records WHERE entity = ? AND pk = ?
                     """, [e.name, pk]).first
+                if let entry, let tag = entry[2].string, let name = entry[3].string,
+                   try cloud.fetchRecord(zone: options.zone, recordName: name)?.changeTag != tag
+                {
+                    continue
+                }
                 let fields = try db.scalar("SELECT \(e.fieldsJSON("t")) FROM main.\(e.quotedName) t WHERE "
                                            + e.pkMatches("t", json: "?1"), [pk])?.string
                 let live = entry.map { $0[1].int64 == 0 && $0[2].string != nil } ?? false

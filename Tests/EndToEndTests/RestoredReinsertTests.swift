@@ -174,3 +174,55 @@ final class RestoredReinsertTests: XCTestCase {
         try all(pg, policies: ["error"], failpoints: Self.failpoints)
     }
 }
+
+/// A restored copy sends again only the changes no save reflects: a change its later self exported, over which
+/// another device then saved a newer one, is not sent again (it would undo the newer one).
+extension RestoredReinsertTests {
+    private func newerElsewhere(_ backend: FleetBackend, policy: String, deletes: Bool) throws {
+        let what = "[\(backend)] \(policy), the copy's \(deletes ? "delete" : "edit") replaced by another device's edit"
+        let f = try Fleet(backend: backend, schema: Self.schema, cloudExtra: "      merge_policy: \(policy)",
+                          label: "storectl-restored-newer")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two')")
+        try f.syncRounds(1, ["a", "b"])
+        let expected: String
+        if deletes {
+            // b deletes n1 while a edits it; a's edit brings n1 back (a later edit than the delete wins under
+            // property-local-wins on a's side), and b takes it in.
+            try f.sql("b", "DELETE FROM notes WHERE uuid = 'n1'")
+            try f.sql("a", "UPDATE notes SET title = 'one from a' WHERE uuid = 'n1'")
+            try copy(f, "b", to: "copy")
+            try f.syncRounds(1, ["b", "a", "b"])
+            expected = try f.sql("a", Self.query)
+            XCTAssertTrue(expected.hasPrefix("n1|one from a|"), "\(what): a's edit brought n1 back\n\(expected)")
+        } else {
+            // b's edit reaches the cloud and a; a edits n1 again, and b takes that in.
+            try f.sql("b", "UPDATE notes SET title = 'one from b' WHERE uuid = 'n1'")
+            try copy(f, "b", to: "copy")
+            try f.syncRounds(1, ["b", "a"])
+            try f.sql("a", "UPDATE notes SET title = 'one from a, later' WHERE uuid = 'n1'")
+            try f.syncRounds(1, ["a", "b"])
+            expected = "n1|one from a, later|\nn2|two|\n"
+        }
+        try f.sql("b", "UPDATE notes SET title = 'two from b' WHERE uuid = 'n2'")
+        try f.syncRounds(1, ["b", "a"])
+        let held = expected.replacingOccurrences(of: "n2|two|", with: "n2|two from b|")
+        XCTAssertEqual(try f.sql("a", Self.query), held, "\(what): before the restore")
+        try putBack(f, "b", from: "copy")
+        try f.syncRounds(3, ["b", "a"])
+        for store in f.stores {
+            XCTAssertEqual(try f.sql(store, Self.query), held, "\(what): \(store)")
+            try f.assertHealthy(store, what)
+        }
+        try f.joinLate()
+        XCTAssertEqual(try f.sql(Fleet.lateStore, Self.query), held, "\(what): a store that joins later")
+    }
+
+    func testARestoredCopyDoesNotUndoANewerSaveOfAnotherDevice() throws {
+        for policy in ["property-local-wins", "error", "server-wins"] {
+            try newerElsewhere(.file, policy: policy, deletes: false)
+        }
+        try newerElsewhere(.file, policy: "property-local-wins", deletes: true)
+    }
+}

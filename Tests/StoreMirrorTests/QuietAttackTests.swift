@@ -258,7 +258,8 @@ final class QuietAttackTests: XCTestCase {
             XCTAssertTrue(try syncIsQuiet(a).quiet)
         }
         XCTAssertGreaterThan(start, 0, "the store's own connection holds its files")
-        XCTAssertEqual(openDescriptors(), start, "descriptors after 200 full and 200 quiet rounds")
+        // At most as many: a connection open when counting began (a `-wal` file's) may have closed since.
+        XCTAssertLessThanOrEqual(openDescriptors(), start, "descriptors after 200 full and 200 quiet rounds")
         a.close()
     }
 
