@@ -237,7 +237,7 @@ struct Exporter {
                                 || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, extra = NULL
                             WHERE entity = ? AND pk = ?
                             """, [e.name, pk])
-                        try markRenamed(e.name, pk: pk, upto: row[3].int64 ?? 0)
+                        try Self.markRenamed(db, e.name, pk: pk, upto: row[3].int64 ?? 0)
                     }
                 }
                 // A row the map does not know, whose derived name another row of the map holds.
@@ -288,7 +288,7 @@ struct Exporter {
             """, [e.name, try MirrorState.exportToken(db), MirrorState.importAuthor])
         for row in rows {
             guard let pk = row[0].string, let old = row[1].string, let wanted = row[4].string else { continue }
-            if let upto = row[5].int64 { try markRenamed(e.name, pk: pk, upto: upto) }
+            if let upto = row[5].int64 { try Self.markRenamed(db, e.name, pk: pk, upto: upto) }
             if row[3].int64 == 0, let tag = row[2].string {
                 try RecordApplier.outbox(db, old, type: e.name, tag: tag, reason: Self.newParentReason)
             }
@@ -315,7 +315,8 @@ struct Exporter {
         h.seq > coalesce((SELECT x.upto FROM _storectl_renamed x WHERE x.entity = h.entity AND x.pk = h.pk), 0)
         """
 
-    private func markRenamed(_ entity: String, pk: String, upto: Int64) throws {
+    /// Records that the key was renamed for its history up to `upto` (`_storectl_renamed` must exist).
+    static func markRenamed(_ db: Connection, _ entity: String, pk: String, upto: Int64) throws {
         try db.run("INSERT OR REPLACE INTO _storectl_renamed(entity, pk, upto) VALUES (?, ?, ?)", [entity, pk, upto])
     }
 

@@ -588,11 +588,6 @@ struct Orphans {
 
     /// Writes a history row that makes the row a pending local change of `columns`.
     private func markChanged(_ entity: EntityMap, pk: String, columns: [String]) throws {
-        let names = try db.scalar("SELECT json_array(\(columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")))",
-                                  columns)?.string ?? "[]"
-        try db.run("""
-            INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
-            VALUES (NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2, ?3, 'U', ?4)
-            """, [MirrorState.cascadeAuthor, entity.name, pk, names])
+        try MirrorState.markChanged(db, entity: entity.name, pk: pk, columns: columns, author: MirrorState.cascadeAuthor)
     }
 }

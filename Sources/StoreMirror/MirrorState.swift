@@ -111,6 +111,17 @@ public enum MirrorState {
             """, [exportConsumer, token, now])
     }
 
+    /// Writes a history row by `author` that makes the row at `pk` a pending local change of `columns` (storectl's
+    /// own changes that must be exported: `import-cascade`, `rescan`).
+    static func markChanged(_ db: Connection, entity: String, pk: String, columns: [String], author: String) throws {
+        let names = try db.scalar("SELECT json_array(\(columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")))",
+                                  columns)?.string ?? "[]"
+        try db.run("""
+            INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
+            VALUES (NULL, ?1, \(StoreFormat.nowMillisecondsSQL), ?2, ?3, 'U', ?4)
+            """, [author, entity, pk, names])
+    }
+
     /// Moves the export token past the history an import just wrote when nothing after the token waits for export
     /// (every row after it is authored `cloud-import`), so that what reads "changes not exported" (`status`,
     /// `watch`, the next export) does not walk the import's history, which grows with the rows imported. The

@@ -182,6 +182,7 @@ final class PageApplier {
             INSERT INTO temp._storectl_page_new(i) SELECT i FROM temp._storectl_page_kind
             WHERE record_type = ?1 AND i > ?2 AND kind = 'new' ORDER BY i
             """, [entity.name, after])
+        guard db.changes > 0 else { return }
         try db.run("""
             UPDATE temp._storectl_page_kind AS k SET local = n.local, pk = '[' || n.local || ']'
             FROM temp._storectl_page_new n WHERE n.i = k.i AND n.i >= 0

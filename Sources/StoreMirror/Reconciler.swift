@@ -244,20 +244,13 @@ struct Reconciler {
                     let base = live ? entry?[0].string : nil
                     let changed = try FieldCodec(db: db).differing(base, fields, columns: e.fieldColumns)
                     guard !changed.isEmpty else { continue }
-                    let params = changed.indices.map { "?\($0 + 1)" }.joined(separator: ", ")
-                    let list = try db.scalar("SELECT json_array(\(params))", changed.map { Value.text($0) })?
-                        .string ?? "[]"
-                    try db.run("""
-                        INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
-                        VALUES (NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2, ?3, 'U',
-                                ?4)
-                        """, [MirrorState.rescanAuthor, e.name, pk, list])
+                    try MirrorState.markChanged(db, entity: e.name, pk: pk, columns: changed,
+                                                author: MirrorState.rescanAuthor)
                 } else if live {
                     // Deleted here, and the cloud still holds its record: the deletion goes out again.
                     try db.run("""
                         INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed, tombstone)
-                        SELECT NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), entity, pk, 'D',
-                               NULL, tombstone
+                        SELECT NULL, ?1, \(StoreFormat.nowMillisecondsSQL), entity, pk, 'D', NULL, tombstone
                         FROM _storectl_history WHERE seq > ?2 AND seq <= ?3 AND entity = ?4 AND pk = ?5 AND op = 'D'
                         ORDER BY seq DESC LIMIT 1
                         """, [MirrorState.rescanAuthor, token, exported, e.name, pk])

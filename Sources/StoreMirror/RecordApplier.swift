@@ -810,8 +810,7 @@ final class RecordApplier {
         try finish(record, entity: entity, entry: nil, pk: pk, extra: decoded.extra)
         // The export must not rename the row again for the delete and insert it already stands for.
         try db.execute(Exporter.renamedTableSQL)
-        try db.run("INSERT OR REPLACE INTO _storectl_renamed(entity, pk, upto) VALUES (?, ?, ?)",
-                   [entity.name, pk, try MirrorState.lastHistorySeq(db)])
+        try Exporter.markRenamed(db, entity.name, pk: pk, upto: try MirrorState.lastHistorySeq(db))
         try note(entity, pk: pk)
         return .applied
     }
