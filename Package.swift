@@ -24,7 +24,7 @@ let package = Package(
         // Layers, top to bottom. Each depends only on the layers above it.
         .target(name: "StoreBase"),
         .target(name: "StoreCrypto", dependencies: ["CCrypto", "StoreBase"]),
-        .target(name: "StoreSQLite", dependencies: ["CSQLite", "StoreBase"]),
+        .target(name: "StoreSQLite", dependencies: ["CSQLite", "StoreCrypto", "StoreBase"]),
         .target(name: "StoreConfig", dependencies: ["CYAML", "StoreBase"]),
         .target(name: "StoreHistory", dependencies: ["StoreSQLite", "StoreBase"]),
         .target(name: "StoreCloud", dependencies: ["StoreSQLite", "StoreCrypto", "StoreBase"]),

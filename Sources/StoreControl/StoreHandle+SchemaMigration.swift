@@ -279,20 +279,21 @@ extension StoreHandle {
             INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed, tombstone)
             VALUES (?, ?, \(StoreFormat.nowMillisecondsSQL), ?, ?, ?, ?, ?)
             """
-        // Changed values: the row differs from its record map base, in a value both hold (a key only the record
+        // Changed values: the row differs from its record map base (`FieldHashes`), in a value both hold (a key only the record
         // has, a column another device added first, or only the row has, a column just added, is no change of
         // this row's values). One statement for the whole table.
-        let exact = "CASE WHEN %.type IN ('object', 'array') THEN json(%.value) ELSE %.atom END"
         let changed = """
-            (SELECT json_group_array(f.key) FROM json_each(l.fields) f JOIN json_each(r.base) b ON b.key = f.key
-             WHERE f.type IS NOT b.type OR \(exact.replacingText("%", with: "f")) IS NOT \(exact.replacingText("%", with: "b")))
+            (SELECT json_group_array(f.key) FROM json_each(l.fields) f
+             WHERE storectl_base_field(r.base, json_quote(f.key)) IS NOT NULL
+               AND storectl_base_field(r.base, json_quote(f.key)) IS NOT storectl_field_hash(json_quote(f.key),
+                   \(FieldHashes.canonicalSQL(type: "f.type", value: "f.value"))))
             """
         try db.run("""
             INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed, tombstone)
             SELECT ?2, ?3, \(StoreFormat.nowMillisecondsSQL), ?1, pk, 'U', changed, NULL FROM (
                 SELECT l.pk AS pk, \(changed) AS changed FROM (\(e.localRecordsSQL)) l
                 JOIN _storectl_records r ON r.entity = ?1 AND r.pk = l.pk
-                WHERE r.deleted = 0 AND r.base IS NOT NULL AND r.base IS NOT l.fields
+                WHERE r.deleted = 0 AND typeof(r.base) = 'blob'
                   AND NOT \(seen.replacingText("%PK%", with: "l.pk")))
             WHERE changed <> '[]'
             """, [e.name, tx, author])

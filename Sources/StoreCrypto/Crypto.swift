@@ -20,6 +20,21 @@ public enum Crypto {
         return try digest(message, c.sha256, size: 32, c)
     }
 
+    /// The first 8 bytes of the SHA-256 of `message`, big-endian: a short fingerprint for comparing values, never
+    /// a secret's hash. The caller's buffer is hashed in place (no copy), for per-field hashes on hot paths.
+    public static func sha256Prefix64(_ message: UnsafeRawBufferPointer) throws -> UInt64 {
+        let c = try LibCrypto.shared()
+        return try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { out in
+            var length: UInt32 = 0
+            guard c.EVP_Digest(message.baseAddress ?? UnsafeRawPointer(out.baseAddress!), message.count,
+                               out.baseAddress, &length, c.sha256, nil) == 1, length == 32
+            else { throw failure("EVP_Digest") }
+            var value: UInt64 = 0
+            for i in 0..<8 { value = value << 8 | UInt64(out[i]) }
+            return value
+        }
+    }
+
     private static func digest(_ message: [UInt8], _ md: OpaquePointer, size: Int, _ c: LibCrypto) throws -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 64)
         var length: UInt32 = 0

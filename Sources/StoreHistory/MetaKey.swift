@@ -68,6 +68,10 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
     /// compares the store's own records with its record map once, then removes the key.
     public static let ownRecordsUnchecked = MetaKey("own_records_unchecked")
 
+    /// `hashes` once every base of the record map is a fingerprint (`FieldHashes`); stores made before kept each
+    /// row's last synced fields, converted in place the first time storectl opens them for sync.
+    public static let recordMapBase = MetaKey("record_map_base")
+
     /// The container owner this store accepted (a container whose owner changed is refused until accepted again).
     public static let acceptedOwner = MetaKey("accepted_owner")
 
@@ -132,7 +136,7 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
         formatVersion, formatUpgradedFrom, storeID, mode, schemaHash, tracked, nextTx, historyGap, historyGapReason,
         createdAt, schema, storePath, boundAccount, boundContainer, boundZone, boundURL, baselineContainer, lastSyncAt,
         lastExportAt, lastImportAt, lastSyncError, exportSerial, restoredAt, restoreDetectedAt, ownRecordsUnchecked,
-        acceptedOwner, movedFrom, movedTo, schemaVersion, schemaVersionSHA256, schemaVersionAt, switchTarget,
+        acceptedOwner, recordMapBase, movedFrom, movedTo, schemaVersion, schemaVersionSHA256, schemaVersionAt, switchTarget,
         switchExportToken, switchServerToken, switchSnapshot,
     ]
 }

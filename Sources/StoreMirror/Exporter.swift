@@ -115,7 +115,8 @@ struct Exporter {
         var entity: EntityMap
         var pk: String
         var save: RecordSave
-        var base: String?
+        /// The record map's base of the row (`FieldHashes`), or a record's fields once a merge chose them.
+        var base: Value?
         /// The store's newest history seq when the row was read: later local changes are newer than the save.
         var historySeq: Int64
         /// When the save is a merge: the columns whose values came from the server's record (the local row takes
@@ -413,6 +414,7 @@ struct Exporter {
         let limit = options.batchSize
         // Read before the rows, so that it is never later than what they hold.
         let historySeq = try MirrorState.lastHistorySeq(db)
+        let codec = FieldCodec(db: db)
         let statement: Statement
         var args: [any SQLBindable] = [e.name]
         if baseline {
@@ -469,13 +471,13 @@ struct Exporter {
                 return
             }
             let tag = row.string(2)
-            let base = row.string(3)
+            let base = row.column(3).isNull ? nil : row.column(3)
             let mappedDeleted = row.int64(4) == 1
             let present = row.int64(5) == 1
             let fields = row.string(6) ?? "{}"
             let extra = row.string(7)
             if present {
-                if !mappedDeleted && tag != nil && base == fields { return }  // nothing really changed
+                if try !mappedDeleted && tag != nil && codec.matchesBase(base, fields) { return }  // nothing really changed
                 if fields.utf8.count > maxSize {
                     unsent.append(RowRef(entity: e.name, key: pk, bytes: fields.utf8.count,
                                          reason: "its record is \(fields.utf8.count) bytes, more than max_record_size "
@@ -842,7 +844,7 @@ struct Exporter {
         let local = try applier.localChanges(e, pk: item.pk)
             ?? MergeSide(deleted: item.save.deleted, changed: item.save.deleted ? [] : Set(e.fieldColumns))
         let serverSide = MergeSide(deleted: server.deleted, changed: server.deleted ? [] :
-            Set(try codec.differing(item.base, server.fields, columns: e.fieldColumns)))
+            Set(try codec.differing(base: item.base, server.fields, columns: e.fieldColumns)))
         let holdsLocal = try !local.deleted && !server.deleted && !item.save.deleted
             && codec.differing(item.save.fields, server.fields, columns: local.changed.sorted()).isEmpty
         switch options.mergePolicy.decide(local: local, server: serverSide, columns: e.fieldColumns,
@@ -860,7 +862,7 @@ struct Exporter {
             var again = item
             again.save = RecordSave(recordName: item.save.recordName, recordType: e.name, fields: "{}", deleted: true,
                                     expectedTag: server.changeTag)
-            again.base = server.fields
+            again.base = .text(server.fields)
             again.takeServer = []
             return .saveAgain(again)
         case .live(let take):
@@ -892,7 +894,7 @@ struct Exporter {
             var again = item
             again.save = RecordSave(recordName: item.save.recordName, recordType: e.name, fields: merged,
                                     deleted: false, expectedTag: server.changeTag)
-            again.base = server.fields
+            again.base = .text(server.fields)
             again.takeServer = take
             return .saveAgain(again)
         }
@@ -958,7 +960,7 @@ struct Exporter {
             if e.isSurrogate, let rowid = RecordApplier.rowID(item.pk) { values[e.primaryKey[0]] = .integer(rowid) }
             _ = try applier.insert(e, values: values)
         }
-        try markSaved(item, tag: record.changeTag, base: record.fields, extra: decoded.extra, deleted: false,
+        try markSaved(item, tag: record.changeTag, base: .text(record.fields), extra: decoded.extra, deleted: false,
                       upsert: upsert)
     }
 
@@ -981,21 +983,21 @@ struct Exporter {
         } else {
             let extra = item.takeServer == nil ? item.extra
                 : try codec.decodeRecord(item.save.fields, columns: item.entity.fieldColumns).extra
-            try markSaved(item, tag: tag, base: item.save.fields, extra: extra, deleted: false, upsert: upsert)
+            try markSaved(item, tag: tag, base: .text(item.save.fields), extra: extra, deleted: false, upsert: upsert)
         }
     }
 
     /// The record-map upsert of a saved record.
     private static let mapUpsertSQL = """
         INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-        VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+        VALUES (?1, ?2, ?3, ?4, \(FieldHashes.sql("?5")), ?6, ?7)
         ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name,
             change_tag = excluded.change_tag, base = excluded.base, deleted = excluded.deleted, extra = excluded.extra
         """
 
     /// Records the saved tag and base in the record map, with `upsert` (`mapUpsertSQL`, prepared once per batch;
     /// each value bound in place, a hot path of a million rows).
-    private func markSaved(_ item: Pending, tag: String, base: String?, extra: String?, deleted: Bool,
+    private func markSaved(_ item: Pending, tag: String, base: Value?, extra: String?, deleted: Bool,
                            upsert s: Statement) throws
     {
         do {
@@ -1003,7 +1005,7 @@ struct Exporter {
             try s.bind(.text(item.pk), at: 2)
             try s.bind(.text(item.save.recordName), at: 3)
             try s.bind(.text(tag), at: 4)
-            try s.bind(base.map { .text($0) } ?? .null, at: 5)
+            try s.bind(base ?? .null, at: 5)
             try s.bind(.integer(deleted ? 1 : 0), at: 6)
             try s.bind(extra.map { .text($0) } ?? .null, at: 7)
             try s.step()

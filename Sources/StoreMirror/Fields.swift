@@ -173,6 +173,52 @@ struct FieldCodec {
 
     /// The columns whose values differ between two fields objects (all of `columns` when `a` is nil). A field
     /// missing on one side counts as NULL.
+    /// The columns whose values in `fields` differ from the record map's `base` (`FieldHashes`; a record's fields
+    /// as JSON text compare as `differing(_:_:columns:)`): every column when there is no base. A field either side
+    /// lacks counts as null.
+    func differing(base: Value?, _ fields: String, columns: [String]) throws -> [String] {
+        switch base {
+        case .text(let json)?: return try differing(json, fields, columns: columns)
+        case .blob(let hashes)?:
+            var values: [[UInt8]: [UInt8]] = [:]
+            let each = try db.cached("SELECT json_quote(key), \(FieldHashes.canonicalSQL(type: "type", value: "value")) "
+                                     + "FROM json_each(?1)")
+            try each.forEach([fields]) { row in
+                let name = row.bytes(0), value = row.bytes(1)
+                if values[name] == nil { values[name] = value }
+            }
+            let null = Array("null".utf8)
+            var result: [String] = []
+            for column in columns {
+                let name = try quotedName(column)
+                let value = values[name] ?? null
+                if let holds = try FieldHashes.holds(hashes, name: name, value: value) {
+                    if !holds { result.append(column) }
+                } else if value != null {
+                    result.append(column)
+                }
+            }
+            return result
+        default: return columns
+        }
+    }
+
+    /// Whether `fields` are exactly the fields `base` was made from (the export's "nothing really changed").
+    func matchesBase(_ base: Value?, _ fields: String) throws -> Bool {
+        switch base {
+        case .text(let json)?: return json == fields
+        case .blob(let hashes)?:
+            guard case .blob(let made)? = try db.scalar("SELECT \(FieldHashes.sql("?1"))", [fields]) else { return false }
+            return made == hashes
+        default: return false
+        }
+    }
+
+    /// A column name as a JSON string, the name `FieldHashes` hashes.
+    private func quotedName(_ column: String) throws -> [UInt8] {
+        Array((try db.scalar("SELECT json_quote(?1)", [column])?.string ?? "").utf8)
+    }
+
     func differing(_ a: String?, _ b: String, columns: [String]) throws -> [String] {
         guard let a else { return columns }
         let statement = try db.cached("""
@@ -186,5 +232,21 @@ struct FieldCodec {
             try statement.reset()
         }
         return result
+    }
+}
+
+extension FieldHashes {
+    /// SQL for the exact JSON of a value `FieldHashes` hashes: `json_quote`, but a real with every digit
+    /// (`json_quote` rounds to 15).
+    public static func canonicalSQL(type: String, value: String) -> String {
+        "CASE \(type) WHEN 'real' THEN \(ValueJSON.real(value)) ELSE json_quote(\(value)) END"
+    }
+
+    /// SQL for the record map's base (`FieldHashes`) of the record fields `expression` (JSON text); a blob passes
+    /// through unchanged (a base already hashed) and NULL stays NULL. `expression` is evaluated up to three
+    /// times: give a column or a parameter.
+    public static func sql(_ expression: String) -> String {
+        "CASE WHEN typeof(\(expression)) = 'text' THEN (SELECT storectl_field_hashes(json_quote(key), "
+            + "\(canonicalSQL(type: "type", value: "value"))) FROM json_each(\(expression))) ELSE \(expression) END"
     }
 }

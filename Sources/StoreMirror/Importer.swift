@@ -492,19 +492,20 @@ struct Orphans {
     private func wait(_ child: EntityMap, fk: ForeignKeyInfo, pk: String,
                       setAside: (CloudRecord, RecordProblem) throws -> Void) throws
     {
-        guard let row = try db.query("SELECT record_name, change_tag, base FROM _storectl_records WHERE entity = ? AND pk = ?",
-                                     [child.name, pk]).first, let name = row[0].string
+        guard let name = try db.scalar("SELECT record_name FROM _storectl_records WHERE entity = ? AND pk = ?",
+                                       [child.name, pk])?.string
         else {
             try HistoryTracker(db: db).transaction(author: MirrorState.cascadeAuthor) { _ in
                 try cutLoose(child, fk: fk, pk: pk)
             }
             return
         }
-        let record = CloudRecord(zone: zone, recordName: name, recordType: child.name, fields: row[2].string ?? "{}",
-                                 changeTag: row[1].string ?? "", seq: 0, deleted: false, modifiedBy: "", modifiedAt: 0)
+        // The record map keeps no values (`FieldHashes`): the record to wait is the cloud's.
+        let record = try cloud.fetchRecord(zone: zone, recordName: name)
         try applier.deleteRow(child, pk: pk)
         try db.run("DELETE FROM _storectl_records WHERE record_name = ?", [name])
         try db.run("DELETE FROM temp._storectl_applied WHERE entity = ? AND pk = ?", [child.name, pk])
+        guard let record, !record.deleted else { return }  // deleted in the cloud since: nothing to wait for
         try setAside(record, RecordProblem(
             reason: "its parent in '\(fk.parentTable)' (\(fk.columns.joined(separator: ", "))) is not here yet",
             hint: "it is applied by the first sync after its parent arrives; if the parent was never saved, "
@@ -555,8 +556,8 @@ struct Orphans {
                     // The record still names the parent: the local row differs from it, and the next export
                     // sends the row as it is now.
                     try markChanged(entity, pk: key, columns: gone)
-                    try db.run("UPDATE _storectl_records SET change_tag = ?, base = ? WHERE record_name = ?",
-                               [record.changeTag, record.fields, record.recordName])
+                    try db.run("UPDATE _storectl_records SET change_tag = ?1, base = \(FieldHashes.sql("?2")) "
+                                   + "WHERE record_name = ?3", [record.changeTag, record.fields, record.recordName])
                 }
             } else {
                 try applier.outbox(record.recordName, type: record.recordType, tag: record.changeTag,

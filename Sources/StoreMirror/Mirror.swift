@@ -184,7 +184,7 @@ public final class Mirror {
                 let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy)
                 done.backfilled = try SchemaEvolution.backfill(db, entities: entities, applier: applier)
             }
-            done.rescanned = try SchemaEvolution.rescan(db, entities: entities)
+            done.rescanned = try SchemaEvolution.rescan(db, entities: entities, cloud: cloud, zone: options.zone)
         }
         let skipped = try StoreMeta.entries(db, .unknownType).map(\.name).filter { byName[$0] != nil }
         if !skipped.isEmpty {

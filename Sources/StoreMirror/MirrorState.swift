@@ -9,8 +9,9 @@ import StoreSQLite
 
 /// The sync engine's own state inside the store: the record map, pending references, tokens and meta keys.
 ///
-/// The record map links each local primary key to its record name, its last known change tag, and the fields
-/// as last synced (the *base*, used for per-property merges and to skip rows that did not really change).
+/// The record map links each local primary key to its record name, its last known change tag, and a fingerprint
+/// of the fields as last synced (the *base*, `FieldHashes`, used for per-property merges and to skip rows that did
+/// not really change), with the values of the fields the local table lacks (`extra`).
 public enum MirrorState {
     /// The history consumer whose token is the export position.
     public static let exportConsumer = "cloud-export"
@@ -77,9 +78,31 @@ public enum MirrorState {
         try db.execute("""
             CREATE INDEX IF NOT EXISTS _storectl_records_extra ON _storectl_records(entity) WHERE extra IS NOT NULL
             """)
+        try hashBases(db)
         try recordStorePath(db)
         // The export consumer (which holds history against pruning) appears with the first export: before it,
         // the first export is a baseline of every row and needs no history.
+    }
+
+    /// Converts, once, the bases of a record map made before they were fingerprints (`FieldHashes`): first the
+    /// fields the local table lacks (columns dropped here, or added elsewhere first) go into `extra`, where they
+    /// keep travelling with the row, then each base becomes its hashes. One transaction: a crash leaves the old
+    /// map whole, converted again at the next open.
+    static func hashBases(_ db: Connection) throws {
+        guard try StoreMeta.value(db, .recordMapBase) != "hashes" else { return }
+        try db.transaction {
+            guard try StoreMeta.value(db, .recordMapBase) != "hashes" else { return }
+            try db.execute("""
+                UPDATE _storectl_records SET extra = coalesce((
+                    SELECT CASE WHEN count(*) = 0 THEN NULL
+                                ELSE json_group_object(b.key, \(FieldCodec.jsonOf("b.type", "b.value"))) END
+                    FROM json_each(_storectl_records.base) b
+                    WHERE b.key NOT IN (SELECT name FROM pragma_table_info(_storectl_records.entity))), extra)
+                WHERE typeof(base) = 'text' AND deleted = 0;
+                UPDATE _storectl_records SET base = \(FieldHashes.sql("base")) WHERE typeof(base) = 'text';
+                """)
+            try StoreMeta.set(db, .recordMapBase, "hashes")
+        }
     }
 
     /// Records where the store was made, once: a copy elsewhere with the same store id is detected before it

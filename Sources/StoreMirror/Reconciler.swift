@@ -142,7 +142,7 @@ struct Reconciler {
             _ = try applier.insert(entity, values: values)
         }
         try applier.setMap(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag,
-                           base: record.fields, extra: decoded.extra, deleted: false)
+                           base: .text(record.fields), extra: decoded.extra, deleted: false)
     }
 
     /// The local key an own record stands for: from the record map, from its name (a surrogate-keyed row's name
@@ -241,8 +241,8 @@ struct Reconciler {
                                            + e.pkMatches("t", json: "?1"), [pk])?.string
                 let live = entry.map { $0[1].int64 == 0 && $0[2].string != nil } ?? false
                 if let fields {
-                    let base = live ? entry?[0].string : nil
-                    let changed = try FieldCodec(db: db).differing(base, fields, columns: e.fieldColumns)
+                    let base = live ? entry?[0] : nil
+                    let changed = try FieldCodec(db: db).differing(base: base, fields, columns: e.fieldColumns)
                     guard !changed.isEmpty else { continue }
                     try MirrorState.markChanged(db, entity: e.name, pk: pk, columns: changed,
                                                 author: MirrorState.rescanAuthor)

@@ -134,7 +134,8 @@ final class RecordApplier {
         var entity: String
         var pk: String
         var tag: String?
-        var base: String?
+        /// The fields as last synced (`FieldHashes`).
+        var base: Value?
         var deleted: Bool
     }
 
@@ -142,7 +143,8 @@ final class RecordApplier {
         let s = try db.cached("SELECT entity, pk, change_tag, base, deleted FROM _storectl_records WHERE record_name = ?")
         try s.bind([name])
         guard try s.step() else { return nil }
-        let entry = MapEntry(entity: s.string(0) ?? "", pk: s.string(1) ?? "[]", tag: s.string(2), base: s.string(3),
+        let entry = MapEntry(entity: s.string(0) ?? "", pk: s.string(1) ?? "[]", tag: s.string(2),
+                             base: s.column(3).isNull ? nil : s.column(3),
                              deleted: s.int64(4) == 1)
         try s.reset()
         return entry
@@ -321,7 +323,7 @@ final class RecordApplier {
            try !(local.deleted && entry == nil && keyStoodForAnotherRecord(entity, pk: pk, name: record.recordName))
         {
             let server = MergeSide(deleted: false,
-                                   changed: Set(try codec.differing(entry?.base, record.fields,
+                                   changed: Set(try codec.differing(base: entry?.base, record.fields,
                                                                     columns: entity.fieldColumns)))
             let holdsLocal = try !local.deleted && exists
                 && rowHolds(entity, pk: pk, values: resolved, columns: local.changed)
@@ -340,7 +342,7 @@ final class RecordApplier {
         guard let take else {
             // The local delete wins: keep the row deleted; the export sends the tombstone over this record.
             try setMap(entity: entity.name, pk: pk ?? "[]", name: record.recordName, tag: record.changeTag,
-                       base: record.fields, extra: decoded.extra, deleted: false)
+                       base: .text(record.fields), extra: decoded.extra, deleted: false)
             return .skipped
         }
         var values = resolved.filter { take.contains($0.key) }
@@ -440,7 +442,7 @@ final class RecordApplier {
         }
         let s = try db.cached("""
             INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-            VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)
+            VALUES (?1, ?2, ?3, ?4, \(FieldHashes.sql("?5")), 0, ?6)
             ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name, change_tag = excluded.change_tag,
                 base = excluded.base, deleted = 0, extra = excluded.extra
             """)
@@ -450,7 +452,7 @@ final class RecordApplier {
         } catch let error as SQLiteError where error.isConstraint {
             // The name belongs to another key of the map (a row that was renamed): move it here.
             try setMap(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag,
-                       base: record.fields, extra: extra, deleted: false)
+                       base: .text(record.fields), extra: extra, deleted: false)
         }
         if hasParked {
             try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
@@ -652,21 +654,22 @@ final class RecordApplier {
         return try canonicalKey(entity, values: entity.primaryKey.map { values[$0] ?? .null })
     }
 
-    func setMap(entity: String, pk: String, name: String, tag: String?, base: String?, extra: String?,
+    func setMap(entity: String, pk: String, name: String, tag: String?, base: Value?, extra: String?,
                 deleted: Bool) throws
     {
         try Self.setMap(db, entity: entity, pk: pk, name: name, tag: tag, base: base, extra: extra, deleted: deleted)
     }
 
     /// Points `name` at (entity, pk) in the record map, detaching the name from any other key.
-    static func setMap(_ db: Connection, entity: String, pk: String, name: String, tag: String?, base: String?,
+    /// `base`: a record's fields (JSON text, hashed here) or a base already hashed (`FieldHashes`).
+    static func setMap(_ db: Connection, entity: String, pk: String, name: String, tag: String?, base: Value?,
                        extra: String? = nil, deleted: Bool) throws
     {
         try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
                    [name, entity, pk])
         let s = try db.cached("""
             INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+            VALUES (?1, ?2, ?3, ?4, \(FieldHashes.sql("?5")), ?6, ?7)
             ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name, change_tag = excluded.change_tag,
                 base = excluded.base, deleted = excluded.deleted, extra = excluded.extra
             """)
@@ -759,7 +762,7 @@ final class RecordApplier {
                     try deleteRow(entity, pk: target)
                 }
                 try setMap(entity: entity.name, pk: target, name: record.recordName, tag: record.changeTag,
-                           base: record.fields, extra: nil, deleted: false)
+                           base: .text(record.fields), extra: nil, deleted: false)
             } else {
                 try outbox(record.recordName, type: entity.name, tag: record.changeTag,
                            reason: "duplicate of '\(holderName)' by \(columns.joined(separator: ", "))")
@@ -1047,27 +1050,38 @@ final class RecordApplier {
     /// was freed followed the placeholder, then the parent's new value. A child with a local change of its own,
     /// and rows storectl does not sync, keep what the actions gave them.
     func realignChildren(of freed: [FreedValue]) throws {
-        let columns = Set(freed.map { $0.entity.name + "\u{0}" + $0.column })
-        guard !columns.isEmpty else { return }
+        // The record map keeps hashes, not values (`FieldHashes`): the value a child's record holds is found among
+        // the freed values, the only ones the actions moved children away from.
+        var originals: [String: [Value]] = [:]
+        for f in freed {
+            switch f.original {
+            case .integer, .real, .text: originals[f.entity.name + "\u{0}" + f.column, default: []].append(f.original)
+            default: continue  // blobs and text that is not plain travel wrapped: no child key holds them as is
+            }
+        }
+        guard !originals.isEmpty else { return }
         for child in entities.values {
             for fk in try db.foreignKeys(of: child.name) where !["NO ACTION", "RESTRICT"].contains(fk.onUpdate.uppercased()) {
                 guard let parent = entities[fk.parentTable] else { continue }
                 for (i, column) in fk.columns.enumerated() {
                     guard let target = fk.parentColumns[i] ?? (i < parent.primaryKey.count ? parent.primaryKey[i] : nil),
-                          columns.contains(parent.name + "\u{0}" + target), child.fieldColumns.contains(column)
+                          let values = originals[parent.name + "\u{0}" + target], child.fieldColumns.contains(column)
                     else { continue }
-                    let path = quoteLiteral("$.\"" + column.replacingText("\"", with: "\\\"") + "\"")
-                    try db.run("""
-                        UPDATE main.\(child.quotedName) AS t SET \(quoteIdentifier(column)) = json_extract(r.base, \(path))
-                        FROM _storectl_records r
-                        WHERE r.entity = ?1 AND r.pk = \(child.pkJSON("t")) AND r.deleted = 0 AND r.base IS NOT NULL
-                          AND json_type(r.base, \(path)) IN ('text', 'integer', 'real', 'null')
-                          AND t.\(quoteIdentifier(column)) IS NOT json_extract(r.base, \(path))
-                          AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE h.seq > ?2 AND h.entity = ?1
-                                          AND h.pk = r.pk AND h.author <> ?3
-                                          AND (h.op <> 'U' OR EXISTS (SELECT 1 FROM json_each(h.changed) c
-                                                                      WHERE c.value = ?4)))
-                        """, [child.name, exportToken, MirrorState.importAuthor, column])
+                    let c = quoteIdentifier(column)
+                    for value in values {
+                        try db.run("""
+                            UPDATE main.\(child.quotedName) AS t SET \(c) = ?5
+                            FROM _storectl_records r
+                            WHERE r.entity = ?1 AND r.pk = \(child.pkJSON("t")) AND r.deleted = 0
+                              AND typeof(r.base) = 'blob' AND t.\(c) IS NOT ?5
+                              AND storectl_base_field(r.base, json_quote(?4))
+                                  = storectl_field_hash(json_quote(?4), \(FieldHashes.canonicalSQL(type: "typeof(?5)", value: "?5")))
+                              AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE h.seq > ?2 AND h.entity = ?1
+                                              AND h.pk = r.pk AND h.author <> ?3
+                                              AND (h.op <> 'U' OR EXISTS (SELECT 1 FROM json_each(h.changed) c
+                                                                          WHERE c.value = ?4)))
+                            """, [child.name, exportToken, MirrorState.importAuthor, column, value])
+                    }
                 }
             }
         }

@@ -1,17 +1,18 @@
 import StoreBase
+import StoreCloud
 import StoreHistory
 import StoreSQLite
 
 /// Keeping values across schema changes that happen on one device before the others.
 ///
-/// The record map keeps, for each row, the fields of the last synced record (`base`) and those of its fields the
-/// local table does not have (`extra`). From them:
+/// The record map keeps, for each row, a fingerprint of the fields of the last synced record (`base`, see
+/// `FieldHashes`) and the values of those of its fields the local table does not have (`extra`). From them:
 /// - a column added here later (`ALTER TABLE` + `storectl migrate`) is filled with the values other devices sent
 ///   for it before (`backfill`), where the row has no value of its own;
 /// - values written while the triggers were stale (a column added and filled before `migrate` ran, so no history
 ///   was written) are found by comparing each row with its last synced record, and exported (`rescan`);
-/// - a column dropped here keeps travelling with the row, with the value last synced (`rescan` moves it into
-///   `extra`), so that devices which still have it never lose it.
+/// - a column dropped here keeps travelling with the row, with the value last synced (`rescan` takes it from the
+///   cloud's record into `extra`), so that devices which still have it never lose it.
 enum SchemaEvolution {
     /// Fills, for every entity, the local columns that the `extra` fields of its rows name, where the row has no
     /// value of its own (NULL, or the column's constant default, which `ALTER TABLE ... ADD COLUMN` wrote into every
@@ -66,7 +67,7 @@ enum SchemaEvolution {
     /// For every entity whose columns changed since the last export (meta `columns:<table>`): carries the values of
     /// dropped columns in `extra`, and writes a history row (author `rescan`) for each row whose values differ from
     /// its last synced record, so that the export sends it. Returns how many rows it found.
-    static func rescan(_ db: Connection, entities: [EntityMap]) throws -> Int {
+    static func rescan(_ db: Connection, entities: [EntityMap], cloud: any CloudDatabase, zone: String) throws -> Int {
         var found = 0
         for e in entities {
             let now = try e.fieldColumnsJSON(db)
@@ -74,13 +75,7 @@ enum SchemaEvolution {
             if before == now { continue }
             if before == nil,
                try db.scalar("SELECT 1 FROM _storectl_records WHERE entity = ? LIMIT 1", [e.name]) == nil { continue }
-            // The fields of the last synced record that the table lacks travel on with the row.
-            try db.run("""
-                UPDATE _storectl_records SET extra = (
-                    SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_object(b.key, \(FieldCodec.jsonOf("b.type", "b.value"))) END
-                    FROM json_each(base) b WHERE b.key NOT IN (SELECT value FROM json_each(?2)))
-                WHERE entity = ?1 AND base IS NOT NULL AND deleted = 0
-                """, [e.name, now])
+            try keepDroppedFields(db, e, before: before, now: now, cloud: cloud, zone: zone)
             // A column the last synced record lacks differs only when the row holds something other than the
             // column's default: `ALTER TABLE ... ADD COLUMN` writes the default into every row, which is no change.
             var defaults = "NULL"
@@ -95,12 +90,12 @@ enum SchemaEvolution {
                 SELECT pk, changed FROM (
                     SELECT r.pk AS pk, (
                         SELECT json_group_array(f.key) FROM json_each(\(fields)) f
-                        WHERE CASE WHEN EXISTS (SELECT 1 FROM json_each(r.base) b WHERE b.key = f.key)
-                            THEN (SELECT json_quote(b.value) FROM json_each(r.base) b WHERE b.key = f.key)
-                                 IS NOT json_quote(f.value)
+                        WHERE CASE WHEN storectl_base_field(r.base, json_quote(f.key)) IS NOT NULL
+                            THEN storectl_base_field(r.base, json_quote(f.key)) IS NOT storectl_field_hash(
+                                json_quote(f.key), \(FieldHashes.canonicalSQL(type: "f.type", value: "f.value")))
                             ELSE f.value IS NOT (\(defaults)) END) AS changed
                     FROM _storectl_records r CROSS JOIN main.\(e.quotedName) t
-                    WHERE r.entity = ?1 AND r.deleted = 0 AND r.change_tag IS NOT NULL AND r.base IS NOT NULL
+                    WHERE r.entity = ?1 AND r.deleted = 0 AND r.change_tag IS NOT NULL AND typeof(r.base) = 'blob'
                       AND \(e.pkMatches("t", json: "r.pk")))
                 WHERE changed <> '[]'
                 """, [e.name])
@@ -114,5 +109,42 @@ enum SchemaEvolution {
             }
         }
         return found
+    }
+
+    /// The fields of columns dropped here since the last export (`before` minus `now`) travel on with each synced
+    /// row in `extra`, so that devices which still have the column never lose its value. The record map keeps no
+    /// values (`FieldHashes`): they come from the cloud's records that are still the version last synced here (a
+    /// newer one brings its fields with the import). One walk of the zone, only when a column was dropped.
+    private static func keepDroppedFields(_ db: Connection, _ e: EntityMap, before: String?, now: String,
+                                          cloud: any CloudDatabase, zone: String) throws
+    {
+        guard let before else { return }
+        let droppedJSON = try db.scalar("""
+            SELECT json_group_array(value) FROM json_each(?1) WHERE value NOT IN (SELECT value FROM json_each(?2))
+            """, [before, now])?.string ?? "[]"
+        // Only rows whose base holds one of them and whose extra does not yet.
+        let waiting = try db.scalar("""
+            SELECT 1 FROM _storectl_records r WHERE r.entity = ?1 AND r.deleted = 0 AND typeof(r.base) = 'blob'
+              AND EXISTS (SELECT 1 FROM json_each(?2) d WHERE storectl_base_field(r.base, json_quote(d.value)) IS NOT NULL
+                          AND (r.extra IS NULL OR json_type(r.extra, '$.' || json_quote(d.value)) IS NULL))
+            LIMIT 1
+            """, [e.name, droppedJSON])
+        guard waiting != nil else { return }
+        let update = try db.cached("""
+            UPDATE _storectl_records SET extra = (
+                SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_object(f.key, \(FieldCodec.jsonOf("f.type", "f.value"))) END
+                FROM json_each(?3) f WHERE f.key NOT IN (SELECT value FROM json_each(?4)))
+            WHERE record_name = ?1 AND entity = ?2 AND change_tag = ?5 AND deleted = 0
+            """)
+        var token: ServerChangeToken?
+        while true {
+            let batch = try cloud.fetchChanges(zone: zone, since: token, limit: 1000, excludingDevice: nil)
+            for record in batch.records where record.recordType == e.name && !record.deleted {
+                try update.bind([record.recordName, e.name, record.fields, now, record.changeTag])
+                _ = try update.step()
+            }
+            token = batch.token
+            if !batch.moreComing { break }
+        }
     }
 }

@@ -110,7 +110,10 @@ public final class Connection {
     ///   export wraps such text (`{"$text": HEX}`) so that it travels byte for byte.
     /// - `storectl_unhex(hex, kind)`: the bytes of `hex` as text (`kind` 'text') or as a blob; NULL when `hex` is
     ///   not hex digits.
+    /// - `storectl_field_hashes`, `storectl_field_hash`, `storectl_base_field`: the record map's base (see
+    ///   `FieldHashes`).
     private static func registerFunctions(_ db: OpaquePointer) {
+        FieldHashes.register(db)
         // "The sixth, seventh and eighth parameters passed to the three "sqlite3_create_function*" functions, xFunc,
         // xStep and xFinal, are pointers to C-language functions that implement the SQL function or aggregate."
         sqlite3_create_function_v2(db, "storectl_plain_text", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil,

@@ -165,6 +165,13 @@ public final class Statement {
         return String(decoding: UnsafeBufferPointer(start: p, count: n), as: UTF8.self)
     }
 
+    /// The bytes of column `index` as text (SQLite's text of a number; none for NULL).
+    public func bytes(_ index: Int) -> [UInt8] {
+        let i = Int32(index)
+        guard let p = sqlite3_column_text(handle, i) else { return [] }
+        return Array(UnsafeBufferPointer(start: p, count: Int(sqlite3_column_bytes(handle, i))))
+    }
+
     /// The current row, with every column.
     public var row: Row {
         Row(names: columnNames, values: (0..<columnCount).map(column))

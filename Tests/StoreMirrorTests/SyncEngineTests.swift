@@ -27,11 +27,14 @@ final class SyncEngineTests: XCTestCase {
         XCTAssertEqual(try f.sync(b).imported.applied, 30)
         XCTAssertEqual(try f.rows(b, notesSQL + " ORDER BY uuid"), try f.rows(a, notesSQL + " ORDER BY uuid"))
         XCTAssertEqual(try b.scalar("SELECT count(*) FROM notes WHERE title = ?", [awkward + "7"])?.int64, 1)
-        // B's record map holds each record's fields exactly as the container does.
+        // B's record map holds each record's fields exactly as the container does (as their hashes, FieldHashes).
         let cloud = try f.cloud()
         for row in try b.query("SELECT record_name, base FROM _storectl_records") {
-            let record = try cloud.fetchRecord(zone: "default", recordName: row[0].string ?? "")
-            XCTAssertEqual(record?.fields, row[1].string)
+            let record = try XCTUnwrap(try cloud.fetchRecord(zone: "default", recordName: row[0].string ?? ""))
+            let hashed = try b.scalar("SELECT \(FieldHashes.sql("?1"))", [record.fields])
+            guard case .blob(let bytes) = row[1] else { return XCTFail("base is not hashed: \(row[1])") }
+            XCTAssertEqual(bytes.count, 4 * FieldHashes.entrySize)  // uuid, title, body, updated_at
+            XCTAssertEqual(hashed, row[1])
         }
         // B exports nothing back: its bases match what it holds.
         XCTAssertEqual(try f.sync(b).exported.saved, 0)
