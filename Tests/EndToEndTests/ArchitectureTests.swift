@@ -12,7 +12,7 @@ final class ArchitectureTests: XCTestCase {
     static let mayImport: [String: Set<String>] = [
         "StoreBase": [],
         "StoreCrypto": ["StoreBase"],
-        "StoreSQLite": ["StoreBase"],
+        "StoreSQLite": ["StoreCrypto", "StoreBase"],
         "StoreConfig": ["StoreBase"],
         "StoreHistory": ["StoreSQLite", "StoreBase"],
         "StoreCloud": ["StoreSQLite", "StoreCrypto", "StoreBase"],

@@ -40,6 +40,21 @@ final class SyncEngineTests: XCTestCase {
         XCTAssertEqual(try f.sync(b).exported.saved, 0)
     }
 
+    /// A real changed only in its 17th digit is a change: the record map's base hashes each real with every digit
+    /// (SQLite's JSON renders 15), so the export does not take the row for unchanged.
+    func testARealChangedInItsLastDigitIsSent() throws {
+        let f = try MirrorFixture()
+        let a = try f.store("a")
+        let b = try f.store("b")
+        try f.write(a, "INSERT INTO notes(uuid, updated_at) VALUES ('u1', 0.3)")
+        try f.sync(a)
+        try f.sync(b)
+        try f.write(a, "UPDATE notes SET updated_at = 0.1 + 0.2")
+        XCTAssertEqual(try f.sync(a).exported.saved, 1)
+        try f.sync(b)
+        XCTAssertEqual(try b.scalar("SELECT printf('%!.17g', updated_at) FROM notes")?.string, "0.30000000000000004")
+    }
+
     func testRowsTravelBetweenStoresAndDeletesFlowBothWays() throws {
         let f = try MirrorFixture()
         let a = try f.store("a")
