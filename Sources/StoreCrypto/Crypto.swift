@@ -20,21 +20,6 @@ public enum Crypto {
         return try digest(message, c.sha256, size: 32, c)
     }
 
-    /// The first 8 bytes of the SHA-256 of `message`, big-endian: a short fingerprint for comparing values, never
-    /// a secret's hash. The caller's buffer is hashed in place (no copy), for per-field hashes on hot paths.
-    public static func sha256Prefix64(_ message: UnsafeRawBufferPointer) throws -> UInt64 {
-        let c = try LibCrypto.shared()
-        return try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { out in
-            var length: UInt32 = 0
-            guard c.EVP_Digest(message.baseAddress ?? UnsafeRawPointer(out.baseAddress!), message.count,
-                               out.baseAddress, &length, c.sha256, nil) == 1, length == 32
-            else { throw failure("EVP_Digest") }
-            var value: UInt64 = 0
-            for i in 0..<8 { value = value << 8 | UInt64(out[i]) }
-            return value
-        }
-    }
-
     private static func digest(_ message: [UInt8], _ md: OpaquePointer, size: Int, _ c: LibCrypto) throws -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 64)
         var length: UInt32 = 0
@@ -133,5 +118,51 @@ public enum UUIDv5 {
             String(hex.dropFirst(range.lowerBound).prefix(range.count))
         }
         return parts.joined(separator: "-")
+    }
+}
+
+/// Short SHA-256 fingerprints of many small values, with one digest context reused (for per-field hashes on hot
+/// paths). Not `Sendable`: one owner at a time.
+///
+///     let digest = try Digest64()
+///     let h = try digest.sha256Prefix(tag: 1, name, value)   // first 8 bytes of SHA-256(1 || name || 0 || value)
+public final class Digest64 {
+    private let c: LibCrypto
+    private let ctx: OpaquePointer
+
+    /// - Throws: `LibCryptoUnavailableError` when libcrypto cannot be loaded.
+    public init() throws {
+        c = try LibCrypto.shared()
+        guard let ctx = c.EVP_MD_CTX_new() else {
+            throw StoreError(.software, "libcrypto's EVP_MD_CTX_new failed", hint: "this is a bug or a broken OpenSSL; please report it")
+        }
+        self.ctx = ctx
+    }
+
+    deinit { c.EVP_MD_CTX_free(ctx) }
+
+    /// The first 8 bytes, big-endian, of SHA-256(`tag` || `first`), or with `second` of
+    /// SHA-256(`tag` || `first` || 0x00 || `second`).
+    public func sha256Prefix(tag: UInt8, _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer? = nil) throws
+        -> UInt64
+    {
+        var byte = tag
+        var ok = c.EVP_DigestInit_ex(ctx, c.sha256Fetched, nil) == 1
+        ok = ok && c.EVP_DigestUpdate(ctx, &byte, 1) == 1
+        ok = ok && (first.isEmpty || c.EVP_DigestUpdate(ctx, first.baseAddress, first.count) == 1)
+        if let second {
+            byte = 0
+            ok = ok && c.EVP_DigestUpdate(ctx, &byte, 1) == 1
+            ok = ok && (second.isEmpty || c.EVP_DigestUpdate(ctx, second.baseAddress, second.count) == 1)
+        }
+        var out = (UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+        var length: UInt32 = 0
+        ok = ok && withUnsafeMutableBytes(of: &out) {
+            c.EVP_DigestFinal_ex(ctx, $0.baseAddress?.assumingMemoryBound(to: UInt8.self), &length) == 1
+        }
+        guard ok, length == 32 else {
+            throw StoreError(.software, "libcrypto's SHA-256 failed", hint: "this is a bug or a broken OpenSSL; please report it")
+        }
+        return UInt64(bigEndian: out.0)
     }
 }

@@ -43,6 +43,20 @@ final class LibCrypto: @unchecked Sendable {
     /// `int CRYPTO_memcmp(const void *a, const void *b, size_t len)`: "the time ... is independent of the
     /// contents of the memory regions" (CRYPTO_memcmp(3)).
     let CRYPTO_memcmp: @convention(c) (UnsafeRawPointer?, UnsafeRawPointer?, Int) -> Int32
+    /// SHA-256 fetched once from the default provider (OpenSSL 3: `EVP_MD_fetch(NULL, "SHA256", NULL)`), else
+    /// `sha256`. "Implicit fetching" (a static EVP_MD given to EVP_DigestInit_ex) looks the algorithm up on every
+    /// init (crypto(7), "Performance"): a few times the cost of hashing a short value.
+    let sha256Fetched: OpaquePointer
+    /// `EVP_MD_CTX *EVP_MD_CTX_new(void)`, `void EVP_MD_CTX_free(EVP_MD_CTX *ctx)`.
+    let EVP_MD_CTX_new: @convention(c) () -> OpaquePointer?
+    let EVP_MD_CTX_free: @convention(c) (OpaquePointer?) -> Void
+    /// `int EVP_DigestInit_ex(EVP_MD_CTX *ctx, const EVP_MD *type, ENGINE *impl)`.
+    let EVP_DigestInit_ex: @convention(c) (OpaquePointer?, OpaquePointer?, OpaquePointer?) -> Int32
+    /// `int EVP_DigestUpdate(EVP_MD_CTX *ctx, const void *d, size_t cnt)`.
+    let EVP_DigestUpdate: @convention(c) (OpaquePointer?, UnsafeRawPointer?, Int) -> Int32
+    /// `int EVP_DigestFinal_ex(EVP_MD_CTX *ctx, unsigned char *md, unsigned int *s)`.
+    let EVP_DigestFinal_ex: @convention(c) (OpaquePointer?, UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<UInt32>?)
+        -> Int32
 
     #if canImport(Darwin)
     static let defaultLibrary = "libcrypto.3.dylib"
@@ -91,6 +105,16 @@ final class LibCrypto: @unchecked Sendable {
         PKCS5_PBKDF2_HMAC = try symbol("PKCS5_PBKDF2_HMAC")
         RAND_bytes = try symbol("RAND_bytes")
         CRYPTO_memcmp = try symbol("CRYPTO_memcmp")
+        EVP_MD_CTX_new = try symbol("EVP_MD_CTX_new")
+        EVP_MD_CTX_free = try symbol("EVP_MD_CTX_free")
+        EVP_DigestInit_ex = try symbol("EVP_DigestInit_ex")
+        EVP_DigestUpdate = try symbol("EVP_DigestUpdate")
+        EVP_DigestFinal_ex = try symbol("EVP_DigestFinal_ex")
+        // `EVP_MD *EVP_MD_fetch(OSSL_LIB_CTX *ctx, const char *algorithm, const char *properties)`, OpenSSL 3.
+        // The fetched method is kept for the life of the process (never freed, like the static ones).
+        let fetch: (@convention(c) (OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> OpaquePointer?)? =
+            try? lib.function("EVP_MD_fetch")
+        sha256Fetched = fetch.flatMap { $0(nil, "SHA256", nil) } ?? sha256
     }
 }
 

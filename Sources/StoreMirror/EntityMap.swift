@@ -184,17 +184,24 @@ public struct EntityMap: Sendable, Equatable {
 
     /// The record fields JSON of the row aliased `alias`.
     func fieldsJSON(_ alias: String) -> String {
-        let parts = fieldColumns.map { column -> String in
-            let col = "\(alias).\(quoteIdentifier(column))"
-            let value: String
-            if let ref = reference(for: column) {
-                value = "CASE WHEN \(col) IS NULL THEN NULL ELSE json_object('$ref', \(refName(ref, alias))) END"
-            } else {
-                value = ValueJSON.field(col)
-            }
-            return "\(quoteLiteral(column)), \(value)"
+        "json_object(" + fieldColumns.map { "\(quoteLiteral($0)), \(fieldValue($0, alias))" }.joined(separator: ", ") + ")"
+    }
+
+    /// The record map's base (`FieldHashes`) of `fieldsJSON(alias)`, computed from the columns (no JSON to walk):
+    /// the same blob as hashing that JSON.
+    func fieldsBase(_ alias: String) -> String {
+        "storectl_field_hashes_of(" + fieldColumns.map {
+            "json_quote(\(quoteLiteral($0))), json_quote(\(fieldValue($0, alias)))"
+        }.joined(separator: ", ") + ")"
+    }
+
+    /// One field's value in `fieldsJSON`: SQL, with JSON subtype where it is an object or a real.
+    private func fieldValue(_ column: String, _ alias: String) -> String {
+        let col = "\(alias).\(quoteIdentifier(column))"
+        if let ref = reference(for: column) {
+            return "CASE WHEN \(col) IS NULL THEN NULL ELSE json_object('$ref', \(refName(ref, alias))) END"
         }
-        return "json_object(" + parts.joined(separator: ", ") + ")"
+        return ValueJSON.field(col)
     }
 
     /// The record name of a natural-keyed row: `entity:` + its key, with references replaced by record names.

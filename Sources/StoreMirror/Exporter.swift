@@ -124,6 +124,8 @@ struct Exporter {
         var takeServer: Set<String>?
         /// The fields of the record that the local table lacks, sent along with the row.
         var extra: String?
+        /// The base of `save.fields` as the page read them (`EntityMap.fieldsBase`), while they are what is sent.
+        var sentBase: Value?
     }
 
     func run(baseline: Bool, progress: (Int, Int?) -> Void) throws -> ExportReport {
@@ -414,7 +416,8 @@ struct Exporter {
         let limit = options.batchSize
         // Read before the rows, so that it is never later than what they hold.
         let historySeq = try MirrorState.lastHistorySeq(db)
-        let codec = FieldCodec(db: db)
+        // The base of what is sent: from the columns, or (a row with fields the table lacks) from its JSON.
+        let base = "CASE WHEN r.extra IS NULL THEN \(e.fieldsBase("t")) ELSE \(FieldHashes.sql("(\(e.fieldsJSON("t", extra: "r.extra")))")) END"
         let statement: Statement
         var args: [any SQLBindable] = [e.name]
         if baseline {
@@ -427,7 +430,7 @@ struct Exporter {
             }
             statement = try db.cached("""
                 SELECT \(e.pkJSON("t")), coalesce(r.record_name, \(e.derivedName("t"))), r.change_tag, r.base, r.deleted, 1,
-                       \(e.fieldsJSON("t", extra: "r.extra")), r.extra,
+                       \(e.fieldsJSON("t", extra: "r.extra")), r.extra, \(base),
                        \(keys.joined(separator: ", "))
                 FROM main.\(e.quotedName) t
                 LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = \(e.pkJSON("t"))
@@ -445,7 +448,7 @@ struct Exporter {
             statement = try db.cached("""
                 SELECT c.pk, coalesce(r.record_name, CASE WHEN \(present) THEN \(e.derivedName("t")) END),
                        r.change_tag, r.base, r.deleted, \(present), \(e.fieldsJSON("t", extra: "r.extra")),
-                       r.extra, c.pk
+                       r.extra, \(base), c.pk
                 FROM temp._storectl_changes c
                 LEFT JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
                 LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = c.pk
@@ -463,7 +466,7 @@ struct Exporter {
         try statement.forEach(args) { row in
             rows += 1
             // Only the last row's key is kept: it is where the next page starts.
-            if rows == limit { lastKey = (0..<keyCount).map { row.column(8 + $0) } }
+            if rows == limit { lastKey = (0..<keyCount).map { row.column(9 + $0) } }
             let pk = row.string(0) ?? "[]"
             guard let name = row.string(1) else { return }
             if case .textBytes = row.column(0) {
@@ -476,8 +479,9 @@ struct Exporter {
             let present = row.int64(5) == 1
             let fields = row.string(6) ?? "{}"
             let extra = row.string(7)
+            let sentBase = row.column(8)
             if present {
-                if try !mappedDeleted && tag != nil && codec.matchesBase(base, fields) { return }  // nothing really changed
+                if !mappedDeleted && tag != nil && base == sentBase { return }  // nothing really changed
                 if fields.utf8.count > maxSize {
                     unsent.append(RowRef(entity: e.name, key: pk, bytes: fields.utf8.count,
                                          reason: "its record is \(fields.utf8.count) bytes, more than max_record_size "
@@ -488,7 +492,7 @@ struct Exporter {
                 batch.append(Pending(entity: e, pk: pk,
                                      save: RecordSave(recordName: name, recordType: e.name, fields: fields,
                                                       deleted: false, expectedTag: tag),
-                                     base: base, historySeq: historySeq, extra: extra))
+                                     base: base, historySeq: historySeq, extra: extra, sentBase: sentBase))
             } else if !mappedDeleted && tag != nil {
                 sent.append(pk)
                 batch.append(Pending(entity: e, pk: pk,
@@ -983,7 +987,8 @@ struct Exporter {
         } else {
             let extra = item.takeServer == nil ? item.extra
                 : try codec.decodeRecord(item.save.fields, columns: item.entity.fieldColumns).extra
-            try markSaved(item, tag: tag, base: .text(item.save.fields), extra: extra, deleted: false, upsert: upsert)
+            let base = item.takeServer == nil ? item.sentBase ?? .text(item.save.fields) : .text(item.save.fields)
+            try markSaved(item, tag: tag, base: base, extra: extra, deleted: false, upsert: upsert)
         }
     }
 

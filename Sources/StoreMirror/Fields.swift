@@ -188,11 +188,12 @@ struct FieldCodec {
                 if values[name] == nil { values[name] = value }
             }
             let null = Array("null".utf8)
+            let hasher = FieldHashes.Hasher()
             var result: [String] = []
             for column in columns {
                 let name = try quotedName(column)
                 let value = values[name] ?? null
-                if let holds = try FieldHashes.holds(hashes, name: name, value: value) {
+                if let holds = try hasher.holds(hashes, name: name, value: value) {
                     if !holds { result.append(column) }
                 } else if value != null {
                     result.append(column)
@@ -200,17 +201,6 @@ struct FieldCodec {
             }
             return result
         default: return columns
-        }
-    }
-
-    /// Whether `fields` are exactly the fields `base` was made from (the export's "nothing really changed").
-    func matchesBase(_ base: Value?, _ fields: String) throws -> Bool {
-        switch base {
-        case .text(let json)?: return json == fields
-        case .blob(let hashes)?:
-            guard case .blob(let made)? = try db.scalar("SELECT \(FieldHashes.sql("?1"))", [fields]) else { return false }
-            return made == hashes
-        default: return false
         }
     }
 
@@ -245,6 +235,16 @@ extension FieldHashes {
     /// SQL for the record map's base (`FieldHashes`) of the record fields `expression` (JSON text); a blob passes
     /// through unchanged (a base already hashed) and NULL stays NULL. `expression` is evaluated up to three
     /// times: give a column or a parameter.
+    /// SQL for the base of `record` (JSON text of a record whose keys are exactly `columns`, every one present):
+    /// the same blob as `sql(_:)`, one `json_extract` a field instead of a walk of the JSON.
+    public static func sql(record: String, columns: [String]) -> String {
+        "storectl_field_hashes_of(" + columns.map { column -> String in
+            let path = quoteLiteral(jsonPath(column))
+            return "json_quote(\(quoteLiteral(column))), CASE json_type(\(record), \(path)) WHEN 'real' THEN "
+                + "\(ValueJSON.real("json_extract(\(record), \(path))")) ELSE json_quote(json_extract(\(record), \(path))) END"
+        }.joined(separator: ", ") + ")"
+    }
+
     public static func sql(_ expression: String) -> String {
         "CASE WHEN typeof(\(expression)) = 'text' THEN (SELECT storectl_field_hashes(json_quote(key), "
             + "\(canonicalSQL(type: "type", value: "value"))) FROM json_each(\(expression))) ELSE \(expression) END"

@@ -240,7 +240,7 @@ final class PageApplier {
             }, bounds)
             try db.run(sql("updateMap", entity) {
                 """
-                UPDATE main._storectl_records AS r SET change_tag = p.change_tag, base = \(FieldHashes.sql("p.fields")),
+                UPDATE main._storectl_records AS r SET change_tag = p.change_tag, base = \(FieldHashes.sql(record: "p.fields", columns: columns)),
                     deleted = 0,
                     extra = NULL
                 FROM \(staged) WHERE \(range) AND k.kind = 'update' AND r.entity = \(name) AND r.pk = k.pk
@@ -259,7 +259,7 @@ final class PageApplier {
             try db.run(sql("insertMap", entity) {
                 """
                 INSERT INTO main._storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-                SELECT \(name), k.pk, p.record_name, p.change_tag, \(FieldHashes.sql("p.fields")), 0, NULL
+                SELECT \(name), k.pk, p.record_name, p.change_tag, \(FieldHashes.sql(record: "p.fields", columns: columns)), 0, NULL
                 FROM \(staged) WHERE \(range) AND k.kind = 'new' ORDER BY k.pk
                 ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name,
                     change_tag = excluded.change_tag, base = excluded.base, deleted = 0, extra = NULL

@@ -12,155 +12,238 @@ import StoreCrypto
 ///
 /// Layout: 12 bytes a field, sorted: the first 4 bytes of SHA-256(0x00 || name), then the first 8 bytes of
 /// SHA-256(0x01 || name || 0x00 || value), big-endian. `name` is the field's name as a JSON string
-/// (`json_quote(key)`), `value` its JSON (`json_quote(value)` of `json_each`), so the text '1' and the integer 1
-/// differ, as they do in the record. A record without fields is an empty blob; when a name appears twice, the first
-/// counts. A collision of two values of one field (one in 2^64) would make a change look like none.
+/// (`json_quote(key)`), `value` its JSON, exact (`FieldHashes.canonicalSQL`: a real with all its digits), so the
+/// text '1' and the integer 1 differ, as they do in the record. A record without fields is an empty blob; when a
+/// record names a field twice, either value counts as the one last synced. A collision of two values of one field
+/// (one in 2^64) would make a change look like none.
 ///
 ///     SELECT storectl_field_hashes(json_quote(key), json_quote(value)) FROM json_each(fields)  -- reals: see above
+///     SELECT storectl_field_hashes_of(json_quote('title'), json_quote(title), ...)   -- the same, from columns
 ///     SELECT storectl_base_field(base, json_quote('title'))   -- 8-byte blob, NULL when the base lacks it
 public enum FieldHashes {
     /// Bytes per field.
     public static let entrySize = 12
 
-    /// The 4-byte hash of a field name (its JSON string).
-    public static func nameHash(_ name: some Collection<UInt8>) throws -> UInt32 {
-        var bytes: [UInt8] = [0]
-        bytes.append(contentsOf: name)
-        return UInt32(truncatingIfNeeded: try bytes.withUnsafeBytes { try Crypto.sha256Prefix64($0) } >> 32)
-    }
+    /// Computes the hashes: one libcrypto digest context, reused, and the name hashes met so far (a table has few
+    /// names). Not `Sendable`: one owner at a time (each connection has its own).
+    public final class Hasher {
+        private var digest: Digest64?
+        /// Names met so far and their hashes, searched in order (a table has few names).
+        private var names: [(name: [UInt8], hash: UInt32)] = []
 
-    /// The 8-byte hash of a field name and value (both JSON).
-    public static func valueHash(name: some Collection<UInt8>, value: some Collection<UInt8>) throws -> UInt64 {
-        var bytes: [UInt8] = [1]
-        bytes.reserveCapacity(name.count + value.count + 2)
-        bytes.append(contentsOf: name)
-        bytes.append(0)
-        bytes.append(contentsOf: value)
-        return try bytes.withUnsafeBytes { try Crypto.sha256Prefix64($0) }
-    }
+        public init() {}
 
-    /// The base of `fields`: (name, value) pairs as JSON.
-    public static func make(_ fields: [(name: [UInt8], value: [UInt8])]) throws -> [UInt8] {
-        var seen = Set<[UInt8]>()
-        var entries: [(UInt32, UInt64)] = []
-        entries.reserveCapacity(fields.count)
-        for field in fields where seen.insert(field.name).inserted {
-            entries.append((try nameHash(field.name), try valueHash(name: field.name, value: field.value)))
+        private func context() throws -> Digest64 {
+            if let digest { return digest }
+            let made = try Digest64()
+            digest = made
+            return made
         }
-        entries.sort { $0.0 != $1.0 ? $0.0 < $1.0 : $0.1 < $1.1 }
-        var blob: [UInt8] = []
-        blob.reserveCapacity(entries.count * entrySize)
-        for (name, value) in entries {
-            for shift in stride(from: 24, through: 0, by: -8) { blob.append(UInt8(truncatingIfNeeded: name >> UInt32(shift))) }
-            for shift in stride(from: 56, through: 0, by: -8) { blob.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
-        }
-        return blob
-    }
 
-    /// The value hashes `base` holds for the field `name` (JSON string): none when it lacks the field, more than
-    /// one only when two names share a name hash.
-    public static func valueHashes(in base: [UInt8], name: some Collection<UInt8>) throws -> [UInt64] {
-        let wanted = try nameHash(name)
-        var result: [UInt64] = []
-        var offset = 0
-        while offset + entrySize <= base.count {
-            var n: UInt32 = 0
-            for i in 0..<4 { n = n << 8 | UInt32(base[offset + i]) }
-            if n == wanted {
-                var v: UInt64 = 0
-                for i in 4..<12 { v = v << 8 | UInt64(base[offset + i]) }
-                result.append(v)
-            } else if n > wanted {
-                break
+        /// The 4-byte hash of a field name (its JSON string).
+        public func nameHash(_ name: UnsafeRawBufferPointer) throws -> UInt32 {
+            for known in names where known.name.count == name.count {
+                if known.name.withUnsafeBytes({ $0.elementsEqual(name) }) { return known.hash }
             }
-            offset += entrySize
+            let hash = UInt32(truncatingIfNeeded: try context().sha256Prefix(tag: 0, name) >> 32)
+            if names.count < 256 { names.append((Array(name), hash)) }
+            return hash
         }
-        return result
+
+        public func nameHash(_ name: [UInt8]) throws -> UInt32 {
+            try name.withUnsafeBytes { try nameHash($0) }
+        }
+
+        /// The 8-byte hash of a field name and value (both JSON).
+        public func valueHash(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws -> UInt64 {
+            try context().sha256Prefix(tag: 1, name, value)
+        }
+
+        public func valueHash(name: [UInt8], value: [UInt8]) throws -> UInt64 {
+            try name.withUnsafeBytes { n in try value.withUnsafeBytes { v in try valueHash(name: n, value: v) } }
+        }
+
+        /// The entry of one field.
+        func entry(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws -> (UInt32, UInt64) {
+            (try nameHash(name), try valueHash(name: name, value: value))
+        }
+
+        /// The base made of `entries`, sorted.
+        static func blob(_ entries: [(UInt32, UInt64)]) -> [UInt8] {
+            let sorted = entries.sorted { $0.0 != $1.0 ? $0.0 < $1.0 : $0.1 < $1.1 }
+            var blob: [UInt8] = []
+            blob.reserveCapacity(sorted.count * entrySize)
+            for (name, value) in sorted {
+                withUnsafeBytes(of: name.bigEndian) { blob.append(contentsOf: $0) }
+                withUnsafeBytes(of: value.bigEndian) { blob.append(contentsOf: $0) }
+            }
+            return blob
+        }
+
+        /// The base of `fields`: (name, value) pairs as JSON.
+        public func make(_ fields: [(name: [UInt8], value: [UInt8])]) throws -> [UInt8] {
+            Self.blob(try fields.map { field in
+                try field.name.withUnsafeBytes { n in try field.value.withUnsafeBytes { v in try entry(name: n, value: v) } }
+            })
+        }
+
+        /// The value hashes `base` holds for the field `name` (JSON string): none when it lacks the field, more
+        /// than one when two names share a name hash or a record named a field twice.
+        public func valueHashes(in base: UnsafeRawBufferPointer, name: UnsafeRawBufferPointer) throws -> [UInt64] {
+            let wanted = try nameHash(name)
+            var result: [UInt64] = []
+            var offset = 0
+            while offset + entrySize <= base.count {
+                var n: UInt32 = 0
+                for i in 0..<4 { n = n << 8 | UInt32(base[offset + i]) }
+                if n == wanted {
+                    var v: UInt64 = 0
+                    for i in 4..<12 { v = v << 8 | UInt64(base[offset + i]) }
+                    result.append(v)
+                } else if n > wanted {
+                    break
+                }
+                offset += entrySize
+            }
+            return result
+        }
+
+        /// Whether `base` has `value` (JSON) for the field `name`; nil when it lacks the field.
+        public func holds(_ base: [UInt8], name: [UInt8], value: [UInt8]) throws -> Bool? {
+            try base.withUnsafeBytes { b in
+                try name.withUnsafeBytes { n in
+                    let hashes = try valueHashes(in: b, name: n)
+                    if hashes.isEmpty { return nil }
+                    return hashes.contains(try value.withUnsafeBytes { try valueHash(name: n, value: $0) })
+                }
+            }
+        }
     }
 
-    /// Whether `base` has `value` (JSON) for the field `name`; nil when it lacks the field.
-    public static func holds(_ base: [UInt8], name: some Collection<UInt8>, value: some Collection<UInt8>) throws -> Bool? {
-        let hashes = try valueHashes(in: base, name: name)
-        if hashes.isEmpty { return nil }
-        return hashes.contains(try valueHash(name: name, value: value))
-    }
-
-    static func bigEndian(_ value: UInt64) -> [UInt8] {
-        stride(from: 56, through: 0, by: -8).map { UInt8(truncatingIfNeeded: value >> UInt64($0)) }
-    }
-
-    /// Registers `storectl_field_hashes(name, value)` (aggregate: the base of the fields given, an empty blob for
-    /// none), `storectl_field_hash(name, value)` (one field's 8-byte value hash) and `storectl_base_field(base,
-    /// name)` (the value hash `base` holds for `name`, NULL when it lacks the field or is not a base).
+    /// Registers, with a `Hasher` of the connection's own, `storectl_field_hashes(name, value)` (aggregate: the
+    /// base of the fields given, an empty blob for none), `storectl_field_hashes_of(name, value, ...)` (the same of
+    /// the pairs given, for a record whose fields are known: no JSON to walk), `storectl_field_hash(name, value)` (one field's 8-byte
+    /// value hash) and `storectl_base_field(base, name)` (the value hash `base` holds for `name`, NULL when it lacks
+    /// the field or is not a base).
     static func register(_ db: OpaquePointer) {
-        sqlite3_create_function_v2(db, "storectl_field_hashes", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil, nil,
-                                   { context, argc, argv in
+        let flags = SQLITE_UTF8 | SQLITE_DETERMINISTIC
+        let release: @convention(c) (UnsafeMutableRawPointer?) -> Void = { pointer in
+            if let pointer { Unmanaged<Hasher>.fromOpaque(pointer).release() }
+        }
+        let hasher = Hasher()
+        func retained() -> UnsafeMutableRawPointer { Unmanaged.passRetained(hasher).toOpaque() }
+        sqlite3_create_function_v2(db, "storectl_field_hashes", 2, flags, retained(), nil, { context, argc, argv in
             guard argc == 2, let argv else { return }
             guard let slot = sqlite3_aggregate_context(context, Int32(MemoryLayout<UnsafeMutableRawPointer?>.size))?
                 .assumingMemoryBound(to: UnsafeMutableRawPointer?.self) else {
                 sqlite3_result_error_nomem(context)
                 return
             }
-            let box: Accumulator
+            let box: FieldHashes.Accumulator
             if let existing = slot.pointee {
                 box = Unmanaged<FieldHashes.Accumulator>.fromOpaque(existing).takeUnretainedValue()
             } else {
                 box = FieldHashes.Accumulator()
                 slot.pointee = Unmanaged.passRetained(box).toOpaque()
             }
-            box.fields.append((FieldHashes.bytes(argv[0]), FieldHashes.bytes(argv[1])))
+            do {
+                let entry = try FieldHashes.text(argv[0]) { name in
+                    try FieldHashes.text(argv[1]) { value in try FieldHashes.hasher(context).entry(name: name, value: value) }
+                }
+                box.entries.append(entry)
+            } catch {
+                box.failure = "\(error)"
+            }
         }, { context in
             let slot = sqlite3_aggregate_context(context, 0)?.assumingMemoryBound(to: UnsafeMutableRawPointer?.self)
-            var fields: [(name: [UInt8], value: [UInt8])] = []
+            var entries: [(UInt32, UInt64)] = []
             if let existing = slot?.pointee {
-                fields = Unmanaged<FieldHashes.Accumulator>.fromOpaque(existing).takeRetainedValue().fields
+                let box = Unmanaged<FieldHashes.Accumulator>.fromOpaque(existing).takeRetainedValue()
                 slot?.pointee = nil
+                if let failure = box.failure {
+                    sqlite3_result_error(context, "storectl_field_hashes: \(failure)", -1)
+                    return
+                }
+                entries = box.entries
             }
             do {
-                let blob = try FieldHashes.make(fields)
+                let blob = Hasher.blob(entries)
                 blob.withUnsafeBytes { sqlite3_result_blob(context, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1),
                                                            Int32($0.count), storectl_sqlite_transient()) }
             } catch {
                 sqlite3_result_error(context, "storectl_field_hashes: \(error)", -1)
             }
-        }, nil)
-        sqlite3_create_function_v2(db, "storectl_field_hash", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil,
-                                   { context, argc, argv in
+        }, release)
+        sqlite3_create_function_v2(db, "storectl_field_hashes_of", -1, flags, retained(), { context, argc, argv in
+            guard argc % 2 == 0 else {
+                sqlite3_result_error(context, "storectl_field_hashes_of: names and values come in pairs", -1)
+                return
+            }
+            do {
+                var entries: [(UInt32, UInt64)] = []
+                entries.reserveCapacity(Int(argc) / 2)
+                for i in stride(from: 0, to: Int(argc), by: 2) {
+                    entries.append(try FieldHashes.text(argv?[i]) { name in
+                        try FieldHashes.text(argv?[i + 1]) { value in try FieldHashes.hasher(context).entry(name: name, value: value) }
+                    })
+                }
+                Hasher.blob(entries).withUnsafeBytes {
+                    sqlite3_result_blob(context, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count),
+                                        storectl_sqlite_transient())
+                }
+            } catch {
+                sqlite3_result_error(context, "storectl_field_hashes_of: \(error)", -1)
+            }
+        }, nil, nil, release)
+        sqlite3_create_function_v2(db, "storectl_field_hash", 2, flags, retained(), { context, argc, argv in
             guard argc == 2, let argv else { return }
             do {
-                let hash = FieldHashes.bigEndian(try FieldHashes.valueHash(name: FieldHashes.bytes(argv[0]), value: FieldHashes.bytes(argv[1])))
-                hash.withUnsafeBytes { sqlite3_result_blob(context, $0.baseAddress, 8, storectl_sqlite_transient()) }
+                let hash = try FieldHashes.text(argv[0]) { name in
+                    try FieldHashes.text(argv[1]) { value in try FieldHashes.hasher(context).valueHash(name: name, value: value) }
+                }
+                withUnsafeBytes(of: hash.bigEndian) {
+                    sqlite3_result_blob(context, $0.baseAddress, 8, storectl_sqlite_transient())
+                }
             } catch {
                 sqlite3_result_error(context, "storectl_field_hash: \(error)", -1)
             }
-        }, nil, nil, nil)
-        sqlite3_create_function_v2(db, "storectl_base_field", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nil,
-                                   { context, argc, argv in
+        }, nil, nil, release)
+        sqlite3_create_function_v2(db, "storectl_base_field", 2, flags, retained(), { context, argc, argv in
             guard argc == 2, let argv, let base = argv[0], sqlite3_value_type(base) == SQLITE_BLOB else {
                 sqlite3_result_null(context)
                 return
             }
             do {
-                guard let first = try FieldHashes.valueHashes(in: FieldHashes.bytes(base), name: FieldHashes.bytes(argv[1])).first else {
+                let bytes = Int(sqlite3_value_bytes(base))
+                let hashes = try FieldHashes.text(argv[1]) { name in
+                    try FieldHashes.hasher(context).valueHashes(
+                        in: UnsafeRawBufferPointer(start: bytes > 0 ? sqlite3_value_blob(base) : nil, count: bytes), name: name)
+                }
+                guard let first = hashes.first else {
                     sqlite3_result_null(context)
                     return
                 }
-                FieldHashes.bigEndian(first).withUnsafeBytes {
+                withUnsafeBytes(of: first.bigEndian) {
                     sqlite3_result_blob(context, $0.baseAddress, 8, storectl_sqlite_transient())
                 }
             } catch {
                 sqlite3_result_error(context, "storectl_base_field: \(error)", -1)
             }
-        }, nil, nil, nil)
+        }, nil, nil, release)
     }
 
     fileprivate final class Accumulator {
-        var fields: [(name: [UInt8], value: [UInt8])] = []
+        var entries: [(UInt32, UInt64)] = []
+        var failure: String?
     }
 
-    /// The bytes of an argument as SQLite renders it as text (NULL: none).
-    fileprivate static func bytes(_ value: OpaquePointer?) -> [UInt8] {
-        guard let value, let text = sqlite3_value_text(value) else { return [] }
-        return Array(UnsafeBufferPointer(start: text, count: Int(sqlite3_value_bytes(value))))
+    fileprivate static func hasher(_ context: OpaquePointer?) -> Hasher {
+        Unmanaged<Hasher>.fromOpaque(sqlite3_user_data(context)!).takeUnretainedValue()
+    }
+
+    /// Calls `body` with the bytes of an argument as SQLite renders it as text (NULL: none), without a copy.
+    fileprivate static func text<T>(_ value: OpaquePointer?, _ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
+        guard let value, let text = sqlite3_value_text(value) else { return try body(UnsafeRawBufferPointer(start: nil, count: 0)) }
+        return try body(UnsafeRawBufferPointer(start: text, count: Int(sqlite3_value_bytes(value))))
     }
 }
