@@ -112,6 +112,9 @@ extension StoreHandle {
             log("triggers: regenerated for \(regenerated.tables.count) table(s)")
             let after = try Mirror.entityMaps(db)
             let synced = try MirrorState.meta(db, .baselineContainer) != nil
+            // A record map made before its bases were fingerprints is converted first (the comparison below reads
+            // fingerprints), with the values of columns the file dropped kept in `extra`.
+            if synced { try MirrorState.hashBases(db) }
             // Parents first: a child's fields name its parent by record name, which the parent's pass may move.
             for e in EntityMap.parentFirst(after) {
                 guard let old = before.first(where: { $0.name == e.name }) else { continue }
@@ -284,9 +287,8 @@ extension StoreHandle {
         // this row's values). One statement for the whole table.
         let changed = """
             (SELECT json_group_array(f.key) FROM json_each(l.fields) f
-             WHERE storectl_base_field(r.base, json_quote(f.key)) IS NOT NULL
-               AND storectl_base_field(r.base, json_quote(f.key)) IS NOT storectl_field_hash(json_quote(f.key),
-                   \(FieldHashes.canonicalSQL(type: "f.type", value: "f.value"))))
+             WHERE storectl_base_has(r.base, json_quote(f.key),
+                                     \(FieldHashes.canonicalSQL(type: "f.type", value: "f.value"))) = 0)
             """
         try db.run("""
             INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed, tombstone)

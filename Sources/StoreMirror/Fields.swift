@@ -171,8 +171,6 @@ struct FieldCodec {
             """, [base, overlay, columnsJSON])?.string ?? base
     }
 
-    /// The columns whose values differ between two fields objects (all of `columns` when `a` is nil). A field
-    /// missing on one side counts as NULL.
     /// The columns whose values in `fields` differ from the record map's `base` (`FieldHashes`; a record's fields
     /// as JSON text compare as `differing(_:_:columns:)`): every column when there is no base. A field either side
     /// lacks counts as null.
@@ -209,6 +207,8 @@ struct FieldCodec {
         Array((try db.scalar("SELECT json_quote(?1)", [column])?.string ?? "").utf8)
     }
 
+    /// The columns whose values differ between two fields objects (all of `columns` when `a` is nil). A field
+    /// missing on one side counts as NULL.
     func differing(_ a: String?, _ b: String, columns: [String]) throws -> [String] {
         guard let a else { return columns }
         let statement = try db.cached("""
@@ -232,9 +232,6 @@ extension FieldHashes {
         "CASE \(type) WHEN 'real' THEN \(ValueJSON.real(value)) ELSE json_quote(\(value)) END"
     }
 
-    /// SQL for the record map's base (`FieldHashes`) of the record fields `expression` (JSON text); a blob passes
-    /// through unchanged (a base already hashed) and NULL stays NULL. `expression` is evaluated up to three
-    /// times: give a column or a parameter.
     /// SQL for the base of `record` (JSON text of a record whose keys are exactly `columns`, every one present):
     /// the same blob as `sql(_:)`, one `json_extract` a field instead of a walk of the JSON.
     public static func sql(record: String, columns: [String]) -> String {
@@ -245,6 +242,9 @@ extension FieldHashes {
         }.joined(separator: ", ") + ")"
     }
 
+    /// SQL for the record map's base (`FieldHashes`) of the record fields `expression` (JSON text); a blob passes
+    /// through unchanged (a base already hashed) and NULL stays NULL. `expression` is evaluated up to three
+    /// times: give a column or a parameter.
     public static func sql(_ expression: String) -> String {
         "CASE WHEN typeof(\(expression)) = 'text' THEN (SELECT storectl_field_hashes(json_quote(key), "
             + "\(canonicalSQL(type: "type", value: "value"))) FROM json_each(\(expression))) ELSE \(expression) END"

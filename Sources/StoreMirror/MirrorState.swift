@@ -86,20 +86,28 @@ public enum MirrorState {
 
     /// Converts, once, the bases of a record map made before they were fingerprints (`FieldHashes`): first the
     /// fields the local table lacks (columns dropped here, or added elsewhere first) go into `extra`, where they
-    /// keep travelling with the row, then each base becomes its hashes. One transaction: a crash leaves the old
-    /// map whole, converted again at the next open.
-    static func hashBases(_ db: Connection) throws {
+    /// keep travelling with the row, then each base becomes its hashes (a base that is not a JSON object becomes
+    /// none: every field then counts as changed). One transaction: a crash leaves the old map whole, converted
+    /// again at the next open. Runs from `install`, and before `migrate --sql` compares rows with their bases.
+    public static func hashBases(_ db: Connection) throws {
         guard try StoreMeta.value(db, .recordMapBase) != "hashes" else { return }
         try db.transaction {
             guard try StoreMeta.value(db, .recordMapBase) != "hashes" else { return }
+            // `extra` keeps what it holds (a column added here since, not filled yet, is filled from it by the next
+            // sync) and gains the fields of the base the table lacks.
             try db.execute("""
-                UPDATE _storectl_records SET extra = coalesce((
-                    SELECT CASE WHEN count(*) = 0 THEN NULL
-                                ELSE json_group_object(b.key, \(FieldCodec.jsonOf("b.type", "b.value"))) END
-                    FROM json_each(_storectl_records.base) b
-                    WHERE b.key NOT IN (SELECT name FROM pragma_table_info(_storectl_records.entity))), extra)
-                WHERE typeof(base) = 'text' AND deleted = 0;
-                UPDATE _storectl_records SET base = \(FieldHashes.sql("base")) WHERE typeof(base) = 'text';
+                UPDATE _storectl_records SET extra = (
+                    SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_object(k, v) END FROM (
+                        SELECT x.key AS k, \(FieldCodec.jsonOf("x.type", "x.value")) AS v
+                        FROM json_each(coalesce(_storectl_records.extra, '{}')) x
+                        UNION ALL
+                        SELECT b.key, \(FieldCodec.jsonOf("b.type", "b.value")) FROM json_each(_storectl_records.base) b
+                        WHERE b.key NOT IN (SELECT name FROM pragma_table_info(_storectl_records.entity))
+                          AND b.key NOT IN (SELECT key FROM json_each(coalesce(_storectl_records.extra, '{}')))))
+                WHERE typeof(base) = 'text' AND deleted = 0 AND json_valid(base) AND json_type(base) = 'object'
+                  AND (extra IS NULL OR json_valid(extra));
+                UPDATE _storectl_records SET base = CASE WHEN json_valid(base) AND json_type(base) = 'object'
+                    THEN \(FieldHashes.sql("base")) END WHERE typeof(base) = 'text';
                 """)
             try StoreMeta.set(db, .recordMapBase, "hashes")
         }

@@ -1074,8 +1074,8 @@ final class RecordApplier {
                             FROM _storectl_records r
                             WHERE r.entity = ?1 AND r.pk = \(child.pkJSON("t")) AND r.deleted = 0
                               AND typeof(r.base) = 'blob' AND t.\(c) IS NOT ?5
-                              AND storectl_base_field(r.base, json_quote(?4))
-                                  = storectl_field_hash(json_quote(?4), \(FieldHashes.canonicalSQL(type: "typeof(?5)", value: "?5")))
+                              AND storectl_base_has(r.base, json_quote(?4),
+                                                    \(FieldHashes.canonicalSQL(type: "typeof(?5)", value: "?5"))) = 1
                               AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE h.seq > ?2 AND h.entity = ?1
                                               AND h.pk = r.pk AND h.author <> ?3
                                               AND (h.op <> 'U' OR EXISTS (SELECT 1 FROM json_each(h.changed) c

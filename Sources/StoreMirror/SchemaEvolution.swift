@@ -64,10 +64,9 @@ enum SchemaEvolution {
         return filled
     }
 
-    /// For every entity whose columns changed since the last export (meta `columns:<table>`): carries the values of
-    /// dropped columns in `extra`, and writes a history row (author `rescan`) for each row whose values differ from
+    /// For every entity whose columns changed since the last export (meta `columns:<table>`): writes a history row (author `rescan`) for each row whose values differ from
     /// its last synced record, so that the export sends it. Returns how many rows it found.
-    static func rescan(_ db: Connection, entities: [EntityMap], cloud: any CloudDatabase, zone: String) throws -> Int {
+    static func rescan(_ db: Connection, entities: [EntityMap]) throws -> Int {
         var found = 0
         for e in entities {
             let now = try e.fieldColumnsJSON(db)
@@ -75,7 +74,6 @@ enum SchemaEvolution {
             if before == now { continue }
             if before == nil,
                try db.scalar("SELECT 1 FROM _storectl_records WHERE entity = ? LIMIT 1", [e.name]) == nil { continue }
-            try keepDroppedFields(db, e, before: before, now: now, cloud: cloud, zone: zone)
             // A column the last synced record lacks differs only when the row holds something other than the
             // column's default: `ALTER TABLE ... ADD COLUMN` writes the default into every row, which is no change.
             var defaults = "NULL"
@@ -90,10 +88,9 @@ enum SchemaEvolution {
                 SELECT pk, changed FROM (
                     SELECT r.pk AS pk, (
                         SELECT json_group_array(f.key) FROM json_each(\(fields)) f
-                        WHERE CASE WHEN storectl_base_field(r.base, json_quote(f.key)) IS NOT NULL
-                            THEN storectl_base_field(r.base, json_quote(f.key)) IS NOT storectl_field_hash(
-                                json_quote(f.key), \(FieldHashes.canonicalSQL(type: "f.type", value: "f.value")))
-                            ELSE f.value IS NOT (\(defaults)) END) AS changed
+                        WHERE CASE storectl_base_has(r.base, json_quote(f.key),
+                                                     \(FieldHashes.canonicalSQL(type: "f.type", value: "f.value")))
+                            WHEN 1 THEN 0 WHEN 0 THEN 1 ELSE f.value IS NOT (\(defaults)) END) AS changed
                     FROM _storectl_records r CROSS JOIN main.\(e.quotedName) t
                     WHERE r.entity = ?1 AND r.deleted = 0 AND r.change_tag IS NOT NULL AND typeof(r.base) = 'blob'
                       AND \(e.pkMatches("t", json: "r.pk")))
@@ -111,14 +108,50 @@ enum SchemaEvolution {
         return found
     }
 
-    /// The fields of columns dropped here since the last export (`before` minus `now`) travel on with each synced
-    /// row in `extra`, so that devices which still have the column never lose its value. The record map keeps no
-    /// values (`FieldHashes`): they come from the cloud's records that are still the version last synced here (a
-    /// newer one brings its fields with the import). One walk of the zone, only when a column was dropped.
-    private static func keepDroppedFields(_ db: Connection, _ e: EntityMap, before: String?, now: String,
-                                          cloud: any CloudDatabase, zone: String) throws
+    /// The fields of columns dropped here since the last export (meta `columns:<table>` minus the table's
+    /// columns) travel on with each synced row in `extra`, so that devices which still have the column never
+    /// lose its value. The record map keeps no values (`FieldHashes`): they come from the cloud's records that are
+    /// still the version last synced here (a newer one brings its fields with the import). One walk of the zone,
+    /// only while a row waits for them, each page in a short transaction of its own (app writes go on between
+    /// them; the walk can stop anywhere and starts again at the next sync). Returns how many rows it filled.
+    static func keepDroppedFields(_ db: Connection, entities: [EntityMap], cloud: any CloudDatabase, zone: String)
+        throws -> Int
     {
-        guard let before else { return }
+        var waiting: [(EntityMap, String)] = []
+        for e in entities {
+            let now = try e.fieldColumnsJSON(db)
+            guard let before = try MirrorState.meta(db, .columns(e.name)), before != now else { continue }
+            if try droppedFieldsWait(db, e, before: before, now: now) { waiting.append((e, now)) }
+        }
+        guard !waiting.isEmpty else { return 0 }
+        let byType = Dictionary(uniqueKeysWithValues: waiting.map { ($0.0.name, $0.1) })
+        let update = try db.cached("""
+            UPDATE _storectl_records SET extra = (
+                SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_object(f.key, \(FieldCodec.jsonOf("f.type", "f.value"))) END
+                FROM json_each(?3) f WHERE f.key NOT IN (SELECT value FROM json_each(?4)))
+            WHERE record_name = ?1 AND entity = ?2 AND change_tag = ?5 AND deleted = 0 AND typeof(base) = 'blob'
+            """)
+        var filled = 0
+        var token: ServerChangeToken?
+        while true {
+            let batch = try cloud.fetchChanges(zone: zone, since: token, limit: 1000, excludingDevice: nil)
+            try db.transaction {
+                for record in batch.records where !record.deleted {
+                    guard let now = byType[record.recordType] else { continue }
+                    try update.bind([record.recordName, record.recordType, record.fields, now, record.changeTag])
+                    _ = try update.step()
+                    filled += db.changes
+                }
+            }
+            token = batch.token
+            if !batch.moreComing { break }
+        }
+        return filled
+    }
+
+    /// Whether a synced row of `e` has, in its base, a field of a column dropped since `before` that its `extra`
+    /// does not hold.
+    private static func droppedFieldsWait(_ db: Connection, _ e: EntityMap, before: String, now: String) throws -> Bool {
         let droppedJSON = try db.scalar("""
             SELECT json_group_array(value) FROM json_each(?1) WHERE value NOT IN (SELECT value FROM json_each(?2))
             """, [before, now])?.string ?? "[]"
@@ -129,22 +162,6 @@ enum SchemaEvolution {
                           AND (r.extra IS NULL OR json_type(r.extra, '$.' || json_quote(d.value)) IS NULL))
             LIMIT 1
             """, [e.name, droppedJSON])
-        guard waiting != nil else { return }
-        let update = try db.cached("""
-            UPDATE _storectl_records SET extra = (
-                SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_object(f.key, \(FieldCodec.jsonOf("f.type", "f.value"))) END
-                FROM json_each(?3) f WHERE f.key NOT IN (SELECT value FROM json_each(?4)))
-            WHERE record_name = ?1 AND entity = ?2 AND change_tag = ?5 AND deleted = 0
-            """)
-        var token: ServerChangeToken?
-        while true {
-            let batch = try cloud.fetchChanges(zone: zone, since: token, limit: 1000, excludingDevice: nil)
-            for record in batch.records where record.recordType == e.name && !record.deleted {
-                try update.bind([record.recordName, e.name, record.fields, now, record.changeTag])
-                _ = try update.step()
-            }
-            token = batch.token
-            if !batch.moreComing { break }
-        }
+        return waiting != nil
     }
 }

@@ -19,6 +19,7 @@ import StoreCrypto
 ///
 ///     SELECT storectl_field_hashes(json_quote(key), json_quote(value)) FROM json_each(fields)  -- reals: see above
 ///     SELECT storectl_field_hashes_of(json_quote('title'), json_quote(title), ...)   -- the same, from columns
+///     SELECT storectl_base_has(base, json_quote('title'), json_quote(title))   -- 1 or 0, NULL when it lacks the field
 ///     SELECT storectl_base_field(base, json_quote('title'))   -- 8-byte blob, NULL when the base lacks it
 public enum FieldHashes {
     /// Bytes per field.
@@ -120,11 +121,14 @@ public enum FieldHashes {
         }
     }
 
-    /// Registers, with a `Hasher` of the connection's own, `storectl_field_hashes(name, value)` (aggregate: the
-    /// base of the fields given, an empty blob for none), `storectl_field_hashes_of(name, value, ...)` (the same of
-    /// the pairs given, for a record whose fields are known: no JSON to walk), `storectl_field_hash(name, value)` (one field's 8-byte
-    /// value hash) and `storectl_base_field(base, name)` (the value hash `base` holds for `name`, NULL when it lacks
-    /// the field or is not a base).
+    /// Registers, with a `Hasher` of the connection's own:
+    /// - `storectl_field_hashes(name, value)`: aggregate, the base of the fields given (an empty blob for none);
+    /// - `storectl_field_hashes_of(name, value, ...)`: the same of the pairs given, for a record whose fields are
+    ///   known (no JSON to walk);
+    /// - `storectl_base_has(base, name, value)`: 1 when `base` holds that value for the field, 0 when another, NULL
+    ///   when it lacks the field or is not a base;
+    /// - `storectl_base_field(base, name)`: the value hash `base` holds for `name` (the first when names collide),
+    ///   NULL as above.
     static func register(_ db: OpaquePointer) {
         let flags = SQLITE_UTF8 | SQLITE_DETERMINISTIC
         let release: @convention(c) (UnsafeMutableRawPointer?) -> Void = { pointer in
@@ -195,17 +199,25 @@ public enum FieldHashes {
                 sqlite3_result_error(context, "storectl_field_hashes_of: \(error)", -1)
             }
         }, nil, nil, release)
-        sqlite3_create_function_v2(db, "storectl_field_hash", 2, flags, retained(), { context, argc, argv in
-            guard argc == 2, let argv else { return }
+        sqlite3_create_function_v2(db, "storectl_base_has", 3, flags, retained(), { context, argc, argv in
+            guard argc == 3, let argv, let base = argv[0], sqlite3_value_type(base) == SQLITE_BLOB else {
+                sqlite3_result_null(context)
+                return
+            }
             do {
-                let hash = try FieldHashes.text(argv[0]) { name in
-                    try FieldHashes.text(argv[1]) { value in try FieldHashes.hasher(context).valueHash(name: name, value: value) }
+                let bytes = Int(sqlite3_value_bytes(base))
+                let holds = try FieldHashes.text(argv[1]) { name in
+                    try FieldHashes.text(argv[2]) { value -> Bool? in
+                        let hasher = FieldHashes.hasher(context)
+                        let hashes = try hasher.valueHashes(
+                            in: UnsafeRawBufferPointer(start: bytes > 0 ? sqlite3_value_blob(base) : nil, count: bytes),
+                            name: name)
+                        return hashes.isEmpty ? nil : hashes.contains(try hasher.valueHash(name: name, value: value))
+                    }
                 }
-                withUnsafeBytes(of: hash.bigEndian) {
-                    sqlite3_result_blob(context, $0.baseAddress, 8, storectl_sqlite_transient())
-                }
+                if let holds { sqlite3_result_int(context, holds ? 1 : 0) } else { sqlite3_result_null(context) }
             } catch {
-                sqlite3_result_error(context, "storectl_field_hash: \(error)", -1)
+                sqlite3_result_error(context, "storectl_base_has: \(error)", -1)
             }
         }, nil, nil, release)
         sqlite3_create_function_v2(db, "storectl_base_field", 2, flags, retained(), { context, argc, argv in

@@ -85,7 +85,9 @@ public final class Statement {
         case .textBytes(let b):
             rc = b.withUnsafeBufferPointer { bytes in bindText(bytes, at: i) }
         case .blob(let b):
-            rc = b.withUnsafeBytes { raw in
+            // "If the third parameter to sqlite3_bind_blob() is a NULL pointer then ... the end result is the same
+            // as sqlite3_bind_null()": an empty array may have no storage, and an empty blob is not NULL.
+            rc = b.isEmpty ? sqlite3_bind_zeroblob(handle, i, 0) : b.withUnsafeBytes { raw in
                 sqlite3_bind_blob(handle, i, raw.baseAddress, Int32(raw.count), storectl_sqlite_transient())
             }
         }

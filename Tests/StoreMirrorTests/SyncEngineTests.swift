@@ -55,6 +55,29 @@ final class SyncEngineTests: XCTestCase {
         XCTAssertEqual(try b.scalar("SELECT printf('%!.17g', updated_at) FROM notes")?.string, "0.30000000000000004")
     }
 
+    /// An empty blob stays an empty blob on the other store, not NULL, on the set-based import and on the merge of a
+    /// record into a row with a local change, and its row is not sent again.
+    func testAnEmptyBlobArrivesAsAnEmptyBlob() throws {
+        let f = try MirrorFixture()
+        let a = try f.store("a")
+        let b = try f.store("b")
+        try f.write(a, "INSERT INTO settings VALUES ('empty', x''), ('null', NULL)")
+        try f.write(a, "INSERT INTO notes(uuid, title, body) VALUES ('u1', 'one', 'text')")
+        try f.sync(a)
+        try f.sync(b)
+        XCTAssertEqual(try f.rows(b, "SELECT key, typeof(value), length(value) FROM settings"),
+                       ["empty|blob|0", "null|null|NULL"])
+        try f.write(a, "UPDATE notes SET body = x''")
+        try f.write(b, "UPDATE notes SET title = 'one by b'")
+        try f.sync(a)
+        try f.sync(b)
+        XCTAssertEqual(try f.rows(b, "SELECT title, typeof(body), length(body) FROM notes"), ["one by b|blob|0"])
+        try f.sync(a)
+        XCTAssertEqual(try f.rows(a, "SELECT title, typeof(body), length(body) FROM notes"), ["one by b|blob|0"])
+        XCTAssertEqual(try f.mirror(a).exportChanges(baseline: true).saved, 0)
+        XCTAssertEqual(try f.mirror(b).exportChanges(baseline: true).saved, 0)
+    }
+
     func testRowsTravelBetweenStoresAndDeletesFlowBothWays() throws {
         let f = try MirrorFixture()
         let a = try f.store("a")
