@@ -51,10 +51,6 @@ public enum FieldHashes {
             return hash
         }
 
-        public func nameHash(_ name: [UInt8]) throws -> UInt32 {
-            try name.withUnsafeBytes { try nameHash($0) }
-        }
-
         /// The 8-byte hash of a field name and value (both JSON).
         public func valueHash(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws -> UInt64 {
             try context().sha256Prefix(tag: 1, name, value)
@@ -79,13 +75,6 @@ public enum FieldHashes {
                 withUnsafeBytes(of: value.bigEndian) { blob.append(contentsOf: $0) }
             }
             return blob
-        }
-
-        /// The base of `fields`: (name, value) pairs as JSON.
-        public func make(_ fields: [(name: [UInt8], value: [UInt8])]) throws -> [UInt8] {
-            Self.blob(try fields.map { field in
-                try field.name.withUnsafeBytes { n in try field.value.withUnsafeBytes { v in try entry(name: n, value: v) } }
-            })
         }
 
         /// The value hashes `base` holds for the field `name` (JSON string): none when it lacks the field, more
