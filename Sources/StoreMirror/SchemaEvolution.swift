@@ -158,7 +158,7 @@ enum SchemaEvolution {
         // Only rows whose base holds one of them and whose extra does not yet.
         let waiting = try db.scalar("""
             SELECT 1 FROM _storectl_records r WHERE r.entity = ?1 AND r.deleted = 0 AND typeof(r.base) = 'blob'
-              AND EXISTS (SELECT 1 FROM json_each(?2) d WHERE storectl_base_field(r.base, json_quote(d.value)) IS NOT NULL
+              AND EXISTS (SELECT 1 FROM json_each(?2) d WHERE storectl_base_has(r.base, json_quote(d.value), '') IS NOT NULL
                           AND (r.extra IS NULL OR json_type(r.extra, '$.' || json_quote(d.value)) IS NULL))
             LIMIT 1
             """, [e.name, droppedJSON])

@@ -110,8 +110,8 @@ public final class Connection {
     ///   export wraps such text (`{"$text": HEX}`) so that it travels byte for byte.
     /// - `storectl_unhex(hex, kind)`: the bytes of `hex` as text (`kind` 'text') or as a blob; NULL when `hex` is
     ///   not hex digits.
-    /// - `storectl_field_hashes`, `storectl_field_hashes_of`, `storectl_base_has`, `storectl_base_field`: the record
-    ///   map's base (see `FieldHashes`).
+    /// - `storectl_field_hashes`, `storectl_field_hashes_of`, `storectl_base_has`: the record map's base (see
+    ///   `FieldHashes`).
     private static func registerFunctions(_ db: OpaquePointer) {
         FieldHashes.register(db)
         // "The sixth, seventh and eighth parameters passed to the three "sqlite3_create_function*" functions, xFunc,

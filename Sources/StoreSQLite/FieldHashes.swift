@@ -20,7 +20,6 @@ import StoreCrypto
 ///     SELECT storectl_field_hashes(json_quote(key), json_quote(value)) FROM json_each(fields)  -- reals: see above
 ///     SELECT storectl_field_hashes_of(json_quote('title'), json_quote(title), ...)   -- the same, from columns
 ///     SELECT storectl_base_has(base, json_quote('title'), json_quote(title))   -- 1 or 0, NULL when it lacks the field
-///     SELECT storectl_base_field(base, json_quote('title'))   -- 8-byte blob, NULL when the base lacks it
 public enum FieldHashes {
     /// Bytes per field.
     public static let entrySize = 12
@@ -99,13 +98,16 @@ public enum FieldHashes {
         }
 
         /// Whether `base` has `value` (JSON) for the field `name`; nil when it lacks the field.
+        public func holds(in base: UnsafeRawBufferPointer, name: UnsafeRawBufferPointer,
+                          value: UnsafeRawBufferPointer) throws -> Bool? {
+            let hashes = try valueHashes(in: base, name: name)
+            if hashes.isEmpty { return nil }
+            return hashes.contains(try valueHash(name: name, value: value))
+        }
+
         public func holds(_ base: [UInt8], name: [UInt8], value: [UInt8]) throws -> Bool? {
             try base.withUnsafeBytes { b in
-                try name.withUnsafeBytes { n in
-                    let hashes = try valueHashes(in: b, name: n)
-                    if hashes.isEmpty { return nil }
-                    return hashes.contains(try value.withUnsafeBytes { try valueHash(name: n, value: $0) })
-                }
+                try name.withUnsafeBytes { n in try value.withUnsafeBytes { try holds(in: b, name: n, value: $0) } }
             }
         }
     }
@@ -115,9 +117,7 @@ public enum FieldHashes {
     /// - `storectl_field_hashes_of(name, value, ...)`: the same of the pairs given, for a record whose fields are
     ///   known (no JSON to walk);
     /// - `storectl_base_has(base, name, value)`: 1 when `base` holds that value for the field, 0 when another, NULL
-    ///   when it lacks the field or is not a base;
-    /// - `storectl_base_field(base, name)`: the value hash `base` holds for `name` (the first when names collide),
-    ///   NULL as above.
+    ///   when it lacks the field or is not a base.
     static func register(_ db: OpaquePointer) {
         let flags = SQLITE_UTF8 | SQLITE_DETERMINISTIC
         let release: @convention(c) (UnsafeMutableRawPointer?) -> Void = { pointer in
@@ -196,39 +196,15 @@ public enum FieldHashes {
             do {
                 let bytes = Int(sqlite3_value_bytes(base))
                 let holds = try FieldHashes.text(argv[1]) { name in
-                    try FieldHashes.text(argv[2]) { value -> Bool? in
-                        let hasher = FieldHashes.hasher(context)
-                        let hashes = try hasher.valueHashes(
+                    try FieldHashes.text(argv[2]) { value in
+                        try FieldHashes.hasher(context).holds(
                             in: UnsafeRawBufferPointer(start: bytes > 0 ? sqlite3_value_blob(base) : nil, count: bytes),
-                            name: name)
-                        return hashes.isEmpty ? nil : hashes.contains(try hasher.valueHash(name: name, value: value))
+                            name: name, value: value)
                     }
                 }
                 if let holds { sqlite3_result_int(context, holds ? 1 : 0) } else { sqlite3_result_null(context) }
             } catch {
                 sqlite3_result_error(context, "storectl_base_has: \(error)", -1)
-            }
-        }, nil, nil, release)
-        sqlite3_create_function_v2(db, "storectl_base_field", 2, flags, retained(), { context, argc, argv in
-            guard argc == 2, let argv, let base = argv[0], sqlite3_value_type(base) == SQLITE_BLOB else {
-                sqlite3_result_null(context)
-                return
-            }
-            do {
-                let bytes = Int(sqlite3_value_bytes(base))
-                let hashes = try FieldHashes.text(argv[1]) { name in
-                    try FieldHashes.hasher(context).valueHashes(
-                        in: UnsafeRawBufferPointer(start: bytes > 0 ? sqlite3_value_blob(base) : nil, count: bytes), name: name)
-                }
-                guard let first = hashes.first else {
-                    sqlite3_result_null(context)
-                    return
-                }
-                withUnsafeBytes(of: first.bigEndian) {
-                    sqlite3_result_blob(context, $0.baseAddress, 8, storectl_sqlite_transient())
-                }
-            } catch {
-                sqlite3_result_error(context, "storectl_base_field: \(error)", -1)
             }
         }, nil, nil, release)
     }
