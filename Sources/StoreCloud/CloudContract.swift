@@ -1,3 +1,4 @@
+import FoundationEssentials
 import StoreBase
 
 /// The rules every `CloudDatabase` backend applies the same way, stated once: what a malformed request is, where
@@ -104,5 +105,59 @@ public enum CloudContract {
                              hint: "check cloud.container and cloud.url in the config")
         }
         return number
+    }
+}
+
+// MARK: Schema versions
+
+extension CloudContract {
+    /// The markers that hold a zone's schema versions are named with this prefix and the version in ten digits, so
+    /// that the newest sorts last (`schema-version/0000000002`).
+    public static let schemaMarkerPrefix = "schema-version/"
+
+    /// The marker name of schema version `version`.
+    public static func schemaMarkerName(_ version: Int) -> String {
+        let digits = String(max(0, version))
+        return schemaMarkerPrefix + String(repeating: "0", count: max(0, 10 - digits.count)) + digits
+    }
+
+    /// Refuses a schema version a marker name cannot hold, before anything is written.
+    /// - Throws: `CloudError(.invalid)`.
+    public static func checkSchemaVersion(_ version: Int) throws {
+        guard version > 0, version <= 9_999_999_999 else {
+            throw CloudError(.invalid, "a zone's schema version must be between 1 and 9999999999, got \(version)")
+        }
+    }
+
+    /// The marker's payload for a schema version: JSON with its version, file and the file's SHA-256.
+    public static func schemaPayload(_ v: ZoneSchemaVersion) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return (try? encoder.encode(v)).map { String(decoding: $0, as: UTF8.self) } ?? "{\"version\":\(v.version)}"
+    }
+
+    /// The schema version a marker holds; nil when its name or payload is not one (a container written by
+    /// something else: the version is then read from the name alone).
+    public static func schemaVersion(_ marker: Marker) -> ZoneSchemaVersion? {
+        guard marker.name.hasPrefix(schemaMarkerPrefix),
+              let version = Int(marker.name.dropFirst(schemaMarkerPrefix.count)), version > 0
+        else { return nil }
+        var v = (try? JSONDecoder().decode(ZoneSchemaVersion.self, from: Data(marker.payload.utf8)))
+            ?? ZoneSchemaVersion(version: version, sha256: "", file: "")
+        v.version = version
+        v.device = marker.createdBy
+        v.at = marker.createdAt
+        return v
+    }
+
+    /// The refusal of a save written at `writer` into a zone at `zone`.
+    public static func schemaAhead(zone: String, container: String, writer: Int, zoneVersion: ZoneSchemaVersion?)
+        -> CloudError
+    {
+        let at = zoneVersion.map { "schema version \($0.version)" } ?? "a later schema version"
+        return CloudError(.schemaAhead, "zone '\(zone)' of container '\(container)' is at \(at), and this store is at "
+                              + "version \(writer): nothing was saved",
+                          hint: "run the same data migration here first ('storectl migrate --sql FILE "
+                              + "--schema-version \(zoneVersion?.version ?? writer + 1)'), then sync")
     }
 }

@@ -231,6 +231,60 @@ public struct Marker: Sendable, Equatable, Codable {
     }
 }
 
+/// The schema version a zone's records are written at: raised by the first store that runs `storectl migrate
+/// --sql FILE --schema-version N` and syncs, so that a data migration is applied once per zone, not once per device.
+/// Kept as a marker of the zone (`CloudContract.schemaMarkerName`), so a purge resets it with the records.
+public struct ZoneSchemaVersion: Sendable, Equatable, Codable {
+    /// The version the zone's records are written at now.
+    public var version: Int
+    /// SHA-256 of the migration file that brought the zone there, as the device that raised it ran it.
+    public var sha256: String
+    /// That file's path as that device named it: a hint for the other devices, which run the same file.
+    public var file: String
+    /// The device (store id) that raised it, and when (filled from the marker; not part of its payload).
+    public var device: String
+    public var at: Double
+
+    public init(version: Int, sha256: String, file: String, device: String = "", at: Double = 0) {
+        self.version = version
+        self.sha256 = sha256
+        self.file = file
+        self.device = device
+        self.at = at
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case version, sha256, file
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        version = try c.decode(Int.self, forKey: .version)
+        sha256 = try c.decodeIfPresent(String.self, forKey: .sha256) ?? ""
+        file = try c.decodeIfPresent(String.self, forKey: .file) ?? ""
+        device = ""
+        at = 0
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(version, forKey: .version)
+        try c.encode(sha256, forKey: .sha256)
+        try c.encode(file, forKey: .file)
+    }
+}
+
+/// What `raiseSchemaVersion` did.
+public enum SchemaRaise: Sendable, Equatable {
+    /// The zone is now at the version asked for.
+    case raised(ZoneSchemaVersion)
+    /// The zone was at that version or a later one already (another device migrated first): nothing was written.
+    case alreadyAt(ZoneSchemaVersion)
+    /// Other devices saved this many records after the seq the caller has seen: they were written at the old
+    /// version and the caller's migration never transformed them, so the zone stays where it is.
+    case unseenChanges(Int64)
+}
+
 /// A device (a store, by its store id) that has talked to the container.
 public struct DeviceInfo: Sendable, Equatable, Codable {
     public var storeID: String
@@ -324,7 +378,22 @@ public protocol CloudDatabase: AnyObject {
     /// the mark with the seq of the batch's last saved record, in the same commit, and forgets the device's marks
     /// of older serials in the zone.
     /// - Throws: `CloudError` when the batch could not be attempted at all (nothing was saved then).
-    func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?) throws -> [SaveOutcome]
+    ///
+    /// With `schemaVersion`, the batch is refused whole (`CloudError(.schemaAhead)`, nothing saved) when the zone's
+    /// schema version is above it: a device that has not run the zone's data migration never writes values of the
+    /// old shape over the new ones. The check is made under the zone's write lock, so it cannot race a raise.
+    func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?) throws
+        -> [SaveOutcome]
+
+    /// The zone's schema version, or nil when no data migration ever raised it (version 0).
+    /// - Throws: `CloudError` (`.zoneNotFound` when the zone does not exist).
+    func schemaVersion(zone: String) throws -> ZoneSchemaVersion?
+
+    /// Raises the zone's schema version to `target.version`, atomically under the zone's write lock, when no other
+    /// device saved a record after `seenUpTo` (the caller has every record of the old version it transformed).
+    /// - Throws: `CloudError` (`.zoneNotFound`, `.permission`).
+    func raiseSchemaVersion(zone: String, to target: ZoneSchemaVersion, device: String, seenUpTo: Int64) throws
+        -> SchemaRaise
 
     /// The device's latest export mark in the zone, or nil when it never saved there with one.
     /// - Throws: `CloudError`.
@@ -395,7 +464,15 @@ extension CloudDatabase {
     /// Saves a batch without an export mark.
     /// - Throws: see `save(zone:_:device:mark:)`.
     public func save(zone: String, _ saves: [RecordSave], device: String) throws -> [SaveOutcome] {
-        try save(zone: zone, saves, device: device, mark: nil)
+        try save(zone: zone, saves, device: device, mark: nil, schemaVersion: nil)
+    }
+
+    /// Saves a batch without a schema version check.
+    /// - Throws: see `save(zone:_:device:mark:schemaVersion:)`.
+    public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?) throws
+        -> [SaveOutcome]
+    {
+        try save(zone: zone, saves, device: device, mark: mark, schemaVersion: nil)
     }
 
     /// Every change after `token`, at most `limit` records.
@@ -426,6 +503,8 @@ public struct CloudError: DiagnosedError, Equatable {
         case io
         /// The request was malformed.
         case invalid
+        /// The zone's schema version is above the writer's: it must run the zone's data migration first.
+        case schemaAhead
         /// Anything else.
         case other
     }
@@ -445,7 +524,7 @@ public struct CloudError: DiagnosedError, Equatable {
         case .containerMissing, .account: return .unavailable
         case .notAContainer, .invalid, .zoneReset: return .dataError
         case .zoneNotFound: return .unavailable
-        case .temporary: return .tempFail
+        case .temporary, .schemaAhead: return .tempFail
         case .permission: return .noPermission
         case .io: return .ioError
         case .other: return .software

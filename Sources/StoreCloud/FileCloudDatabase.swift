@@ -906,8 +906,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// its epoch and last seq under the write lock, the statements prepared), write each record on the condition of
     /// its expected tag (`SaveBatch.write`), then raise the zone's last seq and record the export mark
     /// (`SaveBatch.finish`).
-    public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?) throws
-        -> [SaveOutcome]
+    public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?)
+        throws -> [SaveOutcome]
     {
         if saves.isEmpty { return [] }
         try CloudContract.checkBatch(saves, zone: zone, device: device)
@@ -915,6 +915,12 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         return try translated("saving \(saves.count) records to zone '\(zone)'") {
             try db.transaction(.immediate) {
                 guard var batch = try SaveBatch(db: db, zone: zone, device: device) else { throw zoneNotFound(zone) }
+                if let schemaVersion, let current = try readSchemaVersion(zone: zone),
+                   current.version > schemaVersion
+                {
+                    throw CloudContract.schemaAhead(zone: zone, container: container, writer: schemaVersion,
+                                                    zoneVersion: current)
+                }
                 var outcomes: [SaveOutcome] = []
                 outcomes.reserveCapacity(saves.count)
                 for save in saves { outcomes.append(try batch.write(save)) }
@@ -1076,6 +1082,55 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                     throw CloudError(.other, "marker '\(name)' vanished while it was created")
                 }
                 return (created, marker)
+            }
+        }
+    }
+
+    public func schemaVersion(zone: String) throws -> ZoneSchemaVersion? {
+        try requireAccount()
+        return try translated("reading the schema version of zone '\(zone)'") {
+            guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else { throw zoneNotFound(zone) }
+            return try readSchemaVersion(zone: zone)
+        }
+    }
+
+    /// The newest schema-version marker of the zone.
+    private func readSchemaVersion(zone: String) throws -> ZoneSchemaVersion? {
+        guard let row = try db.query("""
+            SELECT name, created_by, created_at, payload FROM markers
+            WHERE zone = ? AND name >= ? AND name < ? ORDER BY name DESC LIMIT 1
+            """, [zone, CloudContract.schemaMarkerPrefix, CloudContract.schemaMarkerPrefix + "\u{7f}"]).first
+        else { return nil }
+        return CloudContract.schemaVersion(Marker(zone: zone, name: row[0].string ?? "", createdBy: row[1].string ?? "",
+                                                  createdAt: row[2].double ?? 0, payload: row[3].string ?? ""))
+    }
+
+    public func raiseSchemaVersion(zone: String, to target: ZoneSchemaVersion, device: String, seenUpTo: Int64)
+        throws -> SchemaRaise
+    {
+        try CloudContract.checkDevice(device)
+        try CloudContract.checkSchemaVersion(target.version)
+        try requireWritable()
+        return try translated("raising the schema version of zone '\(zone)'") {
+            try db.transaction(.immediate) {
+                guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else {
+                    throw zoneNotFound(zone)
+                }
+                if let current = try readSchemaVersion(zone: zone), current.version >= target.version {
+                    return .alreadyAt(current)
+                }
+                let unseen = try db.scalar("""
+                    SELECT count(*) FROM records WHERE zone = ? AND seq > ? AND modified_by <> ?
+                    """, [zone, seenUpTo, device])?.int64 ?? 0
+                if unseen > 0 { return .unseenChanges(unseen) }
+                try db.run("""
+                    INSERT INTO markers(zone, name, created_by, created_at, payload) VALUES (?, ?, ?, ?, ?)
+                    """, [zone, CloudContract.schemaMarkerName(target.version), device, Date().timeIntervalSince1970,
+                          CloudContract.schemaPayload(target)])
+                guard let raised = try readSchemaVersion(zone: zone) else {
+                    throw CloudError(.other, "the schema version of zone '\(zone)' vanished while it was raised")
+                }
+                return .raised(raised)
             }
         }
     }

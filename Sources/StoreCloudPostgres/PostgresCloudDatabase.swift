@@ -550,8 +550,19 @@ public final class PostgresCloudDatabase: CloudDatabase {
     ///
     /// - Throws: `CloudError`: `.invalid` for a malformed batch (nothing of it is saved), `.zoneNotFound`,
     ///   `.temporary` when the connection was lost or a lock timed out.
-    public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?) throws
-        -> [SaveOutcome]
+    public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?)
+        throws -> [SaveOutcome]
+    {
+        do {
+            return try save(zone: zone, saves, device: device, mark: mark, writtenAt: schemaVersion)
+        } catch let error as CloudError where error.kind == .schemaAhead {
+            throw CloudContract.schemaAhead(zone: zone, container: container, writer: schemaVersion ?? 0,
+                                            zoneVersion: try? self.schemaVersion(zone: zone))
+        }
+    }
+
+    private func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, writtenAt: Int?)
+        throws -> [SaveOutcome]
     {
         if saves.isEmpty { return [] }
         try CloudContract.checkBatch(saves, zone: zone, device: device)
@@ -585,11 +596,12 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 do {
                     if let copyRows {
                         return try withCopiedBatch(c, copyRows) {
-                            try saveNew(c, zone: zone, count: saves.count, from: .copied, device: device, mark: mark)
+                            try saveNew(c, zone: zone, count: saves.count, from: .copied, device: device, mark: mark,
+                                        writtenAt: writtenAt)
                         }
                     }
                     return try saveNew(c, zone: zone, count: saves.count, from: arrays(), device: device,
-                                       mark: mark)
+                                       mark: mark, writtenAt: writtenAt)
                 } catch let error as PGError where error.sqlState == "23505" {
                     return nil  // a record exists after all; rolled back, nothing was saved
                 }
@@ -599,10 +611,12 @@ public final class PostgresCloudDatabase: CloudDatabase {
         return try run(what) { c in
             if let copyRows {
                 return try withCopiedBatch(c, copyRows) {
-                    try saveConditionally(c, zone: zone, saves, from: .copied, device: device, mark: mark)
+                    try saveConditionally(c, zone: zone, saves, from: .copied, device: device, mark: mark,
+                                          writtenAt: writtenAt)
                 }
             }
-            return try saveConditionally(c, zone: zone, saves, from: arrays(), device: device, mark: mark)
+            return try saveConditionally(c, zone: zone, saves, from: arrays(), device: device, mark: mark,
+                                         writtenAt: writtenAt)
         }
     }
 
@@ -665,7 +679,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// The pipeline of a save: the zone lock, `statements`, the test delays; returns the lock's row and the
     /// results of `statements`.
     /// - Throws: `CloudError(.invalid)` when a record's fields are not a JSON object, `.zoneNotFound`; `PGError`.
-    private func pipelinedSave(_ c: PGConnection, zone: String, device: String, count: Int,
+    private func pipelinedSave(_ c: PGConnection, zone: String, device: String, count: Int, writtenAt: Int?,
                                _ statements: [PGQuery]) throws -> (lastSeq: Int64, epoch: String, results: [PGResult])
     {
         var queries: [PGQuery] = []
@@ -674,6 +688,16 @@ public final class PostgresCloudDatabase: CloudDatabase {
         }
         queries.append(PGQuery("SELECT last_seq, epoch FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone]))
         let lockIndex = queries.count - 1
+        if let writtenAt {
+            // A zone at a later schema version refuses the batch: a division by zero (SQLSTATE 22012), the one error
+            // plain SQL can raise on a condition, aborts the transaction before any record is written. Read under
+            // the zone's lock, which a raise takes too.
+            queries.append(PGQuery("""
+                SELECT 1 / (CASE WHEN EXISTS (SELECT 1 FROM \(s).markers WHERE zone = $1
+                    AND name COLLATE "C" > $2 AND name COLLATE "C" < $3) THEN 0 ELSE 1 END)
+                """, [zone, CloudContract.schemaMarkerName(writtenAt), CloudContract.schemaMarkerPrefix + "~"]))
+        }
+        let firstStatement = queries.count
         queries += statements
         // Wakes the `storectl watch` processes listening on the container (delivered when the save commits).
         queries.append(PostgresChangeListener.notifyQuery(channel: schemaName, zone: zone, device: device))
@@ -683,6 +707,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         let results: [PGResult]
         do {
             results = try c.pipeline(queries)
+        } catch let error as PGError where writtenAt != nil && error.sqlState == "22012" {
+            throw CloudError(.schemaAhead, "zone \(zone) is at a later schema version")
         } catch let error as PGError where error.sqlState == "22P02" || error.sqlState == "23514" {
             throw CloudError(.invalid, "cannot save \(count) records to zone \(zone): the fields of a "
                 + "record are not a JSON object (\(error.message)); nothing of the batch was saved",
@@ -692,7 +718,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         guard lock.rowCount == 1, let lastSeq = lock.int64(0, 0), let epoch = lock.string(0, 1) else {
             throw zoneNotFound(zone)
         }
-        return (lastSeq, epoch, Array(results[(lockIndex + 1)..<(lockIndex + 1 + statements.count)]))
+        return (lastSeq, epoch, Array(results[firstStatement..<(firstStatement + statements.count)]))
     }
 
     /// Where the statements of a save read the batch from: `unnest` of arrays sent as parameters (names, types,
@@ -721,12 +747,13 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// means a record of the batch exists, and the caller sends the batch the general way.
     /// - Throws: `PGError` (23505 among others), `CloudError`.
     private func saveNew(_ c: PGConnection, zone: String, count: Int, from batch: BatchSource, device: String,
-                         mark: ExportMark?) throws -> [SaveOutcome]
+                         mark: ExportMark?, writtenAt: Int?) throws -> [SaveOutcome]
     {
         let seq = "z.last_seq + i.ord"
         let (from, parameters) = batch.from
         let next = parameters.count + 2
-        let (lastSeq, epoch, _) = try pipelinedSave(c, zone: zone, device: device, count: count, [
+        let (lastSeq, epoch, _) = try pipelinedSave(c, zone: zone, device: device, count: count,
+                                                    writtenAt: writtenAt, [
             PGQuery("""
                 INSERT INTO \(s).records
                     (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
@@ -792,14 +819,15 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// - the result is the conflicts: each one's batch position and the server's record (NULLs when it has none).
     /// - Throws: `PGError`, `CloudError`.
     private func saveConditionally(_ c: PGConnection, zone: String, _ saves: [RecordSave], from batch: BatchSource,
-                                   device: String, mark: ExportMark?) throws -> [SaveOutcome]
+                                   device: String, mark: ExportMark?, writtenAt: Int?) throws -> [SaveOutcome]
     {
         let now = "extract(epoch FROM statement_timestamp())::float8"
         let (from, parameters) = batch.from
         // The parameters after the batch's: the device and the mark (serial, history seq, time).
         let p = (0..<4).map { "$\(parameters.count + 2 + $0)" }
         let (dev, serial, historySeq, time) = (p[0], p[1], p[2], p[3])
-        let (lastSeq, epoch, results) = try pipelinedSave(c, zone: zone, device: device, count: saves.count, [PGQuery("""
+        let (lastSeq, epoch, results) = try pipelinedSave(c, zone: zone, device: device, count: saves.count,
+                                                          writtenAt: writtenAt, [PGQuery("""
             WITH decided AS MATERIALIZED (
                 SELECT i.ord, i.record_name, i.record_type, i.fields, i.deleted, r.rid,
                        r.change_tag IS NOT DISTINCT FROM i.expected_tag AS ok,
@@ -909,6 +937,59 @@ public final class PostgresCloudDatabase: CloudDatabase {
                                  hint: "retry")
             }
             return (false, existing)
+        }
+    }
+
+    public func schemaVersion(zone: String) throws -> ZoneSchemaVersion? {
+        try run("cannot read the schema version of zone \(zone)") { c in
+            let r = try c.execute("""
+                SELECT m.name, m.created_by, m.created_at, m.payload FROM \(s).zones z
+                LEFT JOIN LATERAL (SELECT name, created_by, created_at, payload FROM \(s).markers
+                                   WHERE zone = z.name AND name COLLATE "C" >= $2 AND name COLLATE "C" < $3
+                                   ORDER BY name COLLATE "C" DESC LIMIT 1) m ON true
+                WHERE z.name = $1
+                """, [zone, CloudContract.schemaMarkerPrefix, CloudContract.schemaMarkerPrefix + "~"])
+            guard r.rowCount == 1 else { throw zoneNotFound(zone) }
+            guard let name = r.string(0, 0) else { return nil }
+            return CloudContract.schemaVersion(Marker(zone: zone, name: name, createdBy: r.string(0, 1) ?? "",
+                                                      createdAt: r.double(0, 2) ?? 0, payload: r.string(0, 3) ?? ""))
+        }
+    }
+
+    public func raiseSchemaVersion(zone: String, to target: ZoneSchemaVersion, device: String, seenUpTo: Int64)
+        throws -> SchemaRaise
+    {
+        try CloudContract.checkDevice(device)
+        try CloudContract.checkSchemaVersion(target.version)
+        let raised = try run("cannot raise the schema version of zone \(zone)") { c -> Int64? in
+            try c.transaction {
+                // The zone's lock, as a save takes it: no save and no other raise runs until this commits.
+                let lock = try c.execute("SELECT 1 FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone])
+                guard lock.rowCount == 1 else { throw zoneNotFound(zone) }
+                let r = try c.execute("""
+                    SELECT (SELECT count(*) FROM \(s).markers WHERE zone = $1 AND name COLLATE "C" >= $2
+                              AND name COLLATE "C" < $3),
+                           (SELECT count(*) FROM \(s).records WHERE zone = $1 AND seq > $4 AND modified_by <> $5)
+                    """, [zone, CloudContract.schemaMarkerName(target.version), CloudContract.schemaMarkerPrefix + "~",
+                          String(seenUpTo), device])
+                if (r.int64(0, 0) ?? 0) > 0 { return nil }
+                let unseen = r.int64(0, 1) ?? 0
+                if unseen > 0 { return unseen }
+                try c.execute("""
+                    INSERT INTO \(s).markers (zone, name, created_by, created_at, payload)
+                    VALUES ($1, $2, $3, extract(epoch FROM statement_timestamp())::float8, $4)
+                    """, [zone, CloudContract.schemaMarkerName(target.version), device,
+                          CloudContract.schemaPayload(target)])
+                return 0
+            }
+        }
+        guard let current = try schemaVersion(zone: zone) else {
+            throw CloudError(.other, "the schema version of zone \(zone) vanished while it was raised")
+        }
+        switch raised {
+        case nil: return .alreadyAt(current)
+        case 0: return .raised(current)
+        case let unseen?: return .unseenChanges(unseen)
         }
     }
 

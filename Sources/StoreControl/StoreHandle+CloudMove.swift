@@ -543,8 +543,16 @@ final class TakeInFilter: CloudDatabase {
     func fetchRecord(zone: String, recordName: String) throws -> CloudRecord? {
         try base.fetchRecord(zone: zone, recordName: recordName)
     }
-    func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?) throws -> [SaveOutcome] {
-        try base.save(zone: zone, saves, device: device, mark: mark)
+    func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?) throws
+        -> [SaveOutcome]
+    {
+        try base.save(zone: zone, saves, device: device, mark: mark, schemaVersion: schemaVersion)
+    }
+    func schemaVersion(zone: String) throws -> ZoneSchemaVersion? { try base.schemaVersion(zone: zone) }
+    func raiseSchemaVersion(zone: String, to target: ZoneSchemaVersion, device: String, seenUpTo: Int64) throws
+        -> SchemaRaise
+    {
+        try base.raiseSchemaVersion(zone: zone, to: target, device: device, seenUpTo: seenUpTo)
     }
     func exportState(zone: String, device: String) throws -> DeviceExportState? {
         try base.exportState(zone: zone, device: device)
