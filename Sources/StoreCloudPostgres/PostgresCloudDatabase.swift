@@ -983,14 +983,11 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 return 0
             }
         }
+        if let unseen = raised, unseen > 0 { return .unseenChanges(unseen) }
         guard let current = try schemaVersion(zone: zone) else {
             throw CloudError(.other, "the schema version of zone \(zone) vanished while it was raised")
         }
-        switch raised {
-        case nil: return .alreadyAt(current)
-        case 0: return .raised(current)
-        case let unseen?: return .unseenChanges(unseen)
-        }
+        return raised == nil ? .alreadyAt(current) : .raised(current)
     }
 
     public func marker(zone: String, name: String) throws -> Marker? {

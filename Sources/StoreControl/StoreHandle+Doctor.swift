@@ -189,6 +189,19 @@ private struct DoctorRun {
     /// Records that did not land: set aside, waiting for a parent, tombstones not sent, rows too large.
     mutating func checkRecords(_ db: Connection) throws {
         checks.append("records")
+        if let wait = try SchemaGate.wait(db) {
+            let file = wait.file.isEmpty ? "FILE" : wait.file
+            let migrate = "migrate --sql \(file) --schema-version \(wait.version)"
+            switch wait.reason {
+            case .zoneAhead:
+                add("schema", "the last sync waited: " + wait.text, command(migrate) + ", then 'storectl sync'",
+                    .tempFail)
+            case .unmigratedRecords:
+                add("schema", "the last sync waited: " + wait.text,
+                    "on a device that synced the zone's latest records: '\(command(migrate))' and 'storectl sync'; "
+                        + "then 'storectl sync' here", .tempFail)
+            }
+        }
         let unsettled = try MirrorState.unsettled(db)
         for record in unsettled.setAside {
             add("records", "record \(record.recordName) of table '\(record.recordType)' (seq \(record.seq)) is set "

@@ -31,7 +31,7 @@ public struct SchemaMigrationReport: Sendable, Codable, Equatable {
 
 extension StoreHandle {
     /// The author of the rows `migrate --sql` changes.
-    static let schemaMigrationAuthor = "migrate"
+    static let schemaMigrationAuthor = SchemaGate.migrationAuthor
 
     /// `storectl migrate --sql FILE [--version N]`: runs a schema change ALTER TABLE cannot make (a column type
     /// change, a table rebuilt by copying it) in ONE transaction, with foreign keys off and checked before the
@@ -124,6 +124,9 @@ extension StoreHandle {
             try MirrorState.setMeta(db, .schemaVersion, String(version))
             try MirrorState.setMeta(db, .schemaVersionSHA256, report.sha256)
             try MirrorState.setMeta(db, .schemaVersionAt, String(HistoryTracker.nowMilliseconds()))
+            // The zone learns the version at the next sync, which raises it or finds it there (`SchemaGate`).
+            try MirrorState.setMeta(db, .schemaVersionFile, configValue(forPath: path))
+            try MirrorState.setMeta(db, .schemaVersionUnsynced, String(version))
             Failpoint.hit("schema.before-commit")
         }
         try db.execute("DROP TABLE IF EXISTS temp._storectl_before")

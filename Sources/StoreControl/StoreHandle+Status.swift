@@ -68,6 +68,8 @@ public struct StatusReport: Sendable, Codable {
     public var cloud: Cloud?
     /// Every disagreement between config.yaml and the store, with the command that fixes it.
     public var disagreements: [String]
+    /// Why the last sync waited for a data migration (also one of `disagreements`); `status` exits 75 then.
+    public var schemaWait: SchemaWait?
     /// Whether the store has finished its first import from the cloud.
     public var initialSyncComplete: Bool
     /// When an export, and an import, last succeeded (ISO 8601).
@@ -131,6 +133,7 @@ extension StoreHandle {
         var tokens = StatusReport.Tokens(export: 0, server: nil)
         var bound: String?
         var unsettled = UnsettledReport()
+        var schemaWait: SchemaWait?
         if exists {
             let db = try database()
             if try db.tableExists("_storectl_meta") {
@@ -168,6 +171,8 @@ extension StoreHandle {
                     disagreements.append(state.name == "drift" ? "the tracked tables changed since the triggers were installed; run 'storectl migrate'"
                                          : "history triggers are missing; run 'storectl migrate --force'")
                 }
+                schemaWait = try SchemaGate.wait(db)
+                if let schemaWait { disagreements.append(schemaWait.text) }
                 unsettled = try MirrorState.unsettled(db)
                 for record in unsettled.setAside {
                     disagreements.append("record \(record.recordName) (\(record.recordType), seq \(record.seq)) is set "
@@ -212,6 +217,7 @@ extension StoreHandle {
                                   lastExportAt: sync.lastExportAt, lastImportAt: sync.lastImportAt,
                                   lastError: sync.lastError, watched: sync.watcher != nil, watcher: sync.watcher)
         report.unsettled = unsettled
+        report.schemaWait = schemaWait
         return report
     }
 }

@@ -87,6 +87,16 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
     public static let schemaVersion = MetaKey("schema_version")
     public static let schemaVersionSHA256 = MetaKey("schema_version_sha256")
     public static let schemaVersionAt = MetaKey("schema_version_at")
+    /// The migration file's path as `migrate --sql` was given it (a hint for the zone's other devices).
+    public static let schemaVersionFile = MetaKey("schema_version_file")
+    /// Set by `migrate --sql` to the version it reached, until the next sync has either raised the zone to it
+    /// (this store migrated first: its migration's changes are sent) or found the zone there already (another
+    /// device migrated first: the rows the migration changed take its values as their last synced state, and are
+    /// not sent over what the zone holds).
+    public static let schemaVersionUnsynced = MetaKey("schema_version_unsynced")
+    /// While the last sync waited for a data migration: what `status` and `doctor` show, with the command to run
+    /// (JSON: `version`, `file`, `reason`).
+    public static let schemaWait = MetaKey("schema_wait")
 
     // MARK: A switch `migrate --cloud` staged
 
@@ -136,7 +146,8 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
         formatVersion, formatUpgradedFrom, storeID, mode, schemaHash, tracked, nextTx, historyGap, historyGapReason,
         createdAt, schema, storePath, boundAccount, boundContainer, boundZone, boundURL, baselineContainer, lastSyncAt,
         lastExportAt, lastImportAt, lastSyncError, exportSerial, restoredAt, restoreDetectedAt, ownRecordsUnchecked,
-        acceptedOwner, recordMapBase, movedFrom, movedTo, schemaVersion, schemaVersionSHA256, schemaVersionAt, switchTarget,
+        acceptedOwner, recordMapBase, movedFrom, movedTo, schemaVersion, schemaVersionSHA256, schemaVersionAt, schemaVersionFile,
+        schemaVersionUnsynced, schemaWait, switchTarget,
         switchExportToken, switchServerToken, switchSnapshot,
     ]
 }

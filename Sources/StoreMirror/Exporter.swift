@@ -101,6 +101,8 @@ struct Exporter {
     /// Names of records set aside here when the export began (usually none): a save of one of them supersedes the
     /// version set aside, which must never be applied over it later.
     private let setAside: Set<String>
+    /// The store's schema version: every save carries it, and a zone at a later one refuses the batch.
+    private let schemaVersion: Int
 
     init(db: Connection, cloud: any CloudDatabase, options: MirrorOptions, entities: [EntityMap], device: String) {
         self.db = db
@@ -108,6 +110,7 @@ struct Exporter {
         self.options = options
         self.entities = entities
         self.device = device
+        schemaVersion = (try? SchemaGate.localVersion(db)) ?? 0
         setAside = Set((try? db.query("SELECT record_name FROM _storectl_quarantine"))?.compactMap { $0[0].string } ?? [])
     }
 
@@ -558,7 +561,8 @@ struct Exporter {
         while !saves.isEmpty && round < 5 {
             round += 1
             let outcomes = try cloud.save(zone: options.zone, saves, device: device,
-                                          mark: mark(serial: serial, historySeq: historySeq))
+                                          mark: mark(serial: serial, historySeq: historySeq),
+                                          schemaVersion: schemaVersion)
             var again: [RecordSave] = []
             try db.transaction {
                 for (save, outcome) in zip(saves, outcomes) {
@@ -672,12 +676,12 @@ struct Exporter {
         Failpoint.hit("export.before-save")
         let flight = SaveFlight(batch: batch)
         let box = CloudBox(cloud: cloud)
-        let zone = options.zone, device = device, saves = batch.map(\.save)
+        let zone = options.zone, device = device, saves = batch.map(\.save), schemaVersion = schemaVersion
         let mark = mark(serial: serial, historySeq: batch.map(\.historySeq).min() ?? 0)
         flight.start(on: saveQueue) {
             let tSave = Trace.start()
             defer { Trace.add("export.cloud-save", tSave) }
-            return try box.cloud.save(zone: zone, saves, device: device, mark: mark)
+            return try box.cloud.save(zone: zone, saves, device: device, mark: mark, schemaVersion: schemaVersion)
         }
         return flight
     }
@@ -713,7 +717,8 @@ struct Exporter {
             Failpoint.hit("export.before-save")
             let tSave = Trace.start()
             let outcomes = try cloud.save(zone: options.zone, work.map(\.save), device: device,
-                                          mark: mark(serial: serial, historySeq: work.map(\.historySeq).min() ?? 0))
+                                          mark: mark(serial: serial, historySeq: work.map(\.historySeq).min() ?? 0),
+                                          schemaVersion: schemaVersion)
             Trace.add("export.cloud-save", tSave)
             Failpoint.hit("export.after-save")
             work = try record(work, outcomes: outcomes, report: &report)

@@ -69,6 +69,7 @@ struct Importer {
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
         var unknown: [String: Int] = [:]
         var tCommit = 0.0
+        var fetched = 0
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             // A child may arrive in the same import as its parent, in any order: check at commit.
             try db.execute("PRAGMA defer_foreign_keys = ON")
@@ -129,6 +130,7 @@ struct Importer {
                     try applyPage(records, applier: applier, pages: pages, report: &report)
                     Trace.add("import.apply", tApply)
                     done += batch.records.count
+                    fetched = done
                     progress(done, nil)
                     token = batch.token
                 }
@@ -165,6 +167,11 @@ struct Importer {
             let unsettled = try MirrorState.unsettled(db)
             report.setAsideRecords = unsettled.setAside
             report.waitingRecords = unsettled.waitingForParent
+            // Records fetched after another device raised the zone's schema version are of a shape this store
+            // has not migrated to: the whole import is rolled back and waits (`SchemaGate`).
+            if fetched > 0 {
+                try SchemaGate.recheck(db, cloud: cloud, zone: options.zone, local: try SchemaGate.localVersion(db))
+            }
             Failpoint.hit("import.before-commit")
             tCommit = Trace.start()
         }

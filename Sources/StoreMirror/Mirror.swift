@@ -156,6 +156,9 @@ public final class Mirror {
     /// What `prepare` found and did before the last export or import.
     public private(set) var lastPreparation = Preparation()
 
+    /// What the schema version check of this mirror's first preparation found (`SchemaGate`).
+    public private(set) var schemaGate: SchemaGate.Outcome?
+
     /// What the steps before a sync did.
     public struct Preparation: Sendable, Codable, Equatable {
         public var reconcile: ReconcileReport?
@@ -176,6 +179,9 @@ public final class Mirror {
         let tPrepare = Trace.start()
         defer { Trace.add("sync.prepare", tPrepare) }
         _ = try checkZone()
+        if schemaGate == nil {
+            schemaGate = try SchemaGate.check(db, cloud: cloud, zone: options.zone, device: device, entities: entities)
+        }
         var done = Preparation()
         done.reconcile = try Reconciler(db: db, cloud: cloud, options: options, entities: entities, device: device).run()
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })

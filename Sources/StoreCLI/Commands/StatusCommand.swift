@@ -57,12 +57,20 @@ struct StatusCommand: Command {
             } else {
                 context.console.json(Document(stores: reports))
             }
-            return missing.isEmpty ? .ok : .noInput
+            return exitCode(reports, missing: missing)
         }
         let now = Date().timeIntervalSince1970
         context.console.out(reports.map { block($0, now: now, console: context.console) }
             .joined(separator: "\n\n"))
-        return missing.isEmpty ? .ok : .noInput
+        return exitCode(reports, missing: missing)
+    }
+
+    /// 66 when a store file is missing; 75 when a store waits for a data migration (its syncs do nothing until it
+    /// runs it); else 0.
+    static func exitCode(_ reports: [StatusReport], missing: [StoreHandle]) -> ExitCode {
+        if !missing.isEmpty { return .noInput }
+        if reports.contains(where: { $0.schemaWait != nil }) { return .tempFail }
+        return .ok
     }
 
     /// One store as an aligned block of labelled lines, in words.

@@ -1,0 +1,227 @@
+import FoundationEssentials
+import StoreBase
+import StoreCloud
+import StoreHistory
+import StoreSQLite
+
+/// A zone's schema version against the store's: a data migration (`storectl migrate --sql FILE --schema-version N`)
+/// is applied once per zone, not once per device.
+///
+/// Each store has a schema version (meta `schema_version`, 0 until a migration file sets it) and so does its zone
+/// (`CloudDatabase.schemaVersion`). Before a sync exports or imports anything:
+/// - **the zone is ahead** (another device migrated): this store neither imports (values of the new shape would
+///   be transformed again by its own migration) nor exports (values of the old shape would land over the new
+///   ones); it waits, with the command to run (`SchemaBehindError`). The container refuses its saves too, under
+///   the zone's lock, and an import that fetched records written after a raise is rolled back (`recheck`).
+/// - **the store is ahead** (it migrated first): it raises the zone to its version, atomically, if it has every
+///   record other devices saved (the migration transformed them all), and its migration's changes are then sent as
+///   any change. If other devices saved records it has not seen, those were never transformed: it waits for one of
+///   them to migrate (`SchemaUnseenError`).
+/// - **both at one version** after this store migrated (another device raised the zone first): the rows that only
+///   the migration changed take their migrated values as their last synced state (the record map's base), so the
+///   export does not send them over what the zone holds, and the import brings the zone's values, newer edits
+///   included. Rows edited here before the migration keep their edits, merged by the merge policy.
+public enum SchemaGate {
+    /// The author of the rows `migrate --sql` changes: their history rows tell a migration's own changes from edits.
+    public static let migrationAuthor = "migrate"
+
+    /// The store's schema version.
+    /// - Throws: `SQLiteError`.
+    public static func localVersion(_ db: Connection) throws -> Int {
+        Int(try MirrorState.meta(db, .schemaVersion) ?? "0") ?? 0
+    }
+
+    /// What the gate found, for reports.
+    public enum Outcome: Sendable, Equatable {
+        /// Store and zone at the same version, nothing to do.
+        case same(Int)
+        /// This store raised the zone to its version.
+        case raised(Int)
+        /// The zone was at this store's version already: this many rows took their migrated values as synced.
+        case adopted(version: Int, rows: Int)
+    }
+
+    /// Compares the store's schema version with its zone's, raises the zone or adopts its version as described on
+    /// the type, and throws when the store must wait.
+    /// - Throws: `SchemaBehindError`, `SchemaUnseenError`, `CloudError`, `SQLiteError`.
+    @discardableResult
+    public static func check(_ db: Connection, cloud: any CloudDatabase, zone: String, device: String,
+                             entities: [EntityMap]) throws -> Outcome
+    {
+        do {
+            let outcome = try decide(db, cloud: cloud, zone: zone, device: device, entities: entities)
+            if try MirrorState.meta(db, .schemaWait) != nil {
+                try db.transaction { try MirrorState.setMeta(db, .schemaWait, nil) }
+            }
+            return outcome
+        } catch let error as SchemaBehindError {
+            try recordWait(db, SchemaWait(version: error.zoneVersion?.version ?? error.local + 1,
+                                          file: error.zoneVersion?.file ?? "", reason: .zoneAhead))
+            throw error
+        } catch let error as SchemaUnseenError {
+            try recordWait(db, SchemaWait(version: error.local, file: try MirrorState.meta(db, .schemaVersionFile) ?? "",
+                                          reason: .unmigratedRecords))
+            throw error
+        }
+    }
+
+    private static func recordWait(_ db: Connection, _ wait: SchemaWait) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let text = String(decoding: try encoder.encode(wait), as: UTF8.self)
+        try db.transaction { try MirrorState.setMeta(db, .schemaWait, text) }
+    }
+
+    /// Why the last sync waited, as `status` and `doctor` report it; nil when it did not.
+    /// - Throws: `SQLiteError`.
+    public static func wait(_ db: Connection) throws -> SchemaWait? {
+        try MirrorState.meta(db, .schemaWait).flatMap { try? JSONDecoder().decode(SchemaWait.self, from: Data($0.utf8)) }
+    }
+
+    private static func decide(_ db: Connection, cloud: any CloudDatabase, zone: String, device: String,
+                               entities: [EntityMap]) throws -> Outcome
+    {
+        let local = try localVersion(db)
+        let current = try cloud.schemaVersion(zone: zone)
+        let zoneVersion = current?.version ?? 0
+        if zoneVersion > local {
+            throw SchemaBehindError(zone: zone, container: cloud.container, local: local, zoneVersion: current)
+        }
+        let unsynced = try MirrorState.meta(db, .schemaVersionUnsynced) != nil
+        if zoneVersion == local {
+            guard unsynced else { return .same(local) }
+            return .adopted(version: local, rows: try adopt(db, entities: entities))
+        }
+        let seen = try MirrorState.serverToken(db, zone: zone).flatMap(ServerChangeToken.init(rawValue:))?.seq ?? 0
+        let target = ZoneSchemaVersion(version: local, sha256: try MirrorState.meta(db, .schemaVersionSHA256) ?? "",
+                                       file: try MirrorState.meta(db, .schemaVersionFile) ?? "")
+        switch try cloud.raiseSchemaVersion(zone: zone, to: target, device: device, seenUpTo: seen) {
+        case .raised:
+            try db.transaction { try MirrorState.setMeta(db, .schemaVersionUnsynced, nil) }
+            return .raised(local)
+        case .alreadyAt(let v) where v.version == local:
+            return .adopted(version: local, rows: try adopt(db, entities: entities))
+        case .alreadyAt(let v):
+            throw SchemaBehindError(zone: zone, container: cloud.container, local: local, zoneVersion: v)
+        case .unseenChanges(let count):
+            throw SchemaUnseenError(zone: zone, container: cloud.container, local: local, zoneVersion: zoneVersion,
+                                    records: count)
+        }
+    }
+
+    /// After the zone reached this store's version elsewhere: every row whose only changes since the last export
+    /// are the migration's own takes its current values as its last synced state, in one transaction.
+    /// Returns how many rows it changed.
+    static func adopt(_ db: Connection, entities: [EntityMap]) throws -> Int {
+        try db.transaction {
+            let token = try MirrorState.exportToken(db)
+            var rows = 0
+            for e in entities {
+                let history = { (condition: String) in
+                    "EXISTS (SELECT 1 FROM _storectl_history h WHERE h.entity = ?1 AND h.pk = r.pk "
+                        + "AND h.seq > \(token) AND \(condition))"
+                }
+                let fields = "json_patch(coalesce(r.extra, '{}'), l.fields)"
+                try db.run("""
+                    UPDATE _storectl_records AS r SET base = \(FieldHashes.sql(fields))
+                    FROM (\(e.localRecordsSQL)) AS l
+                    WHERE r.entity = ?1 AND r.pk = l.pk AND r.deleted = 0
+                      AND \(history("h.author = ?2"))
+                      AND NOT \(history("h.author NOT IN (?2, ?3)"))
+                    """, [e.name, migrationAuthor, MirrorState.importAuthor])
+                rows += db.changes
+            }
+            try MirrorState.setMeta(db, .schemaVersionUnsynced, nil)
+            return rows
+        }
+    }
+
+    /// Inside an import, after its pages were fetched: the zone must still be at most at this store's version (a
+    /// raise between the check before the sync and the fetch would have let records of the new shape in).
+    /// - Throws: `SchemaBehindError` (the import is rolled back), `CloudError`.
+    static func recheck(_ db: Connection, cloud: any CloudDatabase, zone: String, local: Int) throws {
+        if let current = try cloud.schemaVersion(zone: zone), current.version > local {
+            throw SchemaBehindError(zone: zone, container: cloud.container, local: local, zoneVersion: current)
+        }
+    }
+}
+
+/// Why a store's last sync waited for a data migration.
+public struct SchemaWait: Sendable, Codable, Equatable {
+    public enum Reason: String, Sendable, Codable {
+        /// The zone is at a later version: run its migration here.
+        case zoneAhead = "zone_ahead"
+        /// This store migrated first, but other devices saved records it never transformed: one of them must
+        /// migrate and sync.
+        case unmigratedRecords = "unmigrated_records"
+    }
+
+    /// The version to run (`zone_ahead`), or this store's (`unmigrated_records`).
+    public var version: Int
+    /// The migration file as the device that raised the zone named it, or "" when unknown.
+    public var file: String
+    public var reason: Reason
+
+    /// In words, with the command to run.
+    public var text: String {
+        let file = self.file.isEmpty ? "FILE" : self.file
+        switch reason {
+        case .zoneAhead:
+            return "the zone is at schema version \(version) and this store is not: nothing is imported or exported "
+                + "until it runs 'storectl migrate --sql \(file) --schema-version \(version)'"
+        case .unmigratedRecords:
+            return "this store migrated to schema version \(version) before it had every record of the old version: "
+                + "nothing is imported or exported until a device that has them runs 'storectl migrate --sql \(file) "
+                + "--schema-version \(version)' and syncs"
+        }
+    }
+}
+
+/// The zone is at a later schema version than the store: another device ran a data migration this store has not
+/// run. Nothing is imported or exported until it does.
+public struct SchemaBehindError: DiagnosedError, Equatable {
+    public var zone: String
+    public var container: String
+    /// The store's version.
+    public var local: Int
+    /// The zone's version, with the file that brought it there.
+    public var zoneVersion: ZoneSchemaVersion?
+
+    public var exitCode: ExitCode { .tempFail }
+    public var summary: String {
+        let version = zoneVersion?.version ?? local + 1
+        let by = zoneVersion.map { " (raised by device \($0.device)" + ($0.file.isEmpty ? "" : " running \($0.file)")
+            + ($0.sha256.isEmpty ? "" : ", sha256 \($0.sha256.prefix(12))") + ")" } ?? ""
+        return "zone '\(zone)' of container '\(container)' is at schema version \(version)\(by), and this store is at "
+            + "version \(local): its changes wait here, and the zone's records wait in the cloud, until this store "
+            + "runs the same data migration; nothing was imported or exported"
+    }
+    public var hint: String? {
+        let file = zoneVersion.flatMap { $0.file.isEmpty ? nil : $0.file } ?? "FILE"
+        return "run 'storectl migrate --sql \(file) --schema-version \(zoneVersion?.version ?? local + 1)', "
+            + "then 'storectl sync'"
+    }
+}
+
+/// The store migrated to a schema version the zone has not reached, but other devices saved records since this
+/// store last imported: they are of the old shape and its migration never transformed them.
+public struct SchemaUnseenError: DiagnosedError, Equatable {
+    public var zone: String
+    public var container: String
+    public var local: Int
+    public var zoneVersion: Int
+    /// How many records other devices saved since this store's last import.
+    public var records: Int64
+
+    public var exitCode: ExitCode { .tempFail }
+    public var summary: String {
+        "this store is at schema version \(local) and zone '\(zone)' of container '\(container)' at version "
+            + "\(zoneVersion), but other devices saved \(records) record(s) there since this store last imported: "
+            + "they were written at version \(zoneVersion) after this store migrated, so its migration never "
+            + "changed them; nothing was imported or exported"
+    }
+    public var hint: String? {
+        "run the same 'storectl migrate --sql ... --schema-version \(local)' on a device that has synced those "
+            + "records (it raises the zone), then 'storectl sync' here"
+    }
+}

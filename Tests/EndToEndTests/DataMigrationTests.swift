@@ -1,0 +1,243 @@
+import Foundation
+import StoreCloud
+import StoreCloudPostgres
+import TestSupport
+import XCTest
+
+/// Two devices sharing a zone, each with an `items` table whose `price` a data migration turns from dollars (REAL)
+/// into cents (INTEGER): the README's recipe, run on every device, through the real binary.
+final class MigrationPair {
+    enum Backend: CustomStringConvertible {
+        case file
+        case postgres(url: String)
+        var description: String {
+            switch self {
+            case .file: return "file"
+            case .postgres: return "postgres"
+            }
+        }
+    }
+
+    static let schema = """
+        CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, name TEXT NOT NULL, price REAL NOT NULL);
+        """
+    /// The README's price-to-cents migration.
+    static let migration = """
+        CREATE TABLE items_new(id INTEGER PRIMARY KEY, name TEXT NOT NULL, price INTEGER NOT NULL);
+        INSERT INTO items_new(id, name, price) SELECT id, name, CAST(round(price * 100) AS INTEGER) FROM items;
+        DROP TABLE items;
+        ALTER TABLE items_new RENAME TO items;
+        """
+
+    let dir: TempDirectory
+    let backend: Backend
+    private var pg: PostgresCloudDatabase?
+
+    init(_ backend: Backend, stores: [String] = ["a", "b"]) throws {
+        self.backend = backend
+        dir = try TempDirectory("storectl-data-migration")
+        try dir.write("schema.sql", Self.schema)
+        try FileManager.default.createDirectory(atPath: dir.file("migrations"), withIntermediateDirectories: true)
+        try dir.write("migrations/0002-price.sql", Self.migration)
+        let container = "test.migration.\(UInt32.random(in: 0...UInt32.max))"
+        let cloud: String
+        switch backend {
+        case .file:
+            try FileManager.default.createDirectory(atPath: dir.file("cloud"), withIntermediateDirectories: true)
+            _ = try FileCloudDatabase.create(path: dir.file("cloud/shared.container"), container: container,
+                                             account: "demo", secret: "demo-secret", iterations: 1)
+            cloud = "url: file:cloud/shared.container\n      account: demo\n      secret: demo-secret"
+        case .postgres(let url):
+            let db = try PostgresCloudDatabase(url: url, container: container)
+            _ = try db.initializeContainer()
+            pg = db
+            cloud = "url: '\(url)'\n      account: \(db.role ?? "postgres")\n      secret: unused-with-trust"
+        }
+        var yaml = "version: 1\nstores:\n"
+        for name in stores {
+            yaml += """
+                  \(name):
+                    path: data/\(name).sqlite
+                    schema: schema.sql
+                    mode: local
+                    history:
+                      author: app-\(name)
+                    cloud:
+                      container: \(container)
+                      \(cloud)
+
+                """
+        }
+        chmod(try dir.write("config.yaml", yaml), 0o600)
+    }
+
+    deinit { try? pg?.deleteContainer() }
+
+    @discardableResult
+    func run(_ store: String, _ args: [String], expect: Int32? = 0, file: StaticString = #filePath,
+             line: UInt = #line) throws -> ProcessResult
+    {
+        let r = try Binary.storectl(["--store", store] + args, in: dir.path)
+        if let expect {
+            XCTAssertEqual(r.status, expect, "[\(backend)] storectl \(args.joined(separator: " ")) on \(store)\n\(r)",
+                           file: file, line: line)
+        }
+        return r
+    }
+
+    @discardableResult
+    func sql(_ store: String, _ statement: String, file: StaticString = #filePath, line: UInt = #line) throws
+        -> String
+    {
+        let r = try Binary.run("/usr/bin/sqlite3", ["-cmd", ".timeout 5000", dir.file("data/\(store).sqlite"),
+                                                    statement], in: dir.path)
+        XCTAssertEqual(r.status, 0, "\(statement)\n\(r)", file: file, line: line)
+        return r.stdout
+    }
+
+    func migrate(_ store: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        try run(store, ["migrate", "--sql", "migrations/0002-price.sql", "--schema-version", "2"], file: file,
+                line: line)
+    }
+
+    /// `name=typeof(price):price` of every item, in id order.
+    func items(_ store: String) throws -> String {
+        try sql(store, "SELECT group_concat(name || '=' || typeof(price) || ':' || price, ' ') FROM "
+                + "(SELECT * FROM items ORDER BY id)").trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Both stores on cloud, holding `pen` at 1.5 and `ink` at 0.25, synced.
+    func synced() throws {
+        try run("a", ["init"])
+        try sql("a", "INSERT INTO items(id, name, price) VALUES (1, 'pen', 1.5), (2, 'ink', 0.25)")
+        try run("a", ["mode", "cloud"])
+        try run("b", ["mode", "cloud"])
+        XCTAssertEqual(try items("b"), "pen=real:1.5 ink=real:0.25")
+    }
+}
+
+/// A data migration (`migrate --sql FILE --schema-version N`) is applied once per zone: every order of migrations
+/// and syncs ends with the transform applied exactly once to every value, on every device.
+final class DataMigrationTests: XCTestCase {
+    static var pgURL: String? {
+        let env = ProcessInfo.processInfo.environment
+        guard let url = env["STORECTL_TEST_PG_URL"], !url.isEmpty else {
+            if env["STORECTL_REQUIRE_PG"] == "1" {
+                XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set")
+            }
+            return nil
+        }
+        return url
+    }
+
+    /// Runs `body` on the container file, then on PostgreSQL when a server is set up.
+    func onBothBackends(_ body: (MigrationPair) throws -> Void) throws {
+        try body(try MigrationPair(.file))
+        if let url = Self.pgURL { try body(try MigrationPair(.postgres(url: url))) }
+    }
+
+    func converged(_ p: MigrationPair, _ expected: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        for s in ["a", "b"] {
+            XCTAssertEqual(try p.items(s), expected, "[\(p.backend)] store \(s)", file: file, line: line)
+            let verify = try p.run(s, ["verify"], expect: nil)
+            XCTAssertEqual(verify.status, 0, "[\(p.backend)] verify on \(s)\n\(verify)", file: file, line: line)
+        }
+    }
+
+    func testTheDeviceThatMigratesFirstRaisesTheZoneAndTheOtherWaitsForItsOwnMigration() throws {
+        try onBothBackends { p in
+            try p.synced()
+            try p.migrate("a")
+            XCTAssertEqual(try p.items("a"), "pen=integer:150 ink=integer:25")
+            try p.run("a", ["sync"])
+            // b has not migrated: it neither imports the cents (its migration would multiply them again) nor sends
+            // dollars over them; it says what to run.
+            let waiting = try p.run("b", ["sync"], expect: 75)
+            XCTAssertTrue(waiting.stderr.contains("schema version 2"), waiting.stderr)
+            XCTAssertTrue(waiting.stderr.contains("migrate --sql migrations/0002-price.sql --schema-version 2"),
+                          waiting.stderr)
+            XCTAssertEqual(try p.items("b"), "pen=real:1.5 ink=real:0.25")
+            let status = try p.run("b", ["status"], expect: nil)
+            XCTAssertNotEqual(status.status, 0, "status must not say all is well while b waits\n\(status)")
+            try p.migrate("b")
+            try p.run("b", ["sync"])
+            try p.run("a", ["sync"])
+            try self.converged(p, "pen=integer:150 ink=integer:25")
+        }
+    }
+
+    func testBothDevicesMigratingOfflineApplyItOnce() throws {
+        try onBothBackends { p in
+            try p.synced()
+            try p.migrate("a")
+            try p.migrate("b")
+            try p.run("b", ["sync"])
+            try p.run("a", ["sync"])
+            try p.run("b", ["sync"])
+            try self.converged(p, "pen=integer:150 ink=integer:25")
+        }
+    }
+
+    func testAnEditAfterTheMigrationOnOneDeviceIsNotUndoneByTheOthersMigration() throws {
+        try onBothBackends { p in
+            try p.synced()
+            try p.migrate("a")
+            try p.run("a", ["sync"])
+            try p.sql("a", "UPDATE items SET price = 300 WHERE name = 'pen'")
+            try p.run("a", ["sync"])
+            try p.migrate("b")
+            try p.run("b", ["sync"])
+            try p.run("a", ["sync"])
+            // b's migration turned 1.5 into 150, but that is the migration's doing, not an edit: a's 300 stands.
+            try self.converged(p, "pen=integer:300 ink=integer:25")
+        }
+    }
+
+    func testAPriceWrittenUnderTheOldSchemaBeforeMigratingIsMigratedOnce() throws {
+        try onBothBackends { p in
+            try p.synced()
+            try p.migrate("a")
+            try p.run("a", ["sync"])
+            // b writes dollars, still at the old schema, and cannot send them.
+            try p.sql("b", "UPDATE items SET price = 2.0 WHERE name = 'pen'")
+            try p.run("b", ["sync"], expect: 75)
+            try p.migrate("b")
+            XCTAssertEqual(try p.items("b"), "pen=integer:200 ink=integer:25")
+            try p.run("b", ["sync"])
+            try p.run("a", ["sync"])
+            try self.converged(p, "pen=integer:200 ink=integer:25")
+        }
+    }
+
+    func testADeviceThatMigratedBeforeSeeingAnOldWriteWaitsForTheWriterToMigrate() throws {
+        try onBothBackends { p in
+            try p.synced()
+            try p.migrate("a")  // offline: not synced yet
+            try p.sql("b", "UPDATE items SET price = 2.0 WHERE name = 'pen'")
+            try p.run("b", ["sync"])
+            // a migrated without b's 2.0: it cannot raise the zone (b's dollars would never be turned into cents).
+            let waiting = try p.run("a", ["sync"], expect: 75)
+            XCTAssertTrue(waiting.stderr.contains("since this store last imported"), waiting.stderr)
+            try p.migrate("b")
+            try p.run("b", ["sync"])
+            try p.run("a", ["sync"])
+            try self.converged(p, "pen=integer:200 ink=integer:25")
+        }
+    }
+
+    func testANewRowFromTheRaiserArrivesOnceTheOtherMigrates() throws {
+        try onBothBackends { p in
+            try p.synced()
+            try p.migrate("b")
+            try p.run("b", ["sync"])
+            try p.sql("b", "INSERT INTO items(id, name, price) VALUES (3, 'pad', 499)")
+            try p.run("b", ["sync"])
+            try p.run("a", ["sync"], expect: 75)
+            XCTAssertEqual(try p.items("a"), "pen=real:1.5 ink=real:0.25")
+            try p.migrate("a")
+            try p.run("a", ["sync"])
+            try p.run("b", ["sync"])
+            try self.converged(p, "pen=integer:150 ink=integer:25 pad=integer:499")
+        }
+    }
+}
