@@ -524,6 +524,62 @@ class CloudConformanceTests: XCTestCase {
         XCTAssertEqual(try db.marker(zone: zone, name: "seed:v1"), first.marker)
     }
 
+    func testASchemaVersionIsRaisedOnceAndOnlyByADeviceThatSawEveryRecord() throws {
+        let container = try makeContainer()
+        let a = try container.connect(), b = try container.connect()
+        try a.ensureZone(zone)
+        XCTAssertNil(try a.schemaVersion(zone: zone), "a new zone is at version 0")
+        let first = try a.save(zone: zone, [save("r1", expecting: nil)], device: "da")
+        guard case .saved(_, let seq1)? = first.first else { return XCTFail("not saved: \(first)") }
+        let v2 = ZoneSchemaVersion(version: 2, sha256: "ab12", file: "migrations/0002-price.sql")
+        // Another device saved after what b has seen: b's migration never transformed that record.
+        XCTAssertEqual(try b.raiseSchemaVersion(zone: zone, to: v2, device: "db", seenUpTo: 0), .unseenChanges(1))
+        XCTAssertNil(try a.schemaVersion(zone: zone))
+        // Its own saves do not count.
+        XCTAssertEqual(try a.raiseSchemaVersion(zone: zone, to: v2, device: "da", seenUpTo: 0).isRaised, true)
+        let stored = try XCTUnwrap(try b.schemaVersion(zone: zone))
+        XCTAssertEqual(stored.version, 2)
+        XCTAssertEqual(stored.file, "migrations/0002-price.sql")
+        XCTAssertEqual(stored.sha256, "ab12")
+        XCTAssertEqual(stored.device, "da")
+        // Raised once: the second device finds it there, at the same or a lower version asked for.
+        guard case .alreadyAt(let there) = try b.raiseSchemaVersion(zone: zone, to: v2, device: "db", seenUpTo: seq1)
+        else { return XCTFail("a second raise must find the zone at its version") }
+        XCTAssertEqual(there, stored)
+        let v1 = ZoneSchemaVersion(version: 1, sha256: "", file: "")
+        XCTAssertEqual(try b.raiseSchemaVersion(zone: zone, to: v1, device: "db", seenUpTo: seq1), .alreadyAt(stored))
+        assertCloudError(.invalid) { _ = try b.raiseSchemaVersion(zone: self.zone, to: ZoneSchemaVersion(
+            version: 0, sha256: "", file: ""), device: "db", seenUpTo: seq1) }
+        assertCloudError(.zoneNotFound) { _ = try b.schemaVersion(zone: "nowhere") }
+    }
+
+    func testASaveAtAnOlderSchemaVersionIsRefusedWhole() throws {
+        let container = try makeContainer()
+        let a = try container.connect(), b = try container.connect()
+        try a.ensureZone(zone)
+        let old = try b.save(zone: zone, [save("r1", expecting: nil)], device: "db", mark: nil, schemaVersion: 0)
+        let tag = try XCTUnwrap(savedTag(old.first))
+        _ = try a.raiseSchemaVersion(zone: zone, to: ZoneSchemaVersion(version: 2, sha256: "", file: ""),
+                                     device: "da", seenUpTo: 1)
+        let before = try a.zoneInfo(zone)
+        for version in [0, 1] {
+            assertCloudError(.schemaAhead) {
+                _ = try b.save(zone: self.zone, [self.save("r1", #"{"n":2}"#, expecting: tag),
+                                                 self.save("r2", expecting: nil)],
+                               device: "db", mark: ExportMark(serial: 1, historySeq: 1, time: 1), schemaVersion: version)
+            }
+        }
+        XCTAssertEqual(try a.zoneInfo(zone), before, "nothing of a refused batch is saved")
+        XCTAssertEqual(try a.fetchRecord(zone: zone, recordName: "r1")?.fields, #"{"n":1}"#)
+        XCTAssertNil(try b.exportState(zone: zone, device: "db")?.mark.serial == 1 ? "marked" : nil)
+        // At the zone's version, or without a version (not an export), the save goes through.
+        XCTAssertNotNil(savedTag(try b.save(zone: zone, [save("r1", #"{"n":3}"#, expecting: tag)], device: "db",
+                                            mark: nil, schemaVersion: 2).first))
+        XCTAssertNotNil(savedTag(try b.save(zone: zone, [save("r3", expecting: nil)], device: "db").first))
+        XCTAssertNotNil(savedTag(try b.save(zone: zone, [save("r4", expecting: nil)], device: "db", mark: nil,
+                                            schemaVersion: 3).first))
+    }
+
     func testMarkersStayAtomicUnderConcurrentCreation() throws {
         let container = try makeContainer()
         try container.connect().ensureZone(zone)
@@ -809,5 +865,12 @@ class CloudConformanceTests: XCTestCase {
         XCTAssertTrue(report.reason.contains("disabled"), report.reason)
         assertCloudError(.account) { _ = try disabled.devices() }
         XCTAssertEqual(owner.accountStatus().status, .available, "other accounts are untouched")
+    }
+}
+
+extension SchemaRaise {
+    var isRaised: Bool {
+        if case .raised = self { return true }
+        return false
     }
 }

@@ -72,6 +72,12 @@ final class PostgresCloudConformanceTests: CloudConformanceTests {
     override func testMarkersAreCreatedOnce() throws {
         try super.testMarkersAreCreatedOnce()
     }
+    override func testASchemaVersionIsRaisedOnceAndOnlyByADeviceThatSawEveryRecord() throws {
+        try super.testASchemaVersionIsRaisedOnceAndOnlyByADeviceThatSawEveryRecord()
+    }
+    override func testASaveAtAnOlderSchemaVersionIsRefusedWhole() throws {
+        try super.testASaveAtAnOlderSchemaVersionIsRefusedWhole()
+    }
     override func testMarkersStayAtomicUnderConcurrentCreation() throws {
         try super.testMarkersStayAtomicUnderConcurrentCreation()
     }
