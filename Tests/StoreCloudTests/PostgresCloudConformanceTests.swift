@@ -117,6 +117,8 @@ final class PostgresCloudConformanceTests: CloudConformanceTests {
         "testConcurrentWritersNeverMakeAReaderMissAChange",
         "testConcurrentWritersOfOneRecordConflictInsteadOfLosingUpdates",
         "testMarkersAreCreatedOnce",
+        "testASchemaVersionIsRaisedOnceAndOnlyByADeviceThatSawEveryRecord",
+        "testASaveAtAnOlderSchemaVersionIsRefusedWhole",
         "testMarkersStayAtomicUnderConcurrentCreation",
         "testARecordNamedTwiceInOneBatchRefusesTheWholeBatch",
         "testEmptyNamesTypesZonesAndDevicesAreRefused",
