@@ -74,6 +74,7 @@ extension StoreHandle {
             log("version: store '\(settings.name)' is at schema version \(previous) already; nothing to do")
             return report
         }
+        try syncBeforeDataMigration(log: log)
         let withdraw = try Self.readableMirrorState(db)
         defer { withdraw() }
         let before = try Mirror.entityMaps(db)
@@ -136,6 +137,22 @@ extension StoreHandle {
             + "\(report.newRows) new and \(report.removedRows) removed row(s) recorded for the next export")
         log("version: \(previous) -> \(version)")
         return report
+    }
+
+    /// A store in cloud mode first takes in what its zone holds (one sync round), so that the migration transforms
+    /// every record other devices saved at the old version: the zone's schema version can then be raised by this
+    /// store (`SchemaGate`). When the cloud cannot be reached (offline), or the zone is at the new version already
+    /// (another device migrated first), the migration runs on what the store has.
+    private func syncBeforeDataMigration(log: (String) -> Void) throws {
+        guard try storeMode() == .cloud else { return }
+        do {
+            let round = try sync(SyncOptions())
+            log("sync: took in what zone '\(settings.cloud?.zone ?? "")' holds before the migration ("
+                + "\(round.imported.applied) record(s) in, \(round.exported.saved) saved)")
+        } catch {
+            let why = (error as? any DiagnosedError)?.summary ?? "\(error)"
+            log("sync: not done before the migration (\(why)); the migration runs on what this store has")
+        }
     }
 
     /// What a schema file may do: anything to the user's tables, but no transaction control, no ATTACH, no pragma

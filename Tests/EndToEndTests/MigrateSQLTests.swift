@@ -116,10 +116,16 @@ final class MigrateSQLTests: XCTestCase {
         XCTAssertEqual(JSONDoc.int(doc, "changed_rows"), 1, r.stdout)
         XCTAssertEqual(JSONDoc.int(doc, "version"), 1, "no --schema-version: one more than before")
         try s.run("a", ["sync"])
+        // The zone is at version 1 now: b waits until it runs the same file, then takes the zone's rows.
+        try s.run("b", ["sync"], expect: 75)
+        try s.run("b", ["migrate", "--sql", "edit.sql"])
         try s.run("b", ["sync"])
         XCTAssertEqual(try s.sql("b", "SELECT key || '=' || value FROM settings ORDER BY key"),
                        "added=by the file\nlimit=40\nratio=three\nsize=12\n")
+        try s.run("a", ["sync"])
         try s.run("a", ["verify"])
+        try s.run("b", ["verify"])
+        XCTAssertEqual(try s.cloudRows(), try s.rows("a"))
     }
 
     func testStatementsTheFileMayNotRunAreRefusedAndNothingChanges() throws {
