@@ -1,5 +1,6 @@
 import FoundationEssentials
 import StoreBase
+import StoreCloud
 import StoreCrypto
 import StoreHistory
 import StoreMirror
@@ -27,6 +28,9 @@ public struct SchemaMigrationReport: Sendable, Codable, Equatable {
     public var newRows: Int
     /// Synced rows that are gone and matched no new row: exported as deletions.
     public var removedRows: Int
+    /// Whether the file changed values (a data migration): the zone's schema version is then raised to `version`
+    /// by the first device that syncs after running it, and the zone's other devices wait until they run it too.
+    public var dataMigration: Bool = false
 }
 
 extension StoreHandle {
@@ -125,9 +129,14 @@ extension StoreHandle {
             try MirrorState.setMeta(db, .schemaVersion, String(version))
             try MirrorState.setMeta(db, .schemaVersionSHA256, report.sha256)
             try MirrorState.setMeta(db, .schemaVersionAt, String(HistoryTracker.nowMilliseconds()))
-            // The zone learns the version at the next sync, which raises it or finds it there (`SchemaGate`).
-            try MirrorState.setMeta(db, .schemaVersionFile, configValue(forPath: path))
-            try MirrorState.setMeta(db, .schemaVersionUnsynced, String(version))
+            // A file that changed values is a data migration: the zone learns its version at the next sync, which
+            // raises it or finds it there (`SchemaGate`). One that changed none (a column dropped, a table rebuilt
+            // as it was) leaves the other devices' values as valid as before.
+            if try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_history WHERE tx = ?)", [tx])?.int64 == 1 {
+                try SchemaGate.recordDataMigration(db, ZoneSchemaVersion(
+                    version: version, sha256: report.sha256, file: configValue(forPath: path)))
+                report.dataMigration = true
+            }
             Failpoint.hit("schema.before-commit")
         }
         try db.execute("DROP TABLE IF EXISTS temp._storectl_before")

@@ -87,9 +87,11 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
     public static let schemaVersion = MetaKey("schema_version")
     public static let schemaVersionSHA256 = MetaKey("schema_version_sha256")
     public static let schemaVersionAt = MetaKey("schema_version_at")
-    /// The migration file's path as `migrate --sql` was given it (a hint for the zone's other devices).
-    public static let schemaVersionFile = MetaKey("schema_version_file")
-    /// Set by `migrate --sql` to the version it reached, until the next sync has either raised the zone to it
+    /// The last `migrate --sql` that changed rows (a data migration), as JSON: `version`, `file` (as given, a hint
+    /// for the zone's other devices) and `sha256`. Its version is what the zone's schema version is compared with;
+    /// a file that changed no value (a column dropped, a table rebuilt as it was) leaves it as it was.
+    public static let dataMigration = MetaKey("data_migration")
+    /// Set by a data migration to the version it reached, until the next sync has either raised the zone to it
     /// (this store migrated first: its migration's changes are sent) or found the zone there already (another
     /// device migrated first: the rows the migration changed take its values as their last synced state, and are
     /// not sent over what the zone holds).
@@ -146,7 +148,7 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
         formatVersion, formatUpgradedFrom, storeID, mode, schemaHash, tracked, nextTx, historyGap, historyGapReason,
         createdAt, schema, storePath, boundAccount, boundContainer, boundZone, boundURL, baselineContainer, lastSyncAt,
         lastExportAt, lastImportAt, lastSyncError, exportSerial, restoredAt, restoreDetectedAt, ownRecordsUnchecked,
-        acceptedOwner, recordMapBase, movedFrom, movedTo, schemaVersion, schemaVersionSHA256, schemaVersionAt, schemaVersionFile,
+        acceptedOwner, recordMapBase, movedFrom, movedTo, schemaVersion, schemaVersionSHA256, schemaVersionAt, dataMigration,
         schemaVersionUnsynced, schemaWait, switchTarget,
         switchExportToken, switchServerToken, switchSnapshot,
     ]

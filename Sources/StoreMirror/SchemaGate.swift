@@ -25,10 +25,26 @@ public enum SchemaGate {
     /// The author of the rows `migrate --sql` changes: their history rows tell a migration's own changes from edits.
     public static let migrationAuthor = "migrate"
 
-    /// The store's schema version.
+    /// The store's last data migration (`MetaKey.dataMigration`), or nil when it never ran one.
+    /// - Throws: `SQLiteError`.
+    public static func localMigration(_ db: Connection) throws -> ZoneSchemaVersion? {
+        try MirrorState.meta(db, .dataMigration).flatMap {
+            try? JSONDecoder().decode(ZoneSchemaVersion.self, from: Data($0.utf8))
+        }
+    }
+
+    /// The version the store's values are at: that of its last data migration, 0 when none.
     /// - Throws: `SQLiteError`.
     public static func localVersion(_ db: Connection) throws -> Int {
-        Int(try MirrorState.meta(db, .schemaVersion) ?? "0") ?? 0
+        try localMigration(db)?.version ?? 0
+    }
+
+    /// Records a data migration that `migrate --sql` just ran: the zone learns of it at the next sync. Runs inside
+    /// the migration's transaction.
+    /// - Throws: `SQLiteError`.
+    public static func recordDataMigration(_ db: Connection, _ migration: ZoneSchemaVersion) throws {
+        try MirrorState.setMeta(db, .dataMigration, CloudContract.schemaPayload(migration))
+        try MirrorState.setMeta(db, .schemaVersionUnsynced, String(migration.version))
     }
 
     /// What the gate found, for reports.
@@ -59,7 +75,7 @@ public enum SchemaGate {
                                           file: error.zoneVersion?.file ?? "", reason: .zoneAhead))
             throw error
         } catch let error as SchemaUnseenError {
-            try recordWait(db, SchemaWait(version: error.local, file: try MirrorState.meta(db, .schemaVersionFile) ?? "",
+            try recordWait(db, SchemaWait(version: error.local, file: try localMigration(db)?.file ?? "",
                                           reason: .unmigratedRecords))
             throw error
         }
@@ -81,7 +97,8 @@ public enum SchemaGate {
     private static func decide(_ db: Connection, cloud: any CloudDatabase, zone: String, device: String,
                                entities: [EntityMap]) throws -> Outcome
     {
-        let local = try localVersion(db)
+        let migration = try localMigration(db)
+        let local = migration?.version ?? 0
         let current = try cloud.schemaVersion(zone: zone)
         let zoneVersion = current?.version ?? 0
         if zoneVersion > local {
@@ -93,8 +110,7 @@ public enum SchemaGate {
             return .adopted(version: local, rows: try adopt(db, entities: entities))
         }
         let seen = try MirrorState.serverToken(db, zone: zone).flatMap(ServerChangeToken.init(rawValue:))?.seq ?? 0
-        let target = ZoneSchemaVersion(version: local, sha256: try MirrorState.meta(db, .schemaVersionSHA256) ?? "",
-                                       file: try MirrorState.meta(db, .schemaVersionFile) ?? "")
+        let target = migration ?? ZoneSchemaVersion(version: local, sha256: "", file: "")
         switch try cloud.raiseSchemaVersion(zone: zone, to: target, device: device, seenUpTo: seen) {
         case .raised:
             try db.transaction { try MirrorState.setMeta(db, .schemaVersionUnsynced, nil) }
