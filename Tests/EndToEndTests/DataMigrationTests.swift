@@ -106,6 +106,13 @@ final class MigrationPair {
                 + "(SELECT * FROM items ORDER BY id)").trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
+    /// `name=typeof(price):price` of every item, in name order (an INTEGER key is a local rowid: each store numbers
+    /// the rows it imports itself).
+    func itemsByName(_ store: String) throws -> String {
+        try sql(store, "SELECT group_concat(name || '=' || typeof(price) || ':' || price, ' ') FROM "
+                + "(SELECT * FROM items ORDER BY name)").trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
     /// Both stores on cloud, holding `pen` at 1.5 and `ink` at 0.25, synced.
     func synced() throws {
         try run("a", ["init"])
@@ -239,5 +246,154 @@ final class DataMigrationTests: XCTestCase {
             try p.run("b", ["sync"])
             try self.converged(p, "pen=integer:150 ink=integer:25 pad=integer:499")
         }
+    }
+}
+
+/// Random schedules of writes, syncs, kills and one data migration per store (online, offline, killed and run
+/// again), on three stores: at the end every store holds exactly the model, where the migration turned every
+/// price into cents exactly once.
+///
+/// Each item has one owner, the only store that writes it (in dollars before its own migration, in cents after),
+/// so that the outcome never depends on the order of syncs. Replay one seed with
+/// `STORECTL_MIGRATION_SEED=N swift test --filter DataMigrationModelTests`.
+final class DataMigrationModelTests: XCTestCase {
+    static let stores = ["a", "b", "c"]
+
+    static func seeds(defaultCount: Int) -> [UInt64] {
+        let env = ProcessInfo.processInfo.environment
+        if let one = env["STORECTL_MIGRATION_SEED"].flatMap({ UInt64($0) }) { return [one] }
+        let count = env["STORECTL_MIGRATION_SEEDS"].flatMap { Int($0) } ?? defaultCount
+        return (1...UInt64(max(count, 1))).map { $0 }
+    }
+
+    func testRandomSchedulesOnAContainerFile() throws {
+        var failed: [UInt64] = []
+        let seeds = Self.seeds(defaultCount: 8)
+        for seed in seeds where !(try run(seed, .file)) { failed.append(seed) }
+        print("data migration model (file): \(seeds.count) seed(s), \(failed.count) failed \(failed)")
+    }
+
+    func testRandomSchedulesOnPostgreSQL() throws {
+        guard let url = DataMigrationTests.pgURL else { return }
+        var failed: [UInt64] = []
+        let seeds = Self.seeds(defaultCount: 4)
+        for seed in seeds where !(try run(seed, .postgres(url: url))) { failed.append(seed) }
+        print("data migration model (postgres): \(seeds.count) seed(s), \(failed.count) failed \(failed)")
+    }
+
+    /// One seeded schedule; returns whether every store ended equal to the model.
+    func run(_ seed: UInt64, _ backend: MigrationPair.Backend) throws -> Bool {
+        var rng = SplitMix64(seed: seed)
+        let p = try MigrationPair(backend, stores: Self.stores)
+        var model: [String: Int] = [:]  // item name -> price in cents
+        var owner: [String: String] = [:]
+        var migrated: Set<String> = []
+        var next = ["a": 100, "b": 200, "c": 300]  // names i100..., i200..., i300...: one owner each
+        var log: [String] = []
+        func fail(_ what: String) -> Bool {
+            XCTFail("seed \(seed) [\(backend)]: \(what)\n" + log.joined(separator: "\n")
+                    + "\nreplay: STORECTL_MIGRATION_SEED=\(seed) swift test --filter DataMigrationModelTests")
+            return false
+        }
+        for s in Self.stores {
+            try p.run(s, ["init"])
+            for _ in 0..<2 {
+                let id = "i\(next[s, default: 0])"
+                next[s, default: 0] += 1
+                let cents = 25 * (1 + rng.below(40))
+                try p.sql(s, "INSERT INTO items(name, price) VALUES ('\(id)', \(Double(cents) / 100))")
+                model[id] = cents
+                owner[id] = s
+            }
+            try p.run(s, ["mode", "cloud"])
+        }
+        // The container file moves away while a store migrates "offline", and comes back.
+        func offline(_ body: () throws -> Void) throws {
+            guard case .file = backend else { return try body() }
+            let path = p.dir.file("cloud/shared.container"), away = p.dir.file("cloud-away")
+            try FileManager.default.moveItem(atPath: path, toPath: away)
+            defer { try? FileManager.default.moveItem(atPath: away, toPath: path) }
+            try body()
+        }
+        for step in 0..<30 {
+            let s = Self.stores[rng.below(Self.stores.count)]
+            switch rng.below(10) {
+            case 0, 1, 2:
+                // The owner writes one of its items, in the units of its own schema.
+                let mine = model.keys.filter { owner[$0] == s }.sorted()
+                let cents = 25 * (1 + rng.below(400))
+                let value = migrated.contains(s) ? "\(cents)" : "\(Double(cents) / 100)"
+                if mine.isEmpty || rng.chance(30) {
+                    let id = "i\(next[s, default: 0])"
+                    next[s, default: 0] += 1
+                    try p.sql(s, "INSERT INTO items(name, price) VALUES ('\(id)', \(value))")
+                    model[id] = cents
+                    owner[id] = s
+                    log.append("\(step) \(s): insert \(id) = \(value)")
+                } else if rng.chance(15) {
+                    let id = mine[rng.below(mine.count)]
+                    try p.sql(s, "DELETE FROM items WHERE name = '\(id)'")
+                    model[id] = nil
+                    log.append("\(step) \(s): delete \(id)")
+                } else {
+                    let id = mine[rng.below(mine.count)]
+                    try p.sql(s, "UPDATE items SET price = \(value) WHERE name = '\(id)'")
+                    model[id] = cents
+                    log.append("\(step) \(s): update \(id) = \(value)")
+                }
+            case 3, 4, 5, 6:
+                let kill = rng.chance(20) ? ["import.before-commit", "export.after-save",
+                                             "export.before-save"][rng.below(3)] : nil
+                let r = try Binary.storectl(["--store", s, "sync"], in: p.dir.path,
+                                            environment: kill.map { ["STORECTL_FAILPOINT": $0] } ?? [:])
+                log.append("\(step) \(s): sync\(kill.map { " killed at \($0)" } ?? "") -> \(r.status)")
+                if ![0, 75].contains(r.status) && kill == nil { return fail("sync on \(s) exited \(r.status)\n\(r)") }
+            default:
+                guard !migrated.contains(s) else { continue }
+                let args = ["--store", s, "migrate", "--sql", "migrations/0002-price.sql", "--schema-version", "2"]
+                if rng.chance(25) {
+                    let killed = try Binary.storectl(args, in: p.dir.path,
+                                                     environment: ["STORECTL_FAILPOINT": "schema.before-commit"])
+                    log.append("\(step) \(s): migrate killed -> \(killed.status)")
+                }
+                let offlineRun = rng.chance(30)
+                var result: ProcessResult?
+                if offlineRun { try offline { result = try Binary.storectl(args, in: p.dir.path) } } else {
+                    result = try Binary.storectl(args, in: p.dir.path)
+                }
+                guard let r = result else { return fail("migrate on \(s) did not run") }
+                log.append("\(step) \(s): migrate\(offlineRun ? " offline" : "") -> \(r.status)")
+                guard r.status == 0 else { return fail("migrate on \(s) exited \(r.status)\n\(r)") }
+                migrated.insert(s)
+            }
+        }
+        // Every store runs the migration, then syncs until nothing is left to do.
+        for s in Self.stores where !migrated.contains(s) {
+            let r = try Binary.storectl(["--store", s, "migrate", "--sql", "migrations/0002-price.sql",
+                                         "--schema-version", "2"], in: p.dir.path)
+            log.append("end \(s): migrate -> \(r.status)")
+            guard r.status == 0 else { return fail("migrate on \(s) exited \(r.status)\n\(r)") }
+        }
+        // Two rounds in a row where every sync succeeds: the second brings what the first sent.
+        var cleanRounds = 0
+        for round in 0..<6 where cleanRounds < 2 {
+            cleanRounds += 1
+            for s in Self.stores {
+                let r = try Binary.storectl(["--store", s, "sync"], in: p.dir.path)
+                log.append("end \(round) \(s): sync -> \(r.status)")
+                if r.status != 0 {
+                    cleanRounds = 0
+                    if round == 5 { return fail("sync on \(s) still exits \(r.status) after every store migrated\n\(r)") }
+                }
+            }
+        }
+        let expected = model.keys.sorted().map { "\($0)=integer:\(model[$0] ?? 0)" }.joined(separator: " ")
+        for s in Self.stores {
+            let got = try p.itemsByName(s)
+            if got != expected { return fail("store \(s) holds\n  \(got)\nthe model\n  \(expected)") }
+            let verify = try Binary.storectl(["--store", s, "verify"], in: p.dir.path)
+            if verify.status != 0 { return fail("verify on \(s) exited \(verify.status)\n\(verify)") }
+        }
+        return true
     }
 }
