@@ -33,6 +33,8 @@ final class MigrateRecipeTests: XCTestCase {
         XCTAssertEqual(price.count, 1, "one price recipe in README.md")
         XCTAssertEqual(drop.count, 1, "one dropped-column recipe in README.md")
         XCTAssertTrue(price.first?.contains("--schema-version 2") == true, price.first ?? "")
+        let priceRecipe = try XCTUnwrap(price.first, "the price recipe in README.md")
+        let dropRecipe = try XCTUnwrap(drop.first, "the dropped-column recipe in README.md")
         let dir = try TempDirectory("storectl-recipe")
         try dir.write("config.yaml", try String(contentsOf: Self.root.appendingPathComponent("config.yaml"),
                                                 encoding: .utf8))
@@ -58,16 +60,16 @@ final class MigrateRecipeTests: XCTestCase {
         try sql(prices.map { "INSERT INTO items(name, price) VALUES ('\($0.0)', \($0.1));" }.joined())
         try storectl(["sync"])
 
-        let first = try Binary.run("/bin/sh", ["-ec", price[0]], in: dir.path, environment: env)
-        XCTAssertEqual(first.status, 0, "\(price[0])\n\(first)")
+        let first = try Binary.run("/bin/sh", ["-ec", priceRecipe], in: dir.path, environment: env)
+        XCTAssertEqual(first.status, 0, "\(priceRecipe)\n\(first)")
         let expected = prices.sorted { $0.0 < $1.0 }.map { "\($0.0)|\(Int(($0.1 * 100).rounded()))|integer\n" }.joined()
         XCTAssertEqual(try sql("SELECT name, price, typeof(price) FROM items ORDER BY name"), expected)
         XCTAssertEqual(try sql("SELECT value FROM _storectl_meta WHERE key = 'schema_version'"), "2\n")
         try storectl(["sync"])
         try storectl(["verify"])
 
-        let second = try Binary.run("/bin/sh", ["-ec", drop[0]], in: dir.path, environment: env)
-        XCTAssertEqual(second.status, 0, "\(drop[0])\n\(second)")
+        let second = try Binary.run("/bin/sh", ["-ec", dropRecipe], in: dir.path, environment: env)
+        XCTAssertEqual(second.status, 0, "\(dropRecipe)\n\(second)")
         XCTAssertEqual(try sql("SELECT group_concat(name, ',') FROM pragma_table_info('items')"), "id,name,price\n")
         XCTAssertEqual(try sql("SELECT value FROM _storectl_meta WHERE key = 'schema_version'"), "3\n")
         // The triggers were made again: a change after the drop is recorded and syncs.

@@ -98,6 +98,26 @@ final class MigrateSQLGuardTests: XCTestCase {
         XCTAssertEqual(try s.sql("b", "SELECT key || '=' || value FROM settings ORDER BY key"), "limit=80\nsize=24\n")
     }
 
+    /// A TEMP table or view named like a tracked table hides it from unqualified names: if it outlived the file,
+    /// the triggers made again after the file would go to it (and vanish with the connection), losing tracking.
+    func testATempObjectShadowingATrackedTableDoesNotOutliveTheFile() throws {
+        let s = try synced()
+        let triggers = try s.sql("a", "SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name")
+        try s.dir.write("shadow.sql", """
+            CREATE TEMP TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT);
+            CREATE TEMP VIEW settings AS SELECT 'k' AS key, 'v' AS value;
+            """)
+        try s.run("a", ["migrate", "--sql", "shadow.sql"])
+        XCTAssertEqual(try s.sql("a", "SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name"), triggers)
+        let doctor = try s.run("a", ["doctor"])
+        XCTAssertTrue(doctor.stdout.contains("healthy"), "\(doctor)")
+        try s.sql("a", "UPDATE notes SET title = 'tracked' WHERE uuid = 'n1'; UPDATE settings SET value = '7' WHERE key = 'size'")
+        try s.run("a", ["sync"])
+        try s.run("b", ["sync"])
+        XCTAssertEqual(try s.sql("b", "SELECT title FROM notes WHERE uuid = 'n1'"), "tracked\n")
+        XCTAssertEqual(try s.sql("b", "SELECT value FROM settings WHERE key = 'size'"), "7\n")
+    }
+
     /// Renaming a synced table, or rebuilding it under a new name, would leave its records live in the cloud and
     /// on the other store: refused before anything changes, with the reason and the fix.
     func testRenamingASyncedTableIsRefusedAndTheOtherStoreKeepsItsRows() throws {
