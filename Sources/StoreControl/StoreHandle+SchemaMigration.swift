@@ -176,11 +176,12 @@ extension StoreHandle {
     static func runSchemaFile(_ db: Connection, _ sql: String, path: String, store: String, synced: [EntityMap])
         throws
     {
-        try refuseMovedStore(db, store: store)
+        try refuseMovedStore(db, store: store, path: path)
         let before = try schemaObjects(db)
         // "ALTER TABLE DROP COLUMN ... fails if the column is used ... in a trigger": the history triggers name
         // every column. They are dropped here and made again for the new shape once the file ran.
-        if dropsColumn(sql) { try dropHistoryTriggers(db) }
+        let dropping = tablesDroppingColumns(sql)
+        if dropping != [] { try dropHistoryTriggers(db, tables: dropping) }
         do {
             try db.withAuthorizer(Self.schemaFileRule) { try db.execute(sql) }
         } catch let error as SQLiteError where error.isBusy || error.isStoreMoved {
@@ -233,37 +234,53 @@ extension StoreHandle {
         return triggerSQL.lowercased()[begin.upperBound...].contains(StoreFormat.triggerPrefix)
     }
 
-    /// Whether the file holds an `ALTER TABLE ... DROP [COLUMN]` (a statement whose words start with ALTER TABLE
-    /// and hold DROP).
-    static func dropsColumn(_ sql: String) -> Bool {
-        sql.lowercased().split(separator: ";").contains { statement in
-            let words = statement.split(whereSeparator: { !($0.isLetter || $0.isNumber || $0 == "_") })
-                .filter { !$0.isEmpty }
-            guard let alter = words.firstIndex(of: "alter"), words.index(after: alter) < words.endIndex,
-                  words[words.index(after: alter)] == "table"
-            else { return false }
-            return words[alter...].contains("drop")
+    /// The tables (lowercased) an `ALTER TABLE ... DROP [COLUMN]` of the file names: [] when there is none, nil
+    /// when one names its table in a way this simple reading cannot tell (quoted with spaces, say): all of them.
+    static func tablesDroppingColumns(_ sql: String) -> [String]? {
+        var tables: [String] = []
+        let lines: [String] = sql.lowercased().split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            guard let comment = line.firstRange(of: "--") else { return String(line) }
+            return String(line[..<comment.lowerBound])
         }
+        let code: String = lines.joined(separator: "\n")
+        for statement in code.split(separator: ";") {
+            let words = statement.split(whereSeparator: { !($0.isLetter || $0.isNumber || $0 == "_" || $0 == ".") })
+            guard words.count >= 4, words[0] == "alter", words[1] == "table",
+                  let drop = words.firstIndex(of: "drop")
+            else { continue }
+            let name = words[2..<drop].joined(separator: " ")
+            let unqualified = name.hasPrefix("main.") ? String(name.dropFirst("main.".count)) : name
+            guard drop == 3, !unqualified.contains(".") else { return nil }
+            tables.append(unqualified)
+        }
+        return tables
     }
 
-    /// Drops the history triggers of every table (they are made again after the file ran, in the same
-    /// transaction). A moved store's fence is not a history trigger and stays.
-    static func dropHistoryTriggers(_ db: Connection) throws {
-        let names = try db.query("""
-            SELECT name FROM main.sqlite_master WHERE type = 'trigger' AND name LIKE '\\_storectl\\_%' ESCAPE '\\'
+    /// Drops the history triggers of `tables` (lowercased; nil: every table). They are made again after the file
+    /// ran, in the same transaction. A moved store's fence is not a history trigger and stays.
+    static func dropHistoryTriggers(_ db: Connection, tables: [String]?) throws {
+        let rows = try db.query("""
+            SELECT name, lower(tbl_name) FROM main.sqlite_master
+            WHERE type = 'trigger' AND name LIKE '\\_storectl\\_%' ESCAPE '\\'
               AND name NOT LIKE '\\_storectl\\_moved\\_%' ESCAPE '\\'
               AND tbl_name NOT LIKE '\\_storectl\\_%' ESCAPE '\\'
-            """).compactMap { $0[0].string }
-        for name in names { try db.execute("DROP TRIGGER main.\(quoteIdentifier(name))") }
+            """)
+        let known = Set(rows.compactMap { $0[1].string })
+        // A name the file spells in a way not read here: every table's triggers, rather than a refused DROP COLUMN.
+        let chosen = tables.map { names in names.allSatisfy { known.contains($0) } ? Set(names) : known } ?? known
+        for row in rows {
+            guard let name = row[0].string, let table = row[1].string, chosen.contains(table) else { continue }
+            try db.execute("DROP TRIGGER main.\(quoteIdentifier(name))")
+        }
     }
 
     /// Refuses a migration of a store whose file was moved (`migrate --to`) after the command opened it: a retry
     /// opens the new path.
-    static func refuseMovedStore(_ db: Connection, store: String) throws {
+    static func refuseMovedStore(_ db: Connection, store: String, path: String) throws {
         guard let target = try StoreMeta.value(db, .movedTo) else { return }
         throw StoreError(.tempFail, "store '\(store)' moved to \(target) while this command started",
-                         hint: "run the same 'storectl --store \(store) migrate --sql' command again: "
-                            + "config.yaml names the new path; nothing was changed")
+                         hint: "run 'storectl --store \(store) migrate --sql \(path)' again (config.yaml names the new "
+                            + "path); nothing was changed")
     }
 
     /// Refuses a file that leaves a synced table gone (renamed, or dropped and not made again): the table's

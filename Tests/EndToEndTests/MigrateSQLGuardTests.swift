@@ -118,6 +118,31 @@ final class MigrateSQLGuardTests: XCTestCase {
         XCTAssertEqual(try s.sql("b", "SELECT value FROM settings WHERE key = 'size'"), "7\n")
     }
 
+    /// A column dropped with ALTER TABLE in a file (SQLite refuses it while a trigger names the column): only the
+    /// altered table's triggers are made again, so what the file changes elsewhere is recorded by them, and syncs.
+    func testAFileDropsAColumnOfASyncedTableAndItsOtherChangesSync() throws {
+        let s = try synced()
+        try s.dir.write("drop.sql", """
+            -- the body goes
+            ALTER TABLE notes DROP COLUMN body;
+            UPDATE settings SET value = '99' WHERE key = 'size';
+            """)
+        let r = try s.run("a", ["--json", "migrate", "--sql", "drop.sql"])
+        XCTAssertEqual(JSONDoc.get(JSONDoc.parse(r.stdout), "applied") as? Bool, true, r.stdout)
+        XCTAssertEqual(try s.sql("a", "SELECT group_concat(name, ',') FROM pragma_table_info('notes')"), "id,uuid,title\n")
+        XCTAssertEqual(try s.sql("a", """
+            SELECT author || ' ' || op || ' ' || changed FROM _storectl_history WHERE entity = 'settings'
+            ORDER BY seq DESC LIMIT 1
+            """), "migrate U [\"value\"]\n")
+        try s.sql("a", "UPDATE notes SET title = 'after the drop' WHERE uuid = 'n1'")
+        try s.run("a", ["sync"])
+        try s.run("b", ["sync"])
+        XCTAssertEqual(try s.sql("b", "SELECT value FROM settings WHERE key = 'size'"), "99\n")
+        XCTAssertEqual(try s.sql("b", "SELECT title FROM notes WHERE uuid = 'n1'"), "after the drop\n")
+        let doctor = try s.run("a", ["doctor"])
+        XCTAssertTrue(doctor.stdout.contains("healthy"), "\(doctor)")
+    }
+
     /// Renaming a synced table, or rebuilding it under a new name, would leave its records live in the cloud and
     /// on the other store: refused before anything changes, with the reason and the fix.
     func testRenamingASyncedTableIsRefusedAndTheOtherStoreKeepsItsRows() throws {
