@@ -191,5 +191,15 @@ final class MigrateSQLGuardTests: XCTestCase {
         try s.run("a", ["migrate", "--sql", "touch.sql"])
         XCTAssertEqual(try s.sqlFile(s.dir.file("data/a-moved.sqlite"),
                                      "SELECT value FROM settings WHERE key = 'size'"), "120\n")
+        // A move that holds the lock longer than the busy timeout (5 s): a retry as well, the store untouched.
+        let dump = try s.sqlFile(s.dir.file("data/a-moved.sqlite"), ".dump")
+        let slow = try BackgroundProcess.storectl(["--store", "a", "migrate", "--to", "data/a-third.sqlite"],
+                                                  in: s.dir.path,
+                                                  environment: ["STORECTL_FAILPOINT": "move.after-copy:pause=8"])
+        while !slow.stderr.contains("paused"), Date() < deadline.addingTimeInterval(30) { usleep(50_000) }
+        let busy = try s.run("a", ["migrate", "--sql", "touch.sql"], expect: 75)
+        XCTAssertTrue(busy.stderr.contains("hint: "), "\(busy)")
+        XCTAssertEqual(try s.sqlFile(s.dir.file("data/a-moved.sqlite"), ".dump"), dump)
+        while slow.isRunning, Date() < deadline.addingTimeInterval(60) { usleep(50_000) }
     }
 }
