@@ -295,8 +295,10 @@ extension StoreHandle {
             return text
         }
         // The URL as printed (steps, --json): its passwords redacted, as everywhere else.
-        let shown = edits.map { (key: $0.key, value: $0.key.hasSuffix(".cloud.url") ? Redaction.connectionString($0.value)
-                                                                                    : $0.value) }
+        let shown = edits.map { edit in
+            let url = edit.key.hasSuffix(".cloud.url")
+            return (key: edit.key, value: url ? Redaction.connectionString(edit.value) : edit.value)
+        }
         for edit in shown { report.config[edit.key] = edit.value }
         step("config", shown.map { "\($0.key): \($0.value)" }.joined(separator: ", ") + " (one atomic edit)")
         Failpoint.hit("cloud-move.after-config")

@@ -42,7 +42,8 @@ final class MigrateRecipeTests: XCTestCase {
             try dir.write("examples/notes/\(f)", try String(
                 contentsOf: Self.root.appendingPathComponent("examples/notes/\(f)"), encoding: .utf8))
         }
-        let env = ["PATH": Binary.productsDirectory + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")]
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        let env = ["PATH": Binary.productsDirectory + ":" + path]
         @discardableResult
         func storectl(_ args: [String]) throws -> ProcessResult {
             let r = try Binary.storectl(args, in: dir.path)

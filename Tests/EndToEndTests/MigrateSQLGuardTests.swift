@@ -85,7 +85,9 @@ final class MigrateSQLGuardTests: XCTestCase {
         try s.dir.write("scratch.sql", """
             CREATE TEMP TABLE scratch(key TEXT, value TEXT);
             CREATE TEMP VIEW doubled AS SELECT key, CAST(value AS INTEGER) * 2 AS value FROM settings;
-            CREATE TEMP TRIGGER log AFTER UPDATE ON main.settings BEGIN INSERT INTO scratch VALUES (NEW.key, NEW.value); END;
+            CREATE TEMP TRIGGER log AFTER UPDATE ON main.settings BEGIN
+              INSERT INTO scratch VALUES (NEW.key, NEW.value);
+            END;
             UPDATE settings SET value = (SELECT value FROM doubled d WHERE d.key = settings.key);
             """)
         let r = try s.run("a", ["--json", "migrate", "--sql", "scratch.sql"])
@@ -111,7 +113,8 @@ final class MigrateSQLGuardTests: XCTestCase {
         XCTAssertEqual(try s.sql("a", "SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name"), triggers)
         let doctor = try s.run("a", ["doctor"])
         XCTAssertTrue(doctor.stdout.contains("healthy"), "\(doctor)")
-        try s.sql("a", "UPDATE notes SET title = 'tracked' WHERE uuid = 'n1'; UPDATE settings SET value = '7' WHERE key = 'size'")
+        try s.sql("a", "UPDATE notes SET title = 'tracked' WHERE uuid = 'n1';"
+                  + "UPDATE settings SET value = '7' WHERE key = 'size'")
         try s.run("a", ["sync"])
         try s.run("b", ["sync"])
         XCTAssertEqual(try s.sql("b", "SELECT title FROM notes WHERE uuid = 'n1'"), "tracked\n")
@@ -129,7 +132,8 @@ final class MigrateSQLGuardTests: XCTestCase {
             """)
         let r = try s.run("a", ["--json", "migrate", "--sql", "drop.sql"])
         XCTAssertEqual(JSONDoc.get(JSONDoc.parse(r.stdout), "applied") as? Bool, true, r.stdout)
-        XCTAssertEqual(try s.sql("a", "SELECT group_concat(name, ',') FROM pragma_table_info('notes')"), "id,uuid,title\n")
+        XCTAssertEqual(try s.sql("a", "SELECT group_concat(name, ',') FROM pragma_table_info('notes')"),
+                       "id,uuid,title\n")
         XCTAssertEqual(try s.sql("a", """
             SELECT author || ' ' || op || ' ' || changed FROM _storectl_history WHERE entity = 'settings'
             ORDER BY seq DESC LIMIT 1
