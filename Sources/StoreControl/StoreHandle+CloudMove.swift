@@ -294,8 +294,13 @@ extension StoreHandle {
             }
             return text
         }
-        for edit in edits { report.config[edit.key] = edit.value }
-        step("config", edits.map { "\($0.key): \($0.value)" }.joined(separator: ", ") + " (one atomic edit)")
+        // The URL as printed (steps, --json): its passwords redacted, as everywhere else.
+        let shown = edits.map { edit in
+            let url = edit.key.hasSuffix(".cloud.url")
+            return (key: edit.key, value: url ? Redaction.connectionString(edit.value) : edit.value)
+        }
+        for edit in shown { report.config[edit.key] = edit.value }
+        step("config", shown.map { "\($0.key): \($0.value)" }.joined(separator: ", ") + " (one atomic edit)")
         Failpoint.hit("cloud-move.after-config")
 
         // 7. Activate.

@@ -302,7 +302,7 @@ extension StoreHandle {
         if try db.tableExists("_storectl_meta") {
             try StoreMeta.set(db, .movedTo, target)
         }
-        let message = "storectl: this store moved to \(target); open it there"
+        let message = SQLiteError.storeMovedPrefix + "\(target); open it there"
         let tables = try db.query("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'table' "
                                   + "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").compactMap { $0[0].string }
         for (i, table) in tables.enumerated() {

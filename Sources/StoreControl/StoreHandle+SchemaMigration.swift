@@ -89,7 +89,7 @@ extension StoreHandle {
         try HistoryTracker(db: db, options: trackingOptions).transaction(author: Self.schemaMigrationAuthor) { tx in
             try Self.snapshotSyncedRows(db, entities: before)
             do {
-                try db.withAuthorizer(Self.schemaFileRule) { try db.execute(sql) }
+                try Self.runSchemaFile(db, sql, path: path, store: settings.name, synced: before)
             } catch let refusal as AuthorizerRefusal {
                 throw StoreError(.dataError, "\(path): \(refusal.reason)", details: refusal.details,
                                  hint: "change the file; nothing was changed")
@@ -181,12 +181,149 @@ extension StoreHandle {
                 + "them before the commit, and allows no other pragma to be set"
         case .write where r.trigger == nil && own(r.table):
             return "the file writes storectl's own table \(r.table ?? "?")"
+        // Only storectl's own triggers (history, fences) write its tables; a trigger or view of the file's never.
+        case .write where own(r.table) && !own(r.trigger):
+            return "the trigger \(r.trigger ?? "?") writes storectl's own table \(r.table ?? "?")"
+        case .schema where r.creates && own(r.object):
+            return "the file creates \(r.object ?? "?"), a name storectl keeps for its own objects "
+                + "(prefix \(StoreFormat.triggerPrefix)): choose another name"
         // The history triggers of a user table go with it when it is dropped (and come back, regenerated): only
         // storectl's own tables (and their indexes) are refused.
         case .schema where r.trigger == nil && own(r.table):
             return "the file changes storectl's own \(r.object ?? r.table ?? "?")"
         default:
             return nil
+        }
+    }
+
+    /// Runs a schema file under `schemaFileRule`, inside the migration's transaction, then refuses what the
+    /// authorizer cannot see while the file runs: a trigger it created (TEMP or not, on a table or on a view) whose
+    /// body writes storectl's own tables, which would run later; and a synced table it renamed or dropped, whose
+    /// records would stay live in the cloud. The TEMP objects the file created are dropped: none outlives it.
+    /// - Throws: `StoreError` 65 naming the object, 75 when the store moved meanwhile; `AuthorizerRefusal`,
+    ///   `SQLiteError` from the file.
+    static func runSchemaFile(_ db: Connection, _ sql: String, path: String, store: String, synced: [EntityMap])
+        throws
+    {
+        try refuseMovedStore(db, store: store, path: path)
+        let before = try schemaObjects(db)
+        // "ALTER TABLE DROP COLUMN ... fails if the column is used ... in a trigger": the history triggers name
+        // every column. They are dropped here and made again for the new shape once the file ran.
+        let dropping = tablesDroppingColumns(sql)
+        if dropping != [] { try dropHistoryTriggers(db, tables: dropping) }
+        do {
+            try db.withAuthorizer(Self.schemaFileRule) { try db.execute(sql) }
+        } catch let error as SQLiteError where error.isBusy || error.isStoreMoved {
+            throw StoreError(.tempFail, "store '\(store)' is busy or moved while \(path) ran: \(error.message)",
+                             hint: "run 'storectl --store \(store) migrate --sql \(path)' again; nothing was changed")
+        }
+        let after = try schemaObjects(db)
+        for object in after where object.type == "trigger" && !before.contains(object) {
+            guard !object.name.lowercased().hasPrefix(StoreFormat.triggerPrefix),
+                  writesOwnTables(object.sql) else { continue }
+            let temp = object.schema == "temp" ? "TEMP " : ""
+            throw StoreError(.dataError, "\(path): the \(temp)trigger \(object.name) on \(object.table) writes "
+                             + "storectl's own tables (\(StoreFormat.triggerPrefix)...) when it fires",
+                             hint: "remove the trigger from the file; nothing was changed")
+        }
+        try refuseLostSyncedTables(db, path: path, synced: synced)
+        // TEMP objects the file made go now, triggers and views first: nothing TEMP outlives the file.
+        for object in after.sorted(by: { $0.dropOrder < $1.dropOrder })
+        where object.schema == "temp" && !before.contains(object) && object.type != "index" {
+            try db.execute("DROP \(object.type.uppercased()) IF EXISTS temp.\(quoteIdentifier(object.name))")
+        }
+        db.clearStatementCache()
+    }
+
+    /// A table, index, trigger or view of the main or temp schema.
+    struct SchemaObject: Equatable {
+        var schema: String
+        var type: String
+        var name: String
+        var table: String
+        var sql: String
+        var dropOrder: Int { ["trigger": 0, "view": 1, "table": 2][type] ?? 3 }
+    }
+
+    /// Every object of the main and temp schemas, with its SQL.
+    static func schemaObjects(_ db: Connection) throws -> [SchemaObject] {
+        try db.query("""
+            SELECT 'main', type, name, tbl_name, coalesce(sql, '') FROM main.sqlite_master
+            UNION ALL SELECT 'temp', type, name, tbl_name, coalesce(sql, '') FROM temp.sqlite_master
+            """).map { row in
+            SchemaObject(schema: row[0].string ?? "", type: row[1].string ?? "", name: row[2].string ?? "",
+                         table: row[3].string ?? "", sql: row[4].string ?? "")
+        }
+    }
+
+    /// Whether a trigger's SQL names one of storectl's tables anywhere in its body (quoted or not, any case). The
+    /// check is on the text, so a comment naming one is refused too: a trigger of the user's never needs to.
+    static func writesOwnTables(_ triggerSQL: String) -> Bool {
+        guard let begin = triggerSQL.lowercased().firstRange(of: "begin") else { return true }
+        return triggerSQL.lowercased()[begin.upperBound...].contains(StoreFormat.triggerPrefix)
+    }
+
+    /// The tables (lowercased) an `ALTER TABLE ... DROP [COLUMN]` of the file names: [] when there is none, nil
+    /// when one names its table in a way this simple reading cannot tell (quoted with spaces, say): all of them.
+    static func tablesDroppingColumns(_ sql: String) -> [String]? {
+        var tables: [String] = []
+        let lines: [String] = sql.lowercased().split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            guard let comment = line.firstRange(of: "--") else { return String(line) }
+            return String(line[..<comment.lowerBound])
+        }
+        let code: String = lines.joined(separator: "\n")
+        for statement in code.split(separator: ";") {
+            let words = statement.split(whereSeparator: { !($0.isLetter || $0.isNumber || $0 == "_" || $0 == ".") })
+            guard words.count >= 4, words[0] == "alter", words[1] == "table",
+                  let drop = words.firstIndex(of: "drop")
+            else { continue }
+            let name = words[2..<drop].joined(separator: " ")
+            let unqualified = name.hasPrefix("main.") ? String(name.dropFirst("main.".count)) : name
+            guard drop == 3, !unqualified.contains(".") else { return nil }
+            tables.append(unqualified)
+        }
+        return tables
+    }
+
+    /// Drops the history triggers of `tables` (lowercased; nil: every table). They are made again after the file
+    /// ran, in the same transaction. A moved store's fence is not a history trigger and stays.
+    static func dropHistoryTriggers(_ db: Connection, tables: [String]?) throws {
+        let rows = try db.query("""
+            SELECT name, lower(tbl_name) FROM main.sqlite_master
+            WHERE type = 'trigger' AND name LIKE '\\_storectl\\_%' ESCAPE '\\'
+              AND name NOT LIKE '\\_storectl\\_moved\\_%' ESCAPE '\\'
+              AND tbl_name NOT LIKE '\\_storectl\\_%' ESCAPE '\\'
+            """)
+        let known = Set(rows.compactMap { $0[1].string })
+        // A name the file spells in a way not read here: every table's triggers, rather than a refused DROP COLUMN.
+        let chosen = tables.map { names in names.allSatisfy { known.contains($0) } ? Set(names) : known } ?? known
+        for row in rows {
+            guard let name = row[0].string, let table = row[1].string, chosen.contains(table) else { continue }
+            try db.execute("DROP TRIGGER main.\(quoteIdentifier(name))")
+        }
+    }
+
+    /// Refuses a migration of a store whose file was moved (`migrate --to`) after the command opened it: a retry
+    /// opens the new path.
+    static func refuseMovedStore(_ db: Connection, store: String, path: String) throws {
+        guard let target = try StoreMeta.value(db, .movedTo) else { return }
+        throw StoreError(.tempFail, "store '\(store)' moved to \(target) while this command started",
+                         hint: "run 'storectl --store \(store) migrate --sql \(path)' again (config.yaml names the new "
+                            + "path); nothing was changed")
+    }
+
+    /// Refuses a file that leaves a synced table gone (renamed, or dropped and not made again): the table's
+    /// records would stay live in the cloud, and every other device would keep its rows.
+    static func refuseLostSyncedTables(_ db: Connection, path: String, synced: [EntityMap]) throws {
+        for e in synced where !(try db.tableExists(e.name)) {
+            let live = try db.scalar("SELECT count(*) FROM _storectl_records WHERE entity = ? AND deleted = 0",
+                                     [e.name])?.int64 ?? 0
+            guard live > 0 else { continue }
+            throw StoreError(.dataError, "\(path) renames or drops the synced table \(e.name): its \(live) "
+                             + "record(s) would stay live in the cloud and on every other device",
+                             hint: "keep the name: build the new shape as \(e.name)_new, copy the rows, "
+                                + "DROP TABLE \(e.name), then ALTER TABLE \(e.name)_new RENAME TO \(e.name); to remove "
+                                + "the rows everywhere, delete them and sync first; nothing was changed")
         }
     }
 

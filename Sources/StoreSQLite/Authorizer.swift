@@ -27,6 +27,10 @@ public struct AuthorizerRequest: Sendable, Equatable {
     public var pragmaValue: String?
     /// The innermost trigger or view the access comes from; nil when it comes from the statement itself.
     public var trigger: String?
+    /// Whether a `.schema` request creates its object (CREATE TABLE, INDEX, TRIGGER or VIEW, TEMP or not).
+    public var creates: Bool = false
+    /// Whether a `.schema` request is about a TEMP object.
+    public var temporary: Bool = false
 }
 
 /// Holds the decision closure for the C callback, and the first refusal's reason.
@@ -107,6 +111,19 @@ extension Connection {
                 request.kind = .pragma
                 request.pragma = s1
                 request.pragmaValue = s2
+            default:
+                break
+            }
+            switch code {
+            case SQLITE_CREATE_TABLE, SQLITE_CREATE_INDEX, SQLITE_CREATE_TRIGGER, SQLITE_CREATE_VIEW,
+                 SQLITE_CREATE_VTABLE:
+                request.creates = true
+            case SQLITE_CREATE_TEMP_TABLE, SQLITE_CREATE_TEMP_INDEX, SQLITE_CREATE_TEMP_TRIGGER,
+                 SQLITE_CREATE_TEMP_VIEW:
+                request.creates = true
+                request.temporary = true
+            case SQLITE_DROP_TEMP_TABLE, SQLITE_DROP_TEMP_INDEX, SQLITE_DROP_TEMP_TRIGGER, SQLITE_DROP_TEMP_VIEW:
+                request.temporary = true
             default:
                 break
             }

@@ -26,6 +26,11 @@ public struct SQLiteError: DiagnosedError, Equatable {
     public var isBusy: Bool { primaryCode == SQLITE_BUSY || primaryCode == SQLITE_LOCKED }
     /// SQLITE_CONSTRAINT and its extended codes.
     public var isConstraint: Bool { primaryCode == SQLITE_CONSTRAINT }
+    /// The start of the message a moved store's fence raises on every write to its old file.
+    public static let storeMovedPrefix = "storectl: this store moved to "
+    /// A write refused by the fence of a store that moved (`migrate --to`) while the writer had the old file open:
+    /// a retry, which opens the new path, succeeds.
+    public var isStoreMoved: Bool { primaryCode == SQLITE_CONSTRAINT && message.hasPrefix(Self.storeMovedPrefix) }
     /// SQLITE_NOTADB or SQLITE_CORRUPT: the file is not a healthy SQLite database.
     public var isNotADatabase: Bool { primaryCode == SQLITE_NOTADB || primaryCode == SQLITE_CORRUPT }
     /// SQLITE_READONLY and its extended codes.
@@ -40,6 +45,7 @@ public struct SQLiteError: DiagnosedError, Equatable {
     public var isIOError: Bool { primaryCode == SQLITE_IOERR }
 
     public var exitCode: ExitCode {
+        if isStoreMoved { return .tempFail }
         switch primaryCode {
         case SQLITE_BUSY, SQLITE_LOCKED: return .tempFail
         case SQLITE_NOTADB, SQLITE_CORRUPT, SQLITE_CONSTRAINT, SQLITE_MISMATCH: return .dataError
@@ -64,6 +70,9 @@ public struct SQLiteError: DiagnosedError, Equatable {
     }
 
     public var hint: String? {
+        if isStoreMoved {
+            return "the store moved while this command ran; run the same command again: config.yaml names the new path"
+        }
         switch primaryCode {
         case SQLITE_BUSY, SQLITE_LOCKED: return "another process holds a lock on the database; retry later"
         case SQLITE_NOTADB, SQLITE_CORRUPT: return "the file is not a healthy SQLite database; check the path, or restore it from a backup"
@@ -85,6 +94,7 @@ extension SQLiteError {
     /// big, an error raised by a trigger) rather than about the database itself (locked, full, damaged,
     /// unreadable): the former concern one record, which can be set aside while the rest goes on.
     public var isAboutValues: Bool {
+        if isStoreMoved { return false }
         switch primaryCode {
         case SQLITE_CONSTRAINT, SQLITE_MISMATCH, SQLITE_TOOBIG, SQLITE_RANGE, SQLITE_ERROR: return true
         default: return false

@@ -75,6 +75,64 @@ final class MigrateCloudTests: XCTestCase {
         try s.run("a", ["verify"])
     }
 
+    /// The new URL's password, in every form a PostgreSQL URL holds one (user info, `?password=`, libpq
+    /// `password=`), appears in no step line, JSON document, error or hint of `migrate --cloud`, whether the move
+    /// succeeds or fails; the redacted URL is what the user sees.
+    func testMigrateCloudNeverPrintsTheNewURLsPassword() throws {
+        let secret = "hunter2-Mv7q"
+        let env = ProcessInfo.processInfo.environment
+        let s = try synced(label: "storectl-cloud-move-secret")
+        // Failures first (nothing listens on 127.0.0.1:1): the errors quote the URL.
+        for url in ["postgres://alice:\(secret)@127.0.0.1:1/notes?connect_timeout=2",
+                    "postgres://alice@127.0.0.1:1/notes?password=\(secret)&connect_timeout=2",
+                    "host=127.0.0.1 port=1 dbname=notes user=alice password='\(secret)' connect_timeout=2"]
+        {
+            for json in [false, true] {
+                let r = try s.run("a", (json ? ["--json"] : []) + ["migrate", "--cloud", url, "--account", "alice"],
+                                  expect: nil)
+                XCTAssertNotEqual(r.status, 0, "\(url)\n\(r)")
+                XCTAssertNotEqual(r.status, 70, "\(url)\n\(r)")
+                XCTAssertFalse(r.stdout.contains("hunter2") || r.stderr.contains("hunter2"), "\(url)\n\(r)")
+            }
+        }
+        guard let socket = env["STORECTL_TEST_PG_SOCKET_DIR"], !socket.isEmpty,
+              let admin = env["STORECTL_TEST_PG_URL"], !admin.isEmpty
+        else {
+            if env["STORECTL_REQUIRE_PG"] == "1" { XCTFail("STORECTL_REQUIRE_PG=1 but no PostgreSQL (see .ci/run)") }
+            return
+        }
+        let user = env["PGUSER"] ?? "postgres"
+        let port = env["PGPORT"] ?? "5432"
+        let forms = [
+            "postgresql://\(user):\(secret)@/postgres?host=\(socket)&port=\(port)",
+            "postgresql://\(user)@/postgres?host=\(socket)&port=\(port)&password=\(secret)",
+            "host=\(socket) port=\(port) dbname=postgres user=\(user) password=\(secret)",
+        ]
+        let base = "test.migrate.secret.\(UInt32.random(in: 0...UInt32.max))"
+        var containers: [String] = []
+        defer { for c in containers { try? PostgresCloudDatabase(url: admin, container: c).deleteContainer() } }
+        for (i, url) in forms.enumerated() {
+            for json in [false, true] {
+                let container = "\(base).\(i).\(json ? "json" : "text")"
+                containers.append(container)
+                let r = try s.run("a", (json ? ["--json"] : [])
+                                  + ["migrate", "--cloud", url, "--container", container, "--account", user])
+                XCTAssertFalse(r.stdout.contains(secret) || r.stderr.contains(secret), "\(url)\n\(r)")
+                XCTAssertFalse(r.stdout.contains("hunter2") || r.stderr.contains("hunter2"), "\(url)\n\(r)")
+                if json {
+                    let shown = JSONDoc.get(JSONDoc.parse(r.stdout), "config", "stores.a.cloud.url") as? String
+                    XCTAssertEqual(shown?.contains("<redacted>"), true, r.stdout)
+                    XCTAssertEqual(shown?.contains(socket), true, "the server is still named\n\(r.stdout)")
+                } else {
+                    let line = r.stderr.split(separator: "\n").first { $0.contains("config: stores.a.cloud.url: ") }
+                    XCTAssertEqual(line?.contains("<redacted>"), true, r.stderr)
+                }
+                try s.run("a", ["sync"])
+            }
+        }
+        try s.run("a", ["verify"])
+    }
+
     /// A url, container or zone edited by hand is a new target, never "purged"; the message names migrate --cloud;
     /// putting the old value back just works.
     func testATargetChangedByHandIsANewTargetThatNamesMigrateCloud() throws {

@@ -1,4 +1,4 @@
--- The example notes app: notes, tags, and a join table with a composite primary key.
+-- The example notes app: notes, tags, a join table with a composite primary key, and priced items.
 CREATE TABLE IF NOT EXISTS notes (
     id INTEGER PRIMARY KEY,
     uuid TEXT NOT NULL,
@@ -14,4 +14,9 @@ CREATE TABLE IF NOT EXISTS note_tags (
     note_id INTEGER NOT NULL REFERENCES notes(id) ON DELETE CASCADE,
     tag_id INTEGER NOT NULL REFERENCES tags(id) ON DELETE CASCADE,
     PRIMARY KEY (note_id, tag_id)
+);
+CREATE TABLE IF NOT EXISTS items (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    price REAL NOT NULL
 );

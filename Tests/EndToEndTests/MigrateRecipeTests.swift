@@ -1,0 +1,83 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// The README's schema-change recipes, run as printed on a copy of the repository's config.yaml and example, with
+/// the built storectl first in PATH.
+final class MigrateRecipeTests: XCTestCase {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    /// The README's ```sh blocks that contain `marker`.
+    static func shellBlocks(containing marker: String) throws -> [String] {
+        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+        var blocks: [String] = []
+        var current: [Substring]?
+        for line in readme.split(separator: "\n", omittingEmptySubsequences: false) {
+            if current == nil, line == "```sh" {
+                current = []
+            } else if current != nil, line == "```" {
+                let block = (current ?? []).joined(separator: "\n") + "\n"
+                if block.contains(marker) { blocks.append(block) }
+                current = nil
+            } else {
+                current?.append(line)
+            }
+        }
+        return blocks
+    }
+
+    func testThePriceAndDropColumnRecipesRunAsPrintedOnTheExample() throws {
+        let price = try Self.shellBlocks(containing: "migrations/0002-price.sql")
+        let drop = try Self.shellBlocks(containing: "DROP COLUMN")
+        XCTAssertEqual(price.count, 1, "one price recipe in README.md")
+        XCTAssertEqual(drop.count, 1, "one dropped-column recipe in README.md")
+        XCTAssertTrue(price.first?.contains("--schema-version 2") == true, price.first ?? "")
+        let priceRecipe = try XCTUnwrap(price.first, "the price recipe in README.md")
+        let dropRecipe = try XCTUnwrap(drop.first, "the dropped-column recipe in README.md")
+        let dir = try TempDirectory("storectl-recipe")
+        try dir.write("config.yaml", try String(contentsOf: Self.root.appendingPathComponent("config.yaml"),
+                                                encoding: .utf8))
+        for f in ["schema.sql", "seed.sql"] {
+            try dir.write("examples/notes/\(f)", try String(
+                contentsOf: Self.root.appendingPathComponent("examples/notes/\(f)"), encoding: .utf8))
+        }
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        let env = ["PATH": Binary.productsDirectory + ":" + path]
+        @discardableResult
+        func storectl(_ args: [String]) throws -> ProcessResult {
+            let r = try Binary.storectl(args, in: dir.path)
+            XCTAssertEqual(r.status, 0, "storectl \(args.joined(separator: " ")):\n\(r)")
+            return r
+        }
+        @discardableResult
+        func sql(_ statement: String) throws -> String {
+            let r = try Binary.run("/usr/bin/sqlite3", [dir.file("data/notes.sqlite"), statement], in: dir.path)
+            XCTAssertEqual(r.status, 0, "\(statement)\n\(r)")
+            return r.stdout
+        }
+        try storectl(["mode", "cloud"])
+        let prices: [(String, Double)] = [("pen", 1.5), ("book", 19.99), ("lamp", 0.1), ("desk", 249.95)]
+        try sql(prices.map { "INSERT INTO items(name, price) VALUES ('\($0.0)', \($0.1));" }.joined())
+        try storectl(["sync"])
+
+        let first = try Binary.run("/bin/sh", ["-ec", priceRecipe], in: dir.path, environment: env)
+        XCTAssertEqual(first.status, 0, "\(priceRecipe)\n\(first)")
+        let expected = prices.sorted { $0.0 < $1.0 }.map { "\($0.0)|\(Int(($0.1 * 100).rounded()))|integer\n" }.joined()
+        XCTAssertEqual(try sql("SELECT name, price, typeof(price) FROM items ORDER BY name"), expected)
+        XCTAssertEqual(try sql("SELECT value FROM _storectl_meta WHERE key = 'schema_version'"), "2\n")
+        try storectl(["sync"])
+        try storectl(["verify"])
+
+        let second = try Binary.run("/bin/sh", ["-ec", dropRecipe], in: dir.path, environment: env)
+        XCTAssertEqual(second.status, 0, "\(dropRecipe)\n\(second)")
+        XCTAssertEqual(try sql("SELECT group_concat(name, ',') FROM pragma_table_info('items')"), "id,name,price\n")
+        XCTAssertEqual(try sql("SELECT value FROM _storectl_meta WHERE key = 'schema_version'"), "3\n")
+        // The triggers were made again: a change after the drop is recorded and syncs.
+        try sql("UPDATE items SET price = price + 1 WHERE name = 'pen'")
+        let sync = try storectl(["--json", "sync"])
+        XCTAssertEqual(JSONDoc.int(JSONDoc.parse(sync.stdout), "exported", "saved"), 1, sync.stdout)
+        try storectl(["verify"])
+        try storectl(["doctor"])
+    }
+}
