@@ -78,14 +78,43 @@ extension StoreHandle {
             log("version: store '\(settings.name)' is at schema version \(previous) already; nothing to do")
             return report
         }
-        try syncBeforeDataMigration(log: log)
         let withdraw = try Self.readableMirrorState(db)
         defer { withdraw() }
-        let before = try Mirror.entityMaps(db)
         // "foreign key constraint enforcement ... cannot be enabled or disabled in the middle of a transaction":
         // off before it starts, so that dropping a table in a rebuild cascades nowhere; checked before the commit.
         try db.execute("PRAGMA foreign_keys = OFF")
         defer { try? db.execute("PRAGMA foreign_keys = ON") }
+        if try storeMode() == .cloud {
+            // A store in cloud mode syncs first (`syncBeforeDataMigration`), but only once the file is known to
+            // run: it runs once in a transaction that is rolled back, so that a refused file changes nothing at all.
+            var trial = report
+            do {
+                try applySchemaFile(db, sql: sql, path: path, version: version, tracker: tracker, report: &trial,
+                                    trial: true, log: { _ in })
+            } catch is SchemaTrialRollback {}
+            try syncBeforeDataMigration(log: log)
+        }
+        try applySchemaFile(db, sql: sql, path: path, version: version, tracker: tracker, report: &report,
+                            trial: false, log: log)
+        report.version = version
+        report.applied = true
+        log("record names: \(report.keptRecordNames) rebuilt row(s) kept theirs; \(report.changedRows) changed, "
+            + "\(report.newRows) new and \(report.removedRows) removed row(s) recorded for the next export")
+        log("version: \(previous) -> \(version)")
+        return report
+    }
+
+    /// Rolls back the trial run of a schema file.
+    private struct SchemaTrialRollback: Error {}
+
+    /// Runs the schema file in ONE transaction with author `migrate`, regenerates the triggers, keeps record
+    /// names, records the changes no trigger saw and the version; with `trial`, rolls it all back at the end
+    /// (`SchemaTrialRollback`).
+    private func applySchemaFile(_ db: Connection, sql: String, path: String, version: Int, tracker: HistoryTracker,
+                                 report: inout SchemaMigrationReport, trial: Bool, log: (String) -> Void) throws
+    {
+        let before = try Mirror.entityMaps(db)
+        defer { try? db.execute("DROP TABLE IF EXISTS temp._storectl_before") }
         try HistoryTracker(db: db, options: trackingOptions).transaction(author: Self.schemaMigrationAuthor) { tx in
             try Self.snapshotSyncedRows(db, entities: before)
             do {
@@ -137,15 +166,9 @@ extension StoreHandle {
                     version: version, sha256: report.sha256, file: configValue(forPath: path)))
                 report.dataMigration = true
             }
+            if trial { throw SchemaTrialRollback() }
             Failpoint.hit("schema.before-commit")
         }
-        try db.execute("DROP TABLE IF EXISTS temp._storectl_before")
-        report.version = version
-        report.applied = true
-        log("record names: \(report.keptRecordNames) rebuilt row(s) kept theirs; \(report.changedRows) changed, "
-            + "\(report.newRows) new and \(report.removedRows) removed row(s) recorded for the next export")
-        log("version: \(previous) -> \(version)")
-        return report
     }
 
     /// A store in cloud mode first takes in what its zone holds (one sync round), so that the migration transforms

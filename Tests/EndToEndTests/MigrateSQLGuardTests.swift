@@ -96,6 +96,9 @@ final class MigrateSQLGuardTests: XCTestCase {
         XCTAssertEqual(try s.sql("a", "SELECT count(*) FROM sqlite_master WHERE name IN ('scratch', 'doubled', 'log')"),
                        "0\n")
         try s.run("a", ["sync"])
+        // A file that changed values is a data migration: b takes the zone's values once it has run it too.
+        try s.run("b", ["sync"], expect: 75)
+        try s.run("b", ["migrate", "--sql", "scratch.sql"])
         try s.run("b", ["sync"])
         XCTAssertEqual(try s.sql("b", "SELECT key || '=' || value FROM settings ORDER BY key"), "limit=80\nsize=24\n")
     }
@@ -140,6 +143,8 @@ final class MigrateSQLGuardTests: XCTestCase {
             """), "migrate U [\"value\"]\n")
         try s.sql("a", "UPDATE notes SET title = 'after the drop' WHERE uuid = 'n1'")
         try s.run("a", ["sync"])
+        try s.run("b", ["sync"], expect: 75)
+        try s.run("b", ["migrate", "--sql", "drop.sql"])
         try s.run("b", ["sync"])
         XCTAssertEqual(try s.sql("b", "SELECT value FROM settings WHERE key = 'size'"), "99\n")
         XCTAssertEqual(try s.sql("b", "SELECT title FROM notes WHERE uuid = 'n1'"), "after the drop\n")
