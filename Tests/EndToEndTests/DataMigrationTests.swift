@@ -232,6 +232,30 @@ final class DataMigrationTests: XCTestCase {
         }
     }
 
+    func testAMigrationKilledBeforeItsCommitThenAppWritesThenTheRerunMigratesThemOnce() throws {
+        try onBothBackends { p in
+            try p.synced()
+            let killed = try Binary.storectl(["--store", "a", "migrate", "--sql", "migrations/0002-price.sql",
+                                              "--schema-version", "2"], in: p.dir.path,
+                                             environment: ["STORECTL_FAILPOINT": "schema.before-commit"])
+            XCTAssertEqual(killed.status, 137, "\(killed)")
+            XCTAssertEqual(try p.items("a"), "pen=real:1.5 ink=real:0.25", "a killed migration changes nothing")
+            // The app keeps writing dollars: an edit, a new row, a deletion, a row deleted and inserted again.
+            try p.sql("a", "UPDATE items SET price = 2.0 WHERE name = 'pen'")
+            try p.sql("a", "INSERT INTO items(id, name, price) VALUES (3, 'pad', 4.99)")
+            try p.sql("a", "DELETE FROM items WHERE name = 'ink'")
+            try p.sql("a", "INSERT INTO items(id, name, price) VALUES (2, 'ink', 0.5)")
+            // A sync at the old version in between is fine: the zone is still at it.
+            try p.run("a", ["sync"])
+            try p.migrate("a")
+            try p.run("a", ["sync"])
+            try p.migrate("b")
+            try p.run("b", ["sync"])
+            try p.run("a", ["sync"])
+            try self.converged(p, "pen=integer:200 ink=integer:50 pad=integer:499")
+        }
+    }
+
     func testANewRowFromTheRaiserArrivesOnceTheOtherMigrates() throws {
         try onBothBackends { p in
             try p.synced()

@@ -246,7 +246,13 @@ final class MigrateCloudTests: XCTestCase {
 
             // The setup config.yaml names works: the app writes, the store syncs, b (still on the file) sees it
             // when a is still there too.
-            try s.sql("a", "INSERT INTO settings VALUES ('after the kill', 'yes')")
+            try s.sql("a", "INSERT INTO settings VALUES ('after the kill', 'no')")
+            try s.sql("a", "UPDATE settings SET value = 'yes' WHERE key = 'after the kill'")
+            try s.sql("a", "INSERT INTO settings VALUES ('gone after the kill', 'x')")
+            try s.sql("a", "DELETE FROM settings WHERE key = 'gone after the kill'")
+            // b, still on the old target, keeps writing there before a's rerun.
+            try s.sql("b", "INSERT INTO settings VALUES ('b after the kill', 'yes')")
+            try s.run("b", ["sync"])
             try s.run("a", ["sync"])
             try s.run("a", ["verify"])
             if !switched {
@@ -266,6 +272,12 @@ final class MigrateCloudTests: XCTestCase {
             XCTAssertEqual(try notes(s, "b"), "n1|one\nn2|two\nn3|pending on a\n", failpoint)
             XCTAssertEqual(try s.sql("b", "SELECT value FROM settings WHERE key = 'after the kill'"), "yes\n",
                            failpoint)
+            for store in ["a", "b"] {
+                XCTAssertEqual(try s.sql(store, "SELECT value FROM settings WHERE key = 'b after the kill'"), "yes\n",
+                               "\(failpoint): b's write on the old target reaches \(store)")
+                XCTAssertEqual(try s.sql(store, "SELECT count(*) FROM settings WHERE key = 'gone after the kill'"),
+                               "0\n", "\(failpoint): a row deleted after the kill stays deleted on \(store)")
+            }
             let leftovers = try FileManager.default.contentsOfDirectory(atPath: s.dir.file("data"))
                 .filter { $0.contains("storectl-cloud-move") }
             XCTAssertEqual(leftovers, [], failpoint)
