@@ -128,6 +128,18 @@ extension StoreHandle {
             report.steps = steps
             return report
         }
+        if let fencedTo {
+            // The old file refuses writes: the store is wherever that move put it, not here.
+            let moved = Path.standardized(fencedTo)
+            if moved != target, sourceID != nil, Self.storeID(atPath: moved) == sourceID {
+                throw StoreError(.tempFail, "store '\(settings.name)' was moved to \(moved) by a move that has not "
+                                 + "finished (\(source) refuses writes); nothing was changed",
+                                 hint: "finish that move first: 'storectl migrate --to \(moved)'")
+            }
+            throw StoreError(.dataError, "store '\(settings.name)': \(source) refuses writes (a move fenced it for "
+                             + "\(moved)), but \(moved) does not hold the store; nothing was changed",
+                             hint: "put the moved file back at \(moved), then run 'storectl migrate --to \(moved)'")
+        }
         var adopt = false
         if Self.entryExists(target) {
             // At the target with this store's id, and the config still naming the old file: the copy of a move

@@ -214,3 +214,53 @@ final class MoveSafetyTests: XCTestCase {
         XCTAssertEqual(try s.sqlFile(a, "SELECT uuid FROM notes ORDER BY uuid"), "n1\nn2\n")
     }
 }
+
+extension MoveSafetyTests {
+    /// A crash during the recovery of a crash: the rerun is killed too (at each of its later steps), with app writes
+    /// into the new file between the kills; a last rerun finishes and every row is there.
+    func testARerunKilledAgainLosesNothing() throws {
+        for (first, second) in [("move.after-rename", "move.after-fence"), ("move.after-rename", "move.after-config"),
+                                ("move.after-fence", "move.after-config")]
+        {
+            let label = "\(first) then \(second)"
+            let s = try stores()
+            let old = s.dir.file("data/a.sqlite")
+            let new = s.dir.file("moved/a.sqlite")
+            try s.run("a", ["migrate", "--to", "moved/a.sqlite"], env: ["STORECTL_FAILPOINT": first], expect: 137)
+            XCTAssertEqual(try appWrite(s, new, "one").status, 0, label)
+            try s.run("a", ["migrate", "--to", "moved/a.sqlite"], env: ["STORECTL_FAILPOINT": second], expect: 137)
+            XCTAssertEqual(try appWrite(s, new, "two").status, 0, label)
+            XCTAssertNotEqual(try appWrite(s, old, "refused").status, 0, "\(label): the old file took a write")
+            try s.run("a", ["migrate", "--to", "moved/a.sqlite"])
+            XCTAssertFalse(FileManager.default.fileExists(atPath: old), label)
+            XCTAssertEqual(try s.sqlFile(new, "SELECT uuid FROM notes ORDER BY uuid"), "n1\nn2\none\ntwo\n", label)
+            try s.run("a", ["doctor"])
+        }
+    }
+
+    /// The old file fenced for one target: a move to another target is refused until that move is finished, and
+    /// a fenced file whose new file is gone is never copied (with its fence) anywhere.
+    func testAFencedStoreIsMovedOnlyWhereItsFenceSays() throws {
+        let s = try stores()
+        let old = s.dir.file("data/a.sqlite")
+        let new = s.dir.file("moved/a.sqlite")
+        try s.run("a", ["migrate", "--to", "moved/a.sqlite"], env: ["STORECTL_FAILPOINT": "move.after-fence"],
+                  expect: 137)
+        let config = s.config
+        let other = try s.run("a", ["migrate", "--to", "elsewhere/a.sqlite"], expect: 75)
+        XCTAssertTrue(other.stderr.contains("store 'a' was moved to \(new) by a move that has not finished"), other.stderr)
+        XCTAssertTrue(other.stderr.contains("hint: finish that move first: 'storectl --store a migrate --to \(new)'")
+                      || other.stderr.contains("hint: finish that move first: 'storectl migrate --to \(new)'"),
+                      other.stderr)
+        XCTAssertEqual(s.config, config)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: s.dir.file("elsewhere/a.sqlite")))
+        for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: new + suffix) {
+            try FileManager.default.moveItem(atPath: new + suffix, toPath: s.dir.file("kept.sqlite" + suffix))
+        }
+        let gone = try s.run("a", ["migrate", "--to", "moved/a.sqlite"], expect: 65)
+        XCTAssertTrue(gone.stderr.contains("but \(new) does not hold the store; nothing was changed"), gone.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: new))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: old))
+        XCTAssertEqual(s.config, config)
+    }
+}
