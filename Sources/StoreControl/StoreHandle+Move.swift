@@ -459,14 +459,31 @@ extension StoreHandle {
         return true
     }
 
-    /// What a store file holds, in one line: its newest history seq and the row count of every table (the meta
-    /// aside, which a move itself writes). Every write to a tracked table moves the seq; an insert or a delete
-    /// anywhere moves a count.
+    /// What a store file holds, in one line: its newest history seq, and the row count and a checksum of the rows
+    /// of every table (the meta aside, which a move itself writes). Every write to a tracked table moves the seq;
+    /// an insert, an update or a delete in any table moves its count or its checksum.
     static func snapshot(_ db: Connection) throws -> String {
         let seq = try db.tableExists("_storectl_history")
             ? try db.scalar("SELECT coalesce(max(seq), 0) FROM _storectl_history")?.int64 ?? 0 : 0
         let counts = try rowCounts(db).filter { $0.key != "_storectl_meta" }.sorted { $0.key < $1.key }
-        return "seq=\(seq);" + counts.map { "\($0.key)=\($0.value)" }.joined(separator: ";")
+        return "seq=\(seq);" + (try counts.map { table, count in
+            "\(table)=\(count):" + String(try checksum(db, table: table), radix: 16)
+        }).joined(separator: ";")
+    }
+
+    /// A checksum of a table's rows that does not depend on their order: the wrapping sum of the FNV-1a hash of
+    /// each row's quoted values.
+    static func checksum(_ db: Connection, table: String) throws -> UInt64 {
+        let columns = try db.columns(of: table).map { "quote(\(quoteIdentifier($0.name)))" }
+        guard !columns.isEmpty else { return 0 }
+        let sql = "SELECT " + columns.joined(separator: " || ',' || ") + " FROM main.\(quoteIdentifier(table))"
+        var sum: UInt64 = 0
+        try db.prepare(sql).forEach { row in
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in row.bytes(0) { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+            sum = sum &+ hash
+        }
+        return sum
     }
 
     /// The snapshot a move's copy recorded of the old file, or nil (a copy made by an older storectl).

@@ -238,6 +238,20 @@ extension MoveSafetyTests {
         }
     }
 
+    /// Killed after the rename, an app changes only a value in the copy (an update of a table storectl does not
+    /// track, so no history row and no count moves): the rerun still sees the copy was written, and keeps it.
+    func testAnUpdateOnlyInTheCopyIsSeen() throws {
+        let s = try stores()
+        try s.sql("a", "CREATE TABLE untracked_kv(k TEXT, v TEXT); INSERT INTO untracked_kv VALUES ('x', 'before')")
+        let new = s.dir.file("moved/a.sqlite")
+        try s.run("a", ["migrate", "--to", "moved/a.sqlite"], env: ["STORECTL_FAILPOINT": "move.after-rename"],
+                  expect: 137)
+        try s.sqlFile(new, "UPDATE untracked_kv SET v = 'after' WHERE k = 'x'")
+        try s.run("a", ["migrate", "--to", "moved/a.sqlite"])
+        XCTAssertEqual(try s.sqlFile(new, "SELECT v FROM untracked_kv"), "after\n")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: s.dir.file("data/a.sqlite")))
+    }
+
     /// The old file fenced for one target: a move to another target is refused until that move is finished, and
     /// a fenced file whose new file is gone is never copied (with its fence) anywhere.
     func testAFencedStoreIsMovedOnlyWhereItsFenceSays() throws {
