@@ -93,24 +93,22 @@ public final class WatchLock: Sendable {
     public static func acquire(store: String, storePath: String, environment: [String: String] = [:],
                                keeping previous: WatchLock? = nil) throws -> WatchLock
     {
-        let file = try LockFile.take(Self.path(forStore: storePath), store: store, storePath: storePath)
+        // The identity first: a watcher of a store another watcher serves (by any path) is refused before it takes
+        // the lock next to the file, which the other may be about to take as it follows the store there.
         var identity: IdentityLock?
         if let id = StoreHandle.storeID(atPath: storePath) {
             if let held = previous?.identity, held.storeID == id {
                 identity = held
             } else {
                 let folder = runtimeDirectory(environment: environment)
-                do {
-                    try makeRuntimeDirectory(folder, store: store)
-                    let lock = try LockFile.take(Path.join(folder, id + ".lock"), store: store, storePath: storePath,
-                                                 identity: id)
-                    identity = IdentityLock(storeID: id, file: lock)
-                } catch {
-                    file.release()
-                    throw error
-                }
+                try makeRuntimeDirectory(folder, store: store)
+                let lock = try LockFile.take(Path.join(folder, id + ".lock"), store: store, storePath: storePath,
+                                             identity: id)
+                identity = IdentityLock(storeID: id, file: lock)
             }
         }
+        // A failure here drops a newly taken identity lock (and releases it); a kept one stays with `previous`.
+        let file = try LockFile.take(Self.path(forStore: storePath), store: store, storePath: storePath)
         let lock = WatchLock(path: file.path, storePath: storePath, file: file, identity: identity,
                              content: WatcherInfo(pid: getpid(), startedAt: WatchTime.now(), lockFile: file.path,
                                                   lastError: nil))
@@ -226,8 +224,8 @@ public final class WatchLock: Sendable {
                     close(fd)
                     let pid = holder?.pid.map { "pid \($0)" } ?? "another process"
                     let since = holder?.startedAt.map { ", since \($0)" } ?? ""
-                    let why = identity.map { "  the watcher reached the same store (id \($0)) by another path; "
-                        + "its lock file is \(path)" }
+                    let why = identity.map { "  two watchers on one store (id \($0)), whatever path they reach it by, "
+                        + "would sync it twice; the lock file is \(path)" }
                         ?? "  two watchers on one store would sync it twice; the lock file is \(path)"
                     throw WatchLockError(.tempFail, store: store,
                                          "store '\(store)' is already served by storectl watch (\(pid)\(since))",
