@@ -123,6 +123,7 @@ extension StoreHandle {
         {
             // An earlier move fenced the old file and stopped before its config edit: no write can have landed in
             // the old file since, so the store is the new file; finish.
+            try requireNothingLandedAfterTheFence(old: source, target: target)
             step("fence", "\(source) was fenced by an earlier move: the store is \(target)")
             try finishMove(lock: nil, source: source, target: target, report: &report, step: step)
             report.steps = steps
@@ -431,7 +432,11 @@ extension StoreHandle {
         let lock = try Connection(path: old, mode: .readWrite, wal: false)
         try lock.transaction {
             guard try lock.tableExists("_storectl_meta") else { return }
-            if let fencedTo = try MirrorState.meta(lock, .movedTo), Path.standardized(fencedTo) == target { return }
+            if let fencedTo = try MirrorState.meta(lock, .movedTo), Path.standardized(fencedTo) == target,
+               try Self.fenceIsWhole(lock)
+            {
+                return
+            }
             // Not fenced: writes may have landed in it after the copy was taken.
             let recorded = try Self.recordedSnapshot(atPath: target)
             // (ATTACH cannot run inside a transaction: the comparison reads the old file on a connection of its own.)
@@ -533,13 +538,42 @@ extension StoreHandle {
         let tables = try db.query("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'table' "
                                   + "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").compactMap { $0[0].string }
         for (i, table) in tables.enumerated() {
-            for (op, when) in [("i", "INSERT"), ("u", "UPDATE"), ("d", "DELETE")] {
+            for (op, when) in [(Character("i"), "INSERT"), ("u", "UPDATE"), ("d", "DELETE")] {
                 try db.execute("""
-                    CREATE TRIGGER IF NOT EXISTS main.\(quoteIdentifier("_storectl_moved_\(i)_\(op)"))
+                    CREATE TRIGGER IF NOT EXISTS main.\(quoteIdentifier(StoreFormat.moveFenceTriggerName(index: i, op: op)))
                     BEFORE \(when) ON \(quoteIdentifier(table)) BEGIN SELECT RAISE(ABORT, \(quoteLiteral(message))); END
                     """)
             }
         }
+    }
+
+    /// Whether the fence of a moved store's old file is whole: meta `moved_to`, and a BEFORE trigger for each of
+    /// insert, update and delete on every table. A fence someone took apart may have let writes in.
+    static func fenceIsWhole(_ db: Connection) throws -> Bool {
+        guard try db.tableExists("_storectl_meta"), try MirrorState.meta(db, .movedTo) != nil else { return false }
+        let rows = try db.query("""
+            SELECT t.name, (SELECT count(*) FROM sqlite_master m WHERE m.type = 'trigger' AND m.tbl_name = t.name
+                            AND m.name LIKE '\\_storectl\\_moved\\_%' ESCAPE '\\')
+            FROM pragma_table_list t WHERE t.schema = 'main' AND t.type = 'table'
+              AND t.name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+            """)
+        return rows.allSatisfy { ($0[1].int64 ?? 0) >= 3 }
+    }
+
+    /// Refuses to finish a move whose old file's fence is not whole and which changed since the copy was made: a
+    /// write may have landed in it after the fence went.
+    private func requireNothingLandedAfterTheFence(old: String, target: String) throws {
+        let db = try Connection(path: old, mode: .readOnly, wal: false)
+        guard try !Self.fenceIsWhole(db) else { return }
+        let recorded = try Self.recordedSnapshot(atPath: target)
+        let written = try recorded.map { try Self.snapshot(db) != $0 }
+            ?? !Self.tablesWithRowsNotIn(db, other: target).isEmpty
+        guard written else { return }
+        throw StoreError(.dataError, "store '\(settings.name)': \(old) was fenced by a move to \(target), but its fence "
+                         + "was taken apart and it was written since it was copied; removing it would lose those writes; "
+                         + "nothing was changed",
+                         hint: "copy the rows you need from \(old) into \(target) (for example with sqlite3), then "
+                            + "remove \(old) and run 'storectl migrate --to \(target)' again")
     }
 
     /// The row count of every table of the main schema.

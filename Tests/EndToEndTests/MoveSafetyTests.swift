@@ -278,3 +278,38 @@ extension MoveSafetyTests {
         XCTAssertEqual(s.config, config)
     }
 }
+
+extension MoveSafetyTests {
+    /// Between the fence and the config edit, the fenced file is not drift: status and history do not advise
+    /// `storectl migrate`, and running it keeps the fence. A fence taken apart by hand that let a write in makes
+    /// the rerun refuse (65) rather than remove the file.
+    func testTheFenceSurvivesMigrateAndABrokenFenceIsNeverTrusted() throws {
+        let s = try stores()
+        let old = s.dir.file("data/a.sqlite")
+        let new = s.dir.file("moved/a.sqlite")
+        try s.run("a", ["migrate", "--to", "moved/a.sqlite"], env: ["STORECTL_FAILPOINT": "move.after-fence"],
+                  expect: 137)
+        let status = try s.run("a", ["status"], expect: nil)
+        XCTAssertFalse((status.stdout + status.stderr).contains("_storectl_moved_"), "\(status)")
+        try s.run("a", ["migrate"], expect: nil)
+        XCTAssertNotEqual(try appWrite(s, old, "after-migrate").status, 0, "storectl migrate took the fence down")
+        XCTAssertEqual(try count(s, old, "after-migrate"), "0")
+
+        // Someone drops the fence by hand and writes.
+        let triggers = try s.sqlFile(old, "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE "
+                                     + "'\\_storectl\\_moved\\_%' ESCAPE '\\'")
+            .split(separator: "\n").map { "DROP TRIGGER \"\($0)\";" }.joined()
+        XCTAssertFalse(triggers.isEmpty)
+        try s.sqlFile(old, triggers)
+        XCTAssertEqual(try appWrite(s, old, "through-a-broken-fence").status, 0)
+        let oldBytes = bytes(old)
+        let config = s.config
+        let rerun = try s.run("a", ["migrate", "--to", "moved/a.sqlite"], expect: 65)
+        XCTAssertTrue(rerun.stderr.contains("\(old) was fenced by a move to \(new), but its fence was taken apart and "
+                                            + "it was written since it was copied"), rerun.stderr)
+        XCTAssertTrue(rerun.stderr.contains("nothing was changed"), rerun.stderr)
+        XCTAssertEqual(bytes(old), oldBytes)
+        XCTAssertEqual(s.config, config)
+        XCTAssertEqual(try count(s, old, "through-a-broken-fence"), "1")
+    }
+}
