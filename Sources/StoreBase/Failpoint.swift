@@ -39,8 +39,9 @@ public enum Failpoint {
         ("config.before-rename", "after the new config file was written and synced, before it replaces the old one"),
         ("move.after-copy", "migrate --to: after the backup into the temporary file, before its integrity check"),
         ("move.after-check", "migrate --to: after the copy passed its check, before it is renamed into place"),
-        ("move.after-rename", "migrate --to: after the copy is at the new path, before config.yaml is edited"),
-        ("move.after-config", "migrate --to: after config.yaml names the new path, before the old file is fenced"),
+        ("move.after-rename", "migrate --to: after the copy is at the new path, before the old file is fenced"),
+        ("move.after-config", "migrate --to: after config.yaml names the new path (the old file is fenced), before "
+            + "the old file is removed"),
         ("cloud-move.after-final-sync", "migrate --cloud: after the last sync with the old target"),
         ("cloud-move.after-account", "migrate --cloud: after the account was checked on the new target"),
         ("cloud-move.after-export", "migrate --cloud: after the snapshot was exported into the new target, before "
@@ -55,7 +56,7 @@ public enum Failpoint {
         ("switch.before-restore", "mode cloud: after the content did not verify, before the store is put back"),
         ("schema.before-commit", "migrate --sql: after the SQL ran, the triggers were regenerated and the record "
             + "names kept, before the commit"),
-        ("move.after-fence", "migrate --to: after the old file refuses writes, before it is removed"),
+        ("move.after-fence", "migrate --to: after the old file refuses writes, before config.yaml is edited"),
         ("verify.before-fetch", "verify and doctor: after the store's snapshot was taken, before the zone's records "
             + "are fetched (they only read: a kill changes nothing)"),
     ]

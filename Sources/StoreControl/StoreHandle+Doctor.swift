@@ -146,6 +146,18 @@ private struct DoctorRun {
             add("store", "the store is not initialised: it has no history tracking", command("init"), .dataError)
             return nil
         }
+        // A move that did not finish: the store file refuses writes, or the old file is still there.
+        if let movedTo = try MirrorState.meta(db, .movedTo) {
+            add("store", "\(settings.path) refuses writes: a move of the store to \(movedTo) did not finish",
+                command("migrate --to \(movedTo)") + " (finishes the move: config.yaml then names \(movedTo))",
+                .dataError)
+        } else if let old = try MirrorState.meta(db, .movedFrom), Path.standardized(old) != Path.standardized(settings.path),
+                  FileManager.default.fileExists(atPath: old)
+        {
+            add("store", "a move of the store from \(old) did not finish: the old file is still there",
+                command("migrate --to \(settings.path)") + " (removes \(old) when it holds nothing \(settings.path) lacks)",
+                .dataError)
+        }
         return db
     }
 

@@ -59,20 +59,26 @@ extension StoreHandle {
     /// `storectl migrate --to TARGET [--copy]`: moves (or copies) the store file to `target` with SQLite's online
     /// backup API. History, tokens, consumers, the record map and meta come along.
     ///
-    /// A move keeps the store's identity. Writers are held off (the write lock) while the copy is taken, so nothing
-    /// written to the old file is left behind; the copy must pass `PRAGMA integrity_check` and hold as many rows in
-    /// every table as the old file before it is renamed into place; then `stores.NAME.path` in config.yaml names it
-    /// (comments kept); then the old file is fenced (a writer that still has it open gets an error naming the new
-    /// path, rather than writing into a file about to disappear) and removed. A copy gets a new identity and leaves
+    /// A move keeps the store's identity. Its steps, in order: take the write lock of the old file (writers wait);
+    /// copy into a temporary file; check the copy (`PRAGMA integrity_check`, the same rows in every table); rename it
+    /// to `target`; fence the old file (a BEFORE trigger on every table and meta `moved_to`, committed under the
+    /// write lock, so that no write can land in it afterwards: a writer gets an error naming the new path); edit
+    /// `stores.NAME.path` in config.yaml (comments kept); remove the old file. A copy gets a new identity and leaves
     /// the old file and config.yaml as they were.
     ///
-    /// Killed at any step before the config edit, the old setup is untouched (an unfinished copy is left under a
-    /// temporary name, or at `target` with the old store id, and is replaced by the next run); killed after it, the
-    /// new setup works and running the same command again removes the old file.
+    /// Killed at any step, the same command run again finishes without losing a write:
+    /// - before the fence, the old file is the store; a copy left at `target` (with meta `move_snapshot`, what the
+    ///   old file held when it was copied) is replaced when only the old file was written since, finishes the move
+    ///   when only the copy was written since, and makes the command refuse (65, nothing changed) when both were;
+    /// - after the fence, the old file refuses every write: the rerun edits config.yaml and removes it.
+    ///
+    /// A target that is, or would make, a file of a store is refused: a store's own file or another store's (by
+    /// path, through symbolic links or `..`, or by hard link), a `-wal`, `-shm` or `-journal` companion of one, a
+    /// path whose companion is a store's file, and a path whose companions already exist.
     /// - Parameter target: an absolute path.
-    /// - Throws: `StoreError`: 66 when the store is missing, 64 for a target that is the store or another store,
-    ///   73 when the target exists or cannot be created, 75 when the write lock or the config moved under it;
-    ///   `SQLiteError`.
+    /// - Throws: `StoreError`: 66 when the store is missing, 64 for a target that is (or goes with) the file of a
+    ///   store, 73 when the target or its companions exist or cannot be created, 65 when both files of an
+    ///   unfinished move were written, 75 when the write lock or the config moved under it; `SQLiteError`.
     public func move(to target: String, copy: Bool, log: (String) -> Void = { _ in },
                      progress: (_ done: Int, _ total: Int) -> Void = { _, _ in }) throws -> MoveReport
     {
@@ -106,22 +112,57 @@ extension StoreHandle {
             return report
         }
         try requireExists()
-        if let other = config.stores.first(where: { $0.name != settings.name && Path.standardized($0.path) == target }) {
-            throw StoreError(.usage, "\(target) is the file of store '\(other.name)' in \(config.path)",
-                             hint: "name a path no store uses")
-        }
+        try checkTarget(target, source: source)
         let folder = Path.parent(target)
-        let sourceID = try MirrorState.meta(try database(), .storeID)
+        let sourceDB = try database()
+        let sourceID = try MirrorState.meta(sourceDB, .storeID)
+        let fencedTo = try sourceDB.tableExists("_storectl_meta") ? try MirrorState.meta(sourceDB, .movedTo) : nil
         close()
-        if FileManager.default.fileExists(atPath: target) {
+        if !copy, let fencedTo, Path.standardized(fencedTo) == target, let sourceID,
+           Self.storeID(atPath: target) == sourceID
+        {
+            // An earlier move fenced the old file and stopped before its config edit: no write can have landed in
+            // the old file since, so the store is the new file; finish.
+            try requireNothingLandedAfterTheFence(old: source, target: target)
+            step("fence", "\(source) was fenced by an earlier move: the store is \(target)")
+            try finishMove(lock: nil, source: source, target: target, report: &report, step: step)
+            report.steps = steps
+            return report
+        }
+        if let fencedTo {
+            // The old file refuses writes: the store is wherever that move put it, not here.
+            let moved = Path.standardized(fencedTo)
+            if moved != target, sourceID != nil, Self.storeID(atPath: moved) == sourceID {
+                throw StoreError(.tempFail, "store '\(settings.name)' was moved to \(moved) by a move that has not "
+                                 + "finished (\(source) refuses writes); nothing was changed",
+                                 hint: "finish that move first: 'storectl migrate --to \(moved)'")
+            }
+            throw StoreError(.dataError, "store '\(settings.name)': \(source) refuses writes (a move fenced it for "
+                             + "\(moved)), but \(moved) does not hold the store; nothing was changed",
+                             hint: "put the moved file back at \(moved), then run 'storectl migrate --to \(moved)'")
+        }
+        var adopt = false
+        if Self.entryExists(target) {
             // At the target with this store's id, and the config still naming the old file: the copy of a move
-            // that stopped before its config edit. Anything else there is someone's file.
+            // that stopped before its fence. Anything else there is someone's file.
             guard !copy, let sourceID, Self.storeID(atPath: target) == sourceID else {
                 throw StoreError(.cantCreate, "\(target) already exists; nothing was changed",
                                  hint: "choose another path, or remove \(target) first")
             }
-            try Self.removeDatabaseFiles(target)
-            step("target", "replaced the copy an earlier, unfinished move left at \(target)")
+            switch try Self.writtenSinceCopy(old: source, copy: target) {
+            case (_, false):
+                // The old file is the store and holds everything the copy does, and more if it was written.
+                try Self.removeDatabaseFiles(target)
+                step("target", "replaced the copy an earlier, unfinished move left at \(target)")
+            case (false, true):
+                adopt = true
+            case (true, true):
+                throw StoreError(.dataError, "store '\(settings.name)': both \(source) and \(target) were written "
+                                 + "after an earlier, unfinished move copied the one to the other; nothing was changed",
+                                 hint: "keep one of them: copy the rows you need from \(target) into \(source) "
+                                    + "(for example with sqlite3), remove \(target), then run 'storectl migrate --to "
+                                    + "\(target)' again")
+            }
         }
         do {
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
@@ -144,12 +185,27 @@ extension StoreHandle {
             try checkStillAt(source, lock: lock)
             step("lock", "holding the write lock of \(source): writers wait until the move is done")
         }
+        if adopt, let lock {
+            // Only the copy was written since it was made: checked again under the lock, it is the store.
+            guard try Self.writtenSinceCopy(old: source, copy: target) == (false, true) else {
+                try? lock.execute("ROLLBACK")
+                throw StoreError(.tempFail, "\(source) was written while this command started; nothing was changed",
+                                 hint: "run the same command again")
+            }
+            step("target", "the copy an earlier, unfinished move left at \(target) was written since, and "
+                 + "\(source) was not: the copy is the store")
+            try finishMove(lock: lock, source: source, target: target, report: &report, step: step)
+            report.storeID = sourceID
+            report.integrity = "not checked"
+            report.steps = steps
+            return report
+        }
         let partial = Path.join(folder, "." + Path.lastComponent(target) + ".storectl-partial")
         var renamed = false
-        var configEdited = false
+        var fenced = false
         defer {
-            // Until config.yaml names the new file, a failure leaves the old setup exactly as it was.
-            if !configEdited {
+            // Until the old file is fenced, a failure leaves the old setup exactly as it was.
+            if !fenced {
                 try? Self.removeDatabaseFiles(partial)
                 if renamed { try? Self.removeDatabaseFiles(target) }
                 if let lock, lock.isInTransaction { try? lock.execute("ROLLBACK") }
@@ -161,6 +217,7 @@ extension StoreHandle {
         let reader = try Connection(path: source, mode: .readOnly, wal: false)
         try reader.execute("BEGIN")
         let counts = try Self.rowCounts(reader)
+        let snapshot = try Self.snapshot(reader)
         do {
             // The copy's connection is closed when this block ends: its WAL is checkpointed into the file before
             // the file gets its name.
@@ -176,7 +233,8 @@ extension StoreHandle {
             step("copy", "copied \(report.pages) page(s) with the backup API into \(partial)")
             Failpoint.hit("move.after-copy")
             try checkCopy(copyDB, of: source, counts: counts, report: &report, step: step)
-            try setIdentity(copyDB, copy: copy, source: source, target: target, report: &report, step: step)
+            try setIdentity(copyDB, copy: copy, source: source, target: target, snapshot: snapshot,
+                            report: &report, step: step)
         }
         Failpoint.hit("move.after-check")
         guard rename(partial, target) == 0 else {
@@ -189,26 +247,43 @@ extension StoreHandle {
         Failpoint.hit("move.after-rename")
 
         if copy {
-            configEdited = true  // nothing to undo: the copy is finished and config.yaml names the original
+            fenced = true  // nothing to undo: the copy is finished and config.yaml names the original
             step("config", "unchanged: stores.\(settings.name).path still names \(source)")
             report.steps = steps
             return report
         }
-        let value = configValue(forPath: target)
-        try ConfigEditor.set(path: config.path, displayPath: nil, key: "stores.\(settings.name).path", value: value,
-                             environment: environment)
-        configEdited = true
-        report.configPath = value
-        step("config", "stores.\(settings.name).path: \(value) in \(config.path) (comments kept)")
-        Failpoint.hit("move.after-config")
+        try finishMove(lock: lock, source: source, target: target, report: &report, step: step) {
+            fenced = true
+        }
+        report.steps = steps
+        return report
+    }
 
+    /// The last steps of a move, from a copy at `target` that is the store: fence the old file and commit (when
+    /// `lock` holds its write lock), edit config.yaml, remove the old file, and forget where the new one came from.
+    private func finishMove(lock: Connection?, source: String, target: String, report: inout MoveReport,
+                            step: (String, String) -> Void, fenced: () -> Void = {}) throws
+    {
         if let lock {
             try Self.fence(lock, movedTo: target)
             try lock.execute("COMMIT")
-            step("fence", "a writer that still has \(source) open now gets an error naming \(target)")
+            fenced()
+            step("fence", "\(source) refuses writes from now on: a writer that still has it open gets an error "
+                 + "naming \(target)")
         }
         Failpoint.hit("move.after-fence")
-        lock = nil
+        let value = configValue(forPath: target)
+        do {
+            try ConfigEditor.set(path: config.path, displayPath: nil, key: "stores.\(settings.name).path",
+                                 value: value, environment: environment)
+        } catch var error as StoreError {
+            error.hint = (error.hint.map { $0 + "; then " } ?? "") + "run 'storectl migrate --to \(target)' again to "
+                + "finish the move (\(source) already refuses writes; the store is \(target))"
+            throw error
+        }
+        report.configPath = value
+        step("config", "stores.\(settings.name).path: \(value) in \(config.path) (comments kept)")
+        Failpoint.hit("move.after-config")
         try Self.removeDatabaseFiles(source)
         AtomicFile.syncFolder(Path.parent(source))
         report.oldFileRemoved = true
@@ -216,10 +291,76 @@ extension StoreHandle {
         // The move is complete: the new file no longer needs to know where it came from.
         let moved = try Connection(path: target, mode: .readWrite, wal: false)
         if try moved.tableExists("_storectl_meta") {
-            try moved.transaction { try MirrorState.setMeta(moved, .movedFrom, nil) }
+            try moved.transaction {
+                try MirrorState.setMeta(moved, .movedFrom, nil)
+                try MirrorState.setMeta(moved, .moveSnapshot, nil)
+            }
+            report.storeID = try MirrorState.meta(moved, .storeID)
         }
-        report.steps = steps
-        return report
+    }
+
+    /// Refuses a target that is, or goes with, the file of a store: the source or another store's file (by path,
+    /// symbolic links and `..` resolved, or the same inode), a companion (`-wal`, `-shm`, `-journal`) of one, a path
+    /// one of whose companions is a store's file; and a new target whose companions already exist.
+    private func checkTarget(_ target: String, source: String) throws {
+        let companions = ["-wal", "-shm", "-journal"]
+        let targetReal = Self.resolved(target)
+        var stores = config.stores.map { (name: $0.name, path: Path.standardized($0.path)) }
+        if !stores.contains(where: { $0.path == source }) { stores.append((settings.name, source)) }
+        for store in stores {
+            let whose = store.name == settings.name ? "store '\(store.name)' itself (the file being moved)"
+                : "store '\(store.name)'"
+            let paths = Set([store.path, Self.resolved(store.path)])
+            if paths.contains(target) || paths.contains(targetReal) || Self.sameFile(target, store.path) {
+                let how = paths.contains(target) ? "" : " (through a link)"
+                throw StoreError(.usage, "\(target) is the file of \(whose)\(how) in \(config.path); nothing was "
+                                 + "changed", hint: "name a path no store uses")
+            }
+            for suffix in companions {
+                if paths.contains(where: { $0 + suffix == target || $0 + suffix == targetReal }) {
+                    throw StoreError(.usage, "\(target) is the \(suffix) companion file of \(store.path), the file "
+                                     + "of \(whose); SQLite would delete or overwrite it; nothing was changed",
+                                     hint: "name a path that does not end in -wal, -shm or -journal")
+                }
+                if paths.contains(where: { $0 == target + suffix || $0 == targetReal + suffix }) {
+                    throw StoreError(.usage, "\(target) would have \(store.path), the file of \(whose), as its "
+                                     + "\(suffix) companion file; SQLite would delete or overwrite it; nothing was "
+                                     + "changed", hint: "name a path no store's file starts with")
+                }
+            }
+        }
+        if !Self.entryExists(target) {
+            for suffix in companions where Self.entryExists(target + suffix) {
+                throw StoreError(.cantCreate, "\(target + suffix) already exists: SQLite would take it for the "
+                                 + "\(suffix) file of \(target); nothing was changed",
+                                 hint: "choose another path, or remove \(target + suffix) first")
+            }
+        }
+    }
+
+    /// The path with symbolic links and `..` resolved as far as the path exists (the rest appended).
+    static func resolved(_ path: String) -> String {
+        if let real = realpath(path, nil) {
+            defer { free(real) }
+            return String(cString: real)
+        }
+        let parent = Path.parent(path)
+        guard parent != path, !parent.isEmpty, parent != "/" else { return path }
+        return Path.join(resolved(parent), Path.lastComponent(path))
+    }
+
+    /// Whether both paths exist and are the same file (device and inode): a hard link, or a link to it.
+    static func sameFile(_ a: String, _ b: String) -> Bool {
+        var x = stat()
+        var y = stat()
+        guard stat(a, &x) == 0, stat(b, &y) == 0 else { return false }
+        return x.st_dev == y.st_dev && x.st_ino == y.st_ino
+    }
+
+    /// Whether anything is at `path`, a dangling symbolic link included.
+    static func entryExists(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0
     }
 
     /// Checks the copy: `PRAGMA integrity_check` says ok, and every table holds as many rows as in the original.
@@ -242,7 +383,7 @@ extension StoreHandle {
     }
 
     /// The identity of the copy: kept by a move, new for a copy. Both record where the file now is.
-    private func setIdentity(_ copyDB: Connection, copy: Bool, source: String, target: String,
+    private func setIdentity(_ copyDB: Connection, copy: Bool, source: String, target: String, snapshot: String,
                              report: inout MoveReport, step: (String, String) -> Void) throws
     {
         guard try copyDB.tableExists("_storectl_meta") else { return }
@@ -252,6 +393,7 @@ extension StoreHandle {
                 try MirrorState.setMeta(copyDB, .movedFrom, nil)
             } else {
                 try MirrorState.setMeta(copyDB, .movedFrom, source)
+                try MirrorState.setMeta(copyDB, .moveSnapshot, snapshot)
             }
             try MirrorState.setMeta(copyDB, .storePath, target)
         }
@@ -278,22 +420,112 @@ extension StoreHandle {
         }
     }
 
-    /// Finishes a move that stopped after its config edit: fences and removes the old file, when it is still there
-    /// and is the same store. Returns whether it removed it.
+    /// Finishes a move that stopped after its config edit: removes the old file, when it is still there and is
+    /// the same store, and no write can be lost with it. A move by this storectl fenced it before the config edit;
+    /// an old file left unfenced (by an older storectl) is removed only when it holds nothing the new one lacks.
+    /// Returns whether it removed it.
+    /// - Throws: `StoreError` 65 when the old file holds writes the new one lacks (nothing is changed).
     private func removeMovedFrom(_ old: String, to target: String, step: (String, String) -> Void) throws -> Bool {
         guard old != target, FileManager.default.fileExists(atPath: old),
               let id = Self.storeID(atPath: target), Self.storeID(atPath: old) == id
         else { return false }
         let lock = try Connection(path: old, mode: .readWrite, wal: false)
         try lock.transaction {
-            if try lock.tableExists("_storectl_meta"), try MirrorState.meta(lock, .movedTo) == nil {
-                try Self.fence(lock, movedTo: target)
+            guard try lock.tableExists("_storectl_meta") else { return }
+            if let fencedTo = try MirrorState.meta(lock, .movedTo), Path.standardized(fencedTo) == target,
+               try Self.fenceIsWhole(lock)
+            {
+                return
             }
+            // Not fenced: writes may have landed in it after the copy was taken.
+            let recorded = try Self.recordedSnapshot(atPath: target)
+            // (ATTACH cannot run inside a transaction: the comparison reads the old file on a connection of its own.)
+            let written = try recorded.map { try Self.snapshot(lock) != $0 }
+                ?? !Self.tablesWithRowsNotIn(Connection(path: old, mode: .readOnly, wal: false), other: target).isEmpty
+            if written {
+                throw StoreError(.dataError, "store '\(settings.name)': \(old), the file an earlier move left behind, "
+                                 + "was written after it was copied to \(target); removing it would lose those "
+                                 + "writes; nothing was changed",
+                                 hint: "copy the rows you need from \(old) into \(target) (for example with sqlite3), "
+                                    + "then remove \(old)")
+            }
+            try Self.fence(lock, movedTo: target)
         }
         try Self.removeDatabaseFiles(old)
         AtomicFile.syncFolder(Path.parent(old))
         step("remove", "finished an earlier move: removed \(old), whose store now lives at \(target)")
+        let moved = try Connection(path: target, mode: .readWrite, wal: false)
+        if try moved.tableExists("_storectl_meta") {
+            try moved.transaction {
+                try MirrorState.setMeta(moved, .movedFrom, nil)
+                try MirrorState.setMeta(moved, .moveSnapshot, nil)
+            }
+        }
         return true
+    }
+
+    /// What a store file holds, in one line: its newest history seq, and the row count and a checksum of the rows
+    /// of every table (the meta aside, which a move itself writes). Every write to a tracked table moves the seq;
+    /// an insert, an update or a delete in any table moves its count or its checksum.
+    static func snapshot(_ db: Connection) throws -> String {
+        let seq = try db.tableExists("_storectl_history")
+            ? try db.scalar("SELECT coalesce(max(seq), 0) FROM _storectl_history")?.int64 ?? 0 : 0
+        let counts = try rowCounts(db).filter { $0.key != "_storectl_meta" }.sorted { $0.key < $1.key }
+        return "seq=\(seq);" + (try counts.map { table, count in
+            "\(table)=\(count):" + String(try checksum(db, table: table), radix: 16)
+        }).joined(separator: ";")
+    }
+
+    /// A checksum of a table's rows that does not depend on their order: the wrapping sum of the FNV-1a hash of
+    /// each row's quoted values.
+    static func checksum(_ db: Connection, table: String) throws -> UInt64 {
+        let columns = try db.columns(of: table).map { "quote(\(quoteIdentifier($0.name)))" }
+        guard !columns.isEmpty else { return 0 }
+        let sql = "SELECT " + columns.joined(separator: " || ',' || ") + " FROM main.\(quoteIdentifier(table))"
+        var sum: UInt64 = 0
+        try db.prepare(sql).forEach { row in
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in row.bytes(0) { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+            sum = sum &+ hash
+        }
+        return sum
+    }
+
+    /// The snapshot a move's copy recorded of the old file, or nil (a copy made by an older storectl).
+    static func recordedSnapshot(atPath path: String) throws -> String? {
+        let db = try Connection(path: path, mode: .readOnly, wal: false)
+        guard try db.tableExists("_storectl_meta") else { return nil }
+        return try StoreMeta.value(db, .moveSnapshot)
+    }
+
+    /// Which of the two files of an unfinished move were written after the copy was taken: the old file, and the
+    /// copy. Without a recorded snapshot (an older storectl), a file that holds rows the other lacks was written.
+    static func writtenSinceCopy(old: String, copy: String) throws -> (old: Bool, copy: Bool) {
+        let oldDB = try Connection(path: old, mode: .readOnly, wal: false)
+        let copyDB = try Connection(path: copy, mode: .readOnly, wal: false)
+        if let recorded = try recordedSnapshot(atPath: copy) {
+            return (try snapshot(oldDB) != recorded, try snapshot(copyDB) != recorded)
+        }
+        return (!(try tablesWithRowsNotIn(oldDB, other: copy)).isEmpty,
+                !(try tablesWithRowsNotIn(copyDB, other: old)).isEmpty)
+    }
+
+    /// The tables of `db` holding a row that the same table of the store file `other` lacks (or that `other` does
+    /// not have, or cannot be compared with), the meta aside.
+    static func tablesWithRowsNotIn(_ db: Connection, other: String) throws -> [String] {
+        try db.execute("ATTACH DATABASE \(quoteLiteral(other)) AS storectl_other")
+        defer { try? db.execute("DETACH DATABASE storectl_other") }
+        var differing: [String] = []
+        let tables = try db.query("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'table' "
+                                  + "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> '_storectl_meta'")
+            .compactMap { $0[0].string }
+        for table in tables {
+            let name = quoteIdentifier(table)
+            let extra = try? db.scalar("SELECT EXISTS (SELECT * FROM main.\(name) EXCEPT SELECT * FROM "
+                                       + "storectl_other.\(name))")?.int64
+            if extra != 0 { differing.append(table) }
+        }
+        return differing
     }
 
     /// Makes every write to the old file fail with a message naming the new one: a BEFORE trigger on every table,
@@ -306,13 +538,42 @@ extension StoreHandle {
         let tables = try db.query("SELECT name FROM pragma_table_list WHERE schema = 'main' AND type = 'table' "
                                   + "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'").compactMap { $0[0].string }
         for (i, table) in tables.enumerated() {
-            for (op, when) in [("i", "INSERT"), ("u", "UPDATE"), ("d", "DELETE")] {
+            for (op, when) in [(Character("i"), "INSERT"), ("u", "UPDATE"), ("d", "DELETE")] {
                 try db.execute("""
-                    CREATE TRIGGER IF NOT EXISTS main.\(quoteIdentifier("_storectl_moved_\(i)_\(op)"))
+                    CREATE TRIGGER IF NOT EXISTS main.\(quoteIdentifier(StoreFormat.moveFenceTriggerName(index: i, op: op)))
                     BEFORE \(when) ON \(quoteIdentifier(table)) BEGIN SELECT RAISE(ABORT, \(quoteLiteral(message))); END
                     """)
             }
         }
+    }
+
+    /// Whether the fence of a moved store's old file is whole: meta `moved_to`, and a BEFORE trigger for each of
+    /// insert, update and delete on every table. A fence someone took apart may have let writes in.
+    static func fenceIsWhole(_ db: Connection) throws -> Bool {
+        guard try db.tableExists("_storectl_meta"), try MirrorState.meta(db, .movedTo) != nil else { return false }
+        let rows = try db.query("""
+            SELECT t.name, (SELECT count(*) FROM sqlite_master m WHERE m.type = 'trigger' AND m.tbl_name = t.name
+                            AND m.name LIKE '\\_storectl\\_moved\\_%' ESCAPE '\\')
+            FROM pragma_table_list t WHERE t.schema = 'main' AND t.type = 'table'
+              AND t.name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+            """)
+        return rows.allSatisfy { ($0[1].int64 ?? 0) >= 3 }
+    }
+
+    /// Refuses to finish a move whose old file's fence is not whole and which changed since the copy was made: a
+    /// write may have landed in it after the fence went.
+    private func requireNothingLandedAfterTheFence(old: String, target: String) throws {
+        let db = try Connection(path: old, mode: .readOnly, wal: false)
+        guard try !Self.fenceIsWhole(db) else { return }
+        let recorded = try Self.recordedSnapshot(atPath: target)
+        let written = try recorded.map { try Self.snapshot(db) != $0 }
+            ?? !Self.tablesWithRowsNotIn(db, other: target).isEmpty
+        guard written else { return }
+        throw StoreError(.dataError, "store '\(settings.name)': \(old) was fenced by a move to \(target), but its fence "
+                         + "was taken apart and it was written since it was copied; removing it would lose those writes; "
+                         + "nothing was changed",
+                         hint: "copy the rows you need from \(old) into \(target) (for example with sqlite3), then "
+                            + "remove \(old) and run 'storectl migrate --to \(target)' again")
     }
 
     /// The row count of every table of the main schema.

@@ -28,7 +28,7 @@ extension StoreHandle {
     /// - Throws: `SQLiteError` when the store cannot be read.
     public func syncState() throws -> SyncStateReport {
         var state = SyncStateReport(initialSyncComplete: false, lastExportAt: nil, lastImportAt: nil, lastError: nil,
-                                    watcher: WatchLock.holder(storePath: settings.path))
+                                    watcher: WatchLock.holder(storePath: settings.path, environment: environment))
         var lastSuccess: Int64 = 0
         if exists {
             let db = try database()

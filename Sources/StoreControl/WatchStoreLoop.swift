@@ -41,6 +41,8 @@ final class StoreLoop {
     private var listener: PostgresChangeListener?
     private var listenerRetryAt = 0.0
     private var device: String?
+    /// Where the store moved, while config.yaml still names this file (the move did not finish): no round runs.
+    private var parkedAt: String?
 
     /// - Throws: `StoreError` when the config has no store `store`.
     init(store: String, config: Config, lock: WatchLock, options: WatchOptions, environment: [String: String],
@@ -88,7 +90,7 @@ final class StoreLoop {
             return
         }
         nextPoll = 0
-        while !worker.stopRequested {
+        while !worker.stopRequested, !worker.followRequested {
             waitALittle()
             if worker.stopRequested { break }
             let now = monotonicNow()
@@ -183,15 +185,21 @@ final class StoreLoop {
         guard handle.exists, let db = try? handle.database() else {
             if now >= nextPoll {
                 nextPoll = now + options.interval
+                if followMove() { return }
                 followMode(now)
             }
             return
+        }
+        if parkedAt != nil, now >= nextPoll {
+            nextPoll = now + options.interval
+            if followMove() { return }
         }
         // "The integer values returned by two invocations of "PRAGMA data_version" from the same connection will
         // be different if changes were committed to the database by any other connection in the interim."
         let version = (try? db.scalar("PRAGMA data_version"))?.int64
         let moved = version != dataVersion
         dataVersion = version
+        if moved, followMove() { return }
         if !moved {
             if mode != "cloud", now >= nextPoll {
                 nextPoll = now + options.interval
@@ -204,6 +212,42 @@ final class StoreLoop {
         burst = (burst?.first ?? now, now)
     }
 
+    /// Follows a move of the store file (`migrate --to`): the file refuses writes (meta `moved_to`) or is gone.
+    /// When config.yaml names the new path, which holds the same store, the supervisor is asked to serve it there;
+    /// otherwise the watcher says what is true (once) and runs no round on this file. Returns whether the store moved.
+    private func followMove() -> Bool {
+        let here = Path.standardized(handle.settings.path)
+        var movedTo: String?
+        var id: String?
+        if let db = try? handle.database(), (try? db.tableExists("_storectl_meta")) == true {
+            movedTo = (try? MirrorState.meta(db, .movedTo)).flatMap { $0 }.map { Path.standardized($0) }
+            id = (try? MirrorState.meta(db, .storeID)).flatMap { $0 }
+        }
+        guard movedTo != nil || !handle.exists else {
+            parkedAt = nil
+            return false
+        }
+        if let current = try? ConfigLoader.load(path: config.path, environment: handle.environment),
+           let configured = (try? current.store(named: store)).map({ Path.standardized($0.path) }),
+           configured != here, movedTo == nil || movedTo == configured,
+           let movedID = StoreHandle.storeID(atPath: configured), id == nil || movedID == id
+        {
+            output.log(.info, store: store, "store '\(store)' moved to \(configured), which \(config.path) names: "
+                       + "following it")
+            worker.requestFollow()
+            return true
+        }
+        guard let movedTo else { return false }
+        if parkedAt != movedTo {
+            parkedAt = movedTo
+            burst = nil
+            output.log(.warning, store: store, "store '\(store)' moved to \(movedTo), but \(config.path) still names "
+                       + "\(here): run 'storectl --store \(store) migrate --to \(movedTo)' to finish the move; no sync "
+                       + "runs on \(here) until then")
+        }
+        return true
+    }
+
     /// Whether history holds changes after the export token that did not come from the cloud.
     private func hasLocalChanges(_ db: Connection) -> Bool {
         guard let token = try? MirrorState.exportToken(db) else { return false }
@@ -213,7 +257,7 @@ final class StoreLoop {
     }
 
     private func isDue(_ now: Double) -> Bool {
-        guard mode == "cloud" else { return false }
+        guard mode == "cloud", parkedAt == nil else { return false }
         if let retryAt { return now >= retryAt }
         if now >= nextPoll { return true }
         if let burst, now - burst.last >= options.debounce || now - burst.first >= options.maxDebounce { return true }

@@ -113,7 +113,7 @@ public final class Watcher: Sendable {
         do {
             for name in names {
                 let settings = try config.store(named: name)
-                locks[name] = try WatchLock.acquire(store: name, storePath: settings.path)
+                locks[name] = try WatchLock.acquire(store: name, storePath: settings.path, environment: environment)
             }
         } catch {
             locks.removeAll()
@@ -136,7 +136,9 @@ public final class Watcher: Sendable {
             }
             if stop { break }
             if options.once, workers.allSatisfy({ $0.isFinished }) { break }
-            if reload, !options.once {
+            // A worker whose store moved (and config.yaml names the new path) asks to be started there.
+            let follow = workers.contains { $0.followRequested }
+            if reload || follow, !options.once {
                 let next: Config
                 do {
                     next = try loadConfig()
@@ -154,14 +156,25 @@ public final class Watcher: Sendable {
                 for name in locks.keys where !names.contains(name) { locks[name] = nil }
                 var served: [String] = []
                 for name in names {
-                    if locks[name] == nil {
-                        do {
-                            let settings = try config.store(named: name)
-                            locks[name] = try WatchLock.acquire(store: name, storePath: settings.path)
-                        } catch {
-                            output.log(.error, store: name, "not watched: \(WatchErrorBody(error, store: name).message)")
-                            continue
+                    do {
+                        let settings = try config.store(named: name)
+                        let path = Path.standardized(settings.path)
+                        if let held = locks[name], Path.standardized(held.storePath) != path {
+                            // The store is at another path now (moved): lock that path, keeping the lock of the
+                            // store's identity, then let go of the old path's.
+                            locks[name] = nil
+                            locks[name] = try WatchLock.acquire(store: name, storePath: settings.path,
+                                                                environment: environment, keeping: held)
+                            output.log(.info, store: name, "store '\(name)' is at \(path) now (it was at "
+                                       + "\(held.storePath)): serving it there")
+                        } else if locks[name] == nil {
+                            locks[name] = try WatchLock.acquire(store: name, storePath: settings.path,
+                                                                environment: environment)
                         }
+                    } catch {
+                        locks[name] = nil
+                        output.log(.error, store: name, "not watched: \(WatchErrorBody(error, store: name).message)")
+                        continue
                     }
                     served.append(name)
                 }
@@ -231,6 +244,8 @@ final class StoreWorker: Sendable {
         var stop = false
         var finished = false
         var failure: ExitCode?
+        /// The store moved and config.yaml names its new path: the supervisor restarts the worker there.
+        var follow = false
     }
 
     init(store: String, config: Config, lock: WatchLock, options: WatchOptions, environment: [String: String],
@@ -257,7 +272,10 @@ final class StoreWorker: Sendable {
     var isFinished: Bool { control.withLock { $0.finished } }
     var failure: ExitCode? { control.withLock { $0.failure } }
 
+    var followRequested: Bool { control.withLock { $0.follow } }
+
     func requestStop() { control.withLock { $0.stop = true } }
+    func requestFollow() { control.withLock { $0.follow = true } }
     func fail(_ code: ExitCode) { control.withLock { $0.failure = $0.failure ?? code } }
     func join() { thread.withLock { $0 }?.join() }
 }

@@ -391,11 +391,12 @@ public struct HistoryTracker {
                     + "so that the next cloud enable re-baselines instead of missing those changes")
     }
 
-    /// Drops every storectl trigger and creates the triggers of `tables`.
+    /// Drops every storectl history trigger and creates the triggers of `tables`. The fence of a store file that
+    /// was moved away (`_storectl_moved_*`) stays: it is what keeps writes out of the old file.
     func installTriggers(_ tables: [TableSchema]) throws {
         let existing = try db.query("""
             SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE '\\_storectl\\_%' ESCAPE '\\'
-            """).compactMap { $0[0].string }
+            """).compactMap { $0[0].string }.filter { !StoreFormat.isMoveFence($0) }
         for name in existing {
             try db.execute("DROP TRIGGER IF EXISTS main.\(quoteIdentifier(name))")
         }

@@ -81,6 +81,9 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
     public static let movedFrom = MetaKey("moved_from")
     /// On the old file: the path the store moved to.
     public static let movedTo = MetaKey("moved_to")
+    /// On the new file, until the move is finished: what the old file held when the copy was taken (its newest
+    /// history seq and the row count of every table), so that a rerun can tell which file was written since.
+    public static let moveSnapshot = MetaKey("move_snapshot")
 
     // MARK: Schema versions (`migrate --sql`)
 
@@ -148,8 +151,8 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
         formatVersion, formatUpgradedFrom, storeID, mode, schemaHash, tracked, nextTx, historyGap, historyGapReason,
         createdAt, schema, storePath, boundAccount, boundContainer, boundZone, boundURL, baselineContainer, lastSyncAt,
         lastExportAt, lastImportAt, lastSyncError, exportSerial, restoredAt, restoreDetectedAt, ownRecordsUnchecked,
-        acceptedOwner, recordMapBase, movedFrom, movedTo, schemaVersion, schemaVersionSHA256, schemaVersionAt, dataMigration,
-        schemaVersionUnsynced, schemaWait, switchTarget,
+        acceptedOwner, recordMapBase, movedFrom, movedTo, moveSnapshot, schemaVersion, schemaVersionSHA256,
+        schemaVersionAt, dataMigration, schemaVersionUnsynced, schemaWait, switchTarget,
         switchExportToken, switchServerToken, switchSnapshot,
     ]
 }

@@ -61,6 +61,22 @@ public enum StoreFormat {
         return (base + "_ins", base + "_upd", base + "_updpk", base + "_del")
     }
 
+    /// The name of a trigger of the fence `migrate --to` puts on the old file of a moved store: table number
+    /// `index`, operation `op` (`i`, `u` or `d`). History triggers end in `_ins`, `_upd`, `_updpk` or `_del`, so the
+    /// two never share a name.
+    public static func moveFenceTriggerName(index: Int, op: Character) -> String {
+        "_storectl_moved_\(index)_\(op)"
+    }
+
+    /// Whether `name` is a trigger of a move's fence (not a history trigger: it stays when triggers are regenerated).
+    public static func isMoveFence(_ name: String) -> Bool {
+        let prefix = "_storectl_moved_"
+        guard name.hasPrefix(prefix) else { return false }
+        let rest = name.dropFirst(prefix.count).split(separator: "_", omittingEmptySubsequences: false)
+        return rest.count == 2 && !rest[0].isEmpty && rest[0].allSatisfy(\.isASCII) && rest[0].allSatisfy(\.isNumber)
+            && ["i", "u", "d"].contains(rest[1])
+    }
+
     /// Whether `name` is one of storectl's own tables (`_storectl_*`) or SQLite's (`sqlite_*`).
     public static func isInternalTable(_ name: String) -> Bool {
         let lower = name.lowercased()

@@ -193,9 +193,21 @@ final class MigrateMoveTests: XCTestCase {
             XCTAssertEqual(killed.status, 137, failpoint)
             let switched = s.config == newConfig
             XCTAssertTrue(switched || s.config == oldConfig, "\(failpoint): config.yaml is half-edited\n\(s.config)")
-            XCTAssertEqual(switched, ["move.after-config", "move.after-fence"].contains(failpoint), failpoint)
+            // The old file is fenced before config.yaml names the new one, so that no write can land in a file
+            // that config.yaml no longer names.
+            XCTAssertEqual(switched, failpoint == "move.after-config", failpoint)
+            var live = switched ? new : old
+            if failpoint == "move.after-fence" {
+                // Between the fence and the config edit the old file refuses writes, naming the new file; the same
+                // command again finishes the move.
+                let refused = try Binary.run("/usr/bin/sqlite3", [old, "INSERT INTO notes(uuid) VALUES ('refused')"],
+                                             in: s.dir.path)
+                XCTAssertNotEqual(refused.status, 0, failpoint)
+                XCTAssertTrue(refused.stderr.contains("this store moved to \(new)"), refused.stderr)
+                try s.run("a", ["migrate", "--to", "moved/a.sqlite"])
+                live = new
+            }
             // The setup config.yaml names works: the app writes, and the store syncs.
-            let live = switched ? new : old
             try s.sqlFile(live, "INSERT INTO notes(uuid) VALUES ('after the kill')")
             try s.run("a", ["sync"])
             try s.run("b", ["sync"])

@@ -19,8 +19,12 @@ struct MigrateCommand: Command {
 
         --to NEW_PATH moves the store file with SQLite's online backup API: history, tokens, consumers, the record
         map and meta come along, and the store keeps its identity. Writers wait while the copy is taken; the copy
-        must pass an integrity check before config.yaml names it (stores.NAME.path; comments kept), and only then
-        is the old file removed. With --copy, the copy gets a new identity and config.yaml is not changed.
+        must pass an integrity check; then the old file is fenced (every write to it fails, naming the new path),
+        then config.yaml names the new file (stores.NAME.path; comments kept), and only then is the old file
+        removed. Killed at any step, the same command finishes the move without losing a write (or refuses, exit
+        65, when both files were written). A target that is, or would make, a file of a store (its -wal, -shm or
+        -journal companion, a link to it) is refused (exit 64). With --copy, the copy gets a new identity and
+        config.yaml is not changed.
 
         --cloud URL [--container ID] [--zone Z] moves the store's sync target: another backend (file: to
         postgres:// and back), another container or another zone. It syncs a last time with the old target, checks
