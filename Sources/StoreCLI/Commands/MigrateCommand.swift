@@ -39,7 +39,10 @@ struct MigrateCommand: Command {
         regenerates the triggers and records the schema version (--schema-version N, default: one more than the
         store's; a store at N or later does nothing, so every device can run the same file). Rows of a rebuilt
         table keep their record names, so the cloud sees updates, never a mass delete and re-insert. The file may
-        not BEGIN or COMMIT, ATTACH, set pragmas, or touch storectl's own tables.
+        not BEGIN or COMMIT, ATTACH, set pragmas, or touch storectl's own tables. A file that changes values is a
+        data migration, applied once per zone: the first device that syncs after running it raises the zone's
+        schema version, and a device that has not run it waits (sync and status exit 75 naming the command) until
+        it does. A store in cloud mode tries the file, syncs, then runs it.
         """
     static let examples = [
         "storectl migrate                   # after ALTER TABLE notes ADD COLUMN pinned INTEGER",
