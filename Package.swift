@@ -64,7 +64,7 @@ let package = Package(
         .testTarget(name: "EndToEndTests", dependencies: [
             "TestSupport", "storectl", "StoreCLI", "StoreControl", "StoreConfig", "StoreMirror", "StoreHistory", "StoreCloud",
             "StoreCloudPostgres", "StoreSQLite", "StoreBase",
-        ], exclude: ["ATTACKS-files.md"]),
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )
