@@ -4,8 +4,11 @@ import StoreSQLite
 ///
 /// Every identifier goes through `quoteIdentifier` and every literal through `quoteLiteral`, so a table or column
 /// named with quotes, spaces or SQL in it is read as a name and nothing else. The update trigger's work is linear
-/// in the number of columns: one `IS NOT` test per column in its WHEN clause, and one `CASE` term per column in
-/// the concatenation that builds `changed`.
+/// in the number of columns: one test per column in its WHEN clause, and one `CASE` term per column in the
+/// concatenation that builds `changed`.
+///
+/// A value is its type and its bytes: SQLite's `IS NOT` finds the integer 1 and the real 1.0 equal, so from format 3
+/// a column also counts as changed when its `typeof` changed (`1 -> 1.0` in a column without a declared type).
 struct TriggerSQL {
     /// One trigger: its name and its full `CREATE TRIGGER` statement, exactly as `sqlite_master.sql` stores it.
     struct Trigger: Equatable {
@@ -62,12 +65,28 @@ struct TriggerSQL {
             + StoreFormat.nowMillisecondsSQL + ", " + entity
     }
 
+    /// Whether column `c` changed between OLD and NEW: its value, or (format 3) only its type.
+    private func changed(_ c: String) -> String {
+        let old = "OLD.\(quoteIdentifier(c))", new = "NEW.\(quoteIdentifier(c))"
+        if format < 3 || isRowIDAlias(c) { return "\(old) IS NOT \(new)" }
+        return "(\(old) IS NOT \(new) OR typeof(\(old)) <> typeof(\(new)))"
+    }
+
+    /// Whether `c` is the rowid alias (always an integer: no type to compare).
+    private func isRowIDAlias(_ c: String) -> Bool {
+        table.keyIsRowID && table.primaryKey == [c]
+    }
+
     private var pkUnchanged: String {
-        table.primaryKey.map { "OLD.\(quoteIdentifier($0)) IS NEW.\(quoteIdentifier($0))" }.joined(separator: " AND ")
+        if format < 3 {  // the exact text older stores hold (a store keeps its format's triggers until upgraded)
+            return table.primaryKey.map { "OLD.\(quoteIdentifier($0)) IS NEW.\(quoteIdentifier($0))" }
+                .joined(separator: " AND ")
+        }
+        return table.primaryKey.map { "NOT \(changed($0))" }.joined(separator: " AND ")
     }
 
     private var pkChanged: String {
-        table.primaryKey.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }.joined(separator: " OR ")
+        table.primaryKey.map { changed($0) }.joined(separator: " OR ")
     }
 
     private func insertTrigger(_ name: String) -> String {
@@ -81,11 +100,10 @@ struct TriggerSQL {
 
     private func updateTrigger(_ name: String) -> String {
         let columns = table.nonKeyColumns
-        let differs = columns.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }
-            .joined(separator: " OR ")
+        let differs = columns.map(changed).joined(separator: " OR ")
         let terms = columns.map { c -> String in
             let literal = quoteLiteral("," + (jsonNames[c] ?? "\"\(c)\""))
-            return "CASE WHEN OLD.\(quoteIdentifier(c)) IS NOT NEW.\(quoteIdentifier(c)) THEN \(literal) ELSE '' END"
+            return "CASE WHEN \(changed(c)) THEN \(literal) ELSE '' END"
         }.joined(separator: " || ")
         return """
             CREATE TRIGGER \(quoteIdentifier(name)) AFTER UPDATE ON \(on)
