@@ -65,11 +65,12 @@ struct TriggerSQL {
             + StoreFormat.nowMillisecondsSQL + ", " + entity
     }
 
-    /// Whether column `c` changed between OLD and NEW: its value, or (format 3) only its type.
+    /// Whether column `c` changed between OLD and NEW: its value, or (format 3) only its type. A disjunction
+    /// without parentheses: it is only ever OR-ed with others, or a `CASE WHEN` of its own.
     private func changed(_ c: String) -> String {
         let old = "OLD.\(quoteIdentifier(c))", new = "NEW.\(quoteIdentifier(c))"
         if format < 3 || isRowIDAlias(c) { return "\(old) IS NOT \(new)" }
-        return "(\(old) IS NOT \(new) OR typeof(\(old)) <> typeof(\(new)))"
+        return "\(old) IS NOT \(new) OR typeof(\(old)) <> typeof(\(new))"
     }
 
     /// Whether `c` is the rowid alias (always an integer: no type to compare).
@@ -77,12 +78,14 @@ struct TriggerSQL {
         table.keyIsRowID && table.primaryKey == [c]
     }
 
+    /// The key did not change: neither its value nor (format 3) its type. Format 2 wrote `OLD.k IS NEW.k`, the
+    /// exact text its stores hold (a store keeps its format's triggers until upgraded).
     private var pkUnchanged: String {
-        if format < 3 {  // the exact text older stores hold (a store keeps its format's triggers until upgraded)
-            return table.primaryKey.map { "OLD.\(quoteIdentifier($0)) IS NEW.\(quoteIdentifier($0))" }
-                .joined(separator: " AND ")
-        }
-        return table.primaryKey.map { "NOT \(changed($0))" }.joined(separator: " AND ")
+        table.primaryKey.map { c -> String in
+            let old = "OLD.\(quoteIdentifier(c))", new = "NEW.\(quoteIdentifier(c))"
+            if format < 3 || isRowIDAlias(c) { return "\(old) IS \(new)" }
+            return "\(old) IS \(new) AND typeof(\(old)) = typeof(\(new))"
+        }.joined(separator: " AND ")
     }
 
     private var pkChanged: String {

@@ -183,4 +183,25 @@ extension TriggerTests {
         XCTAssertEqual(try f.rows(), [#"I b [{"$blob":"01"}] external nil"#, #"I c [{"$blob":"02"}] external nil"#,
                                       "I a [5] external nil"])
     }
+
+    /// A value is its type and its bytes: in columns without a declared type, a change of type alone (1 -> 1.0,
+    /// 2.0 -> 2, 1 -> '1', a blob to a text of the same bytes) is a change, of a column and of a key, although
+    /// SQLite's `IS NOT` finds 1 and 1.0 equal; writing the same value of the same type again is none.
+    func testAChangeOfTypeAloneIsRecorded() throws {
+        let f = try Fixture("CREATE TABLE t(k PRIMARY KEY, v, w)")
+        try f.sqlite3("""
+            INSERT INTO t VALUES (1, 1, 2.0);
+            UPDATE t SET v = 1.0;
+            UPDATE t SET w = 2;
+            UPDATE t SET v = '1';
+            UPDATE t SET v = CAST('1' AS BLOB);
+            UPDATE t SET v = CAST('1' AS BLOB), w = 2;
+            UPDATE t SET k = 1.0;
+            """)
+        XCTAssertEqual(try f.rows(), [
+            "I t [1] external nil", "U t [1] external nil changed=v", "U t [1] external nil changed=w",
+            "U t [1] external nil changed=v", "U t [1] external nil changed=v",
+            #"D t [1] external nil tombstone={"k":1}"#, "I t [1.0] external nil",
+        ])
+    }
 }
