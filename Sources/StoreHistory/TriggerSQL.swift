@@ -8,7 +8,8 @@ import StoreSQLite
 /// concatenation that builds `changed`.
 ///
 /// A value is its type and its bytes: SQLite's `IS NOT` finds the integer 1 and the real 1.0 equal, so from format 3
-/// a column also counts as changed when its `typeof` changed (`1 -> 1.0` in a column without a declared type).
+/// a column that can hold both (no declared type, BLOB, ANY) also counts as changed when its `typeof` changed
+/// (`1 -> 1.0`); typed columns, where SQLite's affinity makes that impossible, keep the one test.
 struct TriggerSQL {
     /// One trigger: its name and its full `CREATE TRIGGER` statement, exactly as `sqlite_master.sql` stores it.
     struct Trigger: Equatable {
@@ -69,13 +70,24 @@ struct TriggerSQL {
     /// without parentheses: it is only ever OR-ed with others, or a `CASE WHEN` of its own.
     private func changed(_ c: String) -> String {
         let old = "OLD.\(quoteIdentifier(c))", new = "NEW.\(quoteIdentifier(c))"
-        if format < 3 || isRowIDAlias(c) { return "\(old) IS NOT \(new)" }
+        if format < 3 || !holdsEitherNumber(c) { return "\(old) IS NOT \(new)" }
         return "\(old) IS NOT \(new) OR typeof(\(old)) <> typeof(\(new))"
     }
 
-    /// Whether `c` is the rowid alias (always an integer: no type to compare).
-    private func isRowIDAlias(_ c: String) -> Bool {
-        table.keyIsRowID && table.primaryKey == [c]
+    /// Whether column `c` can hold both an integer and a real that `IS NOT` finds equal (1 and 1.0), the only
+    /// values of different types it finds equal: a column of BLOB affinity (no declared type, or one that names
+    /// BLOB; SQLite's "Determination Of Column Affinity"), or `ANY` (a STRICT table's column that converts
+    /// nothing). Any other column converts a real that is an integer into an integer (INTEGER, NUMERIC), every
+    /// number into a real (REAL) or into text (TEXT), so its update trigger pays for no `typeof` test.
+    private func holdsEitherNumber(_ c: String) -> Bool {
+        if table.keyIsRowID && table.primaryKey == [c] { return false }  // the rowid alias: always an integer
+        let type = (table.columns.first { $0.name == c }?.declaredType ?? "").uppercased()
+        if type.contains("INT") || type.contains("CHAR") || type.contains("CLOB") || type.contains("TEXT") {
+            return false
+        }
+        if type.isEmpty || type.contains("BLOB") { return true }
+        if type.contains("REAL") || type.contains("FLOA") || type.contains("DOUB") { return false }
+        return type == "ANY"
     }
 
     /// The key did not change: neither its value nor (format 3) its type. Format 2 wrote `OLD.k IS NEW.k`, the
@@ -83,7 +95,7 @@ struct TriggerSQL {
     private var pkUnchanged: String {
         table.primaryKey.map { c -> String in
             let old = "OLD.\(quoteIdentifier(c))", new = "NEW.\(quoteIdentifier(c))"
-            if format < 3 || isRowIDAlias(c) { return "\(old) IS \(new)" }
+            if format < 3 || !holdsEitherNumber(c) { return "\(old) IS \(new)" }
             return "\(old) IS \(new) AND typeof(\(old)) = typeof(\(new))"
         }.joined(separator: " AND ")
     }

@@ -203,5 +203,10 @@ extension TriggerTests {
             "U t [1] external nil changed=v", "U t [1] external nil changed=v",
             #"D t [1] external nil tombstone={"k":1}"#, "I t [1.0] external nil",
         ])
+        // Only a column that can hold both 1 and 1.0 pays for the type test: SQLite's affinity converts the others.
+        let typed = try Fixture("CREATE TABLE t(id INTEGER PRIMARY KEY, i INTEGER, r REAL, s TEXT, n NUMERIC, b BLOB, u)")
+        let sql = try XCTUnwrap(try typed.db.scalar("SELECT sql FROM sqlite_master WHERE name = '_storectl_t_upd'")?.string)
+        XCTAssertEqual(Set(sql.components(separatedBy: "typeof(OLD.").dropFirst().map { String($0.prefix(3)) }),
+                       ["\"b\"", "\"u\""])
     }
 }
