@@ -202,6 +202,29 @@ final class ValueTypeTests: XCTestCase {
         }
     }
 
+    /// Merges see a change of type alone and a change of a last digit as the changes they are: a property merge
+    /// keeps both stores' changes to different columns, and the store that syncs last wins the column both changed.
+    func testMergesKeepChangesOfTypeAndOfALastDigit() throws {
+        for backend in backends() {
+            let f = try Fleet(backend: backend, schema: "CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, "
+                                + "k TEXT NOT NULL UNIQUE, v, w, x);\n", label: "storectl-value-types-merge")
+            try f.initialise("a")
+            try f.sql("a", "INSERT INTO t(k, v, w, x) VALUES ('r', 1, 0.1, 2.0)")
+            try f.cloudMode("a")
+            try f.cloudMode("b")
+            // Offline on both: a changes v's type only, b w's last digit only; both change x's type, differently.
+            try f.sql("a", "UPDATE t SET v = 1.0, x = 2")
+            try f.sql("b", "UPDATE t SET w = 0.10000000000000002, x = '2'")
+            try f.syncRounds(2, ["a", "b"])
+            let row = "SELECT typeof(v) || ':' || quote(v) || '|' || typeof(w) || ':' || printf('%!.17g', w) || '|' "
+                + "|| typeof(x) || ':' || quote(x) FROM t"
+            let expected = "real:1.0|real:0.10000000000000002|text:'2'\n"
+            XCTAssertEqual(try f.sql("a", row), expected, "[\(backend)] a after the merge")
+            XCTAssertEqual(try f.sql("b", row), expected, "[\(backend)] b after the merge")
+            for s in ["a", "b"] { try f.run(s, ["verify"]) }
+        }
+    }
+
     /// What the test reads of `verify --json`: each column's values when they are numbers, and their types.
     struct VerifyDoc: Decodable {
         struct Column: Decodable {
