@@ -397,7 +397,7 @@ extension StoreHandle {
                                       exitCode: .dataError)]
             }
             if try MirrorState.meta(db, .ownRecordsUnchecked) != nil
-                || (try HistoryTracker(db: db).formatVersion()) < StoreFormat.currentVersion,
+                || (try HistoryTracker(db: db).formatVersion()) < 2,  // format 1 (format 2 kept the marks)
                try MirrorState.meta(db, .baselineContainer) != nil
             {
                 // Store format 1 kept no marks of its exports: whether this file is an older copy of itself shows
