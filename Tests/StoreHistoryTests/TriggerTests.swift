@@ -208,5 +208,9 @@ extension TriggerTests {
         let sql = try XCTUnwrap(try typed.db.scalar("SELECT sql FROM sqlite_master WHERE name = '_storectl_t_upd'")?.string)
         XCTAssertEqual(Set(sql.components(separatedBy: "typeof(OLD.").dropFirst().map { String($0.prefix(3)) }),
                        ["\"b\"", "\"u\""])
+        // A STRICT table's ANY column converts nothing: 1 and 1.0 are both kept, and told apart.
+        let strict = try Fixture("CREATE TABLE s(id INTEGER PRIMARY KEY, a ANY, r REAL) STRICT")
+        try strict.sqlite3("INSERT INTO s VALUES (1, 1, 1); UPDATE s SET a = 1.0; UPDATE s SET r = 1.0;")
+        XCTAssertEqual(try strict.rows(), ["I s [1] external nil", "U s [1] external nil changed=a"])
     }
 }
