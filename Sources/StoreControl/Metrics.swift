@@ -173,10 +173,14 @@ public final class WatchMetrics: Sendable {
         self.output = output
     }
 
-    /// Writes the file now, with what is known so far (at the start: only the families' HELP and TYPE lines).
+    /// Writes the file at the start: the round counters and histograms of `stores` at zero (their gauges follow
+    /// once each store's thread has read them).
     /// - Throws: `StoreError` 73 or 74 when the file cannot be written.
-    public func write() throws {
-        try state.withLock { s in try replace(s) }
+    public func start(stores: [String]) throws {
+        try state.withLock { s in
+            for store in stores where s.rounds[store] == nil { s.rounds[store] = RoundCounts() }
+            try replace(s)
+        }
     }
 
     /// Records a store's current gauges and writes the file (errors are logged).

@@ -125,7 +125,7 @@ public final class Watcher: Sendable {
             throw error
         }
         // A metrics file that cannot be written stops the watcher before it starts, not silently later.
-        try metrics?.write()
+        try metrics?.start(stores: names)
         var workers = try start(names, config: config, locks: locks)
         output.log(.info, store: nil, "watching \(names.count) store(s): \(names.joined(separator: ", "))"
                    + (options.once ? " (one round each)" : ", polling the cloud every "
