@@ -345,6 +345,62 @@ final class MetricsTests: WatchTestCase {
         XCTAssertEqual((doc?["error"] as? [String: Any])?["kind"] as? String, "usage")
     }
 
+    // MARK: - The documented alert
+
+    /// The rule file docs/watch.md prints: promtool accepts it as printed, and its first alert fires for a store
+    /// whose last success is more than 15 minutes old, not for one that syncs every minute.
+    func testTheDocumentedAlertFiresForAStoreThatHasNotSyncedIn15Minutes() throws {
+        let promtool = try promtool()
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let doc = try String(contentsOf: root.appendingPathComponent("docs/watch.md"), encoding: .utf8)
+        let section = try XCTUnwrap(doc.range(of: "### An alert for a store that has not synced in 15 minutes"))
+        let afterFence = try XCTUnwrap(doc.range(of: "```yaml\n", range: section.upperBound..<doc.endIndex))
+        let end = try XCTUnwrap(doc.range(of: "```", range: afterFence.upperBound..<doc.endIndex))
+        let rules = String(doc[afterFence.upperBound..<end.lowerBound])
+        XCTAssertTrue(rules.contains("time() - storectl_last_success_timestamp_seconds > 900"), rules)
+        let dir = try TempDirectory("storectl-rules")
+        try dir.write("rules.yml", rules)
+        let check = try Binary.run(promtool, ["check", "rules", "rules.yml"], in: dir.path)
+        XCTAssertEqual(check.status, 0, check.description)
+
+        // promtool's unit test compares annotations too: the copy it runs leaves them out.
+        var bare: [String] = []
+        var annotationsIndent: Int?
+        for line in rules.components(separatedBy: "\n") {
+            let indent = line.prefix { $0 == " " }.count
+            if let at = annotationsIndent, !line.trimmingCharacters(in: .whitespaces).isEmpty, indent > at { continue }
+            annotationsIndent = nil
+            if line.trimmingCharacters(in: .whitespaces) == "annotations:" {
+                annotationsIndent = indent
+                continue
+            }
+            bare.append(line)
+        }
+        try dir.write("bare.yml", bare.joined(separator: "\n"))
+        try dir.write("test.yml", """
+            rule_files: [bare.yml]
+            evaluation_interval: 1m
+            tests:
+              - interval: 1m
+                input_series:
+                  - series: 'storectl_last_success_timestamp_seconds{store="stale",instance="h"}'
+                    values: '0x30'
+                  - series: 'storectl_last_success_timestamp_seconds{store="fine",instance="h"}'
+                    values: '0+60x30'
+                alert_rule_test:
+                  - eval_time: 14m
+                    alertname: StorectlStoreNotSynced
+                    exp_alerts: []
+                  - eval_time: 16m
+                    alertname: StorectlStoreNotSynced
+                    exp_alerts:
+                      - exp_labels: {severity: warning, store: stale, instance: h}
+            """)
+        let test = try Binary.run(promtool, ["test", "rules", "test.yml"], in: dir.path)
+        XCTAssertEqual(test.status, 0, test.description)
+    }
+
     func testTheOptionsHaveHelp() throws {
         let p = try E2EProject()
         let watch = try p.run(["watch", "--help"])
