@@ -15,8 +15,7 @@ struct StatusCommand: Command {
         """
     static let options = [
         OptionSpec("check-cloud", help: "Also check the account and the cloud for stores in local mode."),
-        OptionSpec("metrics", help: "Print the stores' gauges in Prometheus' text format instead (for node_exporter's "
-                   + "textfile collector; see docs/watch.md). Reads the stores alone, without round counters."),
+        OptionSpec("metrics", help: "Print the stores' gauges in Prometheus' text format instead (see docs/watch.md)."),
     ]
     static let examples = [
         "storectl status",

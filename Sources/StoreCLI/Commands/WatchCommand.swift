@@ -35,15 +35,15 @@ struct WatchCommand: Command {
         "storectl watch --all --json             # every store with a cloud: section, events as JSON lines",
         "storectl --store notes watch --interval 5",
         "storectl watch --all --once             # one round for each store, for cron and CI",
-        "storectl watch --all --metrics-file /var/lib/node_exporter/textfile/storectl.prom",
+        "storectl watch --all --metrics-file /var/lib/prometheus/node-exporter/storectl.prom",
     ]
     static let options = [
         OptionSpec("all", help: "Serve every store of the config that has a cloud: section."),
         OptionSpec("interval", value: "seconds", help: "Seconds between two polls of the cloud (default 10)."),
         OptionSpec("once", help: "Do one round for each store, then exit."),
         OptionSpec("max-backoff", value: "seconds", help: "The longest delay between two retries, in seconds (default 300)."),
-        OptionSpec("metrics-file", value: "path", help: "Write Prometheus metrics (text format) to this file after "
-                   + "each round, replacing it atomically (for node_exporter's textfile collector)."),
+        OptionSpec("metrics-file", value: "path", help: "Write Prometheus metrics to this file after each round "
+                   + "(replaced atomically, for node_exporter's textfile collector)."),
     ]
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
