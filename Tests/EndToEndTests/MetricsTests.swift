@@ -4,8 +4,9 @@ import XCTest
 
 /// The metrics for monitoring, through the real binary: `watch --metrics-file` after a successful round, a failed
 /// round and the recovery, with the file replaced atomically; and `status --metrics` for every store or one. Every
-/// text is checked by Prometheus' own linter, `promtool check metrics`.
-final class MetricsTests: WatchTestCase {
+/// text is checked by Prometheus' own linter, `promtool check metrics`. The stores share a container file (and, in
+/// the subclass, a PostgreSQL container).
+class MetricsTests: WatchTestCase {
     /// The schema of store a; b's notes refuse the title 'bad', so a record from a with it is set aside on b.
     static let schemaA = "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT);\n"
     static let schemaB = "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, "
@@ -133,17 +134,27 @@ final class MetricsTests: WatchTestCase {
                                     line: line)
     }
 
-    /// A config of two stores on one container file; `secretB` is store b's secret as written in the YAML.
-    private func writeConfig(_ p: E2EProject, secretB: String = "${STORECTL_SECRET:-demo-secret}") throws {
+    /// The backend of the test, chosen once (a PostgreSQL container's name is random).
+    private var chosenBackend: Backend?
+
+    /// A config of two stores on one container. `broken`: store b's rounds fail, with a wrong secret (a container
+    /// file) or a container moved away (PostgreSQL, whose test server may trust any password).
+    private func writeConfig(_ p: E2EProject, broken: Bool = false) throws {
+        let b = try chosenBackend ?? backend()
+        chosenBackend = b
         try p.writeSchema(Self.schemaA, to: "a.sql")
         try p.writeSchema(Self.schemaB, to: "b.sql")
-        let cloud = E2EProject.Cloud.file("iCloud.com.example.metrics")
+        let cloud = E2EProject.Cloud(container: b.container, url: b.url, account: b.account,
+                                     createIfMissing: !b.isPostgres)
         var cloudB = cloud
-        cloudB.secret = secretB
+        if broken, b.isPostgres { cloudB.container += "moved" } else if broken { cloudB.secret = "wrong-secret" }
         try p.writeConfig([
             E2EProject.Store("a", path: "data/a.sqlite", schema: "a.sql", before: ["mode: local"], cloud: cloud),
             E2EProject.Store("b", path: "data/b.sqlite", schema: "b.sql", before: ["mode: local"], cloud: cloudB),
         ])
+        if b.isPostgres, !FileManager.default.fileExists(atPath: p.dir.file("data")) {
+            try p.run(["--store", "a", "cloud", "init"])
+        }
     }
 
     func testTheWatcherWritesMetricsAfterSuccessFailureAndRecovery() throws {
@@ -183,8 +194,8 @@ final class MetricsTests: WatchTestCase {
         }, w.transcript)
         XCTAssertEqual(try p.sql("b", "SELECT uuid FROM notes ORDER BY uuid"), "n2\n")
 
-        // A failed round: b's secret is wrong after a reload of the config.
-        try writeConfig(p, secretB: "wrong-secret")
+        // A failed round: after a reload of the config, b's secret is wrong or its container moved away.
+        try writeConfig(p, broken: true)
         w.send(SIGHUP)
         let error = try XCTUnwrap(w.waitForEvent(upTo: 30) { $0["type"] as? String == "error" }, w.transcript)
         let kind = try XCTUnwrap((error["error"] as? [String: Any])?["kind"] as? String)
@@ -209,7 +220,7 @@ final class MetricsTests: WatchTestCase {
         XCTAssertEqual(value(s, "storectl_last_success_timestamp_seconds", ["store": "b"]), lastSuccessWhileFailing)
         XCTAssertEqual(value(s, "storectl_sync_failing", ["store": "b"]), 1)
 
-        // Recovery: the right secret again; a local write on b is exported.
+        // Recovery: the config as it was; a local write on b is exported.
         try writeConfig(p)
         w.send(SIGHUP)
         let okWhileFailing = value(s, "storectl_rounds_total", ["store": "b", "result": "ok"]) ?? 0
@@ -413,5 +424,32 @@ final class MetricsTests: WatchTestCase {
             let completions = try p.run(["completions", shell])
             XCTAssertTrue(completions.stdout.contains("metrics-file"), shell)
         }
+    }
+}
+
+/// The same with the stores sharing a PostgreSQL container.
+final class PostgresMetricsTests: MetricsTests {
+    override func backend() throws -> Backend {
+        let env = ProcessInfo.processInfo.environment
+        guard let url = env["STORECTL_TEST_PG_URL"], !url.isEmpty else {
+            if env["STORECTL_REQUIRE_PG"] == "1" {
+                XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set: start PostgreSQL (see .ci/run)")
+            }
+            throw XCTSkip("no PostgreSQL server (set STORECTL_TEST_PG_URL)")
+        }
+        let container = "iCloud.com.example.metrics" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        return Backend(url: url + (url.contains("?") ? "&" : "?") + "application_name=\(container)",
+                       account: env["PGUSER"] ?? "postgres", container: container, isPostgres: true)
+    }
+
+    // Tests are found by the methods a class declares (on Linux), so the ones that use the backend are named again.
+    override func testTheWatcherWritesMetricsAfterSuccessFailureAndRecovery() throws {
+        try super.testTheWatcherWritesMetricsAfterSuccessFailureAndRecovery()
+    }
+    override func testTheFileIsReplacedWholeAtEveryRound() throws {
+        try super.testTheFileIsReplacedWholeAtEveryRound()
+    }
+    override func testStatusMetricsForEveryStoreAndForOne() throws {
+        try super.testStatusMetricsForEveryStoreAndForOne()
     }
 }
