@@ -210,8 +210,12 @@ private struct DoctorRun {
                     .tempFail)
             case .unmigratedRecords:
                 add("schema", "the last sync waited: " + wait.text,
-                    "on a device that synced the zone's latest records: '\(command(migrate))' and 'storectl sync'; "
-                        + "then 'storectl sync' here", .tempFail)
+                    "on a device that synced the zone's latest records, run the same migration (version "
+                        + "\(wait.version)) and sync it; then '\(command("sync"))' here", .tempFail)
+            case .differentFile:
+                add("schema", "the last sync was refused: " + wait.text,
+                    "compare \(file) with the file this store ran; every device runs the same file for a version",
+                    .dataError)
             }
         }
         let unsettled = try MirrorState.unsettled(db)
@@ -290,6 +294,9 @@ private struct DoctorRun {
         try checkBinding(db, cloud: cloud)
         var available: Available?
         if inCloud, try store.targetChange(db: db, cloud: cloud) == nil { available = checkAccount(db, cloud: cloud) }
+        if let container = available?.container, !findings.contains(where: { $0.check == "schema" }) {
+            checkSchemaVersion(db, container: container, zone: cloud.zone)
+        }
         if inCloud { try checkLastSync() }
         // Compared only when nothing else is wrong: an earlier finding (a failed sync) already says why they differ.
         if let available, findings.isEmpty { checkData(db, cloud: cloud, container: available.container) }
@@ -299,6 +306,18 @@ private struct DoctorRun {
     /// checks read the cloud through it rather than opening it again.
     struct Available {
         var container: (any CloudDatabase)?
+    }
+
+    /// The zone's schema version, read live: a store behind a data migration another device ran waits until it
+    /// runs it too, even before a sync has tried.
+    mutating func checkSchemaVersion(_ db: Connection, container: any CloudDatabase, zone: String) {
+        do {
+            try SchemaGate.requireNotBehind(db, cloud: container, zone: zone)
+        } catch let error as any DiagnosedError where error is SchemaBehindError || error is SchemaMismatchError {
+            add("schema", error.summary, error.hint ?? command("sync"), error.exitCode)
+        } catch {
+            // The zone could not be read: the zone and data checks say so.
+        }
     }
 
     /// The last sync round (`storectl sync` or `watch`): a failure not followed by a success is a finding, so a
