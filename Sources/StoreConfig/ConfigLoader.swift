@@ -46,12 +46,15 @@ public enum ConfigLoader {
         let bytes = try readFile(absolute, displayPath: display)
         var loaded = try load(bytes: bytes, path: absolute, displayPath: display, environment: environment,
                               expandEnvironment: expandEnvironment)
-        if isReadableByOthers(absolute) {
-            for store in loaded.config.stores where store.cloud?.secret?.isLiteral == true {
-                loaded.config.warnings.append(
-                    "stores.\(store.name).cloud.secret is written in \(display), which other users can read; "
-                        + "use 'secret: ${VARIABLE}' or run 'chmod 600 \(display)'")
-            }
+        let literal = loaded.config.stores.filter { $0.cloud?.secret?.isLiteral == true }
+            .map { "stores.\($0.name).cloud.secret" }
+        if !literal.isEmpty, isReadableByOthers(absolute) {
+            // One warning for the file, however many stores hold a literal secret.
+            let keys = literal.count == 1 ? literal[0] + " is"
+                : literal.dropLast().joined(separator: ", ") + " and " + (literal.last ?? "") + " are"
+            loaded.config.warnings.append(
+                "\(keys) written in \(display), which other users can read; "
+                    + "use 'secret: ${VARIABLE}' or run 'chmod 600 \(display)'")
         }
         return loaded
     }
@@ -62,13 +65,48 @@ public enum ConfigLoader {
                             expandEnvironment: Bool = true) throws -> LoadedConfig
     {
         var document = try YAMLParser.parse(bytes, displayPath: displayPath)
+        var storeProblems: [String: ConfigError] = [:]
         if expandEnvironment, let root = document.root {
-            document.root = try EnvironmentExpansion.expandValues(in: root, path: "", environment: environment,
-                                                                  source: document.source, displayPath: displayPath)
+            (document.root, storeProblems) = try expandValues(in: root, environment: environment,
+                                                              source: document.source, displayPath: displayPath)
         }
         let decoder = ConfigDecoder(source: document.source, displayPath: displayPath, configPath: path,
                                     expanded: expandEnvironment, home: environment["HOME"])
-        return LoadedConfig(config: try decoder.decode(document.root), document: document)
+        return LoadedConfig(config: try decoder.decode(document.root, storeProblems: storeProblems),
+                            document: document)
+    }
+
+    /// `root` with `${VAR}` expanded in every scalar value. A reference that fails inside one store's section is
+    /// that store's problem (its section stays as written); anywhere else it fails the whole file.
+    /// - Throws: `ConfigError` for a failed reference outside the stores' sections.
+    private static func expandValues(in root: YAMLNode, environment: [String: String], source: SourceText,
+                                     displayPath: String) throws -> (YAMLNode, [String: ConfigError])
+    {
+        func expand(_ node: YAMLNode, _ path: String) throws -> YAMLNode {
+            try EnvironmentExpansion.expandValues(in: node, path: path, environment: environment, source: source,
+                                                  displayPath: displayPath)
+        }
+        guard let pairs = root.pairs else { return (try expand(root, ""), [:]) }
+        var problems: [String: ConfigError] = [:]
+        var expandedRoot = root
+        expandedRoot.kind = .mapping(try pairs.map { pair in
+            let key = pair.key.scalar ?? ""
+            guard key == "stores", let stores = pair.value.pairs else {
+                return YAMLPair(key: pair.key, value: try expand(pair.value, key))
+            }
+            var value = pair.value
+            value.kind = .mapping(stores.map { store in
+                let name = store.key.scalar ?? ""
+                do {
+                    return YAMLPair(key: store.key, value: try expand(store.value, KeyPath.child("stores", name)))
+                } catch {
+                    if let error = error as? ConfigError { problems[name] = error }
+                    return store
+                }
+            })
+            return YAMLPair(key: pair.key, value: value)
+        })
+        return (expandedRoot, problems)
     }
 
     /// The largest config file storectl reads: far above any real config (a store takes a few hundred bytes), and

@@ -25,8 +25,9 @@ struct CompletionsCommand: Command {
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         if args.flag("list-stores") {
-            // For completion: no error output, no exit code to worry a shell.
-            let names = (try? context.loadConfig())?.stores.map(\.name) ?? []
+            // For completion: no error output, no exit code to worry a shell. Every store is listed, those whose
+            // section is wrong too (a command on one of them says what is wrong).
+            let names = (try? context.loadConfig())?.storeNames ?? []
             if context.global.json {
                 context.console.json(["stores": names])
             } else if !names.isEmpty {

@@ -8,8 +8,8 @@ struct ConfigValidateCommand: Command {
     static let abstract = "Check the config: YAML syntax, keys, types, values and references."
     static let discussion = """
         Prints '<file>: ok (N stores: ...)' and exits 0 when the config is valid. Otherwise prints the first problem
-        as file:line:column with the key path, the source line, a caret and a hint, and exits 78 (66 when the file
-        is missing, 77 when it cannot be read). Warnings (a literal secret in a file other users can read) go to
+        as file:line:column with the key path, the source line, a caret and a hint (and a line for each other store
+        with a problem), and exits 78 (66 when the file is missing, 77 when it cannot be read). Warnings (a literal secret in a file other users can read) go to
         stderr and do not change the exit code.
         """
     static let examples = [
@@ -29,6 +29,15 @@ struct ConfigValidateCommand: Command {
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         let config = try ConfigCommand.load(context).config
         ConfigCommand.printWarnings(config, context)
+        // A store whose section is wrong fails only the commands on it, but the config is not valid: the first
+        // problem is the error, and every other one is named after it.
+        if var first = config.problems.first?.error {
+            for other in config.problems.dropFirst() {
+                first.details.append("note: store '\(other.store)' has a problem too: "
+                                     + other.error.firstLine)
+            }
+            throw first
+        }
         // Where a store file exists, the columns entities: names are checked against it too (read-only).
         for store in config.stores {
             let handle = try StoreHandle(config: config, storeName: store.name, environment: context.environment)

@@ -50,8 +50,8 @@ struct WatchCommand: Command {
         if let cap = try seconds(args, "max-backoff") { options.maxBackoff = cap }
         let selection: WatchSelection = args.flag("all") ? .all : .store(context.global.storeName)
         let config = try context.loadConfig()
-        if selection == .store(nil), config.stores.count > 1 {
-            let names = config.stores.map(\.name)
+        if selection == .store(nil), config.storeNames.count > 1 {
+            let names = config.storeNames
             throw UsageError("\(context.configDisplayPath) has \(names.count) stores (\(names.joined(separator: ", "))); "
                              + "choose one with --store NAME, or serve them all with --all",
                              hint: "run '\(context.command("watch --all"))', or '"
