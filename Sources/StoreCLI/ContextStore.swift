@@ -7,8 +7,9 @@ extension CommandContext {
     /// - Throws: the loader's `DiagnosedError` (66 missing, 78 invalid).
     public func loadConfig() throws -> Config {
         if let loadedConfig { return loadedConfig }
+        // An error inside one store's section fails only the commands on that store.
         let config = try ConfigLoader.load(path: configPath, displayPath: configDisplayPath, environment: environment,
-                                           expandEnvironment: !global.noExpandEnv)
+                                           expandEnvironment: !global.noExpandEnv, isolateStoreErrors: true)
         loadedConfig = config
         log.debug("config", ["path": configPath, "stores": String(config.storeNames.count)])
         if !warnedAboutConfig {

@@ -76,13 +76,14 @@ public enum ConfigEditor {
         guard let newBytes = try transform(bytes, display) else { return }
         do {
             let edited = try ConfigLoader.load(bytes: newBytes, path: absolute, displayPath: display,
-                                               environment: environment, expandEnvironment: expandEnvironment)
+                                               environment: environment, expandEnvironment: expandEnvironment,
+                                               isolateStoreErrors: true)
             // A store whose section was already wrong may stay so (an edit of another store must not wait for
             // it); a problem the edit would bring is refused.
             if !edited.config.problems.isEmpty {
                 let before = (try? ConfigLoader.load(bytes: bytes, path: absolute, displayPath: display,
-                                                     environment: environment,
-                                                     expandEnvironment: expandEnvironment))?.config.problems ?? []
+                                                     environment: environment, expandEnvironment: expandEnvironment,
+                                                     isolateStoreErrors: true))?.config.problems ?? []
                 let known = Set(before.map { "\($0.store)\u{0}\($0.error.summary)" })
                 let brought = edited.config.problems.first { !known.contains("\($0.store)\u{0}\($0.error.summary)") }
                 if let brought { throw brought.error }

@@ -27,25 +27,29 @@ public enum ConfigLoader {
     ///   - displayPath: the path as the user wrote it, used in messages (`config.yaml:12:11: error: ...`).
     ///   - environment: the variables `${VAR}` references expand from.
     ///   - expandEnvironment: false leaves `${VAR}` text as it is (`--no-expand-env`).
+    ///   - isolateStoreErrors: true makes an error inside one store's section (an unset variable, a bad URL, an
+    ///     unknown key) that store's alone: the store goes to `Config.problems`, and `Config.store(named:)` throws
+    ///     its error when asked for it. False throws it here, like any other error.
     /// - Throws: a `DiagnosedError`: exit 66 when the file is missing, 77 when it cannot be read, 78 for anything
     ///   wrong inside it, with `file:line:col`, the key path, the source line and a caret.
     public static func load(path: String, displayPath: String? = nil, environment: [String: String],
-                            expandEnvironment: Bool = true) throws -> Config
+                            expandEnvironment: Bool = true, isolateStoreErrors: Bool = false) throws -> Config
     {
         try loadDetailed(path: path, displayPath: displayPath, environment: environment,
-                         expandEnvironment: expandEnvironment).config
+                         expandEnvironment: expandEnvironment, isolateStoreErrors: isolateStoreErrors).config
     }
 
     /// Loads the config at `path`, also returning its parsed document.
-    /// - Throws: as `load(path:displayPath:environment:expandEnvironment:)`.
+    /// - Throws: as `load(path:displayPath:environment:expandEnvironment:isolateStoreErrors:)`.
     public static func loadDetailed(path: String, displayPath: String? = nil, environment: [String: String],
-                                    expandEnvironment: Bool = true) throws -> LoadedConfig
+                                    expandEnvironment: Bool = true, isolateStoreErrors: Bool = false) throws
+        -> LoadedConfig
     {
         let display = displayPath ?? path
         let absolute = ConfigPaths.absolute(path, in: FileManager.default.currentDirectoryPath)
         let bytes = try readFile(absolute, displayPath: display)
         var loaded = try load(bytes: bytes, path: absolute, displayPath: display, environment: environment,
-                              expandEnvironment: expandEnvironment)
+                              expandEnvironment: expandEnvironment, isolateStoreErrors: isolateStoreErrors)
         let literal = loaded.config.stores.filter { $0.cloud?.secret?.isLiteral == true }
             .map { "stores.\($0.name).cloud.secret" }
         if !literal.isEmpty, isReadableByOthers(absolute) {
@@ -60,9 +64,10 @@ public enum ConfigLoader {
     }
 
     /// Loads a config from `bytes` without touching the file system (`path` is where it would live).
-    /// - Throws: `ConfigError` (exit 78) for anything wrong in the text.
+    /// - Throws: `ConfigError` (exit 78) for anything wrong in the text (outside the stores' own sections only,
+    ///   with `isolateStoreErrors`).
     public static func load(bytes: [UInt8], path: String, displayPath: String, environment: [String: String],
-                            expandEnvironment: Bool = true) throws -> LoadedConfig
+                            expandEnvironment: Bool = true, isolateStoreErrors: Bool = false) throws -> LoadedConfig
     {
         var document = try YAMLParser.parse(bytes, displayPath: displayPath)
         var storeProblems: [String: ConfigError] = [:]
@@ -72,8 +77,9 @@ public enum ConfigLoader {
         }
         let decoder = ConfigDecoder(source: document.source, displayPath: displayPath, configPath: path,
                                     expanded: expandEnvironment, home: environment["HOME"])
-        return LoadedConfig(config: try decoder.decode(document.root, storeProblems: storeProblems),
-                            document: document)
+        let config = try decoder.decode(document.root, storeProblems: storeProblems)
+        if !isolateStoreErrors, let first = config.problems.first { throw first.error }
+        return LoadedConfig(config: config, document: document)
     }
 
     /// `root` with `${VAR}` expanded in every scalar value. A reference that fails inside one store's section is

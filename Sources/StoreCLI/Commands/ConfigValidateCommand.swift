@@ -27,17 +27,10 @@ struct ConfigValidateCommand: Command {
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
-        let config = try ConfigCommand.load(context).config
-        ConfigCommand.printWarnings(config, context)
         // A store whose section is wrong fails only the commands on it, but the config is not valid: the first
         // problem is the error, and every other one is named after it.
-        if var first = config.problems.first?.error {
-            for other in config.problems.dropFirst() {
-                first.details.append("note: store '\(other.store)' has a problem too: "
-                                     + other.error.firstLine)
-            }
-            throw first
-        }
+        let config = try ConfigCommand.load(context).config
+        ConfigCommand.printWarnings(config, context)
         // Where a store file exists, the columns entities: names are checked against it too (read-only).
         for store in config.stores {
             let handle = try StoreHandle(config: config, storeName: store.name, environment: context.environment)

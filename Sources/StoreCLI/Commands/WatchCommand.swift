@@ -120,7 +120,8 @@ private final class ConfigReader: @unchecked Sendable {
         loads += 1
         if loads == 1 { return try context.loadConfig() }
         return try ConfigLoader.load(path: context.configPath, displayPath: context.configDisplayPath,
-                                     environment: context.environment, expandEnvironment: !context.global.noExpandEnv)
+                                     environment: context.environment, expandEnvironment: !context.global.noExpandEnv,
+                                     isolateStoreErrors: true)
     }
 }
 
