@@ -137,6 +137,22 @@ final class StoreConfigIsolationTests: WatchTestCase {
         }
     }
 
+    func testDoctorExaminesTheOtherStoreAndNamesTheBrokenOne() throws {
+        let p = try E2EProject()
+        let text = try makeProject(p)
+        let place = try location(of: "${NOTES_PG_PASSWORD}", in: text)
+        try p.run(["--store", "journal", "init"])
+        let r = try p.run(["doctor", "--json"], expect: 78)
+        let stores = try XCTUnwrap(try json(r.stdout)["stores"] as? [[String: Any]], r.stdout)
+        XCTAssertEqual(stores.map { $0["store"] as? String }, ["journal", "notes"], r.stdout)
+        XCTAssertTrue((stores[0]["checks"] as? [String] ?? []).contains("history"), r.stdout)
+        let finding = try XCTUnwrap((stores[1]["findings"] as? [[String: Any]])?.first, r.stdout)
+        XCTAssertEqual(finding["check"] as? String, "config", r.stdout)
+        XCTAssertTrue((finding["problem"] as? String ?? "").hasPrefix(place + ": stores.notes.cloud.secret"), r.stdout)
+        try p.run(["--store", "journal", "doctor"])
+        try p.run(["--store", "notes", "doctor"], expect: 78)
+    }
+
     func testConfigValidateStillReportsTheError() throws {
         let p = try E2EProject()
         let text = try makeProject(p)
