@@ -123,6 +123,16 @@ final class StoreConfigIsolationTests: WatchTestCase {
             let all = try p.run(["status"], expect: 78)
             XCTAssertTrue(all.stdout.contains("store journal"), all.description)
         }
+        // A missing schema file fails only its own store's init.
+        try p.writeConfig([E2EProject.Store("journal", path: "data/journal.sqlite"),
+                           E2EProject.Store("notes", path: "data/notes.sqlite", schema: "missing.sql")])
+        try p.run(["--store", "journal", "status"])
+        let initNotes = try p.run(["--store", "notes", "init"], expect: nil)
+        XCTAssertNotEqual(initNotes.status, 0, initNotes.description)
+        XCTAssertTrue(initNotes.stderr.contains("missing.sql"), initNotes.description)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: p.dir.file("data/notes.sqlite")), initNotes.description)
+        try p.run(["--store", "journal", "sync"], expect: nil)
+        try p.run(["--store", "journal", "history"])
         // An unknown top-level key, and a YAML syntax error: every command on every store fails.
         for tail in ["colour: blue\n", "stores2: [\n"] {
             _ = try p.dir.write("config.yaml", """
