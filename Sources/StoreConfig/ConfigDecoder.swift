@@ -229,19 +229,21 @@ struct ConfigDecoder {
                 problems.append(StoreConfigProblem(store: name, error: problem))
                 continue
             }
+            let store: StoreSettings
             do {
-                let store = try decodeStore(name: name, key: pair.key, node: pair.value, path: path)
-                if let owner = pathOwners[store.path] {
-                    let node = (try? section(pair.value, path, keys: ConfigSchema.store))?["path"]?.value ?? pair.key
-                    throw fail(node, KeyPath.child(path, "path"),
-                               "store '\(owner)' already uses this file (\(store.path))",
-                               hint: "each store needs its own SQLite file")
-                }
-                pathOwners[store.path] = name
-                stores.append(store)
+                store = try decodeStore(name: name, key: pair.key, node: pair.value, path: path)
             } catch let error as ConfigError {
                 problems.append(StoreConfigProblem(store: name, error: error))
+                continue
             }
+            // Two stores on one file concern both: it fails the whole file.
+            if let owner = pathOwners[store.path] {
+                let node = (try? section(pair.value, path, keys: ConfigSchema.store))?["path"]?.value ?? pair.key
+                throw fail(node, KeyPath.child(path, "path"), "store '\(owner)' already uses this file (\(store.path))",
+                           hint: "each store needs its own SQLite file")
+            }
+            pathOwners[store.path] = name
+            stores.append(store)
         }
         return Config(version: version, stores: stores, path: configPath, problems: problems,
                       storeNames: storePairs.map { $0.key.scalar ?? "" })
