@@ -261,7 +261,8 @@ enum Completions {
             }
             if named.path == ["mode"] { lines.append("complete -c storectl \(at) -a 'local cloud'") }
             if named.path == ["help"] {
-                lines.append("complete -c storectl \(at) -a " + quoted(CompletionsCommand.commandNames.joined(separator: " ")))
+                let names = CompletionsCommand.commandNames.joined(separator: " ")
+                lines.append("complete -c storectl \(at) -a " + quoted(names))
             }
         }
         return lines.joined(separator: "\n")

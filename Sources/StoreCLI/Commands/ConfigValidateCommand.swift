@@ -9,8 +9,8 @@ struct ConfigValidateCommand: Command {
     static let discussion = """
         Prints '<file>: ok (N stores: ...)' and exits 0 when the config is valid. Otherwise prints the first problem
         as file:line:column with the key path, the source line, a caret and a hint (and a line for each other store
-        with a problem), and exits 78 (66 when the file is missing, 77 when it cannot be read). Warnings (a literal secret in a file other users can read) go to
-        stderr and do not change the exit code.
+        with a problem), and exits 78 (66 when the file is missing, 77 when it cannot be read). Warnings (a literal
+        secret in a file other users can read) go to stderr and do not change the exit code.
         """
     static let examples = [
         "storectl config validate",
