@@ -372,8 +372,15 @@ extension DoctorRun {
             let report = try StoreHandle.compare(db: db, store: name, cloud: backend, url: cloud.url,
                                                  zone: cloud.zone, limit: 3)
             guard report.unexplainedCount > 0 else { return }
+            // A row that differs shows its first differing column, so that a change of type alone (1 and 1.0) or
+            // of a last digit (0.1 and 0.10000000000000002) reads as the difference it is.
             let named = report.differences.filter { $0.pending == nil }.map { d in
-                "\(d.table) \(d.key?.display ?? d.recordName) \(d.stateInWords)"
+                var text = "\(d.table) \(d.key?.display ?? d.recordName) \(d.stateInWords)"
+                if d.state == "differs", let c = d.columns.first {
+                    text += " (\(c.column): \(c.shown(local: true)) here, \(c.shown(local: false)) in the cloud"
+                        + (d.columns.count > 1 ? ", ..." : "") + ")"
+                }
+                return text
             }
             let more = report.unexplainedCount > named.count ? ", ..." : ""
             add("data", "\(report.unexplainedCount) row(s) of this store differ from zone '\(cloud.zone)' and no "
@@ -415,7 +422,7 @@ extension StoreHandle {
                                       exitCode: .dataError)]
             }
             if try MirrorState.meta(db, .ownRecordsUnchecked) != nil
-                || (try HistoryTracker(db: db).formatVersion()) < StoreFormat.currentVersion,
+                || (try HistoryTracker(db: db).formatVersion()) < 2,  // format 1 (format 2 kept the marks)
                try MirrorState.meta(db, .baselineContainer) != nil
             {
                 // Store format 1 kept no marks of its exports: whether this file is an older copy of itself shows

@@ -214,8 +214,8 @@ public struct SchemaBehindError: DiagnosedError, Equatable {
     }
     public var hint: String? {
         let file = zoneVersion.flatMap { $0.file.isEmpty ? nil : $0.file } ?? "FILE"
-        return "run 'storectl migrate --sql \(file) --schema-version \(zoneVersion?.version ?? local + 1)', "
-            + "then 'storectl sync'"
+        return "run 'storectl migrate --sql \(file) --schema-version \(zoneVersion?.version ?? local + 1)' here, "
+            + "then this command again"
     }
 }
 
@@ -238,6 +238,6 @@ public struct SchemaUnseenError: DiagnosedError, Equatable {
     }
     public var hint: String? {
         "run the same 'storectl migrate --sql ... --schema-version \(local)' on a device that has synced those "
-            + "records (it raises the zone), then 'storectl sync' here"
+            + "records, and sync it (it raises the zone); then run this command again here"
     }
 }

@@ -139,8 +139,8 @@ final class DataMigrationTests: XCTestCase {
 
     /// Runs `body` on the container file, then on PostgreSQL when a server is set up.
     func onBothBackends(_ body: (MigrationPair) throws -> Void) throws {
-        try body(try MigrationPair(.file))
-        if let url = Self.pgURL { try body(try MigrationPair(.postgres(url: url))) }
+        try body(try MigrationPair(.file, stores: ["a", "b", "c"]))
+        if let url = Self.pgURL { try body(try MigrationPair(.postgres(url: url), stores: ["a", "b", "c"])) }
     }
 
     func converged(_ p: MigrationPair, _ expected: String, file: StaticString = #filePath, line: UInt = #line) throws {
@@ -253,6 +253,30 @@ final class DataMigrationTests: XCTestCase {
             try p.run("b", ["sync"])
             try p.run("a", ["sync"])
             try self.converged(p, "pen=integer:200 ink=integer:50 pad=integer:499")
+        }
+    }
+
+    func testANewDeviceJoinsAMigratedZoneOnlyAfterItsOwnMigration() throws {
+        try onBothBackends { p in
+            try p.synced()
+            try p.migrate("a")
+            try p.run("a", ["sync"])
+            // c starts from the old schema with a row of its own: mode cloud refuses before anything is written.
+            try p.run("c", ["init"])
+            try p.sql("c", "INSERT INTO items(id, name, price) VALUES (1, 'cup', 3.25)")
+            let refused = try p.run("c", ["mode", "cloud"], expect: 75)
+            XCTAssertTrue(refused.stderr.contains("migrate --sql migrations/0002-price.sql --schema-version 2"),
+                          refused.stderr)
+            XCTAssertTrue(try p.dir.read("config.yaml").contains("path: data/c.sqlite\n    schema: schema.sql\n"
+                                                                  + "    mode: local"))
+            XCTAssertEqual(try p.items("c"), "cup=real:3.25")
+            try p.migrate("c")
+            try p.run("c", ["mode", "cloud"])
+            XCTAssertEqual(try p.itemsByName("c"), "cup=integer:325 ink=integer:25 pen=integer:150")
+            // b, which has not migrated, can still leave sync without its final export.
+            try p.run("b", ["mode", "local"], expect: 75)
+            try p.run("b", ["mode", "local", "--no-final-sync"])
+            XCTAssertEqual(try p.items("b"), "pen=real:1.5 ink=real:0.25")
         }
     }
 

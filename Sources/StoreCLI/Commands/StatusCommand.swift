@@ -15,12 +15,14 @@ struct StatusCommand: Command {
         """
     static let options = [
         OptionSpec("check-cloud", help: "Also check the account and the cloud for stores in local mode."),
+        OptionSpec("metrics", help: "Print the stores' gauges in Prometheus' text format instead (see docs/watch.md)."),
     ]
     static let examples = [
         "storectl status",
         "storectl status --check-cloud     # a local store contacts the cloud only when asked",
         "storectl status --json",
         "storectl --store notes status",
+        "storectl status --metrics         # the gauges in Prometheus' text format, for cron",
     ]
 
     /// `{"version": 1, "stores": [...]}`.
@@ -29,6 +31,7 @@ struct StatusCommand: Command {
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        if args.flag("metrics") { return try runMetrics(args, context) }
         var reports: [StatusReport] = []
         var entries: [StatusEntry] = []
         var missing: [StoreHandle] = []
