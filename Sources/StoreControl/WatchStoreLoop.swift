@@ -232,7 +232,8 @@ final class StoreLoop {
             parkedAt = nil
             return false
         }
-        if let current = try? ConfigLoader.load(path: config.path, environment: handle.environment),
+        if let current = try? ConfigLoader.load(path: config.path, environment: handle.environment,
+                                                isolateStoreErrors: true),
            let configured = (try? current.store(named: store)).map({ Path.standardized($0.path) }),
            configured != here, movedTo == nil || movedTo == configured,
            let movedID = StoreHandle.storeID(atPath: configured), id == nil || movedID == id

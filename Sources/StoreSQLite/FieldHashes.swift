@@ -160,12 +160,10 @@ public enum FieldHashes {
                 }
                 entries = box.entries
             }
-            do {
-                let blob = Hasher.blob(entries)
-                blob.withUnsafeBytes { sqlite3_result_blob(context, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1),
-                                                           Int32($0.count), storectl_sqlite_transient()) }
-            } catch {
-                sqlite3_result_error(context, "storectl_field_hashes: \(error)", -1)
+            // Making the blob cannot fail: the failures of the steps were reported above.
+            Hasher.blob(entries).withUnsafeBytes {
+                sqlite3_result_blob(context, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count),
+                                    storectl_sqlite_transient())
             }
         }, release)
         sqlite3_create_function_v2(db, "storectl_field_hashes_of", -1, flags, retained(), { context, argc, argv in

@@ -27,12 +27,13 @@ struct StatusCommand: Command {
 
     /// `{"version": 1, "stores": [...]}`.
     struct Document: Encodable {
-        var stores: [StatusReport]
+        var stores: [StatusEntry]
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         if args.flag("metrics") { return try runMetrics(args, context) }
         var reports: [StatusReport] = []
+        var entries: [StatusEntry] = []
         var missing: [StoreHandle] = []
         // A store missing at its configured path is exit 66, said on stderr after the report of every store.
         defer {
@@ -47,25 +48,39 @@ struct StatusCommand: Command {
             }
         }
         for name in try context.selectedStoreNames() {
+            // A store whose config section is wrong is listed with its error (exit 78); the others are reported.
+            if context.global.storeName == nil, let problem = try context.loadConfig().problem(of: name) {
+                let entry = StatusConfigProblem(problem, context: context)
+                context.console.err((entry.error.location.map { $0 + ": " } ?? "")
+                                    + context.console.paint("error:", "31;1") + " " + entry.error.message)
+                for line in problem.error.details { context.console.err(line) }
+                entries.append(.configProblem(entry))
+                continue
+            }
             let store = try context.openStore(name)
             if !store.exists { missing.append(store) }
             var report = try store.status(checkCloud: args.flag("check-cloud"))
             report.disagreements = report.disagreements.map { context.render($0, store: name) }
             if let account = report.account { report.account?.reason = context.render(account.reason, store: name) }
             reports.append(report)
+            entries.append(.report(report))
         }
         if context.global.json {
             if context.global.storeName != nil, let only = reports.first {
                 context.console.json(only)
             } else {
-                context.console.json(Document(stores: reports))
+                context.console.json(Document(stores: entries))
             }
-            return exitCode(reports, missing: missing)
+            return reports.count < entries.count ? .config : exitCode(reports, missing: missing)
         }
         let now = Date().timeIntervalSince1970
-        context.console.out(reports.map { block($0, now: now, console: context.console) }
-            .joined(separator: "\n\n"))
-        return exitCode(reports, missing: missing)
+        context.console.out(entries.map { entry in
+            switch entry {
+            case .report(let report): return block(report, now: now, console: context.console)
+            case .configProblem(let problem): return problem.block(console: context.console)
+            }
+        }.joined(separator: "\n\n"))
+        return reports.count < entries.count ? .config : exitCode(reports, missing: missing)
     }
 
     /// 66 when a store file is missing; 75 when a store waits for a data migration (its syncs do nothing until it

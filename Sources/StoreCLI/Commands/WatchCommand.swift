@@ -63,8 +63,8 @@ struct WatchCommand: Command {
         }
         let selection: WatchSelection = args.flag("all") ? .all : .store(context.global.storeName)
         let config = try context.loadConfig()
-        if selection == .store(nil), config.stores.count > 1 {
-            let names = config.stores.map(\.name)
+        if selection == .store(nil), config.storeNames.count > 1 {
+            let names = config.storeNames
             throw UsageError("\(context.configDisplayPath) has \(names.count) stores (\(names.joined(separator: ", "))); "
                              + "choose one with --store NAME, or serve them all with --all",
                              hint: "run '\(context.command("watch --all"))', or '"
@@ -133,7 +133,8 @@ private final class ConfigReader: @unchecked Sendable {
         loads += 1
         if loads == 1 { return try context.loadConfig() }
         return try ConfigLoader.load(path: context.configPath, displayPath: context.configDisplayPath,
-                                     environment: context.environment, expandEnvironment: !context.global.noExpandEnv)
+                                     environment: context.environment, expandEnvironment: !context.global.noExpandEnv,
+                                     isolateStoreErrors: true)
     }
 }
 
