@@ -102,6 +102,9 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
     /// While the last sync waited for a data migration: what `status` and `doctor` show, with the command to run
     /// (JSON: `version`, `file`, `reason`).
     public static let schemaWait = MetaKey("schema_wait")
+    /// The history seq up to which the updates of a data migration this store ran after its zone were taken as the
+    /// zone's (`SchemaGate.adopt`): merges do not count them as local changes.
+    public static let schemaAdoptedThrough = MetaKey("schema_adopted_through")
 
     // MARK: A switch `migrate --cloud` staged
 
@@ -152,7 +155,7 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
         createdAt, schema, storePath, boundAccount, boundContainer, boundZone, boundURL, baselineContainer, lastSyncAt,
         lastExportAt, lastImportAt, lastSyncError, exportSerial, restoredAt, restoreDetectedAt, ownRecordsUnchecked,
         acceptedOwner, recordMapBase, movedFrom, movedTo, moveSnapshot, schemaVersion, schemaVersionSHA256,
-        schemaVersionAt, dataMigration, schemaVersionUnsynced, schemaWait, switchTarget,
+        schemaVersionAt, dataMigration, schemaVersionUnsynced, schemaWait, schemaAdoptedThrough, switchTarget,
         switchExportToken, switchServerToken, switchSnapshot,
     ]
 }

@@ -37,6 +37,9 @@ final class RecordApplier {
     let entities: [String: EntityMap]
     let policy: MergePolicy
     let exportToken: Int64
+    /// A data migration this store ran after the zone had it (`SchemaGate.adopt`): the migration's own updates up
+    /// to this history seq are the zone's, not local changes.
+    let adoptedMigrationThrough: Int64
     let codec: FieldCodec
     var conflicts: [ConflictReport] = []
     /// Generated SQL per entity and purpose, built once per import rather than once per record.
@@ -105,6 +108,7 @@ final class RecordApplier {
         self.codec = FieldCodec(db: db)
         let token = try MirrorState.exportToken(db)
         self.exportToken = token
+        self.adoptedMigrationThrough = try SchemaGate.adoptedThrough(db)
         self.hasPendingLocal = try db.scalar(
             "SELECT 1 FROM _storectl_history WHERE seq > ? AND author <> ? LIMIT 1",
             [token, MirrorState.importAuthor]) != nil
@@ -175,6 +179,11 @@ final class RecordApplier {
         var deletes: [Int64] = []
         var lastInsert: Int64?
         try s.forEach([after ?? exportToken, entity.name, pk, MirrorState.importAuthor]) { row in
+            if row.string(0) == "U", row.string(2) == SchemaGate.migrationAuthor,
+               (row.int64(3) ?? 0) <= adoptedMigrationThrough
+            {
+                return
+            }
             any = true
             lastOp = row.string(0) ?? ""
             if row.string(2) != Deduplicator.author || lastOp != "U" { derived = false }

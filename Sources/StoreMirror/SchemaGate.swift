@@ -192,6 +192,7 @@ public enum SchemaGate {
                     WHERE r.entity = ?1 AND r.pk = l.pk AND r.deleted = 0 AND \(onlyMigration("r.pk"))
                     """, arguments)
                 rows += db.changes
+                rows += try adoptMigratedColumns(db, e, token: token)
                 try db.run("""
                     DELETE FROM _storectl_records AS r WHERE r.entity = ?1 AND r.deleted = 0 AND \(onlyMigration("r.pk"))
                       AND NOT EXISTS (SELECT 1 FROM (\(e.localRecordsSQL)) l WHERE l.pk = r.pk)
@@ -209,9 +210,64 @@ public enum SchemaGate {
                     rows += db.changes
                 }
             }
+            // The migration's own updates are the zone's from now on: merges no longer count them as local changes.
+            let last = try db.scalar("SELECT coalesce(max(seq), 0) FROM _storectl_history")?.int64 ?? 0
+            try MirrorState.setMeta(db, .schemaAdoptedThrough, String(last))
             try MirrorState.setMeta(db, .schemaVersionUnsynced, nil)
             return rows
         }
+    }
+
+    /// The history seq up to which a data migration's own updates were adopted from the zone (0: none).
+    /// - Throws: `SQLiteError`.
+    public static func adoptedThrough(_ db: Connection) throws -> Int64 {
+        Int64(try MirrorState.meta(db, .schemaAdoptedThrough) ?? "0") ?? 0
+    }
+
+    /// A synced row edited here (before the migration) and changed by the migration: the columns only the
+    /// migration changed take their current values as synced, the columns edited here keep the base they had, so
+    /// that the merge sends the edits and takes the zone's values (edits since on other devices included) for the
+    /// rest. A row inserted or deleted here keeps its whole change. Returns how many rows it changed.
+    static func adoptMigratedColumns(_ db: Connection, _ e: EntityMap, token: Int64) throws -> Int {
+        let others = "h.entity = ?1 AND h.pk = r.pk AND h.seq > \(token) AND h.author NOT IN (?2, ?3)"
+        let rows = try db.query("""
+            SELECT r.pk, r.base, \(FieldHashes.sql("json_patch(coalesce(r.extra, '{}'), l.fields)")),
+                   -- `'' ||`: plain text, so that each name stays a JSON string inside the array (the subtype of
+                   -- json_quote's result would make json_group_array embed it as JSON)
+                   (SELECT json_group_array(DISTINCT '' || json_quote(j.value))
+                    FROM _storectl_history h, json_each(coalesce(h.changed, '[]')) j WHERE \(others) AND h.op = 'U')
+            FROM _storectl_records r JOIN (\(e.localRecordsSQL)) l ON l.pk = r.pk
+            WHERE r.entity = ?1 AND r.deleted = 0 AND typeof(r.base) = 'blob'
+              AND EXISTS (SELECT 1 FROM _storectl_history h WHERE h.entity = ?1 AND h.pk = r.pk
+                          AND h.seq > \(token) AND h.author = ?2)
+              AND EXISTS (SELECT 1 FROM _storectl_history h WHERE \(others))
+              AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE \(others) AND h.op <> 'U')
+            """, [e.name, migrationAuthor, MirrorState.importAuthor])
+        guard !rows.isEmpty else { return 0 }
+        let hasher = FieldHashes.Hasher()
+        let update = try db.prepare("UPDATE _storectl_records SET base = ? WHERE entity = ? AND pk = ?")
+        var changed = 0
+        for row in rows {
+            guard let pk = row[0].string, case .blob(let old) = row[1], case .blob(let now) = row[2],
+                  let list = row[3].string,
+                  let names = try? JSONDecoder().decode([String].self, from: Data(list.utf8))
+            else { continue }
+            let edited = Set(try names.map { name in try Array(name.utf8).withUnsafeBytes { try hasher.nameHash($0) } })
+            let size = FieldHashes.entrySize
+            func entries(_ blob: [UInt8], keepEdited: Bool) -> [ArraySlice<UInt8>] {
+                stride(from: 0, to: blob.count - blob.count % size, by: size).compactMap { i in
+                    let entry = blob[i..<(i + size)]
+                    let name = entry.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+                    return edited.contains(name) == keepEdited ? entry : nil
+                }
+            }
+            // Both blobs are sorted by their bytes (name hash, then value hash, big-endian): so is the merge.
+            let merged = (entries(old, keepEdited: true) + entries(now, keepEdited: false))
+                .sorted { $0.lexicographicallyPrecedes($1) }.flatMap { $0 }
+            try update.forEach([Value.blob(merged), e.name, pk]) { _ in }
+            changed += 1
+        }
+        return changed
     }
 
     /// Inside an import, after its pages were fetched: the zone must still be at most at this store's version (a

@@ -371,6 +371,27 @@ final class DataMigrationTests: XCTestCase {
         }
     }
 
+    func testAnEditHereKeepsItsColumnsAndTheZoneKeepsTheOthers() throws {
+        try onBothBackends { p in
+            try p.synced()
+            // A migration in place (an UPDATE the triggers record), as well as the README's rebuild.
+            _ = try p.dir.write("migrations/0002-update.sql", "UPDATE items SET price = CAST(round(price * 100) AS INTEGER);")
+            let migrate = ["migrate", "--sql", "migrations/0002-update.sql", "--schema-version", "2"]
+            try p.run("a", migrate)
+            try p.run("a", ["sync"])
+            try p.sql("a", "UPDATE items SET price = 175 WHERE name = 'pen'")
+            try p.run("a", ["sync"])
+            // b, behind, renames the pen (its price untouched), then migrates: the rename is b's, the price a's.
+            try p.sql("b", "UPDATE items SET name = 'pen-b' WHERE name = 'pen'")
+            try p.run("b", ["sync"], expect: 75)
+            try p.run("b", migrate)
+            try p.run("b", ["sync"])
+            try p.run("a", ["sync"])
+            // The migration ran in place: the column keeps its REAL type.
+            try self.converged(p, "pen-b=real:175.0 ink=real:25.0")
+        }
+    }
+
     func testANewRowFromTheRaiserArrivesOnceTheOtherMigrates() throws {
         try onBothBackends { p in
             try p.synced()

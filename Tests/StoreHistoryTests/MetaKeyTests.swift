@@ -15,7 +15,7 @@ final class MetaKeyTests: XCTestCase {
             "last_import_at", "last_sync_error", "export_serial", "restored_at", "restore_detected_at",
             "own_records_unchecked", "accepted_owner", "record_map_base", "moved_from", "moved_to", "move_snapshot",
             "schema_version", "schema_version_sha256", "schema_version_at", "data_migration", "schema_version_unsynced",
-            "schema_wait", "switch_target", "switch_export_token", "switch_server_token", "switch_snapshot",
+            "schema_wait", "schema_adopted_through", "switch_target", "switch_export_token", "switch_server_token", "switch_snapshot",
         ])
         XCTAssertEqual(MetaKey.columns("notes").rawValue, "columns:notes")
         XCTAssertEqual(MetaKey.seedDone("tags").rawValue, "seed_done:tags")
