@@ -49,6 +49,12 @@ struct StatusCommand: Command {
             var report = try store.status(checkCloud: args.flag("check-cloud"))
             report.disagreements = report.disagreements.map { context.render($0, store: name) }
             if let account = report.account { report.account?.reason = context.render(account.reason, store: name) }
+            report.problems = report.problems.map { problem in
+                var problem = problem
+                problem.message = context.render(problem.message, store: name)
+                problem.hint = problem.hint.map { context.render($0, store: name) }
+                return problem
+            }
             reports.append(report)
         }
         if context.global.json {
@@ -65,11 +71,13 @@ struct StatusCommand: Command {
         return exitCode(reports, missing: missing)
     }
 
-    /// 66 when a store file is missing; 75 when a store waits for a data migration (its syncs do nothing until it
-    /// runs it); else 0.
+    /// 0 only when sync would work for every store reported; otherwise the code of the first problem (the stores in
+    /// order, each store's problems in the order `StatusReport.problems` lists them): 66 for a missing store file,
+    /// 69 or 75 for the account or the container, 75 for a data migration waited for, the code of a failed last
+    /// sync, 65 for records set aside, 78 for the config.
     static func exitCode(_ reports: [StatusReport], missing: [StoreHandle]) -> ExitCode {
+        if let first = reports.lazy.flatMap(\.problems).first { return ExitCode(first.code) }
         if !missing.isEmpty { return .noInput }
-        if reports.contains(where: { $0.schemaWait != nil }) { return .tempFail }
         return .ok
     }
 
@@ -123,6 +131,10 @@ struct StatusCommand: Command {
             }
         }
         for d in r.disagreements { lines.append("  " + console.paintOut("!", "33;1") + " " + d) }
+        for p in r.problems {
+            lines.append("  " + console.paintOut("x", "31;1") + " problem (exit \(p.code)): " + p.message)
+            if let hint = p.hint { lines.append("    hint: " + hint) }
+        }
         return lines.joined(separator: "\n")
     }
 }
