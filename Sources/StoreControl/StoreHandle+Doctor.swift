@@ -137,8 +137,9 @@ private struct DoctorRun {
         checks.append("store")
         guard store.exists else {
             add("store", "the store file \(settings.path) does not exist (stores.\(name).path in \(configPath))",
-                command("config set stores.\(name).path NEW_PATH") + " if the file was moved "
-                    + "('storectl migrate --to' moves a store and its config together)", .noInput)
+                settings.mode == .local ? store.missingStoreHint
+                    : command("config set stores.\(name).path NEW_PATH") + " if the file was moved "
+                        + "('storectl migrate --to' moves a store and its config together)", .noInput)
             return nil
         }
         let db = try store.database()

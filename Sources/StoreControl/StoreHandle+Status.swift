@@ -233,8 +233,7 @@ extension StoreHandle {
                 disagreements.append("the store is not initialised; run 'storectl init'")
             }
         } else {
-            disagreements.append("the store file \(settings.path) does not exist; if it was moved, run "
-                                 + "'storectl config set stores.\(settings.name).path NEW_PATH'")
+            disagreements.append("the store file \(settings.path) does not exist; \(missingStoreHint)")
         }
         var account: StatusReport.Account?
         var cloud: StatusReport.Cloud?
