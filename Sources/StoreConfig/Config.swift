@@ -139,6 +139,10 @@ public struct Secret: Sendable, Equatable, CustomStringConvertible, CustomDebugS
 
     public var description: String { "<redacted>" }
     public var debugDescription: String { "<redacted>" }
+
+    /// Two secrets are equal when their values and where they come from (literal or not) are; how a reference was
+    /// written does not count.
+    public static func == (a: Secret, b: Secret) -> Bool { a.value == b.value && a.isLiteral == b.isLiteral }
 }
 
 /// `stores.<name>.history`.

@@ -68,8 +68,8 @@ final class AdviceTests: XCTestCase {
         let status = try p.run(["--store", "c", "status"], expect: 66)
         let hint = Self.hint(status)
         XCTAssertTrue(hint.contains("create it with 'storectl --store c init'"), status.stderr)
-        let problem = status.stdout.split(separator: "\n").first { $0.hasPrefix("    hint: ") } ?? ""
-        XCTAssertTrue(problem.contains("'storectl --store c init'"), status.stdout)
+        XCTAssertTrue(status.stdout.contains("\n    hint: if the store is new"), status.stdout)
+        XCTAssertTrue(status.stdout.contains("'storectl --store c init'"), status.stdout)
         // The first command of the hint, pasted, makes the store; then nothing is wrong with it.
         let first = try XCTUnwrap(HintPasteTests.commands(in: hint).first)
         XCTAssertEqual(first, "storectl --store c init")

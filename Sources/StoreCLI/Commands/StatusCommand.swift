@@ -11,7 +11,9 @@ struct StatusCommand: Command {
         tracking is on and any schema drift, the changes pending export, the last sync time and tokens, the account
         status and the bound account, and whether the cloud is reachable. Without --store, every store is shown
         (in JSON: {"version": 1, "stores": [...]}, whatever the number of stores); with --store, that store's
-        object alone.
+        object alone. Exits 0 only when sync would work for every store shown; otherwise with the code of the first
+        problem (66 store file missing, 69/75 account or container, 75 data migration waited for, the failed last
+        sync's code, 65 a record set aside, 78 config), every problem listed (JSON: "problems").
         """
     static let options = [
         OptionSpec("check-cloud", help: "Also check the account and the cloud for stores in local mode."),
@@ -131,9 +133,16 @@ struct StatusCommand: Command {
             }
         }
         for d in r.disagreements { lines.append("  " + console.paintOut("!", "33;1") + " " + d) }
+        // Each problem and its hint, cut at spaces (a quoted command stays whole on its line).
         for p in r.problems {
-            lines.append("  " + console.paintOut("x", "31;1") + " problem (exit \(p.code)): " + p.message)
-            if let hint = p.hint { lines.append("    hint: " + hint) }
+            for (i, piece) in Words.wrap("problem (exit \(p.code)): " + p.message, width: 106).enumerated() {
+                lines.append((i == 0 ? "  " + console.paintOut("x", "31;1") + " " : "    ") + piece)
+            }
+            if let hint = p.hint {
+                for (i, piece) in Words.wrap("hint: " + hint, width: 106).enumerated() {
+                    lines.append((i == 0 ? "    " : "      ") + piece)
+                }
+            }
         }
         return lines.joined(separator: "\n")
     }
