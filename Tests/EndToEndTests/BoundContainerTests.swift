@@ -78,6 +78,10 @@ final class BoundContainerTests: XCTestCase {
         // doctor: a finding that says so, not "available", not "set create_if_missing".
         let doctor = try p.run(["--store", "a", "doctor"], expect: 69)
         assertSaysMissing(doctor.stdout, store: "a", url: container, "doctor")
+        // account status too.
+        let account = try p.run(["--store", "a", "account", "status"], expect: 69)
+        XCTAssertTrue(account.stdout.hasPrefix("status: couldNotDetermine\n"), account.stdout)
+        assertSaysMissing(account.stdout, store: "a", url: container, "account status")
         // A store in local mode, bound before, asked to check the cloud: missing too, and mode cloud refuses.
         let local = try p.run(["--store", "b", "mode", "local", "--no-final-sync"])
         XCTAssertEqual(local.status, 0)
