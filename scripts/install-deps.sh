@@ -3,7 +3,10 @@
 # Needs root (or sudo). Safe to run again: it does nothing when everything is there.
 set -euo pipefail
 # zsh, fish, man-db and groff-base: the tests load the completion scripts and render the man page.
-packages=(libsqlite3-dev libyaml-dev libpq-dev libssl-dev postgresql sqlite3 python3 zsh fish man-db groff-base)
+# prometheus: the tests check the metrics text and the documented alert rule with its promtool (the package's
+# service is not needed, and is not started in a container without systemd).
+packages=(libsqlite3-dev libyaml-dev libpq-dev libssl-dev postgresql sqlite3 python3 zsh fish man-db groff-base
+          prometheus)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -57,8 +57,10 @@ check "mode cloud runs" without_toolchain "$bin" mode cloud
 check "status --json is a version 1 document" without_toolchain sh -c "'$bin' --json status | grep -q '\"version\" : 1'"
 check "the installed man page renders" sh -c "MANPAGER=cat man -l '$work/prefix/share/man/man1/storectl.1' | grep -q SYNOPSIS"
 check "the installed bash completion loads" bash -c "source '$work/prefix/share/bash-completion/completions/storectl' && complete -p storectl"
+check "the docs the man page cites are installed" test -s "$work/prefix/share/doc/storectl/json.md"
 make -s uninstall PREFIX="$work/prefix" >/dev/null
 check "uninstall removes the binary" sh -c "! test -e '$bin'"
+check "uninstall removes the docs" sh -c "! test -e '$work/prefix/share/doc/storectl'"
 
 echo "release: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -10,9 +10,13 @@ public enum AtomicFile {
     /// Replaces the file at `path` with `bytes`: a temp file in the same folder, fsync, rename, fsync of the folder.
     ///
     /// The permissions of an existing file are kept. `beforeRename` runs after the temp file is durable and before
-    /// it replaces the old file (tests use it for failpoints).
+    /// it replaces the old file (tests use it for failpoints). With `durable: false` nothing is fsynced: readers still
+    /// see the old file or the new one whole, but a crash of the machine may leave either (for files written again
+    /// soon, like a metrics file).
     /// - Throws: `StoreError` with exit 73 (cannot create) or 74 (I/O) naming the path.
-    public static func write(_ bytes: [UInt8], to path: String, beforeRename: () -> Void = {}) throws {
+    public static func write(_ bytes: [UInt8], to path: String, durable: Bool = true,
+                             beforeRename: () -> Void = {}) throws
+    {
         let dir = Path.parent(path)
         let folder = dir.isEmpty ? "." : dir
         var mode: mode_t = 0o644
@@ -47,7 +51,7 @@ public enum AtomicFile {
                 }
                 offset += n
             }
-            guard fchmod(fd, mode) == 0, fsync(fd) == 0 else {
+            guard fchmod(fd, mode) == 0, !durable || fsync(fd) == 0 else {
                 throw StoreError(.ioError, "cannot sync \(tmpPath): \(errnoText())",
                                  hint: "check free disk space; \(path) was not changed")
             }
@@ -58,7 +62,7 @@ public enum AtomicFile {
                              hint: "check the permissions of \(folder)")
         }
         ok = true
-        syncFolder(folder)
+        if durable { syncFolder(folder) }
     }
 
     /// Makes the entries of `folder` (a rename, a new or removed file) durable: fsync(2) of the folder itself.

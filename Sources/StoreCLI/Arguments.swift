@@ -53,15 +53,18 @@ public struct OptionSpec: Sendable {
     public var help: String
     /// Whether it may be given more than once.
     public var repeatable: Bool
+    /// Whether shell completion leaves it out (an option the completion scripts call, not one people type).
+    public var hidden: Bool
 
     public init(_ name: String, short: Character? = nil, value: String? = nil, repeatable: Bool = false,
-                help: String)
+                hidden: Bool = false, help: String)
     {
         self.name = name
         self.short = short
         self.valueName = value
         self.help = help
         self.repeatable = repeatable
+        self.hidden = hidden
     }
 
     public var isFlag: Bool { valueName == nil }

@@ -128,7 +128,7 @@ public final class CommandContext {
         // The number of stores decides --store: read the config if no command has yet.
         if loadedConfig == nil { _ = try? loadConfig() }
         return Invocation(configArgument: explicit ? configLocation.path : nil,
-                          storeCount: loadedConfig?.stores.count,
+                          storeCount: loadedConfig?.storeNames.count,
                           commandNames: Set(CommandLineTool.commands.map { $0.name }))
     }
 

@@ -7,10 +7,11 @@ extension CommandContext {
     /// - Throws: the loader's `DiagnosedError` (66 missing, 78 invalid).
     public func loadConfig() throws -> Config {
         if let loadedConfig { return loadedConfig }
+        // An error inside one store's section fails only the commands on that store.
         let config = try ConfigLoader.load(path: configPath, displayPath: configDisplayPath, environment: environment,
-                                           expandEnvironment: !global.noExpandEnv)
+                                           expandEnvironment: !global.noExpandEnv, isolateStoreErrors: true)
         loadedConfig = config
-        log.debug("config", ["path": configPath, "stores": String(config.stores.count)])
+        log.debug("config", ["path": configPath, "stores": String(config.storeNames.count)])
         if !warnedAboutConfig {
             warnedAboutConfig = true
             for warning in config.warnings { console.err(console.paint("warning:", "33;1") + " " + warning) }
@@ -18,12 +19,14 @@ extension CommandContext {
         return config
     }
 
-    /// The names of the stores a command about every store acts on: the one --store names, else all of them.
-    /// - Throws: `StoreError` (64) when --store names no store of the config.
+    /// The names of the stores a command about every store acts on: the one --store names, else all of them,
+    /// those whose config section is wrong included (opening one of them throws its error).
+    /// - Throws: `StoreError` (64) when --store names no store of the config; the store's `ConfigError` (78) when
+    ///   --store names a store whose section is wrong.
     public func selectedStoreNames() throws -> [String] {
         let config = try loadConfig()
         if let name = global.storeName { return [try config.store(named: name).name] }
-        return config.stores.map(\.name)
+        return config.storeNames
     }
 
     /// Opens the store named `name` (nil: the one --store names, or the only one) and remembers it as the store the
@@ -33,8 +36,8 @@ extension CommandContext {
     public func openStore(_ name: String? = nil) throws -> StoreHandle {
         let config = try loadConfig()
         let chosen = name ?? global.storeName
-        if chosen == nil, config.stores.count > 1 {
-            let names = config.stores.map(\.name)
+        if chosen == nil, config.storeNames.count > 1 {
+            let names = config.storeNames
             let first = names[0]
             let words = ["storectl"] + invocation.prefix(store: nil) + ["--store", Shell.quoted(first)]
                 + Invocation.withoutConfigOption(argv).map(Shell.quoted)

@@ -6,19 +6,31 @@ import StoreBase
 public struct Config: Sendable, Equatable {
     /// The schema version (`version: 1`).
     public var version: Int
-    /// The stores, in file order.
+    /// The stores whose sections are valid, in file order.
     public var stores: [StoreSettings]
+    /// The stores whose own sections are wrong (an unset variable, a bad URL, an unknown key), in file order. A
+    /// command on one of them fails with its error; every other store still works.
+    public var problems: [StoreConfigProblem]
+    /// The names of every store of the file, valid or not, in file order.
+    public var storeNames: [String]
     /// The absolute path of the file the config came from.
     public var path: String
     /// Problems that are not errors (a literal secret in a file others can read). The CLI prints them to stderr
     /// as `warning: ...`.
     public var warnings: [String]
 
-    public init(version: Int, stores: [StoreSettings], path: String, warnings: [String] = []) {
+    /// - Parameters:
+    ///   - problems: the stores whose sections are wrong.
+    ///   - storeNames: every store's name in file order; nil: the valid stores', then the others'.
+    public init(version: Int, stores: [StoreSettings], path: String, warnings: [String] = [],
+                problems: [StoreConfigProblem] = [], storeNames: [String]? = nil)
+    {
         self.version = version
         self.stores = stores
         self.path = path
         self.warnings = warnings
+        self.problems = problems
+        self.storeNames = storeNames ?? (stores.map(\.name) + problems.map(\.store))
     }
 
     /// The folder that relative paths resolve against: the config file's own folder.
@@ -28,18 +40,41 @@ public struct Config: Sendable, Equatable {
         return dir.isEmpty ? "/" : dir
     }
 
+    /// The problem of the store named `name`, when its section is wrong.
+    public func problem(of name: String) -> StoreConfigProblem? {
+        problems.first { $0.store == name }
+    }
+
     /// The store named `name`, or the only store when `name` is nil.
-    /// - Throws: `StoreError` (exit 64) when the name is unknown or when there are several stores and no name.
+    /// - Throws: `StoreError` (exit 64) when the name is unknown or when there are several stores and no name;
+    ///   the store's `ConfigError` (exit 78) when its section is wrong.
     public func store(named name: String?) throws -> StoreSettings {
         if let name {
             if let s = stores.first(where: { $0.name == name }) { return s }
-            let hint = Suggest.closest(name, in: stores.map(\.name)).map { "did you mean '\($0)'?" }
-                ?? "the stores in \(path) are: \(stores.map(\.name).joined(separator: ", "))"
+            if let problem = problem(of: name) { throw problem.error }
+            let hint = Suggest.closest(name, in: storeNames).map { "did you mean '\($0)'?" }
+                ?? "the stores in \(path) are: \(storeNames.joined(separator: ", "))"
             throw StoreError(.usage, "no store named '\(name)' in \(path)", hint: hint)
         }
-        if stores.count == 1 { return stores[0] }
-        throw StoreError(.usage, "\(path) has \(stores.count) stores; choose one with --store",
-                         hint: "the stores are: \(stores.map(\.name).joined(separator: ", "))")
+        if storeNames.count == 1 {
+            if let only = stores.first { return only }
+            if let problem = problems.first { throw problem.error }
+        }
+        throw StoreError(.usage, "\(path) has \(storeNames.count) stores; choose one with --store",
+                         hint: "the stores are: \(storeNames.joined(separator: ", "))")
+    }
+}
+
+/// A store whose own section of the config is wrong: commands on it fail with `error`, the others work.
+public struct StoreConfigProblem: Sendable, Equatable {
+    /// The store's name (its key under `stores:`).
+    public var store: String
+    /// What is wrong, with `file:line:column` and the key path.
+    public var error: ConfigError
+
+    public init(store: String, error: ConfigError) {
+        self.store = store
+        self.error = error
     }
 }
 

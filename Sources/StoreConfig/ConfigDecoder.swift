@@ -185,9 +185,11 @@ struct ConfigDecoder {
 
     // MARK: Decoding
 
-    /// Decodes the whole config.
-    /// - Throws: `ConfigError` for the first problem, in file order.
-    func decode(_ root: YAMLNode?) throws -> Config {
+    /// Decodes the whole config. A problem inside one store's section is that store's alone: the store is left
+    /// out of `stores` and its error kept in `problems`.
+    /// - Parameter storeProblems: the errors met while expanding `${VAR}` in each store's section, by store name.
+    /// - Throws: `ConfigError` for the first problem in the file's shared part (top-level keys, the stores mapping).
+    func decode(_ root: YAMLNode?, storeProblems: [String: ConfigError] = [:]) throws -> Config {
         guard let root else {
             throw ConfigError(displayPath, source, line: 1, column: 1, keyPath: "", "the config is empty",
                               hint: "start with 'version: 1' and a 'stores:' mapping (see docs/config-reference.md)")
@@ -214,6 +216,7 @@ struct ConfigDecoder {
                        "no stores are defined", hint: "add a store, like 'notes:' with a 'path:' under it")
         }
         var stores: [StoreSettings] = []
+        var problems: [StoreConfigProblem] = []
         var pathOwners: [String: String] = [:]
         for pair in storePairs {
             let name = pair.key.scalar ?? ""
@@ -222,7 +225,18 @@ struct ConfigDecoder {
                 throw fail(pair.key, path, "store names use letters, digits, '-' and '_'",
                            hint: "rename the store; --store uses this name")
             }
-            let store = try decodeStore(name: name, key: pair.key, node: pair.value, path: path)
+            if let problem = storeProblems[name] {
+                problems.append(StoreConfigProblem(store: name, error: problem))
+                continue
+            }
+            let store: StoreSettings
+            do {
+                store = try decodeStore(name: name, key: pair.key, node: pair.value, path: path)
+            } catch let error as ConfigError {
+                problems.append(StoreConfigProblem(store: name, error: error))
+                continue
+            }
+            // Two stores on one file concern both: it fails the whole file.
             if let owner = pathOwners[store.path] {
                 let node = (try? section(pair.value, path, keys: ConfigSchema.store))?["path"]?.value ?? pair.key
                 throw fail(node, KeyPath.child(path, "path"), "store '\(owner)' already uses this file (\(store.path))",
@@ -231,7 +245,8 @@ struct ConfigDecoder {
             pathOwners[store.path] = name
             stores.append(store)
         }
-        return Config(version: version, stores: stores, path: configPath)
+        return Config(version: version, stores: stores, path: configPath, problems: problems,
+                      storeNames: storePairs.map { $0.key.scalar ?? "" })
     }
 
     private func decodeStore(name: String, key: YAMLNode, node: YAMLNode, path: String) throws -> StoreSettings {

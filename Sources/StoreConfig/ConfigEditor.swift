@@ -75,8 +75,19 @@ public enum ConfigEditor {
         let bytes = try ConfigLoader.readFile(target, displayPath: display)
         guard let newBytes = try transform(bytes, display) else { return }
         do {
-            _ = try ConfigLoader.load(bytes: newBytes, path: absolute, displayPath: display,
-                                      environment: environment, expandEnvironment: expandEnvironment)
+            let edited = try ConfigLoader.load(bytes: newBytes, path: absolute, displayPath: display,
+                                               environment: environment, expandEnvironment: expandEnvironment,
+                                               isolateStoreErrors: true)
+            // A store whose section was already wrong may stay so (an edit of another store must not wait for
+            // it); a problem the edit would bring is refused.
+            if !edited.config.problems.isEmpty {
+                let before = (try? ConfigLoader.load(bytes: bytes, path: absolute, displayPath: display,
+                                                     environment: environment, expandEnvironment: expandEnvironment,
+                                                     isolateStoreErrors: true))?.config.problems ?? []
+                let known = Set(before.map { "\($0.store)\u{0}\($0.error.summary)" })
+                let brought = edited.config.problems.first { !known.contains("\($0.store)\u{0}\($0.error.summary)") }
+                if let brought { throw brought.error }
+            }
         } catch var error as ConfigError {
             // The excerpt shows the text as the edit would write it (its lines may be past the end of the file).
             error.details.append("note: that is \(display) as this edit would write it; \(display) was not changed")

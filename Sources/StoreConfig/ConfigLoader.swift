@@ -27,48 +27,92 @@ public enum ConfigLoader {
     ///   - displayPath: the path as the user wrote it, used in messages (`config.yaml:12:11: error: ...`).
     ///   - environment: the variables `${VAR}` references expand from.
     ///   - expandEnvironment: false leaves `${VAR}` text as it is (`--no-expand-env`).
+    ///   - isolateStoreErrors: true makes an error inside one store's section (an unset variable, a bad URL, an
+    ///     unknown key) that store's alone: the store goes to `Config.problems`, and `Config.store(named:)` throws
+    ///     its error when asked for it. False throws it here, like any other error.
     /// - Throws: a `DiagnosedError`: exit 66 when the file is missing, 77 when it cannot be read, 78 for anything
     ///   wrong inside it, with `file:line:col`, the key path, the source line and a caret.
     public static func load(path: String, displayPath: String? = nil, environment: [String: String],
-                            expandEnvironment: Bool = true) throws -> Config
+                            expandEnvironment: Bool = true, isolateStoreErrors: Bool = false) throws -> Config
     {
         try loadDetailed(path: path, displayPath: displayPath, environment: environment,
-                         expandEnvironment: expandEnvironment).config
+                         expandEnvironment: expandEnvironment, isolateStoreErrors: isolateStoreErrors).config
     }
 
     /// Loads the config at `path`, also returning its parsed document.
-    /// - Throws: as `load(path:displayPath:environment:expandEnvironment:)`.
+    /// - Throws: as `load(path:displayPath:environment:expandEnvironment:isolateStoreErrors:)`.
     public static func loadDetailed(path: String, displayPath: String? = nil, environment: [String: String],
-                                    expandEnvironment: Bool = true) throws -> LoadedConfig
+                                    expandEnvironment: Bool = true, isolateStoreErrors: Bool = false) throws
+        -> LoadedConfig
     {
         let display = displayPath ?? path
         let absolute = ConfigPaths.absolute(path, in: FileManager.default.currentDirectoryPath)
         let bytes = try readFile(absolute, displayPath: display)
         var loaded = try load(bytes: bytes, path: absolute, displayPath: display, environment: environment,
-                              expandEnvironment: expandEnvironment)
-        if isReadableByOthers(absolute) {
-            for store in loaded.config.stores where store.cloud?.secret?.isLiteral == true {
-                loaded.config.warnings.append(
-                    "stores.\(store.name).cloud.secret is written in \(display), which other users can read; "
-                        + "use 'secret: ${VARIABLE}' or run 'chmod 600 \(display)'")
-            }
+                              expandEnvironment: expandEnvironment, isolateStoreErrors: isolateStoreErrors)
+        let literal = loaded.config.stores.filter { $0.cloud?.secret?.isLiteral == true }
+            .map { "stores.\($0.name).cloud.secret" }
+        if !literal.isEmpty, isReadableByOthers(absolute) {
+            // One warning for the file, however many stores hold a literal secret.
+            let keys = literal.count == 1 ? literal[0] + " is"
+                : literal.dropLast().joined(separator: ", ") + " and " + (literal.last ?? "") + " are"
+            loaded.config.warnings.append(
+                "\(keys) written in \(display), which other users can read; "
+                    + "use 'secret: ${VARIABLE}' or run 'chmod 600 \(display)'")
         }
         return loaded
     }
 
     /// Loads a config from `bytes` without touching the file system (`path` is where it would live).
-    /// - Throws: `ConfigError` (exit 78) for anything wrong in the text.
+    /// - Throws: `ConfigError` (exit 78) for anything wrong in the text (outside the stores' own sections only,
+    ///   with `isolateStoreErrors`).
     public static func load(bytes: [UInt8], path: String, displayPath: String, environment: [String: String],
-                            expandEnvironment: Bool = true) throws -> LoadedConfig
+                            expandEnvironment: Bool = true, isolateStoreErrors: Bool = false) throws -> LoadedConfig
     {
         var document = try YAMLParser.parse(bytes, displayPath: displayPath)
+        var storeProblems: [String: ConfigError] = [:]
         if expandEnvironment, let root = document.root {
-            document.root = try EnvironmentExpansion.expandValues(in: root, path: "", environment: environment,
-                                                                  source: document.source, displayPath: displayPath)
+            (document.root, storeProblems) = try expandValues(in: root, environment: environment,
+                                                              source: document.source, displayPath: displayPath)
         }
         let decoder = ConfigDecoder(source: document.source, displayPath: displayPath, configPath: path,
                                     expanded: expandEnvironment, home: environment["HOME"])
-        return LoadedConfig(config: try decoder.decode(document.root), document: document)
+        let config = try decoder.decode(document.root, storeProblems: storeProblems)
+        if !isolateStoreErrors, let first = config.problems.first { throw first.error }
+        return LoadedConfig(config: config, document: document)
+    }
+
+    /// `root` with `${VAR}` expanded in every scalar value. A reference that fails inside one store's section is
+    /// that store's problem (its section stays as written); anywhere else it fails the whole file.
+    /// - Throws: `ConfigError` for a failed reference outside the stores' sections.
+    private static func expandValues(in root: YAMLNode, environment: [String: String], source: SourceText,
+                                     displayPath: String) throws -> (YAMLNode, [String: ConfigError])
+    {
+        func expand(_ node: YAMLNode, _ path: String) throws -> YAMLNode {
+            try EnvironmentExpansion.expandValues(in: node, path: path, environment: environment, source: source,
+                                                  displayPath: displayPath)
+        }
+        guard let pairs = root.pairs else { return (try expand(root, ""), [:]) }
+        var problems: [String: ConfigError] = [:]
+        var expandedRoot = root
+        expandedRoot.kind = .mapping(try pairs.map { pair in
+            let key = pair.key.scalar ?? ""
+            guard key == "stores", let stores = pair.value.pairs else {
+                return YAMLPair(key: pair.key, value: try expand(pair.value, key))
+            }
+            var value = pair.value
+            value.kind = .mapping(stores.map { store in
+                let name = store.key.scalar ?? ""
+                do {
+                    return YAMLPair(key: store.key, value: try expand(store.value, KeyPath.child("stores", name)))
+                } catch {
+                    if let error = error as? ConfigError { problems[name] = error }
+                    return store
+                }
+            })
+            return YAMLPair(key: pair.key, value: value)
+        })
+        return (expandedRoot, problems)
     }
 
     /// The largest config file storectl reads: far above any real config (a store takes a few hundred bytes), and

@@ -211,8 +211,12 @@ private struct DoctorRun {
                     .tempFail)
             case .unmigratedRecords:
                 add("schema", "the last sync waited: " + wait.text,
-                    "on a device that synced the zone's latest records: '\(command(migrate))' and 'storectl sync'; "
-                        + "then 'storectl sync' here", .tempFail)
+                    "on a device that synced the zone's latest records, run the same migration (version "
+                        + "\(wait.version)) and sync it; then '\(command("sync"))' here", .tempFail)
+            case .differentFile:
+                add("schema", "the last sync was refused: " + wait.text,
+                    "compare \(file) with the file this store ran; every device runs the same file for a version",
+                    .dataError)
             }
         }
         let unsettled = try MirrorState.unsettled(db)
@@ -291,6 +295,9 @@ private struct DoctorRun {
         try checkBinding(db, cloud: cloud)
         var available: Available?
         if inCloud, try store.targetChange(db: db, cloud: cloud) == nil { available = checkAccount(db, cloud: cloud) }
+        if let container = available?.container, !findings.contains(where: { $0.check == "schema" }) {
+            checkSchemaVersion(db, container: container, zone: cloud.zone)
+        }
         if inCloud { try checkLastSync(liveChecked: available != nil) }
         // Compared only when nothing else is wrong: an earlier finding (a failed sync) already says why they differ.
         if let available, findings.isEmpty { checkData(db, cloud: cloud, container: available.container) }
@@ -300,6 +307,18 @@ private struct DoctorRun {
     /// checks read the cloud through it rather than opening it again.
     struct Available {
         var container: (any CloudDatabase)?
+    }
+
+    /// The zone's schema version, read live: a store behind a data migration another device ran waits until it
+    /// runs it too, even before a sync has tried.
+    mutating func checkSchemaVersion(_ db: Connection, container: any CloudDatabase, zone: String) {
+        do {
+            try SchemaGate.requireNotBehind(db, cloud: container, zone: zone)
+        } catch let error as any DiagnosedError where error is SchemaBehindError || error is SchemaMismatchError {
+            add("schema", error.summary, error.hint ?? command("sync"), error.exitCode)
+        } catch {
+            // The zone could not be read: the zone and data checks say so.
+        }
     }
 
     /// The last sync round (`storectl sync` or `watch`): a failure not followed by a success is a finding, so a
@@ -388,8 +407,15 @@ extension DoctorRun {
             let report = try StoreHandle.compare(db: db, store: name, cloud: backend, url: cloud.url,
                                                  zone: cloud.zone, limit: 3)
             guard report.unexplainedCount > 0 else { return }
+            // A row that differs shows its first differing column, so that a change of type alone (1 and 1.0) or
+            // of a last digit (0.1 and 0.10000000000000002) reads as the difference it is.
             let named = report.differences.filter { $0.pending == nil }.map { d in
-                "\(d.table) \(d.key?.display ?? d.recordName) \(d.stateInWords)"
+                var text = "\(d.table) \(d.key?.display ?? d.recordName) \(d.stateInWords)"
+                if d.state == "differs", let c = d.columns.first {
+                    text += " (\(c.column): \(c.shown(local: true)) here, \(c.shown(local: false)) in the cloud"
+                        + (d.columns.count > 1 ? ", ..." : "") + ")"
+                }
+                return text
             }
             let more = report.unexplainedCount > named.count ? ", ..." : ""
             add("data", "\(report.unexplainedCount) row(s) of this store differ from zone '\(cloud.zone)' and no "
@@ -431,7 +457,7 @@ extension StoreHandle {
                                       exitCode: .dataError)]
             }
             if try MirrorState.meta(db, .ownRecordsUnchecked) != nil
-                || (try HistoryTracker(db: db).formatVersion()) < StoreFormat.currentVersion,
+                || (try HistoryTracker(db: db).formatVersion()) < 2,  // format 1 (format 2 kept the marks)
                try MirrorState.meta(db, .baselineContainer) != nil
             {
                 // Store format 1 kept no marks of its exports: whether this file is an older copy of itself shows

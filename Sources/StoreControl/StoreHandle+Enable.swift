@@ -107,7 +107,8 @@ extension StoreHandle {
             }, run: { r in
                 guard !r.options.noSync else { return "skipped (--no-sync)" }
                 try self.takeSnapshot(r)
-                return "kept a copy of the store in \(r.snapshot ?? "?")"
+                // The copy is removed once the switch verified (or put back when it did not): no path to keep.
+                return "kept a copy of the store, removed once the switch has verified"
             }),
             EnableStep(name: "bind", plan: { _ in
                 let cloud = try self.cloudSettings()

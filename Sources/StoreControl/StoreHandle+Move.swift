@@ -405,7 +405,7 @@ extension StoreHandle {
     /// Refuses a move whose source changed between loading the config and taking the lock: another storectl moved
     /// the store meanwhile.
     private func checkStillAt(_ source: String, lock: Connection?) throws {
-        let current = try? ConfigLoader.load(path: config.path, environment: environment)
+        let current = try? ConfigLoader.load(path: config.path, environment: environment, isolateStoreErrors: true)
             .store(named: settings.name).path
         let movedTo = try lock.flatMap { db in
             try db.tableExists("_storectl_meta") ? try MirrorState.meta(db, .movedTo) : nil

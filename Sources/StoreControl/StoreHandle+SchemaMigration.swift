@@ -104,6 +104,39 @@ extension StoreHandle {
         return report
     }
 
+    /// Digests of every tracked table's values as the exporter encodes them, one per column (and one for the set of
+    /// keys), to tell whether a file changed values: rows no trigger saw and no record map entry describes (a store
+    /// that never synced, a row not exported yet) count too, and a column dropped or added is no change of values.
+    /// Valid within this process only.
+    static func valuesDigest(_ db: Connection, _ entities: [EntityMap]) throws -> [String: Int] {
+        var digests: [String: Int] = [:]
+        for e in entities {
+            var keys = Hasher()
+            var lastKey: String?
+            var columns: [String: Hasher] = [:]
+            try db.prepare("""
+                SELECT l.pk, j.key, j.type, CAST(j.value AS TEXT) FROM (\(e.localRecordsSQL)) l, json_each(l.fields) j
+                ORDER BY l.pk, j.key
+                """).forEach { row in
+                let pk = row.column(0).string
+                let key = row.column(1).string ?? ""
+                columns[key, default: Hasher()].combine(pk)
+                columns[key, default: Hasher()].combine(row.column(2).string)
+                columns[key, default: Hasher()].combine(row.column(3).string)
+                if pk != lastKey { keys.combine(pk) }
+                lastKey = pk
+            }
+            digests[e.name] = keys.finalize()
+            for (column, hasher) in columns { digests[e.name + "\u{1f}" + column] = hasher.finalize() }
+        }
+        return digests
+    }
+
+    /// Whether two `valuesDigest`s differ in a table or column both have.
+    static func valuesDiffer(_ a: [String: Int], _ b: [String: Int]) -> Bool {
+        a.contains { key, digest in b[key].map { $0 != digest } ?? false }
+    }
+
     /// Rolls back the trial run of a schema file.
     private struct SchemaTrialRollback: Error {}
 
@@ -115,6 +148,7 @@ extension StoreHandle {
     {
         let before = try Mirror.entityMaps(db)
         defer { try? db.execute("DROP TABLE IF EXISTS temp._storectl_before") }
+        let valuesBefore = try Self.valuesDigest(db, before)
         try HistoryTracker(db: db, options: trackingOptions).transaction(author: Self.schemaMigrationAuthor) { tx in
             try Self.snapshotSyncedRows(db, entities: before)
             do {
@@ -161,7 +195,9 @@ extension StoreHandle {
             // A file that changed values is a data migration: the zone learns its version at the next sync, which
             // raises it or finds it there (`SchemaGate`). One that changed none (a column dropped, a table rebuilt
             // as it was) leaves the other devices' values as valid as before.
-            if try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_history WHERE tx = ?)", [tx])?.int64 == 1 {
+            if try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_history WHERE tx = ?)", [tx])?.int64 == 1
+                || Self.valuesDiffer(valuesBefore, try Self.valuesDigest(db, after))
+            {
                 try SchemaGate.recordDataMigration(db, ZoneSchemaVersion(
                     version: version, sha256: report.sha256, file: configValue(forPath: path)))
                 report.dataMigration = true

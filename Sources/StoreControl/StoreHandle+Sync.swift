@@ -154,6 +154,12 @@ extension StoreHandle {
         }
         checkedCloud = nil
         let mirror = try Mirror(db: db, cloud: backend, options: try mirrorOptions(options))
+        if options.reupload || options.rebind {
+            // A store behind its zone's data migration must not reset anything first (its sync will wait).
+            do {
+                try SchemaGate.requireNotBehind(db, cloud: backend, zone: cloud.zone)
+            } catch let error as CloudError where error.kind == .zoneNotFound {}
+        }
         try checkOwner(db: db, cloud: backend, settings: cloud, accept: options.acceptOwner)
         try bind(db: db, cloud: cloud, rebind: options.rebind)
         if options.reupload {

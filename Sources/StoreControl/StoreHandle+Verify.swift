@@ -24,17 +24,45 @@ public struct VerifyReport: Sendable, Codable, Equatable {
         public var cloudOnly: Int
     }
 
-    /// One column of a row that differs: its value here and in the cloud (nil: the side has no such row).
+    /// One column of a row that differs: its value here and in the cloud (nil: the side has no such row), and
+    /// the SQLite type of each (`integer`, `real`, `text`, `blob`, `null`, or `reference` for a reference to
+    /// another record): the integer 1 and the real 1.0 are different values, whose JSON numbers may look alike.
+    /// A real is shown with every digit it needs to read back the same (0.1 and 0.10000000000000002 differ).
     public struct Column: Sendable, Codable, Equatable {
         public var column: String
         public var local: JSONValue?
         public var cloud: JSONValue?
+        public var localType: String?
+        public var cloudType: String?
+
+        public init(column: String, local: JSONValue?, cloud: JSONValue?, localType: String? = nil,
+                    cloudType: String? = nil)
+        {
+            self.column = column
+            self.local = local
+            self.cloud = cloud
+            self.localType = localType
+            self.cloudType = cloudType
+        }
 
         public func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
             try c.encode(column, forKey: .column)
             try c.encode(local, forKey: .local)
             try c.encode(cloud, forKey: .cloud)
+            try c.encode(localType, forKey: .localType)
+            try c.encode(cloudType, forKey: .cloudType)
+        }
+
+        /// `side`'s value as text for people: a real with every digit it needs, and its type after it when the
+        /// two sides hold values of different types (`1 (integer)` and `1.0 (real)`, `"\u0001" (text)` and
+        /// `{"$blob": "01"} (blob)`). "-" when the side has no such row.
+        public func shown(local side: Bool) -> String {
+            guard let value = side ? local : cloud else { return "-" }
+            let type = side ? localType : cloudType
+            let other = side ? cloudType : localType
+            if let type, let other, type != other { return value.display + " (\(type))" }
+            return value.display
         }
     }
 
@@ -432,34 +460,50 @@ extension StoreHandle {
         }
     }
 
-    /// The columns whose values differ between two fields objects, each with both values. Values compare by JSON
-    /// type and exact value (a REAL by its double, text by its bytes); key order does not matter.
+    /// SQL for a `json_each` row of record fields as shown: its JSON (a real comes back as the double itself, see
+    /// `shownValue`), its atom, and the SQLite type the value has in a row.
+    private static let shownColumns = """
+        CASE WHEN type IN ('object', 'array') THEN json(value) ELSE json_quote(value) END, atom,
+        CASE type WHEN 'true' THEN 'integer' WHEN 'false' THEN 'integer' WHEN 'array' THEN 'text'
+            WHEN 'object' THEN CASE WHEN json_type(value, '$."$blob"') IS NOT NULL THEN 'blob'
+                                    WHEN json_type(value, '$."$ref"') IS NOT NULL THEN 'reference' ELSE 'text' END
+            ELSE type END
+        """
+
+    /// A side's value from the `shownColumns` at `offset`: a real as its double (JSON text would keep 15 digits,
+    /// and "1.0" would read back as the integer 1), anything else from its JSON.
+    private static func shownValue(_ row: Row, _ offset: Int) -> (JSONValue?, String?) {
+        guard let type = row[offset + 2].string else { return (nil, nil) }
+        if type == "real", case .real(let d) = row[offset + 1] { return (.number(d), type) }
+        return (row[offset].string.map(JSONValue.init(jsonText:)), type)
+    }
+
+    /// The columns whose values differ between two fields objects, each with both values and their types. Values
+    /// compare by JSON type and exact value (a REAL by its double, text by its bytes): the integer 1 and the real
+    /// 1.0 differ; key order does not matter.
     static func differingColumns(_ db: Connection, _ local: String, _ cloud: String) throws -> [VerifyReport.Column] {
-        let shown = "CASE WHEN type IN ('object', 'array') THEN json(value) ELSE json_quote(value) END"
         let exact = "CASE WHEN type IN ('object', 'array') THEN json(value) ELSE atom END"
         return try db.query("""
-            SELECT k.key,
-                   (SELECT \(shown) FROM json_each(?1) WHERE key = k.key),
-                   (SELECT \(shown) FROM json_each(?2) WHERE key = k.key)
+            SELECT k.key, l.*, c.*
             FROM (SELECT key FROM json_each(?1) UNION SELECT key FROM json_each(?2)) k
+            LEFT JOIN (SELECT key AS lk, \(shownColumns) FROM json_each(?1)) l ON l.lk = k.key
+            LEFT JOIN (SELECT key AS ck, \(shownColumns) FROM json_each(?2)) c ON c.ck = k.key
             WHERE (SELECT type FROM json_each(?1) WHERE key = k.key) IS NOT (SELECT type FROM json_each(?2) WHERE key = k.key)
                OR (SELECT \(exact) FROM json_each(?1) WHERE key = k.key) IS NOT (SELECT \(exact) FROM json_each(?2) WHERE key = k.key)
             ORDER BY k.key
             """, [local, cloud]).map { row in
-            VerifyReport.Column(column: row[0].string ?? "", local: row[1].string.map(JSONValue.init(jsonText:)),
-                                cloud: row[2].string.map(JSONValue.init(jsonText:)))
+            let (l, lt) = shownValue(row, 2), (c, ct) = shownValue(row, 6)
+            return VerifyReport.Column(column: row[0].string ?? "", local: l, cloud: c, localType: lt, cloudType: ct)
         }
     }
 
     /// Every column of one side's fields.
     static func columns(_ db: Connection, _ fields: String, local: Bool) throws -> [VerifyReport.Column] {
-        try db.query("""
-            SELECT key, CASE WHEN type IN ('object', 'array') THEN json(value) ELSE json_quote(value) END
-            FROM json_each(?) ORDER BY key
-            """, [fields]).map { row in
-            let value = row[1].string.map(JSONValue.init(jsonText:))
+        try db.query("SELECT key, key, \(shownColumns) FROM json_each(?) ORDER BY key", [fields]).map { row in
+            let (value, type) = shownValue(row, 2)
             return VerifyReport.Column(column: row[0].string ?? "", local: local ? value : nil,
-                                       cloud: local ? nil : value)
+                                       cloud: local ? nil : value, localType: local ? type : nil,
+                                       cloudType: local ? nil : type)
         }
     }
 }

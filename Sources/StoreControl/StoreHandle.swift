@@ -102,14 +102,14 @@ public final class StoreHandle {
         if FileManager.default.fileExists(atPath: backup) {
             backup = settings.path + ".format\(try tracker.formatVersion()).\(HistoryTracker.nowMilliseconds()).bak"
         }
-        guard let report = try tracker.upgradeFormat(backupPath: backup, { _ in
+        guard let report = try tracker.upgradeFormat(backupPath: backup, { from in
             try MirrorState.install(db)
             // Every table is compared once with its last synced record: values that older formats wrote with
-            // too few digits go out again in full.
+            // too few digits, and changes of a value's type only that their triggers did not record, go out.
             try StoreMeta.removeAll(db, .columns)
             // Format 1 left no export marks in the container: the first sync compares the store's own records with
             // its record map once (a store restored from a copy is recognised that way too).
-            try StoreMeta.set(db, .ownRecordsUnchecked, "1")
+            if from < 2 { try StoreMeta.set(db, .ownRecordsUnchecked, "1") }
         }) else { return }
         log("store '\(settings.name)': upgraded \(settings.path) from store format \(report.from) to \(report.to); "
             + "the copy taken before is \(report.backup)")

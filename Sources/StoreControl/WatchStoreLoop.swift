@@ -25,6 +25,8 @@ final class StoreLoop {
     private let handle: StoreHandle
     private let hook: RemoteChangeHook?
     private let notify: Bool
+    /// The watcher's metrics file, when it writes one (`--metrics-file`).
+    private let metrics: WatchMetrics?
     private let confinement = ThreadConfinement()
 
     /// The mode last seen in the store's meta: `local`, `cloud`, or `uninitialised`.
@@ -46,9 +48,10 @@ final class StoreLoop {
 
     /// - Throws: `StoreError` when the config has no store `store`.
     init(store: String, config: Config, lock: WatchLock, options: WatchOptions, environment: [String: String],
-         output: any WatchOutput, worker: StoreWorker) throws
+         output: any WatchOutput, worker: StoreWorker, metrics: WatchMetrics?) throws
     {
         self.store = store
+        self.metrics = metrics
         self.config = config
         self.lock = lock
         self.options = options
@@ -84,6 +87,7 @@ final class StoreLoop {
         } else {
             output.log(.info, store: store, "in cloud mode: syncing")
         }
+        metrics?.update(currentGauges(), store: store)
         if options.once {
             if mode == "cloud" { round() }
             finish()
@@ -168,6 +172,7 @@ final class StoreLoop {
         mode = current
         output.event(.mode(ModeEvent(store: store, at: WatchTime.now(), mode: current, previous: previous)))
         output.log(.info, store: store, current == "cloud" ? "switched to cloud mode: syncing" : modeNote(current))
+        metrics?.update(currentGauges(), store: store)
         if current == "cloud" {
             nextPoll = now
             retryAt = nil
@@ -227,7 +232,8 @@ final class StoreLoop {
             parkedAt = nil
             return false
         }
-        if let current = try? ConfigLoader.load(path: config.path, environment: handle.environment),
+        if let current = try? ConfigLoader.load(path: config.path, environment: handle.environment,
+                                                isolateStoreErrors: true),
            let configured = (try? current.store(named: store)).map({ Path.standardized($0.path) }),
            configured != here, movedTo == nil || movedTo == configured,
            let movedID = StoreHandle.storeID(atPath: configured), id == nil || movedID == id
@@ -277,12 +283,20 @@ final class StoreLoop {
         let before = (try? handle.database()).flatMap { try? HistoryTracker(db: $0).latestSeq() } ?? 0
         // A round gets SQLite's default page cache (2,000 KiB); the checks between rounds, a small one.
         if let db = try? handle.database() { try? db.execute("PRAGMA cache_size = -2000") }
+        let started = monotonicNow()
+        var seconds = 0.0
+        let result: String
         do {
             let report = try handle.sync(SyncOptions())
+            seconds = monotonicNow() - started
+            result = ExitCode.ok.kind
             succeeded(report, historyBefore: before)
         } catch {
+            seconds = monotonicNow() - started
+            result = WatchErrorBody(error, store: store).kind
             failed(error)
         }
+        metrics?.roundFinished(store: store, result: result, seconds: seconds, gauges: currentGauges())
         // The connection lives as long as the watcher: between rounds it keeps a small page cache, so that its
         // memory follows what the checks need, not the size the store has grown to (a full cache per store made
         // the soak's resident size creep up for its first half hour). "PRAGMA shrink_memory: This pragma causes the
@@ -291,6 +305,13 @@ final class StoreLoop {
         // What this round wrote on its own connection does not move data_version; what others wrote meanwhile does.
         nextPoll = monotonicNow() + options.interval
         if let retryAt, retryAt > nextPoll { nextPoll = retryAt }
+    }
+
+    /// The store's gauges for the metrics file, read on this thread's connection; nil when they cannot be read
+    /// now (the file is locked, say), so that the last ones stay.
+    private func currentGauges() -> StoreGauges? {
+        confinement.check("a store's watch loop")
+        return try? handle.gauges()
     }
 
     /// Shrinks the store connection's page cache to what the checks between rounds need.

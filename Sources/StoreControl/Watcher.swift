@@ -43,6 +43,8 @@ public struct WatchOptions: Sendable {
     public var hookGrace = 5.0
     /// At most this many changes are listed in one `import` event (`count` is always the whole number).
     public var maxChangesPerEvent = 1000
+    /// Where to write the metrics in Prometheus' text format after each round (`--metrics-file`), if anywhere.
+    public var metricsFile: String?
 
     public init() {}
 }
@@ -75,6 +77,8 @@ public final class Watcher: Sendable {
     private let output: any WatchOutput
     private let loadConfig: @Sendable () throws -> Config
     private let requests = Mutex(Requests())
+    /// The metrics file's contents, kept for the watcher's life (a config reload keeps the counters).
+    private let metrics: WatchMetrics?
 
     private struct Requests {
         var stop = false
@@ -90,6 +94,7 @@ public final class Watcher: Sendable {
         self.environment = environment
         self.output = output
         self.loadConfig = loadConfig
+        self.metrics = options.metricsFile.map { WatchMetrics(path: $0, output: output) }
     }
 
     /// Asks the watcher to stop: rounds in progress finish, then `run()` returns. Safe from any thread.
@@ -103,12 +108,17 @@ public final class Watcher: Sendable {
     }
 
     /// Serves the stores until `requestStop()` (or, with `once`, until each store did one round).
-    /// - Returns: 0, or with `once` the exit code of the first store whose round failed.
+    ///
+    /// With `.all`, a store whose own config section is wrong is reported and tried again with a growing delay
+    /// (see `WatchConfigProblems`) while the others are served.
+    /// - Returns: 0, or with `once` the exit code of the first store whose round failed (78 when a store's config
+    ///   section is wrong).
     /// - Throws: the config's errors; `StoreError` exit 75 when another watcher serves one of the stores, 78 when
-    ///   no selected store has a `cloud:` section.
+    ///   no selected store has a `cloud:` section, 73 or 74 when the metrics file cannot be written.
     public func run() throws -> ExitCode {
         var config = try loadConfig()
         var names = try storeNames(in: config, quiet: false)
+        var problems = WatchConfigProblems(options: options, output: output)
         var locks: [String: WatchLock] = [:]
         do {
             for name in names {
@@ -119,10 +129,13 @@ public final class Watcher: Sendable {
             locks.removeAll()
             throw error
         }
+        // A metrics file that cannot be written stops the watcher before it starts, not silently later.
+        try metrics?.start(stores: names)
         var workers = try start(names, config: config, locks: locks)
         output.log(.info, store: nil, "watching \(names.count) store(s): \(names.joined(separator: ", "))"
                    + (options.once ? " (one round each)" : ", polling the cloud every "
                       + WatchTime.seconds(options.interval)))
+        problems.track(configProblems(config), now: monotonicNow())
         var trimmedAt = monotonicNow()
         while true {
             if monotonicNow() - trimmedAt >= 30 {
@@ -138,7 +151,16 @@ public final class Watcher: Sendable {
             if options.once, workers.allSatisfy({ $0.isFinished }) { break }
             // A worker whose store moved (and config.yaml names the new path) asks to be started there.
             let follow = workers.contains { $0.followRequested }
-            if reload || follow, !options.once {
+            // A store whose config section was wrong is tried again: once it is fine, the config is reloaded.
+            var fixed = false
+            if !options.once, problems.isDue(monotonicNow()) {
+                do {
+                    fixed = problems.retry(try loadConfig(), now: monotonicNow())
+                } catch {
+                    problems.retry(failedWith: error, now: monotonicNow())
+                }
+            }
+            if reload || follow || fixed, !options.once {
                 let next: Config
                 do {
                     next = try loadConfig()
@@ -153,6 +175,7 @@ public final class Watcher: Sendable {
                 for worker in workers { worker.join() }
                 config = next
                 names = (try? storeNames(in: config, quiet: false)) ?? []
+                problems.track(configProblems(config), now: monotonicNow())
                 for name in locks.keys where !names.contains(name) { locks[name] = nil }
                 var served: [String] = []
                 for name in names {
@@ -178,6 +201,7 @@ public final class Watcher: Sendable {
                     }
                     served.append(name)
                 }
+                metrics?.retain(served)
                 workers = try start(served, config: config, locks: locks)
                 output.log(.info, store: nil, "config reloaded from \(config.path): watching \(served.count) store(s)"
                            + (served.isEmpty ? "" : ": " + served.joined(separator: ", ")))
@@ -188,7 +212,14 @@ public final class Watcher: Sendable {
         for worker in workers { worker.requestStop() }
         for worker in workers { worker.join() }
         output.log(.info, store: nil, "stopped")
-        return workers.compactMap { $0.failure }.first ?? .ok
+        if let failure = workers.compactMap({ $0.failure }).first { return failure }
+        return options.once && !problems.stores.isEmpty ? .config : .ok
+    }
+
+    /// The problems of the stores the selection serves whose config section is wrong (`.all` only: a store named
+    /// alone fails the watcher with its error).
+    private func configProblems(_ config: Config) -> [StoreConfigProblem] {
+        selection == .all ? config.problems : []
     }
 
     /// The stores to serve: those the selection names that have a `cloud:` section.
@@ -209,7 +240,7 @@ public final class Watcher: Sendable {
                     names.append(store.name)
                 }
             }
-            guard !names.isEmpty else {
+            guard !names.isEmpty || !config.problems.isEmpty else {
                 throw StoreError(.config, "no store in \(config.path) has a cloud: section, so there is nothing to watch",
                                  hint: "add a cloud: section to a store (see docs/config-reference.md)")
             }
@@ -223,7 +254,7 @@ public final class Watcher: Sendable {
             guard let lock = locks[name] else { continue }
             do {
                 workers.append(try StoreWorker(store: name, config: config, lock: lock, options: options,
-                                               environment: environment, output: output))
+                                               environment: environment, output: output, metrics: metrics))
             } catch {
                 for worker in workers { worker.requestStop() }
                 for worker in workers { worker.join() }
@@ -249,14 +280,14 @@ final class StoreWorker: Sendable {
     }
 
     init(store: String, config: Config, lock: WatchLock, options: WatchOptions, environment: [String: String],
-         output: any WatchOutput) throws
+         output: any WatchOutput, metrics: WatchMetrics?) throws
     {
         self.store = store
         let started = try DedicatedThread(name: "watch " + store) { [self] in
             // Everything that touches the store or the cloud is made here, on this thread, and stays on it.
             do {
                 let loop = try StoreLoop(store: store, config: config, lock: lock, options: options,
-                                         environment: environment, output: output, worker: self)
+                                         environment: environment, output: output, worker: self, metrics: metrics)
                 loop.run()
             } catch {
                 let body = WatchErrorBody(error, store: store)

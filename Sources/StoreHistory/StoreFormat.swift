@@ -1,6 +1,6 @@
 import StoreSQLite
 
-/// The names and SQL of the store format, version 2.
+/// The names and SQL of the store format, version 3.
 ///
 /// Other programs (the sync engine, scripts, any SQLite client) rely on these names exactly: columns and keys may
 /// be added in later versions, never changed.
@@ -10,9 +10,13 @@ import StoreSQLite
 /// - 2: the triggers write reals in keys and tombstones with every significant digit (`ValueJSON.key`), and the
 ///   sync engine's tables gain what replay and schema evolution need. A format-1 store is upgraded in place on its
 ///   first write by this storectl, after a copy of it is saved beside it (`HistoryTracker.upgradeFormat`).
+/// - 3: the update triggers count a column as changed when only its type changed (the integer 1 and the real 1.0,
+///   which SQLite's `IS NOT` finds equal, in a column without a declared type; `TriggerSQL`). A format-2 store is
+///   upgraded the same way, and its first sync then compares every row once with its last synced record, so that a
+///   type change the older triggers missed is exported too.
 public enum StoreFormat {
     /// The format version this storectl writes, as a number.
-    public static let currentVersion = 2
+    public static let currentVersion = 3
     /// The format version written to meta `format_version`.
     public static let version = String(currentVersion)
     /// The oldest format this storectl upgrades.

@@ -4,8 +4,12 @@ import StoreSQLite
 ///
 /// Every identifier goes through `quoteIdentifier` and every literal through `quoteLiteral`, so a table or column
 /// named with quotes, spaces or SQL in it is read as a name and nothing else. The update trigger's work is linear
-/// in the number of columns: one `IS NOT` test per column in its WHEN clause, and one `CASE` term per column in
-/// the concatenation that builds `changed`.
+/// in the number of columns: one test per column in its WHEN clause, and one `CASE` term per column in the
+/// concatenation that builds `changed`.
+///
+/// A value is its type and its bytes: SQLite's `IS NOT` finds the integer 1 and the real 1.0 equal, so from format 3
+/// a column that can hold both (no declared type, BLOB, ANY) also counts as changed when its `typeof` changed
+/// (`1 -> 1.0`); typed columns, where SQLite's affinity makes that impossible, keep the one test.
 struct TriggerSQL {
     /// One trigger: its name and its full `CREATE TRIGGER` statement, exactly as `sqlite_master.sql` stores it.
     struct Trigger: Equatable {
@@ -62,12 +66,42 @@ struct TriggerSQL {
             + StoreFormat.nowMillisecondsSQL + ", " + entity
     }
 
+    /// Whether column `c` changed between OLD and NEW: its value, or (format 3) only its type. A disjunction
+    /// without parentheses: it is only ever OR-ed with others, or a `CASE WHEN` of its own.
+    private func changed(_ c: String) -> String {
+        let old = "OLD.\(quoteIdentifier(c))", new = "NEW.\(quoteIdentifier(c))"
+        if format < 3 || !holdsEitherNumber(c) { return "\(old) IS NOT \(new)" }
+        return "\(old) IS NOT \(new) OR typeof(\(old)) <> typeof(\(new))"
+    }
+
+    /// Whether column `c` can hold both an integer and a real that `IS NOT` finds equal (1 and 1.0), the only
+    /// values of different types it finds equal: a column of BLOB affinity (no declared type, or one that names
+    /// BLOB; SQLite's "Determination Of Column Affinity"), or `ANY` (a STRICT table's column that converts
+    /// nothing). Any other column converts a real that is an integer into an integer (INTEGER, NUMERIC), every
+    /// number into a real (REAL) or into text (TEXT), so its update trigger pays for no `typeof` test.
+    private func holdsEitherNumber(_ c: String) -> Bool {
+        if table.keyIsRowID && table.primaryKey == [c] { return false }  // the rowid alias: always an integer
+        let type = (table.columns.first { $0.name == c }?.declaredType ?? "").uppercased()
+        if type.contains("INT") || type.contains("CHAR") || type.contains("CLOB") || type.contains("TEXT") {
+            return false
+        }
+        if type.isEmpty || type.contains("BLOB") { return true }
+        if type.contains("REAL") || type.contains("FLOA") || type.contains("DOUB") { return false }
+        return type == "ANY"
+    }
+
+    /// The key did not change: neither its value nor (format 3) its type. Format 2 wrote `OLD.k IS NEW.k`, the
+    /// exact text its stores hold (a store keeps its format's triggers until upgraded).
     private var pkUnchanged: String {
-        table.primaryKey.map { "OLD.\(quoteIdentifier($0)) IS NEW.\(quoteIdentifier($0))" }.joined(separator: " AND ")
+        table.primaryKey.map { c -> String in
+            let old = "OLD.\(quoteIdentifier(c))", new = "NEW.\(quoteIdentifier(c))"
+            if format < 3 || !holdsEitherNumber(c) { return "\(old) IS \(new)" }
+            return "\(old) IS \(new) AND typeof(\(old)) = typeof(\(new))"
+        }.joined(separator: " AND ")
     }
 
     private var pkChanged: String {
-        table.primaryKey.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }.joined(separator: " OR ")
+        table.primaryKey.map { changed($0) }.joined(separator: " OR ")
     }
 
     private func insertTrigger(_ name: String) -> String {
@@ -81,11 +115,10 @@ struct TriggerSQL {
 
     private func updateTrigger(_ name: String) -> String {
         let columns = table.nonKeyColumns
-        let differs = columns.map { "OLD.\(quoteIdentifier($0)) IS NOT NEW.\(quoteIdentifier($0))" }
-            .joined(separator: " OR ")
+        let differs = columns.map(changed).joined(separator: " OR ")
         let terms = columns.map { c -> String in
             let literal = quoteLiteral("," + (jsonNames[c] ?? "\"\(c)\""))
-            return "CASE WHEN OLD.\(quoteIdentifier(c)) IS NOT NEW.\(quoteIdentifier(c)) THEN \(literal) ELSE '' END"
+            return "CASE WHEN \(changed(c)) THEN \(literal) ELSE '' END"
         }.joined(separator: " || ")
         return """
             CREATE TRIGGER \(quoteIdentifier(name)) AFTER UPDATE ON \(on)

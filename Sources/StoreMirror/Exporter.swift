@@ -110,7 +110,7 @@ struct Exporter {
         self.options = options
         self.entities = entities
         self.device = device
-        schemaVersion = (try? SchemaGate.localVersion(db)) ?? 0
+        schemaVersion = (try? SchemaGate.schemaVersion(db)) ?? 0
         setAside = Set((try? db.query("SELECT record_name FROM _storectl_quarantine"))?.compactMap { $0[0].string } ?? [])
     }
 

@@ -208,12 +208,14 @@ struct FieldCodec {
     }
 
     /// The columns whose values differ between two fields objects (all of `columns` when `a` is nil). A field
-    /// missing on one side counts as NULL.
+    /// missing on one side counts as NULL. Values compare by their exact JSON (`FieldHashes.canonicalSQL`): a real
+    /// with every digit, so 0.1 differs from 0.10000000000000002 and the real 1.0 from the integer 1.
     func differing(_ a: String?, _ b: String, columns: [String]) throws -> [String] {
         guard let a else { return columns }
+        let exact = FieldHashes.canonicalSQL(type: "type", value: "value")
         let statement = try db.cached("""
-            SELECT coalesce((SELECT json_quote(value) FROM json_each(?1) WHERE key = ?3), 'null')
-                IS NOT coalesce((SELECT json_quote(value) FROM json_each(?2) WHERE key = ?3), 'null')
+            SELECT coalesce((SELECT \(exact) FROM json_each(?1) WHERE key = ?3), 'null')
+                IS NOT coalesce((SELECT \(exact) FROM json_each(?2) WHERE key = ?3), 'null')
             """)
         var result: [String] = []
         for column in columns {
@@ -227,9 +229,17 @@ struct FieldCodec {
 
 extension FieldHashes {
     /// SQL for the exact JSON of a value `FieldHashes` hashes: `json_quote`, but a real with every digit
-    /// (`json_quote` rounds to 15).
+    /// (`json_quote` rounds to 15). It keeps the type: the integer 1 is `1`, the real 1.0 is `1.0` (a real always
+    /// has a decimal point or an exponent, `ValueJSON.real`), the text '1' is `"1"`; a blob's field is
+    /// `{"$blob":"HEX"}` and a text that is not plain UTF-8 `{"$text":"HEX"}`, objects that no text field can
+    /// equal, so no two values of different types share an encoding. `type` is a `json_each` type or a `typeof` (a blob column value is encoded as its
+    /// field, `{"$blob":"HEX"}`).
+    ///
+    /// Fingerprints made before this was written down used the same encoding, so an existing record map keeps
+    /// answering correctly: nothing is sent again, and no merge sees a conflict, because of how a base was hashed.
     public static func canonicalSQL(type: String, value: String) -> String {
-        "CASE \(type) WHEN 'real' THEN \(ValueJSON.real(value)) ELSE json_quote(\(value)) END"
+        "CASE \(type) WHEN 'real' THEN \(ValueJSON.real(value)) "
+            + "WHEN 'blob' THEN json_object('$blob', hex(\(value))) ELSE json_quote(\(value)) END"
     }
 
     /// SQL for the base of `record` (JSON text of a record whose keys are exactly `columns`, every one present):

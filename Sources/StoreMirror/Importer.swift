@@ -170,7 +170,7 @@ struct Importer {
             // Records fetched after another device raised the zone's schema version are of a shape this store
             // has not migrated to: the whole import is rolled back and waits (`SchemaGate`).
             if fetched > 0 {
-                try SchemaGate.recheck(db, cloud: cloud, zone: options.zone, local: try SchemaGate.localVersion(db))
+                try SchemaGate.recheck(db, cloud: cloud, zone: options.zone, local: try SchemaGate.schemaVersion(db))
             }
             Failpoint.hit("import.before-commit")
             tCommit = Trace.start()

@@ -33,10 +33,11 @@ public enum SchemaGate {
         }
     }
 
-    /// The version the store's values are at: that of its last data migration, 0 when none.
+    /// The store's schema version: the last `migrate --sql` it ran (a data migration or not), 0 when none. Its
+    /// values are of that shape: it is what every save carries and what the zone's version is compared with.
     /// - Throws: `SQLiteError`.
-    public static func localVersion(_ db: Connection) throws -> Int {
-        try localMigration(db)?.version ?? 0
+    public static func schemaVersion(_ db: Connection) throws -> Int {
+        Int(try MirrorState.meta(db, .schemaVersion) ?? "0") ?? 0
     }
 
     /// Records a data migration that `migrate --sql` just ran: the zone learns of it at the next sync. Runs inside
@@ -78,6 +79,10 @@ public enum SchemaGate {
             try recordWait(db, SchemaWait(version: error.local, file: try localMigration(db)?.file ?? "",
                                           reason: .unmigratedRecords))
             throw error
+        } catch let error as SchemaMismatchError {
+            try recordWait(db, SchemaWait(version: error.zoneVersion.version, file: error.zoneVersion.file,
+                                          reason: .differentFile))
+            throw error
         }
     }
 
@@ -97,55 +102,112 @@ public enum SchemaGate {
     private static func decide(_ db: Connection, cloud: any CloudDatabase, zone: String, device: String,
                                entities: [EntityMap]) throws -> Outcome
     {
-        let migration = try localMigration(db)
-        let local = migration?.version ?? 0
-        let current = try cloud.schemaVersion(zone: zone)
+        let schema = try schemaVersion(db)
+        let current = try requireNotBehind(db, cloud: cloud, zone: zone)
         let zoneVersion = current?.version ?? 0
-        if zoneVersion > local {
-            throw SchemaBehindError(zone: zone, container: cloud.container, local: local, zoneVersion: current)
-        }
+        guard let migration = try localMigration(db) else { return .same(schema) }
         let unsynced = try MirrorState.meta(db, .schemaVersionUnsynced) != nil
-        if zoneVersion == local {
-            guard unsynced else { return .same(local) }
-            return .adopted(version: local, rows: try adopt(db, entities: entities))
+        if migration.version <= zoneVersion {
+            guard unsynced else { return .same(schema) }
+            // Raised by this very store, whose sync stopped before it noted it: its migration's changes are the
+            // zone's to receive, not to take back.
+            if let current, current.version == migration.version, current.device == device {
+                try db.transaction { try MirrorState.setMeta(db, .schemaVersionUnsynced, nil) }
+                return .raised(migration.version)
+            }
+            return .adopted(version: migration.version, rows: try adopt(db, entities: entities))
+        }
+        // A record set aside or waiting here was seen but not applied: the migration never transformed it.
+        let unsettled = try MirrorState.unsettled(db)
+        let unapplied = unsettled.setAside.count + unsettled.waitingForParent.count
+        if unapplied > 0 {
+            throw SchemaUnseenError(zone: zone, container: cloud.container, local: migration.version,
+                                    zoneVersion: zoneVersion, records: Int64(unapplied), setAsideHere: true)
         }
         let seen = try MirrorState.serverToken(db, zone: zone).flatMap(ServerChangeToken.init(rawValue:))?.seq ?? 0
-        let target = migration ?? ZoneSchemaVersion(version: local, sha256: "", file: "")
-        switch try cloud.raiseSchemaVersion(zone: zone, to: target, device: device, seenUpTo: seen) {
+        switch try cloud.raiseSchemaVersion(zone: zone, to: migration, device: device, seenUpTo: seen) {
         case .raised:
             try db.transaction { try MirrorState.setMeta(db, .schemaVersionUnsynced, nil) }
-            return .raised(local)
-        case .alreadyAt(let v) where v.version == local:
-            return .adopted(version: local, rows: try adopt(db, entities: entities))
+            return .raised(migration.version)
+        case .alreadyAt(let v) where v.version > schema:
+            throw SchemaBehindError(zone: zone, container: cloud.container, local: schema, zoneVersion: v)
+        case .alreadyAt(let v) where v.device == device:
+            try db.transaction { try MirrorState.setMeta(db, .schemaVersionUnsynced, nil) }
+            return .raised(v.version)
         case .alreadyAt(let v):
-            throw SchemaBehindError(zone: zone, container: cloud.container, local: local, zoneVersion: v)
+            return .adopted(version: v.version, rows: try adopt(db, entities: entities))
         case .unseenChanges(let count):
-            throw SchemaUnseenError(zone: zone, container: cloud.container, local: local, zoneVersion: zoneVersion,
-                                    records: count)
+            throw SchemaUnseenError(zone: zone, container: cloud.container, local: migration.version,
+                                    zoneVersion: zoneVersion, records: count, setAsideHere: false)
         }
     }
 
-    /// After the zone reached this store's version elsewhere: every row whose only changes since the last export
-    /// are the migration's own takes its current values as its last synced state, in one transaction.
-    /// Returns how many rows it changed.
+    /// The zone's schema version, after checking that this store is not behind it: a later version, or the same
+    /// version reached with another file (a different transform: the values would not match), is refused before
+    /// anything is changed. `sync --reupload` and `--rebind` call it before they reset anything.
+    /// - Throws: `SchemaBehindError`, `SchemaMismatchError`, `CloudError`, `SQLiteError`.
+    @discardableResult
+    public static func requireNotBehind(_ db: Connection, cloud: any CloudDatabase, zone: String) throws
+        -> ZoneSchemaVersion?
+    {
+        let schema = try schemaVersion(db)
+        let current = try cloud.schemaVersion(zone: zone)
+        guard let current else { return nil }
+        if current.version > schema {
+            throw SchemaBehindError(zone: zone, container: cloud.container, local: schema, zoneVersion: current)
+        }
+        if current.version == schema, !current.sha256.isEmpty,
+           let mine = try MirrorState.meta(db, .schemaVersionSHA256), !mine.isEmpty, mine != current.sha256
+        {
+            throw SchemaMismatchError(zone: zone, container: cloud.container, zoneVersion: current, localSHA256: mine)
+        }
+        return current
+    }
+
+    /// After the zone reached this store's version elsewhere, what the migration alone did here gives way to what
+    /// the zone holds (the raising device's migration, and the edits made since), in one transaction:
+    /// - a synced row whose only changes since the last export are the migration's own takes its current values as
+    ///   its last synced state (`base`): the export does not send them, the import brings the zone's;
+    /// - a synced row the migration alone deleted forgets its record, so the deletion is not sent over the zone's
+    ///   row (which the raising device's migration kept, or an edit changed since) and the import brings it back;
+    /// - a row the migration alone inserted into a table keyed by rowid is removed before it is ever sent: the zone
+    ///   has the raising device's (a natural key names the same record on every device, and merges).
+    /// Rows edited here before the migration keep their edits, merged by the merge policy. Returns how many rows it
+    /// changed.
     static func adopt(_ db: Connection, entities: [EntityMap]) throws -> Int {
-        try db.transaction {
+        try HistoryTracker(db: db).transaction(author: migrationAuthor) { _ in
             let token = try MirrorState.exportToken(db)
             var rows = 0
             for e in entities {
-                let history = { (condition: String) in
-                    "EXISTS (SELECT 1 FROM _storectl_history h WHERE h.entity = ?1 AND h.pk = r.pk "
-                        + "AND h.seq > \(token) AND \(condition))"
+                let onlyMigration = { (pk: String) in
+                    "EXISTS (SELECT 1 FROM _storectl_history h WHERE h.entity = ?1 AND h.pk = \(pk) "
+                        + "AND h.seq > \(token) AND h.author = ?2) AND NOT EXISTS (SELECT 1 FROM _storectl_history h "
+                        + "WHERE h.entity = ?1 AND h.pk = \(pk) AND h.seq > \(token) AND h.author NOT IN (?2, ?3))"
                 }
+                let arguments: [any SQLBindable] = [e.name, migrationAuthor, MirrorState.importAuthor]
                 let fields = "json_patch(coalesce(r.extra, '{}'), l.fields)"
                 try db.run("""
                     UPDATE _storectl_records AS r SET base = \(FieldHashes.sql(fields))
                     FROM (\(e.localRecordsSQL)) AS l
-                    WHERE r.entity = ?1 AND r.pk = l.pk AND r.deleted = 0
-                      AND \(history("h.author = ?2"))
-                      AND NOT \(history("h.author NOT IN (?2, ?3)"))
-                    """, [e.name, migrationAuthor, MirrorState.importAuthor])
+                    WHERE r.entity = ?1 AND r.pk = l.pk AND r.deleted = 0 AND \(onlyMigration("r.pk"))
+                    """, arguments)
                 rows += db.changes
+                try db.run("""
+                    DELETE FROM _storectl_records AS r WHERE r.entity = ?1 AND r.deleted = 0 AND \(onlyMigration("r.pk"))
+                      AND NOT EXISTS (SELECT 1 FROM (\(e.localRecordsSQL)) l WHERE l.pk = r.pk)
+                    """, arguments)
+                rows += db.changes
+                guard e.isSurrogate else { continue }
+                let pks = try db.query("""
+                    SELECT l.pk FROM (\(e.localRecordsSQL)) l
+                    WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = ?1 AND r.pk = l.pk)
+                      AND \(onlyMigration("l.pk"))
+                    """, arguments).compactMap { $0[0].string }
+                let key = quoteIdentifier(e.primaryKey[0])
+                for pk in pks {
+                    try db.run("DELETE FROM main.\(quoteIdentifier(e.name)) WHERE \(key) = json_extract(?, '$[0]')", [pk])
+                    rows += db.changes
+                }
             }
             try MirrorState.setMeta(db, .schemaVersionUnsynced, nil)
             return rows
@@ -170,6 +232,8 @@ public struct SchemaWait: Sendable, Codable, Equatable {
         /// This store migrated first, but other devices saved records it never transformed: one of them must
         /// migrate and sync.
         case unmigratedRecords = "unmigrated_records"
+        /// The zone reached this store's version with another file.
+        case differentFile = "different_file"
     }
 
     /// The version to run (`zone_ahead`), or this store's (`unmigrated_records`).
@@ -186,9 +250,12 @@ public struct SchemaWait: Sendable, Codable, Equatable {
             return "the zone is at schema version \(version) and this store is not: nothing is imported or exported "
                 + "until it runs 'storectl migrate --sql \(file) --schema-version \(version)'"
         case .unmigratedRecords:
-            return "this store migrated to schema version \(version) before it had every record of the old version: "
-                + "nothing is imported or exported until a device that has them runs 'storectl migrate --sql \(file) "
-                + "--schema-version \(version)' and syncs"
+            return "this store migrated to schema version \(version) before it had applied every record of the old "
+                + "version: nothing is imported or exported until a device that has them runs the same migration "
+                + "(version \(version)) and syncs"
+        case .differentFile:
+            return "the zone reached schema version \(version) with another migration file (\(file)) than this store "
+                + "ran for that version: nothing is imported or exported; compare the two files"
         }
     }
 }
@@ -214,8 +281,8 @@ public struct SchemaBehindError: DiagnosedError, Equatable {
     }
     public var hint: String? {
         let file = zoneVersion.flatMap { $0.file.isEmpty ? nil : $0.file } ?? "FILE"
-        return "run 'storectl migrate --sql \(file) --schema-version \(zoneVersion?.version ?? local + 1)', "
-            + "then 'storectl sync'"
+        return "run 'storectl migrate --sql \(file) --schema-version \(zoneVersion?.version ?? local + 1)' here, "
+            + "then this command again"
     }
 }
 
@@ -229,15 +296,49 @@ public struct SchemaUnseenError: DiagnosedError, Equatable {
     /// How many records other devices saved since this store's last import.
     public var records: Int64
 
+    /// The records are set aside or waiting here (seen but never applied), not saved by others since.
+    public var setAsideHere = false
+
     public var exitCode: ExitCode { .tempFail }
     public var summary: String {
-        "this store is at schema version \(local) and zone '\(zone)' of container '\(container)' at version "
+        if setAsideHere {
+            return "this store is at schema version \(local) and zone '\(zone)' of container '\(container)' at version "
+                + "\(zoneVersion), but \(records) record(s) of the zone are set aside or waiting here: they were never "
+                + "applied, so this store's migration never changed them; nothing was imported or exported"
+        }
+        return "this store is at schema version \(local) and zone '\(zone)' of container '\(container)' at version "
             + "\(zoneVersion), but other devices saved \(records) record(s) there since this store last imported: "
             + "they were written at version \(zoneVersion) after this store migrated, so its migration never "
             + "changed them; nothing was imported or exported"
     }
     public var hint: String? {
-        "run the same 'storectl migrate --sql ... --schema-version \(local)' on a device that has synced those "
-            + "records (it raises the zone), then 'storectl sync' here"
+        if setAsideHere {
+            return "see them with 'storectl doctor' and fix what keeps them out, or let a device that applied them "
+                + "run the migration and sync; then run this command again here"
+        }
+        return "on a device that has synced those records, run the same migration (version \(local)) and sync it: it "
+            + "raises the zone; then run this command again here"
+    }
+}
+
+/// The zone reached this store's schema version with another migration file: the two transforms may differ, so
+/// this store's values would not match the zone's.
+public struct SchemaMismatchError: DiagnosedError, Equatable {
+    public var zone: String
+    public var container: String
+    public var zoneVersion: ZoneSchemaVersion
+    /// SHA-256 of the file this store ran for that version.
+    public var localSHA256: String
+
+    public var exitCode: ExitCode { .dataError }
+    public var summary: String {
+        "zone '\(zone)' of container '\(container)' reached schema version \(zoneVersion.version) with "
+            + (zoneVersion.file.isEmpty ? "a migration file" : zoneVersion.file)
+            + " (sha256 \(zoneVersion.sha256.prefix(12))), but this store ran another file for that version (sha256 "
+            + "\(localSHA256.prefix(12))): their values may differ; nothing was imported or exported"
+    }
+    public var hint: String? {
+        "compare the two files; every device must run the same file for a version (a fix goes into a file of the "
+            + "next version)"
     }
 }

@@ -12,8 +12,9 @@ import StoreCrypto
 ///
 /// Layout: 12 bytes a field, sorted: the first 4 bytes of SHA-256(0x00 || name), then the first 8 bytes of
 /// SHA-256(0x01 || name || 0x00 || value), big-endian. `name` is the field's name as a JSON string
-/// (`json_quote(key)`), `value` its JSON, exact (`FieldHashes.canonicalSQL`: a real with all its digits), so the
-/// text '1' and the integer 1 differ, as they do in the record. A record without fields is an empty blob; when a
+/// (`json_quote(key)`), `value` its JSON, exact (`FieldHashes.canonicalSQL`: a real with all its digits and a
+/// decimal point or an exponent), so the text '1' (`"1"`), the integer 1 (`1`) and the real 1.0 (`1.0`) differ, as
+/// they do in the record. A record without fields is an empty blob; when a
 /// record names a field twice, either value counts as the one last synced. A collision of two values of one field
 /// (one in 2^64) would make a change look like none.
 ///
@@ -159,12 +160,10 @@ public enum FieldHashes {
                 }
                 entries = box.entries
             }
-            do {
-                let blob = Hasher.blob(entries)
-                blob.withUnsafeBytes { sqlite3_result_blob(context, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1),
-                                                           Int32($0.count), storectl_sqlite_transient()) }
-            } catch {
-                sqlite3_result_error(context, "storectl_field_hashes: \(error)", -1)
+            // Making the blob cannot fail: the failures of the steps were reported above.
+            Hasher.blob(entries).withUnsafeBytes {
+                sqlite3_result_blob(context, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count),
+                                    storectl_sqlite_transient())
             }
         }, release)
         sqlite3_create_function_v2(db, "storectl_field_hashes_of", -1, flags, retained(), { context, argc, argv in
@@ -214,8 +213,14 @@ public enum FieldHashes {
         var failure: String?
     }
 
-    fileprivate static func hasher(_ context: OpaquePointer?) -> Hasher {
-        Unmanaged<Hasher>.fromOpaque(sqlite3_user_data(context)!).takeUnretainedValue()
+    /// The reason a function call fails when its hasher is missing (it never is: `register` gives every function one).
+    fileprivate struct MissingHasher: Error, CustomStringConvertible {
+        var description: String { "the function was registered without its hasher" }
+    }
+
+    fileprivate static func hasher(_ context: OpaquePointer?) throws -> Hasher {
+        guard let data = sqlite3_user_data(context) else { throw MissingHasher() }
+        return Unmanaged<Hasher>.fromOpaque(data).takeUnretainedValue()
     }
 
     /// Calls `body` with the bytes of an argument as SQLite renders it as text (NULL: none), without a copy.

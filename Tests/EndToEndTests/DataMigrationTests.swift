@@ -139,8 +139,8 @@ final class DataMigrationTests: XCTestCase {
 
     /// Runs `body` on the container file, then on PostgreSQL when a server is set up.
     func onBothBackends(_ body: (MigrationPair) throws -> Void) throws {
-        try body(try MigrationPair(.file))
-        if let url = Self.pgURL { try body(try MigrationPair(.postgres(url: url))) }
+        try body(try MigrationPair(.file, stores: ["a", "b", "c"]))
+        if let url = Self.pgURL { try body(try MigrationPair(.postgres(url: url), stores: ["a", "b", "c"])) }
     }
 
     func converged(_ p: MigrationPair, _ expected: String, file: StaticString = #filePath, line: UInt = #line) throws {
@@ -253,6 +253,121 @@ final class DataMigrationTests: XCTestCase {
             try p.run("b", ["sync"])
             try p.run("a", ["sync"])
             try self.converged(p, "pen=integer:200 ink=integer:50 pad=integer:499")
+        }
+    }
+
+    func testANewDeviceJoinsAMigratedZoneOnlyAfterItsOwnMigration() throws {
+        try onBothBackends { p in
+            try p.synced()
+            try p.migrate("a")
+            try p.run("a", ["sync"])
+            // c starts from the old schema with a row of its own: mode cloud refuses before anything is written.
+            try p.run("c", ["init"])
+            try p.sql("c", "INSERT INTO items(id, name, price) VALUES (1, 'cup', 3.25)")
+            let refused = try p.run("c", ["mode", "cloud"], expect: 75)
+            XCTAssertTrue(refused.stderr.contains("migrate --sql migrations/0002-price.sql --schema-version 2"),
+                          refused.stderr)
+            XCTAssertTrue(try p.dir.read("config.yaml").contains("path: data/c.sqlite\n    schema: schema.sql\n"
+                                                                  + "    mode: local"))
+            XCTAssertEqual(try p.items("c"), "cup=real:3.25")
+            try p.migrate("c")
+            try p.run("c", ["mode", "cloud"])
+            XCTAssertEqual(try p.itemsByName("c"), "cup=integer:325 ink=integer:25 pen=integer:150")
+            // b, which has not migrated, can still leave sync without its final export.
+            try p.run("b", ["mode", "local"], expect: 75)
+            try p.run("b", ["mode", "local", "--no-final-sync"])
+            XCTAssertEqual(try p.items("b"), "pen=real:1.5 ink=real:0.25")
+        }
+    }
+
+    func testAStoreWhoseMigrationChangedNoValueIsAtTheZonesVersionToo() throws {
+        try onBothBackends { p in
+            try p.synced()
+            try p.migrate("a")
+            try p.run("a", ["sync"])
+            // c has no row, so the migration changes no value there: it is at version 2 all the same.
+            try p.run("c", ["init"])
+            try p.run("c", ["mode", "cloud"], expect: 75)
+            try p.migrate("c")
+            try p.run("c", ["mode", "cloud"])
+            XCTAssertEqual(try p.itemsByName("c"), "ink=integer:25 pen=integer:150")
+            let again = try p.run("c", ["migrate", "--sql", "migrations/0002-price.sql", "--schema-version", "2"])
+            XCTAssertTrue(again.stdout.contains("already"), again.stdout)
+            try p.run("c", ["sync"])
+        }
+    }
+
+    func testReuploadAndRebindWaitBeforeTheyResetAnything() throws {
+        try onBothBackends { p in
+            try p.synced()
+            try p.migrate("a")
+            try p.run("a", ["sync"])
+            let map = "SELECT count(*) || '|' || count(change_tag) || '|' || count(base) FROM _storectl_records"
+            let before = try p.sql("b", map)
+            try p.run("b", ["sync", "--reupload"], expect: 75)
+            try p.run("b", ["sync", "--rebind"], expect: 75)
+            XCTAssertEqual(try p.sql("b", map), before, "a store that waits keeps its record map")
+            try p.migrate("b")
+            try p.run("b", ["sync"])
+            try p.run("a", ["sync"])
+            try self.converged(p, "pen=integer:150 ink=integer:25")
+        }
+    }
+
+    func testAnotherFileForTheSameVersionIsRefused() throws {
+        try onBothBackends { p in
+            try p.synced()
+            try p.migrate("a")
+            try p.run("a", ["sync"])
+            _ = try p.dir.write("migrations/0002-other.sql", MigrationPair.migration.replacingOccurrences(
+                of: "price * 100", with: "price * 1000"))
+            try p.run("b", ["migrate", "--sql", "migrations/0002-other.sql", "--schema-version", "2"])
+            let refused = try p.run("b", ["sync"], expect: 65)
+            XCTAssertTrue(refused.stderr.contains("another file"), refused.stderr)
+            XCTAssertEqual(try p.run("b", ["status"], expect: nil).status == 0, false)
+            XCTAssertEqual(try p.items("a"), "pen=integer:150 ink=integer:25", "nothing of b's reached a")
+        }
+    }
+
+    func testTheMigrationsOwnDeletesAndInsertsComeFromTheZoneOnALaterDevice() throws {
+        try onBothBackends { p in
+            try p.synced()
+            _ = try p.dir.write("migrations/0002-prune.sql", """
+                DELETE FROM items WHERE price < 1;
+                \(MigrationPair.migration)
+                INSERT INTO items(name, price) VALUES ('added by v2', 0);
+                """)
+            let migrate = ["migrate", "--sql", "migrations/0002-prune.sql", "--schema-version", "2"]
+            // a edits ink above the threshold first, so its migration keeps it.
+            try p.sql("a", "UPDATE items SET price = 5.0 WHERE name = 'ink'")
+            try p.run("a", migrate)
+            try p.run("a", ["sync"])
+            // b still has ink at 0.25: its migration deletes it and inserts the same row as a's did.
+            try p.run("b", migrate)
+            XCTAssertEqual(try p.itemsByName("b"), "added by v2=integer:0 pen=integer:150")
+            try p.run("b", ["sync"])
+            try p.run("a", ["sync"])
+            for s in ["a", "b"] {
+                XCTAssertEqual(try p.itemsByName(s), "added by v2=integer:0 ink=integer:500 pen=integer:150",
+                               "[\(p.backend)] store \(s)")
+                try p.run(s, ["verify"])
+            }
+        }
+    }
+
+    func testARaiseWhoseSyncStoppedBeforeItNotedItStillSendsTheMigration() throws {
+        try onBothBackends { p in
+            try p.synced()
+            try p.migrate("a")
+            let killed = try Binary.storectl(["--store", "a", "sync"], in: p.dir.path,
+                                             environment: ["STORECTL_FAILPOINT": "export.before-save"])
+            XCTAssertEqual(killed.status, 137, "\(killed)")
+            // As if the process had died between the raise in the cloud and its own note of it.
+            try p.sql("a", "INSERT OR REPLACE INTO _storectl_meta(key, value) VALUES ('schema_version_unsynced', '2')")
+            try p.run("a", ["sync"])
+            try p.migrate("b")
+            try p.run("b", ["sync"])
+            try self.converged(p, "pen=integer:150 ink=integer:25")
         }
     }
 

@@ -5,7 +5,7 @@ import StoreSQLite
 import TestSupport
 import XCTest
 
-/// A store of format 1 (reals in keys with 15 digits) is upgraded in place to format 2, after a copy of it.
+/// A store of format 1 (reals in keys with 15 digits) is upgraded in place to the current format, after a copy of it.
 final class FormatUpgradeTests: XCTestCase {
     /// Turns a freshly installed store back into what storectl's format 1 made.
     func makeFormat1(_ f: Fixture) throws {
@@ -34,8 +34,8 @@ final class FormatUpgradeTests: XCTestCase {
             moreRan = true
         })
         XCTAssertTrue(moreRan)
-        XCTAssertEqual(report, FormatUpgradeReport(from: 1, to: 2, backup: backup, regenerated: ["readings"]))
-        XCTAssertEqual(try f.tracker.meta(MetaKey.formatVersion), "2")
+        XCTAssertEqual(report, FormatUpgradeReport(from: 1, to: 3, backup: backup, regenerated: ["readings"]))
+        XCTAssertEqual(try f.tracker.meta(MetaKey.formatVersion), "3")
         XCTAssertEqual(try f.tracker.inspect().state, .ok)
         try f.tracker.write { try f.db.run("INSERT INTO readings VALUES (?, 'new')", [123456789.123456789]) }
         XCTAssertEqual(try f.db.query("SELECT pk FROM _storectl_history ORDER BY seq").map { $0[0].string ?? "" },

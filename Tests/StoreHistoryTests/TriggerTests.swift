@@ -183,4 +183,34 @@ extension TriggerTests {
         XCTAssertEqual(try f.rows(), [#"I b [{"$blob":"01"}] external nil"#, #"I c [{"$blob":"02"}] external nil"#,
                                       "I a [5] external nil"])
     }
+
+    /// A value is its type and its bytes: in columns without a declared type, a change of type alone (1 -> 1.0,
+    /// 2.0 -> 2, 1 -> '1', a blob to a text of the same bytes) is a change, of a column and of a key, although
+    /// SQLite's `IS NOT` finds 1 and 1.0 equal; writing the same value of the same type again is none.
+    func testAChangeOfTypeAloneIsRecorded() throws {
+        let f = try Fixture("CREATE TABLE t(k PRIMARY KEY, v, w)")
+        try f.sqlite3("""
+            INSERT INTO t VALUES (1, 1, 2.0);
+            UPDATE t SET v = 1.0;
+            UPDATE t SET w = 2;
+            UPDATE t SET v = '1';
+            UPDATE t SET v = CAST('1' AS BLOB);
+            UPDATE t SET v = CAST('1' AS BLOB), w = 2;
+            UPDATE t SET k = 1.0;
+            """)
+        XCTAssertEqual(try f.rows(), [
+            "I t [1] external nil", "U t [1] external nil changed=v", "U t [1] external nil changed=w",
+            "U t [1] external nil changed=v", "U t [1] external nil changed=v",
+            #"D t [1] external nil tombstone={"k":1}"#, "I t [1.0] external nil",
+        ])
+        // Only a column that can hold both 1 and 1.0 pays for the type test: SQLite's affinity converts the others.
+        let typed = try Fixture("CREATE TABLE t(id INTEGER PRIMARY KEY, i INTEGER, r REAL, s TEXT, n NUMERIC, b BLOB, u)")
+        let sql = try XCTUnwrap(try typed.db.scalar("SELECT sql FROM sqlite_master WHERE name = '_storectl_t_upd'")?.string)
+        XCTAssertEqual(Set(sql.components(separatedBy: "typeof(OLD.").dropFirst().map { String($0.prefix(3)) }),
+                       ["\"b\"", "\"u\""])
+        // A STRICT table's ANY column converts nothing: 1 and 1.0 are both kept, and told apart.
+        let strict = try Fixture("CREATE TABLE s(id INTEGER PRIMARY KEY, a ANY, r REAL) STRICT")
+        try strict.sqlite3("INSERT INTO s VALUES (1, 1, 1); UPDATE s SET a = 1.0; UPDATE s SET r = 1.0;")
+        XCTAssertEqual(try strict.rows(), ["I s [1] external nil", "U s [1] external nil changed=a"])
+    }
 }

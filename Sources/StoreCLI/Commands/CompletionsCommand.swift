@@ -19,14 +19,19 @@ struct CompletionsCommand: Command {
         "source <(storectl completions bash)",
     ]
     static let options = [
-        OptionSpec("list-stores", help: "Print the store names of the config, one per line (for the scripts)."),
+        OptionSpec("list-stores", hidden: true,
+                   help: "Print the store names of the config, one per line (for the scripts)."),
     ]
     static let shells = ["bash", "zsh", "fish"]
 
+    /// The top-level command names, which `help` takes.
+    static var commandNames: [String] { CommandLineTool.commands.map { $0.name } }
+
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         if args.flag("list-stores") {
-            // For completion: no error output, no exit code to worry a shell.
-            let names = (try? context.loadConfig())?.stores.map(\.name) ?? []
+            // For completion: no error output, no exit code to worry a shell. Every store is listed, those whose
+            // section is wrong too (a command on one of them says what is wrong).
+            let names = (try? context.loadConfig())?.storeNames ?? []
             if context.global.json {
                 context.console.json(["stores": names])
             } else if !names.isEmpty {
@@ -78,9 +83,11 @@ enum Completions {
             let command: any Command.Type = named.command
             var words: [String] = []
             for sub in command.subcommands { words.append(sub.name) }
-            for spec in command.options { words.append("--" + spec.name) }
+            for spec in command.options where !spec.hidden { words.append("--" + spec.name) }
             words += globals
             if named.path == ["completions"] { words += CompletionsCommand.shells }
+            // `help <command>`: the command names.
+            if named.path == ["help"] { words = CompletionsCommand.commandNames + words }
             if named.path == ["mode"] { words += ["local", "cloud"] }
             rows.append(Row(path: named.path.joined(separator: " "), words: words))
         }
@@ -245,7 +252,7 @@ enum Completions {
             for sub in command.subcommands {
                 lines.append("complete -c storectl \(at) -a \(sub.name) -d \(quoted(sub.abstract))")
             }
-            for spec in command.options {
+            for spec in command.options where !spec.hidden {
                 lines.append("complete -c storectl \(at) -l \(spec.name)" + (spec.short.map { " -s \($0)" } ?? "")
                              + (spec.isFlag ? "" : " -r") + " -d \(quoted(spec.help))")
             }
@@ -253,6 +260,10 @@ enum Completions {
                 lines.append("complete -c storectl \(at) -a 'bash zsh fish'")
             }
             if named.path == ["mode"] { lines.append("complete -c storectl \(at) -a 'local cloud'") }
+            if named.path == ["help"] {
+                let names = CompletionsCommand.commandNames.joined(separator: " ")
+                lines.append("complete -c storectl \(at) -a " + quoted(names))
+            }
         }
         return lines.joined(separator: "\n")
     }

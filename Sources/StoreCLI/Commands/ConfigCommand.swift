@@ -31,11 +31,26 @@ struct ConfigCommand: Command {
     }
 
     /// Loads the config with the global options, also returning its document.
+    /// - Parameter allowingStoreProblems: true lets stores whose own section is wrong through (in
+    ///   `Config.problems`); false, for the commands about the whole file, fails with the first one's error.
     /// - Throws: the loader's `DiagnosedError` (66 missing, 77 unreadable, 78 invalid).
-    static func load(_ context: CommandContext) throws -> LoadedConfig {
-        try ConfigLoader.loadDetailed(path: context.configPath, displayPath: context.configDisplayPath,
-                                      environment: context.environment,
-                                      expandEnvironment: !context.global.noExpandEnv)
+    static func load(_ context: CommandContext, allowingStoreProblems: Bool = false) throws -> LoadedConfig {
+        let loaded = try ConfigLoader.loadDetailed(path: context.configPath, displayPath: context.configDisplayPath,
+                                                   environment: context.environment,
+                                                   expandEnvironment: !context.global.noExpandEnv,
+                                                   isolateStoreErrors: true)
+        if !allowingStoreProblems { try requireValidStores(loaded.config) }
+        return loaded
+    }
+
+    /// Throws the error of the first store whose section is wrong, with a note naming each other one.
+    /// - Throws: that store's `ConfigError` (78).
+    static func requireValidStores(_ config: Config) throws {
+        guard var first = config.problems.first?.error else { return }
+        for other in config.problems.dropFirst() {
+            first.details.append("note: store '\(other.store)' has a problem too: " + other.error.firstLine)
+        }
+        throw first
     }
 
     /// Whether a dotted key names a secret, whose value is never printed.

@@ -8,9 +8,9 @@ struct ConfigValidateCommand: Command {
     static let abstract = "Check the config: YAML syntax, keys, types, values and references."
     static let discussion = """
         Prints '<file>: ok (N stores: ...)' and exits 0 when the config is valid. Otherwise prints the first problem
-        as file:line:column with the key path, the source line, a caret and a hint, and exits 78 (66 when the file
-        is missing, 77 when it cannot be read). Warnings (a literal secret in a file other users can read) go to
-        stderr and do not change the exit code.
+        as file:line:column with the key path, the source line, a caret and a hint (and a line for each other store
+        with a problem), and exits 78 (66 when the file is missing, 77 when it cannot be read). Warnings (a literal
+        secret in a file other users can read) go to stderr and do not change the exit code.
         """
     static let examples = [
         "storectl config validate",
@@ -27,6 +27,8 @@ struct ConfigValidateCommand: Command {
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        // A store whose section is wrong fails only the commands on it, but the config is not valid: the first
+        // problem is the error, and every other one is named after it.
         let config = try ConfigCommand.load(context).config
         ConfigCommand.printWarnings(config, context)
         // Where a store file exists, the columns entities: names are checked against it too (read-only).

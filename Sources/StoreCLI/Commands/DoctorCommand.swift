@@ -30,6 +30,18 @@ struct DoctorCommand: Command {
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         var reports: [DoctorReport] = []
         for name in try context.selectedStoreNames() {
+            // A store whose config section is wrong has that as its finding (exit 78); the others are examined.
+            if context.global.storeName == nil, let problem = try context.loadConfig().problem(of: name) {
+                let error = problem.error
+                let fix = error.hint.map { context.render($0, store: name) }
+                    ?? "fix stores.\(name) in \(context.configDisplayPath) ('\(context.command("config validate"))' "
+                    + "shows where)"
+                reports.append(DoctorReport(store: name, path: "", checks: ["config"], findings: [
+                    DoctorFinding(check: "config", problem: (error.location.map { $0 + ": " } ?? "") + error.summary,
+                                  fix: fix, exitCode: .config),
+                ]))
+                continue
+            }
             let store = try context.openStore(name)
             store.readOnly = true
             var report = try store.doctor()
@@ -55,6 +67,9 @@ struct DoctorCommand: Command {
             }
         }
         if healthy { return .ok }
+        if reports.contains(where: { $0.findings.contains { $0.exitCode == ExitCode.config.rawValue } }) {
+            return .config
+        }
         let codes = reports.map(\.exitCode)
         if codes.contains(.noInput) { return .noInput }
         return codes.contains(.dataError) ? .dataError : .unavailable

@@ -80,7 +80,8 @@ enum ManPage {
         for example in RootCommand.examples { out.append(escape(example)) }
         out.append(".fi")
         out.append(".SH SEE ALSO")
-        out.append("sqlite3(1), the README and docs/ of storectl (docs/json.md: the JSON documents).")
+        out.append("sqlite3(1); the README and the docs of storectl, which make install puts in share/doc/storectl "
+                   + "under its prefix (json.md: the JSON documents).")
         return out.joined(separator: "\n")
     }
 

@@ -6,7 +6,8 @@ import StoreControl
 /// (`--to`).
 struct MigrateCommand: Command {
     static let name = "migrate"
-    static let abstract = "Regenerate the triggers after a schema change, or move the store file (--to)."
+    static let abstract = "Regenerate the triggers after a schema change; move the store file (--to), its sync "
+        + "target (--cloud), or run a schema change (--sql)."
     static let discussion = """
         Without options: after a tracked table changes (a column added, renamed or dropped, a table added or
         dropped), the history triggers no longer match the schema: status and history report drift, and sync

@@ -95,6 +95,19 @@ struct ModeCommand: Command {
                                  hint: "write storectl mode cloud --expect-plan \(expectPlan)")
             }
         }
+        // A store in cloud mode, in the store and in config.yaml, has nothing to switch: one line says so (a sync
+        // round is 'storectl sync'; --rebind and --accept-owner still walk the whole switch).
+        if mode == .cloud, !options.dryRun, expectPlan == nil, !options.rebind, options.acceptOwner == nil,
+           store.settings.mode == .cloud, try store.storeMode() == .cloud
+        {
+            if context.global.json {
+                context.console.json(ModeReport(store: store.settings.name, from: "cloud", to: "cloud", dryRun: false,
+                                                steps: [], sync: nil, plan: nil, verified: nil))
+            } else {
+                context.console.out("store '\(store.settings.name)' is already in cloud mode")
+            }
+            return .ok
+        }
         // A dry run's plan is data: it goes to stdout. The steps of a switch are diagnostics, on stderr.
         let log: (String) -> Void = { line in
             progress.finish()
@@ -132,9 +145,8 @@ struct ModeCommand: Command {
 
     /// The plan's figures, for people.
     static func planText(_ p: SwitchPlan) -> String {
+        // The account is the plan's account step, printed above it.
         var lines = ["  plan id: \(p.planID)"]
-        lines.append("  account: \(p.account.account ?? "(none)") is \(p.account.status)"
-                     + (p.account.status == "available" ? "" : " (\(p.account.reason))"))
         lines.append("  to export: \(Words.count(p.export.rows, "row"))" + (p.export.baseline ? " (a baseline)" : "")
                      + (p.export.tables.isEmpty ? "" : " - " + p.export.tables.keys.sorted()
                         .map { "\($0) \(p.export.tables[$0] ?? 0)" }.joined(separator: ", ")))

@@ -17,21 +17,25 @@ struct StatusCommand: Command {
         """
     static let options = [
         OptionSpec("check-cloud", help: "Also check the account and the cloud for stores in local mode."),
+        OptionSpec("metrics", help: "Print the stores' gauges in Prometheus' text format instead (see docs/watch.md)."),
     ]
     static let examples = [
         "storectl status",
         "storectl status --check-cloud     # a local store contacts the cloud only when asked",
         "storectl status --json",
         "storectl --store notes status",
+        "storectl status --metrics         # the gauges in Prometheus' text format, for cron",
     ]
 
     /// `{"version": 1, "stores": [...]}`.
     struct Document: Encodable {
-        var stores: [StatusReport]
+        var stores: [StatusEntry]
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
+        if args.flag("metrics") { return try runMetrics(args, context) }
         var reports: [StatusReport] = []
+        var entries: [StatusEntry] = []
         var missing: [StoreHandle] = []
         // A store missing at its configured path is exit 66, said on stderr after the report of every store.
         defer {
@@ -46,6 +50,15 @@ struct StatusCommand: Command {
             }
         }
         for name in try context.selectedStoreNames() {
+            // A store whose config section is wrong is listed with its error (exit 78); the others are reported.
+            if context.global.storeName == nil, let problem = try context.loadConfig().problem(of: name) {
+                let entry = StatusConfigProblem(problem, context: context)
+                context.console.err((entry.error.location.map { $0 + ": " } ?? "")
+                                    + context.console.paint("error:", "31;1") + " " + entry.error.message)
+                for line in problem.error.details { context.console.err(line) }
+                entries.append(.configProblem(entry))
+                continue
+            }
             let store = try context.openStore(name)
             if !store.exists { missing.append(store) }
             var report = try store.status(checkCloud: args.flag("check-cloud"))
@@ -58,25 +71,41 @@ struct StatusCommand: Command {
                 return problem
             }
             reports.append(report)
+            entries.append(.report(report))
         }
         if context.global.json {
             if context.global.storeName != nil, let only = reports.first {
                 context.console.json(only)
             } else {
-                context.console.json(Document(stores: reports))
+                context.console.json(Document(stores: entries))
             }
-            return exitCode(reports, missing: missing)
+            return exitCode(entries, missing: missing)
         }
         let now = Date().timeIntervalSince1970
-        context.console.out(reports.map { block($0, now: now, console: context.console) }
-            .joined(separator: "\n\n"))
-        return exitCode(reports, missing: missing)
+        context.console.out(entries.map { entry in
+            switch entry {
+            case .report(let report): return block(report, now: now, console: context.console)
+            case .configProblem(let problem): return problem.block(console: context.console)
+            }
+        }.joined(separator: "\n\n"))
+        return exitCode(entries, missing: missing)
     }
 
     /// 0 only when sync would work for every store reported; otherwise the code of the first problem (the stores in
     /// order, each store's problems in the order `StatusReport.problems` lists them): 66 for a missing store file,
     /// 69 or 75 for the account or the container, 75 for a data migration waited for, the code of a failed last
     /// sync, 65 for records set aside, 78 for the config.
+    /// A store whose own config section is wrong counts as its problem, 78, in its place among the others.
+    static func exitCode(_ entries: [StatusEntry], missing: [StoreHandle]) -> ExitCode {
+        for entry in entries {
+            switch entry {
+            case .configProblem: return .config
+            case .report(let report): if let first = report.problems.first { return ExitCode(first.code) }
+            }
+        }
+        return missing.isEmpty ? .ok : .noInput
+    }
+
     static func exitCode(_ reports: [StatusReport], missing: [StoreHandle]) -> ExitCode {
         if let first = reports.lazy.flatMap(\.problems).first { return ExitCode(first.code) }
         if !missing.isEmpty { return .noInput }

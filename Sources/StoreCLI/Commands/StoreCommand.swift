@@ -46,7 +46,7 @@ struct StoreAddCommand: Command {
                                  "e.g. '\(context.command("store add \(Shell.quoted(name)) --like \($0.name)", store: nil))'"
                              })
         }
-        let loaded = try ConfigCommand.load(context)
+        let loaded = try ConfigCommand.load(context, allowingStoreProblems: true)
         guard let other = loaded.document.root?["stores"]?[like]?["path"]?.scalar else {
             throw StoreError(.usage, "no store named '\(like)' in \(context.configDisplayPath)",
                              hint: Suggest.closest(like, in: loaded.config.stores.map(\.name)).map { "did you mean '\($0)'?" }

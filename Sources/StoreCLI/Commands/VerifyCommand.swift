@@ -9,9 +9,12 @@ struct VerifyCommand: Command {
     static let discussion = """
         Reads every live record of the store's zone and every row of its tracked tables, encoded exactly as the
         export encodes them, and compares them by record name. A row that differs is named by its table and key,
-        with each differing column's value here and in the cloud. A difference that a pending change explains is
-        marked: pending_export (changed here, not exported yet), pending_import (changed in the cloud, not imported
-        yet) or waiting_for_parent; an unmarked difference was made behind storectl's back.
+        with each differing column's value here and in the cloud: a real with every digit it needs (0.1 and
+        0.10000000000000002 differ), and the type of each side when the types differ (1 (integer) here, 1.0 (real)
+        in the cloud). A difference that a pending change explains is marked: pending_export (changed here, not
+        exported yet), pending_import (changed in the cloud, not imported yet) or waiting_for_parent; an unmarked
+        difference was made behind storectl's back. With --json, each differing column has local and cloud (the
+        values) and local_type and cloud_type (integer, real, text, blob, null or reference).
 
         Nothing is changed, in the store or in the cloud. Exit 0 when in sync, 1 when anything differs, 69 or 75
         when the account or the cloud cannot be reached.
@@ -66,7 +69,7 @@ struct VerifyCommand: Command {
             let why = d.pending.map { " [\($0.replacingText("_", with: " "))]" } ?? " [changed behind storectl's back]"
             lines.append("  - \(d.table) \(key) (\(d.recordName)): \(d.stateInWords)\(why)")
             for c in d.columns {
-                lines.append("      \(c.column): \(c.local?.display ?? "-") here, \(c.cloud?.display ?? "-") in the cloud")
+                lines.append("      \(c.column): \(c.shown(local: true)) here, \(c.shown(local: false)) in the cloud")
             }
         }
         if r.truncated {

@@ -10,7 +10,7 @@ import Glibc
 struct WatchCommand: Command {
     static let name = "watch"
     static let abstract = "Keep stores in cloud mode in sync, and report remote changes as they arrive."
-    static let arguments = "[--store <name> | --all] [--interval <seconds>] [--once]"
+    static let arguments = "[--store <name> | --all] [--interval <seconds>] [--once] [--metrics-file <path>]"
     static let discussion = """
         Syncs a store soon after its history grows (a burst of writes is one round), and polls the cloud for
         remote changes every --interval seconds (a PostgreSQL container also wakes the watcher at once). A failed
@@ -22,6 +22,10 @@ struct WatchCommand: Command {
         docs/watch.md); without it, one line of words per import, export and mode switch. The log goes to stderr.
         cloud.on_remote_change runs a command after each import that changed something.
 
+        With --metrics-file PATH, the watcher writes its metrics in Prometheus' text format after each round (a
+        temporary file in the same folder, renamed over PATH, as node_exporter's textfile collector expects): per
+        store, the last success, pending exports, records set aside, rounds by result and their durations.
+
         SIGINT or SIGTERM: the rounds in progress finish, then the watcher exits 0; a second signal exits at
         once (every store stays consistent). SIGHUP reads the config again. Only one watcher may serve a store:
         a second one is refused with exit 75.
@@ -31,12 +35,15 @@ struct WatchCommand: Command {
         "storectl watch --all --json             # every store with a cloud: section, events as JSON lines",
         "storectl --store notes watch --interval 5",
         "storectl watch --all --once             # one round for each store, for cron and CI",
+        "storectl watch --all --metrics-file /var/lib/prometheus/node-exporter/storectl.prom",
     ]
     static let options = [
         OptionSpec("all", help: "Serve every store of the config that has a cloud: section."),
         OptionSpec("interval", value: "seconds", help: "Seconds between two polls of the cloud (default 10)."),
         OptionSpec("once", help: "Do one round for each store, then exit."),
         OptionSpec("max-backoff", value: "seconds", help: "The longest delay between two retries, in seconds (default 300)."),
+        OptionSpec("metrics-file", value: "path", help: "Write Prometheus metrics to this file after each round "
+                   + "(replaced atomically, for node_exporter's textfile collector)."),
     ]
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
@@ -48,10 +55,16 @@ struct WatchCommand: Command {
         options.once = args.flag("once")
         if let interval = try seconds(args, "interval") { options.interval = interval }
         if let cap = try seconds(args, "max-backoff") { options.maxBackoff = cap }
+        if let path = args.value("metrics-file") {
+            guard !path.isEmpty else {
+                throw UsageError("--metrics-file expects a file path", hint: "for example --metrics-file storectl.prom")
+            }
+            options.metricsFile = path
+        }
         let selection: WatchSelection = args.flag("all") ? .all : .store(context.global.storeName)
         let config = try context.loadConfig()
-        if selection == .store(nil), config.stores.count > 1 {
-            let names = config.stores.map(\.name)
+        if selection == .store(nil), config.storeNames.count > 1 {
+            let names = config.storeNames
             throw UsageError("\(context.configDisplayPath) has \(names.count) stores (\(names.joined(separator: ", "))); "
                              + "choose one with --store NAME, or serve them all with --all",
                              hint: "run '\(context.command("watch --all"))', or '"
@@ -120,7 +133,8 @@ private final class ConfigReader: @unchecked Sendable {
         loads += 1
         if loads == 1 { return try context.loadConfig() }
         return try ConfigLoader.load(path: context.configPath, displayPath: context.configDisplayPath,
-                                     environment: context.environment, expandEnvironment: !context.global.noExpandEnv)
+                                     environment: context.environment, expandEnvironment: !context.global.noExpandEnv,
+                                     isolateStoreErrors: true)
     }
 }
 
