@@ -40,7 +40,7 @@ extension CommandContext {
             let names = config.storeNames
             let first = names[0]
             let words = ["storectl"] + invocation.prefix(store: nil) + ["--store", Shell.quoted(first)]
-                + argv.map(Shell.quoted)
+                + Invocation.withoutConfigOption(argv).map(Shell.quoted)
             throw UsageError("\(configDisplayPath) has \(names.count) stores (\(names.joined(separator: ", "))); "
                              + "choose one with --store",
                              hint: "run '\(words.joined(separator: " "))'")

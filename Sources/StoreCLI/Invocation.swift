@@ -27,6 +27,27 @@ public struct Invocation: Sendable {
         return words
     }
 
+    /// `argv` without the config option (`--config P`, `--config=P`, `-c P`), which `prefix` puts back once: a
+    /// command line rebuilt from what the user typed must not name the config twice. Words after `--` stay.
+    public static func withoutConfigOption(_ argv: [String]) -> [String] {
+        var out: [String] = []
+        var i = 0
+        while i < argv.count {
+            let word = argv[i]
+            if word == "--" {
+                out += argv[i...]
+                break
+            }
+            if word == "--config" || word == "-c" {
+                i += 2
+                continue
+            }
+            if !word.hasPrefix("--config=") { out.append(word) }
+            i += 1
+        }
+        return out
+    }
+
     /// A pasteable command line: `storectl [--config P] [--store S] words`.
     public func command(_ words: String, store: String?) -> String {
         (["storectl"] + prefix(store: store) + [words]).joined(separator: " ")

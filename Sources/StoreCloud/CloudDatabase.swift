@@ -26,12 +26,32 @@ public struct AccountStatusReport: Sendable, Codable, Equatable {
     public var account: String?
     /// Who owns the container, when the backend can tell: on PostgreSQL the role that owns its schema.
     public var owner: String?
+    /// Whether the check found no container at all (no container file, no PostgreSQL schema), whatever the status
+    /// says about creating one. A store bound to a container takes this as the container gone, never as one to
+    /// create. Not part of the JSON form.
+    public var containerMissing: Bool
 
-    public init(status: AccountStatus, reason: String, account: String?, owner: String? = nil) {
+    enum CodingKeys: String, CodingKey {
+        case status, reason, account, owner
+    }
+
+    public init(status: AccountStatus, reason: String, account: String?, owner: String? = nil,
+                containerMissing: Bool = false)
+    {
         self.status = status
         self.reason = reason
         self.account = account
         self.owner = owner
+        self.containerMissing = containerMissing
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        status = try c.decode(AccountStatus.self, forKey: .status)
+        reason = try c.decode(String.self, forKey: .reason)
+        account = try c.decodeIfPresent(String.self, forKey: .account)
+        owner = try c.decodeIfPresent(String.self, forKey: .owner)
+        containerMissing = false
     }
 }
 

@@ -215,12 +215,13 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             if let problem = writeProblem("folder", folder.isEmpty ? "." : folder) {
                 return AccountStatusReport(status: .restricted,
                                            reason: "container '\(container)' does not exist at \(path) and cannot "
-                                               + "be created: \(problem)", account: account)
+                                               + "be created: \(problem)", account: account, containerMissing: true)
             }
             return AccountStatusReport(status: .available,
                                        reason: "container '\(container)' does not exist yet at \(path); it is "
                                            + "created on first use (create_if_missing), with account "
-                                           + "'\(account ?? "")' as its owner", account: account)
+                                           + "'\(account ?? "")' as its owner", account: account,
+                                       containerMissing: true)
         }
         do {
             let cloud = try open(path: path, container: container, account: account, secret: secret,
@@ -239,7 +240,9 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         switch error.kind {
         case .temporary: return AccountStatusReport(status: .temporarilyUnavailable, reason: reason, account: account)
         case .permission, .account: return AccountStatusReport(status: .restricted, reason: reason, account: account)
-        default: return AccountStatusReport(status: .couldNotDetermine, reason: reason, account: account)
+        default:
+            return AccountStatusReport(status: .couldNotDetermine, reason: reason, account: account,
+                                       containerMissing: error.kind == .containerMissing)
         }
     }
 

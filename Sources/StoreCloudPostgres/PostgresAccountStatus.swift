@@ -82,8 +82,8 @@ extension PostgresCloudDatabase {
 
     /// Checks, on a live connection, whether the server accepts writes and the role holds what it needs.
     private func privilegeStatus(_ c: PGConnection, role: String) throws -> AccountStatusReport {
-        func report(_ status: AccountStatus, _ reason: String) -> AccountStatusReport {
-            AccountStatusReport(status: status, reason: reason, account: role)
+        func report(_ status: AccountStatus, _ reason: String, missing: Bool = false) -> AccountStatusReport {
+            AccountStatusReport(status: status, reason: reason, account: role, containerMissing: missing)
         }
         let state = try c.execute("""
             SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'), current_user,
@@ -103,10 +103,11 @@ extension PostgresCloudDatabase {
         guard state.bool(0, 3) == true else {
             if state.bool(0, 5) == true {
                 return report(.available, "role \(user) can log in at \(displayURL); container \(container) does "
-                    + "not exist yet (no schema \(schemaName)): 'storectl cloud init' creates it")
+                    + "not exist yet (no schema \(schemaName)): 'storectl cloud init' creates it", missing: true)
             }
             return report(.restricted, "container \(container) does not exist at \(displayURL) (no schema "
-                + "\(schemaName)), and role \(user) may not create it: a database owner runs 'storectl cloud init'")
+                + "\(schemaName)), and role \(user) may not create it: a database owner runs 'storectl cloud init'",
+                missing: true)
         }
         guard state.bool(0, 4) == true else {
             return report(.restricted, "role \(user) lacks USAGE on schema \(schemaName) at \(displayURL): a "

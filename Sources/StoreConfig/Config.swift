@@ -132,14 +132,52 @@ public struct Secret: Sendable, Equatable, CustomStringConvertible, CustomDebugS
     public let value: String
     /// Whether the config holds the value literally rather than through a `${VAR}` reference.
     public let isLiteral: Bool
+    /// The reference the value comes from, as written (`${NAME}`), when the whole value is one reference; a
+    /// default in it is shown as `${NAME:-<redacted>}`. The name of a variable is no secret: `config get` prints
+    /// this, so that a user can see which variable to check. Nil for anything else.
+    public let reference: String?
 
-    public init(value: String, isLiteral: Bool) {
+    public init(value: String, isLiteral: Bool, reference: String? = nil) {
         self.value = value
         self.isLiteral = isLiteral
+        self.reference = reference
+    }
+
+    /// The reference a secret's source text is, shown without any value: `${NAME}` for `${NAME}` (quoted or not),
+    /// `${NAME:-<redacted>}` for `${NAME:-default}`; nil when the text is not exactly one reference (literal
+    /// text around it would be part of the secret).
+    public static func reference(writtenAs source: String) -> String? {
+        var text = Substring(source)
+        while text.first == " " { text = text.dropFirst() }
+        while text.last == " " { text = text.dropLast() }
+        if text.count >= 2, let first = text.first, first == "\"" || first == "'", text.last == first {
+            text = text.dropFirst().dropLast()
+        }
+        guard text.hasPrefix("${"), text.hasSuffix("}") else { return nil }
+        let body = text.dropFirst(2).dropLast()
+        guard !body.contains("}"), !body.contains("$") else { return nil }
+        let name: Substring
+        let hasDefault: Bool
+        let chars = Array(body)
+        if let dash = chars.indices.dropLast().first(where: { chars[$0] == ":" && chars[$0 + 1] == "-" }) {
+            name = body.prefix(dash)
+            hasDefault = true
+        } else {
+            name = body
+            hasDefault = false
+        }
+        guard let first = name.first, first == "_" || (first.isASCII && first.isLetter),
+              name.allSatisfy({ $0 == "_" || ($0.isASCII && ($0.isLetter || $0.isNumber)) })
+        else { return nil }
+        return "${" + name + (hasDefault ? ":-<redacted>" : "") + "}"
     }
 
     public var description: String { "<redacted>" }
     public var debugDescription: String { "<redacted>" }
+
+    /// Two secrets are equal when their values and where they come from (literal or not) are; how a reference was
+    /// written does not count.
+    public static func == (a: Secret, b: Secret) -> Bool { a.value == b.value && a.isLiteral == b.isLiteral }
 }
 
 /// `stores.<name>.history`.

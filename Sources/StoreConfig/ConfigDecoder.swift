@@ -361,7 +361,11 @@ struct ConfigDecoder {
                 throw fail(pair.value, secretPath, "expected text, got \(pair.value.described)")
             }
             let literal = !pair.value.fromReference && !(!expanded && EnvironmentExpansion.hasReference(value))
-            cloud.secret = Secret(value: value, isLiteral: literal)
+            let range = pair.value.sourceRange
+            let written = range.lowerBound >= 0 && range.upperBound <= source.bytes.count
+                ? String(decoding: source.bytes[range], as: UTF8.self) : value
+            cloud.secret = Secret(value: value, isLiteral: literal,
+                                  reference: literal ? nil : Secret.reference(writtenAs: written))
         }
         if let pair = keys["merge_policy"] {
             let value = try choice(pair.value, KeyPath.child(path, "merge_policy"),

@@ -114,7 +114,8 @@ extension ConfigValue {
                 Entry("zone", .string(cloud.zone)),
             ]
             if let account = cloud.account { c.append(Entry("account", .string(account))) }
-            if cloud.secret != nil { c.append(Entry("secret", .string(redacted))) }
+            // A secret that comes from an environment variable shows the variable's name, never its value.
+            if let secret = cloud.secret { c.append(Entry("secret", .string(secret.reference ?? redacted))) }
             c.append(Entry("merge_policy", .string(cloud.mergePolicy.rawValue)))
             c.append(Entry("max_delete_fraction", .double(cloud.maxDeleteFraction)))
             c.append(Entry("max_delete_count", .int(cloud.maxDeleteCount)))

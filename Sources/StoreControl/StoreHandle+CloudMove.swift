@@ -130,7 +130,24 @@ extension StoreHandle {
         let urlChanged = !bound.url.isEmpty && bound.url != configured.url
         guard urlChanged || bound.container != configured.container || bound.zone != configured.zone else { return nil }
         if let account = try MirrorState.meta(db, .boundAccount), account != (cloud.account ?? "") { return nil }
+        // Only the URL changed, and the zone there is the very zone this store synced with: the container was
+        // moved (a container file put elsewhere, a database renamed), and config.yaml now points at it.
+        if urlChanged, bound.container == configured.container, bound.zone == configured.zone,
+           containerMoved(db: db, cloud: cloud)
+        {
+            return nil
+        }
         return TargetChangedError(store: settings.name, bound: bound, configured: configured)
+    }
+
+    /// Whether the container at the configured URL holds the zone this store last imported from: the same epoch
+    /// (a zone purged or made again has a new one). Reads only; false when it cannot be read.
+    func containerMoved(db: Connection, cloud: CloudSettings) -> Bool {
+        guard let raw = try? MirrorState.serverToken(db, zone: cloud.zone), let token = ServerChangeToken(rawValue: raw),
+              let backend = try? CloudConnector.open(settings: cloud, environment: environment, createIfMissing: false),
+              let zone = try? backend.zoneInfo(cloud.zone, countLive: false)
+        else { return false }
+        return zone.epoch == token.epoch
     }
 
     /// Records the target the store now syncs with (next to `bound_account`, `bound_container`, `bound_zone`).

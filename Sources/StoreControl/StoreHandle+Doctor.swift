@@ -137,8 +137,9 @@ private struct DoctorRun {
         checks.append("store")
         guard store.exists else {
             add("store", "the store file \(settings.path) does not exist (stores.\(name).path in \(configPath))",
-                command("config set stores.\(name).path NEW_PATH") + " if the file was moved "
-                    + "('storectl migrate --to' moves a store and its config together)", .noInput)
+                settings.mode == .local ? store.missingStoreHint
+                    : command("config set stores.\(name).path NEW_PATH") + " if the file was moved "
+                        + "('storectl migrate --to' moves a store and its config together)", .noInput)
             return nil
         }
         let db = try store.database()
@@ -297,7 +298,7 @@ private struct DoctorRun {
         if let container = available?.container, !findings.contains(where: { $0.check == "schema" }) {
             checkSchemaVersion(db, container: container, zone: cloud.zone)
         }
-        if inCloud { try checkLastSync() }
+        if inCloud { try checkLastSync(liveChecked: available != nil) }
         // Compared only when nothing else is wrong: an earlier finding (a failed sync) already says why they differ.
         if let available, findings.isEmpty { checkData(db, cloud: cloud, container: available.container) }
     }
@@ -322,12 +323,21 @@ private struct DoctorRun {
 
     /// The last sync round (`storectl sync` or `watch`): a failure not followed by a success is a finding, so a
     /// store whose every sync fails is never called healthy.
-    mutating func checkLastSync() throws {
+    ///
+    /// - Parameter liveChecked: the account and the container were checked just now and found available: a last
+    ///   error about them (exit 69 or 75) is stale, and the live check is what counts. Any other last error cannot
+    ///   be checked again here; its fix is to run `sync`, which says what still fails.
+    mutating func checkLastSync(liveChecked: Bool) throws {
         checks.append("sync")
         // Another finding already says why sync fails (and its fix is the one to follow).
         guard findings.isEmpty, let error = try store.syncState().lastError else { return }
+        if liveChecked && (error.code == ExitCode.unavailable.rawValue || error.code == ExitCode.tempFail.rawValue) {
+            return
+        }
         add("sync", "the last sync failed at \(error.at) (exit \(error.code)): \(error.message)",
-            error.hint ?? command("sync"), error.code == ExitCode.dataError.rawValue ? .dataError : .unavailable)
+            command("sync") + " tries again and says what still fails"
+                + (error.hint.map { "; when it failed it said: \($0)" } ?? ""),
+            error.code == ExitCode.dataError.rawValue ? .dataError : .unavailable)
     }
 
     /// The account and container the store is bound to, against the config's.
@@ -352,8 +362,13 @@ private struct DoctorRun {
     /// The account's status, and when it is available the zone. Nil unless the account is available.
     mutating func checkAccount(_ db: Connection, cloud: CloudSettings) -> Available? {
         checks.append("account")
-        let (report, container) = CloudConnector.accountStatusAndContainer(settings: cloud,
-                                                                           environment: store.environment)
+        let (report, container) = store.accountStatusAndContainer(cloud)
+        if report.containerMissing, store.boundContainer() != nil {
+            let missing = store.boundContainerMissingError(cloud)
+            add("cloud", missing.summary, missing.hint ?? command("config set stores.\(name).cloud.url NEW_URL"),
+                .unavailable)
+            return nil
+        }
         switch report.status {
         case .available:
             checks.append("zone")
@@ -367,8 +382,9 @@ private struct DoctorRun {
                 .unavailable)
         case .restricted:
             add("account", "account '\(report.account ?? "(none)")' is restricted: \(report.reason)",
-                "check stores.\(name).cloud.secret (and the variable it names); "
-                    + command("account status") + " shows the reason", .unavailable)
+                "check stores.\(name).cloud.secret (and the variable it names: "
+                    + "'\(command("config get stores.\(name).cloud.secret"))' prints it as written, never its value); "
+                    + "'\(command("account status"))' shows the reason", .unavailable)
         case .couldNotDetermine, .temporarilyUnavailable:
             add("cloud", "the cloud is unreachable (\(report.status.rawValue)): \(report.reason)",
                 report.status == .temporarilyUnavailable ? "retry later: " + command("sync")
@@ -409,7 +425,7 @@ extension DoctorRun {
                     + "(or in the cloud's other stores) to the value it should hold, then " + command("sync"),
                 .dataError)
         } catch {
-            findings.append(DoctorFinding.cloudUnreadable(error, command: command))
+            findings.append(DoctorFinding.cloudUnreadable(store.explainMissingContainer(error), command: command))
         }
     }
 }
@@ -464,7 +480,7 @@ extension StoreHandle {
             }
             return []
         } catch {
-            return [DoctorFinding.cloudUnreadable(error, command: command)]
+            return [DoctorFinding.cloudUnreadable(explainMissingContainer(error), command: command)]
         }
     }
 }

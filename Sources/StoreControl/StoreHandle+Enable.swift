@@ -193,7 +193,11 @@ extension StoreHandle {
             try walk(all[...])
         } else {
             try leavingNothingBehind { try walk(all[..<firstBind]) }
-            try walk(all[firstBind...])
+            do {
+                try walk(all[firstBind...])
+            } catch let error as ImportFirstError {
+                throw ImportFirstSwitchError(store: settings.name, cause: error)
+            }
         }
         return ModeReport(store: settings.name, from: previous, to: "cloud", dryRun: options.dryRun, steps: steps,
                           sync: run.report, plan: run.plan, verified: run.verified)
@@ -250,5 +254,18 @@ extension StoreHandle.EnableRun {
     func dropSnapshot() {
         if let snapshot { try? StoreHandle.removeDatabaseFiles(snapshot) }
         snapshot = nil
+    }
+}
+
+/// `mode cloud` met a record that must be imported before this store's export (`ImportFirstError`): the store stays
+/// in local mode, where `sync` refuses; the way on is to switch without the first sync, then sync, which imports
+/// before it exports. Exit 75.
+public struct ImportFirstSwitchError: DiagnosedError {
+    public var store: String?
+    public var cause: ImportFirstError
+    public var exitCode: ExitCode { cause.exitCode }
+    public var summary: String { cause.summary + "; store '\(store ?? "?")' stays in local mode" }
+    public var hint: String? {
+        "run 'storectl mode cloud --no-sync', then 'storectl sync' (it imports the cloud's changes, then exports)"
     }
 }

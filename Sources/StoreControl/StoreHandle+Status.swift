@@ -8,6 +8,38 @@ import StoreConfig
 import StoreMirror
 import StoreSQLite
 
+/// One reason a store's sync would not work now, as `status` lists it (JSON: a `problems` entry). `status` exits
+/// with the code of its first problem, so a script can rely on 0.
+public struct StatusProblem: Sendable, Codable, Equatable {
+    /// The store it is about.
+    public var store: String
+    /// The sysexits code the problem makes `status` exit with (the code `sync` meets it with).
+    public var code: Int32
+    /// The class of `code`: `no_input`, `unavailable`, `temporary`, `data`, `config`, ...
+    public var kind: String
+    /// What is wrong, and where.
+    public var message: String
+    /// What to do: a command to paste, when there is one.
+    public var hint: String?
+
+    public init(store: String, code: ExitCode, message: String, hint: String?) {
+        self.store = store
+        self.code = code.rawValue
+        self.kind = code.kind
+        self.message = message
+        self.hint = hint
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(store, forKey: .store)
+        try c.encode(code, forKey: .code)
+        try c.encode(kind, forKey: .kind)
+        try c.encode(message, forKey: .message)
+        try c.encode(hint, forKey: .hint)
+    }
+}
+
 /// Everything `storectl status` reports about one store. The JSON form is stable.
 public struct StatusReport: Sendable, Codable {
     public struct History: Sendable, Codable {
@@ -50,6 +82,14 @@ public struct StatusReport: Sendable, Codable {
         /// Whether the cloud answered; nil when it was not asked (a store in local mode never contacts the cloud
         /// unless the status is asked to check it).
         public var reachable: Bool?
+        /// False when the check found no container at all (a container file moved away, a PostgreSQL schema
+        /// dropped); nil when it was not asked.
+        public var containerExists: Bool? = nil
+
+        enum CodingKeys: String, CodingKey {
+            case url, container, zone, reachable
+            case containerExists = "container_exists"
+        }
     }
 
     public var store: String
@@ -68,6 +108,8 @@ public struct StatusReport: Sendable, Codable {
     public var cloud: Cloud?
     /// Every disagreement between config.yaml and the store, with the command that fixes it.
     public var disagreements: [String]
+    /// Every reason the store's sync would not work now, in the order `status` takes the exit code from.
+    public var problems: [StatusProblem] = []
     /// Why the last sync waited for a data migration (also one of `disagreements`); `status` exits 75 then.
     public var schemaWait: SchemaWait?
     /// Whether the store has finished its first import from the cloud.
@@ -86,6 +128,7 @@ public struct StatusReport: Sendable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case store, path, exists, mode, history, tokens, account, cloud, disagreements, watched, watcher, unsettled
+        case problems
         case configMode = "config_mode"
         case pendingExport = "pending_export"
         case lastSync = "last_sync"
@@ -109,6 +152,7 @@ public struct StatusReport: Sendable, Codable {
         try c.encodeIfPresent(account, forKey: .account)
         try c.encodeIfPresent(cloud, forKey: .cloud)
         try c.encode(disagreements, forKey: .disagreements)
+        try c.encode(problems, forKey: .problems)
         // The sync state: every key always present, null when it has no value.
         try c.encode(initialSyncComplete, forKey: .initialSyncComplete)
         try c.encode(lastExportAt, forKey: .lastExportAt)
@@ -189,11 +233,11 @@ extension StoreHandle {
                 disagreements.append("the store is not initialised; run 'storectl init'")
             }
         } else {
-            disagreements.append("the store file \(settings.path) does not exist; if it was moved, run "
-                                 + "'storectl config set stores.\(settings.name).path NEW_PATH'")
+            disagreements.append("the store file \(settings.path) does not exist; \(missingStoreHint)")
         }
         var account: StatusReport.Account?
         var cloud: StatusReport.Cloud?
+        var checkedAccount: AccountStatusReport?
         if let settingsCloud = settings.cloud, mode != StoreMode.cloud.rawValue && !checkCloud {
             account = .init(status: "notChecked",
                             reason: "the store is in local mode and never contacts the cloud; run 'storectl status "
@@ -202,12 +246,16 @@ extension StoreHandle {
             cloud = .init(url: CloudConnector.redacted(settingsCloud.url), container: settingsCloud.container,
                           zone: settingsCloud.zone, reachable: nil)
         } else if let settingsCloud = settings.cloud {
-            let report = CloudConnector.accountStatus(settings: settingsCloud, environment: environment)
+            let report = accountStatusAndContainer(settingsCloud).report
+            checkedAccount = report
             account = .init(status: report.status.rawValue, reason: report.reason, account: report.account, bound: bound,
                             owner: report.owner)
-            let reachable = report.status == .available || report.status == .noAccount || report.status == .restricted
+            // A bound store's container that is gone is not reachable, whatever the account could do there.
+            let bindingMissing = report.containerMissing && boundContainer() != nil
+            let reachable = !bindingMissing
+                && (report.status == .available || report.status == .noAccount || report.status == .restricted)
             cloud = .init(url: CloudConnector.redacted(settingsCloud.url), container: settingsCloud.container,
-                          zone: settingsCloud.zone, reachable: reachable)
+                          zone: settingsCloud.zone, reachable: reachable, containerExists: !report.containerMissing)
         }
         let sync = try syncState()
         var report = StatusReport(store: settings.name, path: settings.path, exists: exists, mode: mode,
@@ -218,6 +266,73 @@ extension StoreHandle {
                                   lastError: sync.lastError, watched: sync.watcher != nil, watcher: sync.watcher)
         report.unsettled = unsettled
         report.schemaWait = schemaWait
+        report.problems = try statusProblems(report, account: checkedAccount, tracking: history.state)
         return report
+    }
+
+    /// Every reason the store's sync would not work now, first problem first: the store file, then (in cloud mode)
+    /// the target, the triggers, the account and the container, then a data migration waited for, the last sync
+    /// that failed, and records set aside or rows that cannot be sent. A store in local mode never contacts the
+    /// cloud, so its account is not a problem of it.
+    func statusProblems(_ report: StatusReport, account: AccountStatusReport?, tracking: String) throws
+        -> [StatusProblem]
+    {
+        var problems: [StatusProblem] = []
+        func add(_ code: ExitCode, _ message: String, _ hint: String?) {
+            problems.append(StatusProblem(store: settings.name, code: code, message: message, hint: hint))
+        }
+        func add(_ error: any DiagnosedError) { add(error.exitCode, error.summary, error.hint) }
+        guard report.exists else {
+            add(missingStoreError())
+            return problems
+        }
+        let inCloud = report.mode == StoreMode.cloud.rawValue
+        if inCloud, let cloud = settings.cloud {
+            let db = try database()
+            if let moved = try targetChange(db: db, cloud: cloud) {
+                add(moved)
+            } else if let bound = report.account?.bound, bound != (cloud.account ?? "") {
+                add(.config, "store '\(settings.name)' is bound to account '\(bound)' but \(config.path) names "
+                        + "'\(cloud.account ?? "")'",
+                    "run 'storectl sync --rebind' to sync into the new account (local rows are kept and uploaded)")
+            }
+            if tracking == "drift" {
+                add(.config, "store '\(settings.name)': the tracked tables changed since the history triggers were "
+                        + "made, and sync refuses to run over stale triggers", "run 'storectl migrate'")
+            } else if tracking != "ok" {
+                add(.config, "store '\(settings.name)': the history triggers are missing, and sync refuses to run "
+                        + "without them", "run 'storectl migrate --force'")
+            }
+            if let account {
+                if account.containerMissing, boundContainer() != nil {
+                    add(boundContainerMissingError(cloud))
+                } else if account.status != .available {
+                    add(AccountUnavailableError(report: account, storeName: settings.name))
+                }
+            }
+        } else if inCloud {
+            add(.config, "store '\(settings.name)' is in cloud mode but \(config.path) has no "
+                    + "stores.\(settings.name).cloud section",
+                "add stores.\(settings.name).cloud, or run 'storectl mode local --no-final-sync'")
+        }
+        if let wait = report.schemaWait {
+            let file = wait.file.isEmpty ? "FILE" : wait.file
+            add(.tempFail, "the last sync waited for a data migration: \(wait.text)",
+                "run 'storectl migrate --sql \(file) --schema-version \(wait.version)', then 'storectl sync'")
+        }
+        if inCloud, let error = report.lastError, report.schemaWait == nil {
+            add(ExitCode(error.code), "the last sync failed at \(error.at): \(error.message)",
+                "run 'storectl sync' to try again" + (error.hint.map { "; when it failed it said: \($0)" } ?? ""))
+        }
+        for record in report.unsettled.setAside {
+            add(.dataError, "record \(record.recordName) (\(record.recordType), seq \(record.seq)) is set aside: "
+                    + record.reason, record.hint)
+        }
+        for row in report.unsettled.unsent {
+            add(.dataError, "row \(row.key) of '\(row.entity)' is not sent: \(row.reason)",
+                row.bytes != nil ? "make the row smaller, or raise stores.\(settings.name).cloud.max_record_size"
+                    : "give the row a key of valid UTF-8 text")
+        }
+        return problems
     }
 }

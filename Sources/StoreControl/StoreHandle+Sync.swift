@@ -62,13 +62,15 @@ public struct ModeReport: Sendable, Codable {
 }
 
 extension StoreHandle {
-    /// The cloud settings.
+    /// The cloud settings. `create_if_missing` holds only for a store never bound to a container: a bound store
+    /// whose container is gone never gets a new, empty one by accident (`StoreHandle+Binding`).
     /// - Throws: `StoreError` (exit 78) when the store has no `cloud:` section.
     public func cloudSettings() throws -> CloudSettings {
-        guard let cloud = settings.cloud else {
+        guard var cloud = settings.cloud else {
             throw StoreError(.config, "store '\(settings.name)' has no cloud: section in \(config.path)",
                              hint: "add stores.\(settings.name).cloud with container, url and account")
         }
+        if cloud.createIfMissing, boundContainer() != nil { cloud.createIfMissing = false }
         return cloud
     }
 
@@ -117,11 +119,17 @@ extension StoreHandle {
         checkedCloud = nil
         // The container the check opens is kept for the openMirror() that follows, rather than opened again.
         let (report, opened) = CloudConnector.accountStatusAndContainer(settings: cloud, environment: environment)
-        if report.status != .available { throw AccountUnavailableError(report: report) }
+        // A bound store's container that is gone is said as such, whatever the account could do.
+        if report.containerMissing, boundContainer() != nil { throw boundContainerMissingError(cloud) }
+        if report.status != .available { throw AccountUnavailableError(report: report, storeName: settings.name) }
         if !dryRun {
             // The container itself must exist before anything changes (a PostgreSQL container is made by
             // `storectl cloud init`).
-            checkedCloud = try opened ?? CloudConnector.open(settings: cloud, environment: environment)
+            do {
+                checkedCloud = try opened ?? CloudConnector.open(settings: cloud, environment: environment)
+            } catch {
+                throw explainMissingContainer(error)
+            }
         }
         return report
     }
@@ -138,7 +146,12 @@ extension StoreHandle {
         let db = try database()
         if !trackingVerified { try requireTracking() }
         try checkIdentity()
-        let backend = try checkedCloud ?? CloudConnector.open(settings: cloud, environment: environment)
+        let backend: any CloudDatabase
+        do {
+            backend = try checkedCloud ?? CloudConnector.open(settings: cloud, environment: environment)
+        } catch {
+            throw explainMissingContainer(error)
+        }
         checkedCloud = nil
         let mirror = try Mirror(db: db, cloud: backend, options: try mirrorOptions(options))
         if options.reupload || options.rebind {
@@ -251,6 +264,7 @@ extension StoreHandle {
             takeQuietMark(after: report, mirror: mirror, dataVersion: dataVersion, options: options)
             return report
         } catch {
+            let error = explainMissingContainer(error)
             // `status` (last_error) and `doctor` say so until a sync succeeds, as they do for `watch`.
             recordSyncError(SyncErrorRecord(at: WatchTime.nowMilliseconds(), error: WatchErrorBody(error, store: settings.name)))
             throw error
@@ -280,6 +294,8 @@ extension StoreHandle {
 /// The account is not available: exit 69, or 75 when it may be available later.
 public struct AccountUnavailableError: DiagnosedError {
     public var report: AccountStatusReport
+    /// The store whose account it is, when known: the hint then names the command that shows its secret's source.
+    public var storeName: String? = nil
     public var exitCode: ExitCode { report.status.exitCode }
     public var accountStatus: String? { report.status.rawValue }
     public var summary: String {
@@ -291,7 +307,10 @@ public struct AccountUnavailableError: DiagnosedError {
         case .temporarilyUnavailable: return "retry later"
         case .noAccount: return report.account.map { "an owner of the container adds it with 'storectl account add \($0)'; or configure "
                 + "cloud.account and cloud.secret" } ?? "configure cloud.account and cloud.secret"
-        case .restricted: return "check the secret and that the account is enabled and can write the container"
+        case .restricted:
+            // The name of the variable a secret comes from is no secret: `config get` prints it as written.
+            let show = storeName.map { " ('storectl config get stores.\($0).cloud.secret' prints where it comes from)" }
+            return "check the secret" + (show ?? "") + " and that the account is enabled and can write the container"
         case .couldNotDetermine: return "check cloud.url; for a container file run 'storectl cloud init'"
         case .available: return nil
         }

@@ -134,8 +134,17 @@ extension StoreHandle {
         let db = try database()
         try historyTracker().requireInitialized()
         let (status, opened) = CloudConnector.accountStatusAndContainer(settings: cloud, environment: environment)
-        if status.status != .available { throw AccountUnavailableError(report: status) }
-        let backend = try opened ?? CloudConnector.open(settings: cloud, environment: environment, createIfMissing: false)
+        // A container that is not there is said as such (for a bound store: gone, with what to do), never
+        // compared as an empty zone.
+        if status.containerMissing, boundContainer() != nil { throw boundContainerMissingError(cloud) }
+        if status.status != .available { throw AccountUnavailableError(report: status, storeName: settings.name) }
+        let backend: any CloudDatabase
+        do {
+            backend = try opened ?? CloudConnector.open(settings: cloud, environment: environment,
+                                                        createIfMissing: false)
+        } catch {
+            throw explainMissingContainer(error)
+        }
         return try Self.compare(db: db, store: settings.name, cloud: backend, url: cloud.url, zone: cloud.zone,
                                 limit: limit)
     }

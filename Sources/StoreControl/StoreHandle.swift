@@ -139,15 +139,25 @@ public final class StoreHandle {
                          hint: "restore the store from a backup; the file was not changed")
     }
 
-    /// The error for a store file missing at its configured path: exit 66, naming the path and the fix. A store that
-    /// was moved by hand is found again by pointing the config at it; creating a new, empty store in its place
-    /// (`init`) is never suggested, because the rows would then look deleted to every other device.
+    /// The error for a store file missing at its configured path: exit 66, naming the path and the fix
+    /// (`missingStoreHint`).
     public func missingStoreError() -> StoreError {
         StoreError(.noInput, "store '\(settings.name)': \(settings.path) does not exist",
                    details: ["  stores.\(settings.name).path in \(config.path) names it; nothing was created or changed"],
-                   hint: "if the file was moved, point the config at its new place: "
-                       + "'storectl config set stores.\(settings.name).path NEW_PATH' "
-                       + "(next time, 'storectl migrate --to NEW_PATH' moves the file and the config together)")
+                   hint: missingStoreHint)
+    }
+
+    /// What to do about a store file missing at its configured path. A store that was moved by hand is found again
+    /// by pointing the config at it. A store in local mode in config.yaml may also never have been created (one
+    /// just added with `store add`): `init` creates it, and the hint says so first. A store that config.yaml has
+    /// in cloud mode was created and synced, so `init` is never suggested for it: a new, empty store in its place
+    /// would make its rows look deleted to every other device.
+    public var missingStoreHint: String {
+        let moved = "point the config at its new place: 'storectl config set stores.\(settings.name).path NEW_PATH' "
+            + "(next time, 'storectl migrate --to NEW_PATH' moves the file and the config together)"
+        guard settings.mode == .local else { return "if the file was moved, " + moved }
+        return "if the store is new (just added to the config, by store add say, and never created), create it "
+            + "with 'storectl init'; if the file was moved, " + moved
     }
 
     /// Throws `missingStoreError()` when the store file is not at its configured path.

@@ -125,7 +125,7 @@ extension StoreHandle {
     public func switchPlan() throws -> SwitchPlan {
         let cloud = try cloudSettings()
         if !exists && settings.mode == .cloud { throw missingStoreError() }
-        let status = CloudConnector.accountStatus(settings: cloud, environment: environment)
+        let status = accountStatusAndContainer(cloud).report
         var plan = SwitchPlan(
             planID: "", store: settings.name, mode: (try storeMode())?.rawValue ?? "uninitialised",
             account: .init(account: status.account, status: status.status.rawValue, reason: status.reason),

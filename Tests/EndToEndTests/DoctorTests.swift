@@ -128,8 +128,12 @@ final class DoctorTests: XCTestCase {
         }
         (status, findings) = try doctor(s)
         XCTAssertEqual(status, 69)
-        XCTAssertEqual(findings, [Finding(check: "cloud", fix: "check stores.a.cloud.url; for a container file run "
-                                          + "storectl --store a cloud init", exitCode: 69)])
+        // A store bound to the container is told where to look, or how to start a new one on purpose; never to
+        // make a new, empty one in its place (`cloud init`).
+        XCTAssertEqual(findings, [Finding(check: "cloud", fix: "if the container was moved, point the config at its "
+                                          + "new place: 'storectl --store a config set stores.a.cloud.url NEW_URL'; "
+                                          + "to start a new, empty container on purpose, run 'storectl --store a "
+                                          + "migrate --cloud NEW_URL --no-final-sync'", exitCode: 69)])
         XCTAssertFalse(FileManager.default.fileExists(atPath: s.dir.file("cloud/shared.container")),
                        "doctor created the container")
     }

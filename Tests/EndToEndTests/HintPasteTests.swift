@@ -106,6 +106,25 @@ final class HintPasteTests: XCTestCase {
             Case(name: "completions without a shell", setUp: { _ in }, args: ["completions"]),
             Case(name: "bad schema format", setUp: { _ in }, args: ["--store", "a", "cloud", "schema", "--format", "ckd"]),
             Case(name: "store add without --like", setUp: { _ in }, args: ["store", "add", "c"]),
+            Case(name: "container of a bound store moved away", setUp: { d in
+                try d.run(["--store", "a", "mode", "cloud"], expect: nil)
+                for suffix in ["", "-wal", "-shm"] {
+                    try? FileManager.default.removeItem(atPath: d.dir.file("cloud/shared.container" + suffix))
+                }
+            }, args: ["--store", "a", "sync"]),
+            Case(name: "status of a bound store whose container is gone", setUp: { d in
+                try d.run(["--store", "a", "mode", "cloud"], expect: nil)
+                for suffix in ["", "-wal", "-shm"] {
+                    try? FileManager.default.removeItem(atPath: d.dir.file("cloud/shared.container" + suffix))
+                }
+            }, args: ["--store", "a", "doctor"]),
+            Case(name: "wrong secret", setUp: { d in
+                try d.run(["--store", "a", "mode", "cloud"], expect: nil)
+                d.environment["HINT_SECRET"] = "not-the-secret"
+            }, args: ["--store", "a", "sync"]),
+            Case(name: "store just added", setUp: { d in
+                try d.run(["store", "add", "c", "--like", "a"], expect: nil)
+            }, args: ["--store", "c", "history"]),
         ]
         var pasted = 0
         for c in cases {
@@ -126,6 +145,8 @@ final class HintPasteTests: XCTestCase {
             XCTAssertFalse(commands.isEmpty, "\(c.name): no command in the hint\n\(r)")
             for command in Set(commands) {
                 XCTAssertTrue(command.contains("--config conf/app.yaml"), "\(c.name): \(command) lacks --config")
+                XCTAssertEqual(command.components(separatedBy: "--config").count, 2,
+                               "\(c.name): \(command) names the config more than once")
                 if !command.hasPrefix("storectl --config conf/app.yaml help")
                     && !command.hasPrefix("storectl --config conf/app.yaml completions")
                     && !command.hasPrefix("storectl --config conf/app.yaml store add") {

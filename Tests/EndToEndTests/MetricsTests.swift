@@ -348,8 +348,8 @@ class MetricsTests: WatchTestCase {
         XCTAssertEqual(value(m, "storectl_store_up", ["store": "b"]), 1)
         XCTAssertTrue(missing.stderr.contains("does not exist"), missing.description)
 
-        // --json stays as it is, and is not mixed with --metrics.
-        let json = try p.run(["--store", "b", "status", "--json"])
+        // --json stays as it is, and is not mixed with --metrics. (b holds a record set aside: status exits 65.)
+        let json = try p.run(["--store", "b", "status", "--json"], expect: 65)
         XCTAssertFalse(json.stdout.contains("storectl_"), json.stdout)
         let both = try p.run(["--store", "b", "status", "--metrics", "--json"], expect: 64)
         let doc = try JSONSerialization.jsonObject(with: Data(both.stdout.utf8)) as? [String: Any]

@@ -158,7 +158,8 @@ final class MigrateCloudTests: XCTestCase {
             XCTAssertTrue(doctor.stdout.contains("migrate --cloud"), "\(what): \(doctor.stdout)")
             XCTAssertFalse(doctor.stdout.contains("cloud init") || doctor.stdout.contains("purged"),
                            "\(what): \(doctor.stdout)")
-            let status = try s.run("a", ["status"])
+            // sync refuses, so status does not exit 0 either: 78, the code sync meets it with.
+            let status = try s.run("a", ["status"], expect: 78)
             XCTAssertTrue(status.stdout.contains("new sync target"), "\(what): \(status.stdout)")
             XCTAssertFalse(FileManager.default.fileExists(atPath: s.dir.file("cloud/other.container")), what)
             // Back to the first target: it syncs as before.

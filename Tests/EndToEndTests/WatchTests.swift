@@ -385,8 +385,8 @@ class WatchTests: WatchTestCase {
         let p = try E2EProject()
         try makeConfig(p)
         try p.run(["--store", "a", "mode", "cloud", "--no-sync"])
-        func status() throws -> [String: Any] {
-            let r = try p.run(["--store", "a", "--json", "status"])
+        func status(expect: Int32 = 0) throws -> [String: Any] {
+            let r = try p.run(["--store", "a", "--json", "status"], expect: expect)
             return try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
         }
         var doc = try status()
@@ -402,7 +402,8 @@ class WatchTests: WatchTestCase {
         // A failed round is the last error, until a round succeeds.
         _ = try p.sql("a", "DROP TRIGGER _storectl_notes_ins")
         try p.run(["watch", "--store", "a", "--once"], expect: 78)
-        doc = try status()
+        // status exits with the code sync meets (78), the problem listed.
+        doc = try status(expect: 78)
         let error = try XCTUnwrap(doc["last_error"] as? [String: Any], "\(doc)")
         XCTAssertEqual(error["code"] as? Int, 78)
         XCTAssertEqual(error["kind"] as? String, "config")
@@ -411,7 +412,7 @@ class WatchTests: WatchTestCase {
                        + "history gap in the store meta, so that the next cloud enable re-baselines instead of missing "
                        + "those changes")
         XCTAssertNotNil(error["at"] as? String)
-        let text = try p.run(["--store", "a", "status"])
+        let text = try p.run(["--store", "a", "status"], expect: 78)
         XCTAssertNotNil(text.stdout.range(of: "last error +.*history tracking is lost", options: .regularExpression),
                         text.stdout)
         try p.run(["--store", "a", "migrate", "--force"])
@@ -647,8 +648,8 @@ final class WatchRecoveryTests: WatchTestCase {
         XCTAssertEqual((errors.first?["error"] as? [String: Any])?["kind"] as? String, "temporary")
         // Each retry is logged with its reason and the time of the next attempt.
         XCTAssertTrue(b.stderr.contains("warn [b] retry 1 in "), b.stderr)
-        // status shows the last error while it lasts.
-        let status = try p.run(["--store", "b", "--json", "status"])
+        // status shows the last error while it lasts, and exits with its code.
+        let status = try p.run(["--store", "b", "--json", "status"], expect: 75)
         let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])
         XCTAssertEqual((doc["last_error"] as? [String: Any])?["code"] as? Int, 75, status.stdout)
 

@@ -45,7 +45,9 @@ struct AccountStatusCommand: Command {
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         let (store, cloud) = try context.cloudSettings()
-        let report = CloudConnector.accountStatus(settings: cloud, environment: context.environment)
+        // Through the store: the container of a store bound to one is never "available" because it could be made.
+        let report = (try? context.openStore(store.name))?.accountStatusAndContainer(cloud).report
+            ?? CloudConnector.accountStatus(settings: cloud, environment: context.environment)
         let url = CloudConnector.redacted(cloud.url)
         if context.global.json {
             context.console.json(Output(store: store.name, container: cloud.container, url: url,

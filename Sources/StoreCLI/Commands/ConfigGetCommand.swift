@@ -16,7 +16,7 @@ struct ConfigGetCommand: Command {
         "storectl config get stores.notes.mode              # local",
         "storectl config get stores.notes.path              # /srv/app/data/notes.sqlite",
         "storectl config get stores.notes.cloud --json",
-        "storectl config get stores.notes.cloud.secret      # <redacted>",
+        "storectl config get stores.notes.cloud.secret      # ${NOTES_SECRET}: the variable, never its value",
     ]
 
     struct Document: Encodable {

@@ -11,7 +11,9 @@ struct StatusCommand: Command {
         tracking is on and any schema drift, the changes pending export, the last sync time and tokens, the account
         status and the bound account, and whether the cloud is reachable. Without --store, every store is shown
         (in JSON: {"version": 1, "stores": [...]}, whatever the number of stores); with --store, that store's
-        object alone.
+        object alone. Exits 0 only when sync would work for every store shown; otherwise with the code of the first
+        problem (66 store file missing, 69/75 account or container, 75 data migration waited for, the failed last
+        sync's code, 65 a record set aside, 78 config), every problem listed (JSON: "problems").
         """
     static let options = [
         OptionSpec("check-cloud", help: "Also check the account and the cloud for stores in local mode."),
@@ -62,6 +64,12 @@ struct StatusCommand: Command {
             var report = try store.status(checkCloud: args.flag("check-cloud"))
             report.disagreements = report.disagreements.map { context.render($0, store: name) }
             if let account = report.account { report.account?.reason = context.render(account.reason, store: name) }
+            report.problems = report.problems.map { problem in
+                var problem = problem
+                problem.message = context.render(problem.message, store: name)
+                problem.hint = problem.hint.map { context.render($0, store: name) }
+                return problem
+            }
             reports.append(report)
             entries.append(.report(report))
         }
@@ -71,7 +79,7 @@ struct StatusCommand: Command {
             } else {
                 context.console.json(Document(stores: entries))
             }
-            return reports.count < entries.count ? .config : exitCode(reports, missing: missing)
+            return exitCode(entries, missing: missing)
         }
         let now = Date().timeIntervalSince1970
         context.console.out(entries.map { entry in
@@ -80,14 +88,27 @@ struct StatusCommand: Command {
             case .configProblem(let problem): return problem.block(console: context.console)
             }
         }.joined(separator: "\n\n"))
-        return reports.count < entries.count ? .config : exitCode(reports, missing: missing)
+        return exitCode(entries, missing: missing)
     }
 
-    /// 66 when a store file is missing; 75 when a store waits for a data migration (its syncs do nothing until it
-    /// runs it); else 0.
+    /// 0 only when sync would work for every store reported; otherwise the code of the first problem (the stores in
+    /// order, each store's problems in the order `StatusReport.problems` lists them): 66 for a missing store file,
+    /// 69 or 75 for the account or the container, 75 for a data migration waited for, the code of a failed last
+    /// sync, 65 for records set aside, 78 for the config.
+    /// A store whose own config section is wrong counts as its problem, 78, in its place among the others.
+    static func exitCode(_ entries: [StatusEntry], missing: [StoreHandle]) -> ExitCode {
+        for entry in entries {
+            switch entry {
+            case .configProblem: return .config
+            case .report(let report): if let first = report.problems.first { return ExitCode(first.code) }
+            }
+        }
+        return missing.isEmpty ? .ok : .noInput
+    }
+
     static func exitCode(_ reports: [StatusReport], missing: [StoreHandle]) -> ExitCode {
+        if let first = reports.lazy.flatMap(\.problems).first { return ExitCode(first.code) }
         if !missing.isEmpty { return .noInput }
-        if reports.contains(where: { $0.schemaWait != nil }) { return .tempFail }
         return .ok
     }
 
@@ -141,6 +162,17 @@ struct StatusCommand: Command {
             }
         }
         for d in r.disagreements { lines.append("  " + console.paintOut("!", "33;1") + " " + d) }
+        // Each problem and its hint, cut at spaces (a quoted command stays whole on its line).
+        for p in r.problems {
+            for (i, piece) in Words.wrap("problem (exit \(p.code)): " + p.message, width: 106).enumerated() {
+                lines.append((i == 0 ? "  " + console.paintOut("x", "31;1") + " " : "    ") + piece)
+            }
+            if let hint = p.hint {
+                for (i, piece) in Words.wrap("hint: " + hint, width: 106).enumerated() {
+                    lines.append((i == 0 ? "    " : "      ") + piece)
+                }
+            }
+        }
         return lines.joined(separator: "\n")
     }
 }
