@@ -7,16 +7,7 @@ import XCTest
 /// Two devices sharing a zone, each with an `items` table whose `price` a data migration turns from dollars (REAL)
 /// into cents (INTEGER): the README's recipe, run on every device, through the real binary.
 final class MigrationPair {
-    enum Backend: CustomStringConvertible {
-        case file
-        case postgres(url: String)
-        var description: String {
-            switch self {
-            case .file: return "file"
-            case .postgres: return "postgres"
-            }
-        }
-    }
+    typealias Backend = ConvergenceTests.Backend
 
     static let schema = """
         CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, name TEXT NOT NULL, price REAL NOT NULL);
