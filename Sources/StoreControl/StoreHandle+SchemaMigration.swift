@@ -266,6 +266,7 @@ extension StoreHandle {
     {
         try refuseMovedStore(db, store: store, path: path)
         let before = try schemaObjects(db)
+        let roots = try rootPages(db, synced.map(\.name))
         // "ALTER TABLE DROP COLUMN ... fails if the column is used ... in a trigger": the history triggers name
         // every column. They are dropped here and made again for the new shape once the file ran.
         let dropping = tablesDroppingColumns(sql)
@@ -277,6 +278,29 @@ extension StoreHandle {
                              hint: "run 'storectl --store \(store) migrate --sql \(path)' again; nothing was changed")
         }
         let after = try schemaObjects(db)
+        // A name storectl keeps for its own objects, reached by a rename (CREATE is refused as it runs): the next
+        // storectl command would take the user's table for its own.
+        if let taken = after.first(where: { object in
+            object.name.lowercased().hasPrefix(StoreFormat.triggerPrefix)
+                && !before.contains(where: { $0.schema == object.schema && $0.name == object.name })
+        }) {
+            throw StoreError(.dataError, "\(path) names the \(taken.type) \(taken.name) with the prefix storectl keeps "
+                             + "for its own objects (\(StoreFormat.triggerPrefix))",
+                             hint: "choose another name; nothing was changed")
+        }
+        // A synced table renamed away (its table now under another name), even when a table of its name is made
+        // again: its rows would leave the table and every one be exported as deleted.
+        for (table, root) in roots {
+            let moved = try db.scalar("""
+                SELECT name FROM main.sqlite_master WHERE type = 'table' AND rootpage = ? AND name <> ? COLLATE NOCASE
+                """, [root, table])?.string
+            if let moved, !before.contains(where: { $0.schema == "main" && $0.type == "table" && $0.name == moved }) {
+                throw StoreError(.dataError, "\(path) renames the synced table \(table) to \(moved): its rows would "
+                                 + "leave it and be exported as deleted on every device",
+                                 hint: "keep the name: build the new shape as \(table)_new, copy the rows, DROP TABLE "
+                                    + "\(table), then ALTER TABLE \(table)_new RENAME TO \(table); nothing was changed")
+            }
+        }
         for object in after where object.type == "trigger" && !before.contains(object) {
             guard !object.name.lowercased().hasPrefix(StoreFormat.triggerPrefix),
                   writesOwnTables(object.sql) else { continue }
@@ -312,6 +336,14 @@ extension StoreHandle {
             """).map { row in
             SchemaObject(schema: row[0].string ?? "", type: row[1].string ?? "", name: row[2].string ?? "",
                          table: row[3].string ?? "", sql: row[4].string ?? "")
+        }
+    }
+
+    /// The root page of each of `tables` (a table renamed keeps it).
+    static func rootPages(_ db: Connection, _ tables: [String]) throws -> [(String, Int64)] {
+        try tables.compactMap { table in
+            try db.scalar("SELECT rootpage FROM main.sqlite_master WHERE type = 'table' AND name = ?", [table])?
+                .int64.map { (table, $0) }
         }
     }
 

@@ -211,4 +211,31 @@ final class MigrateSQLGuardTests: XCTestCase {
         XCTAssertEqual(try s.sqlFile(s.dir.file("data/a-moved.sqlite"), ".dump"), dump)
         while slow.isRunning, Date() < deadline.addingTimeInterval(60) { usleep(50_000) }
     }
+
+    /// A synced table renamed away while a table of its name is made again, and a table renamed into storectl's
+    /// prefix: both refused, the store unchanged.
+    func testARenameAwayOrIntoStorectlsNamesIsRefused() throws {
+        let s = try synced()
+        let dump = try s.sql("a", ".dump")
+        let cases: [(String, String, String)] = [
+            ("away.sql", "ALTER TABLE settings RENAME TO settings_old; CREATE TABLE settings(key TEXT PRIMARY KEY, "
+                + "value TEXT);", "renames the synced table settings"),
+            ("prefix.sql", "CREATE TABLE audit(x); ALTER TABLE audit RENAME TO _storectl_switch_records;",
+             "prefix storectl keeps"),
+        ]
+        for (file, sql, expected) in cases {
+            try s.dir.write(file, sql)
+            let r = try s.run("a", ["migrate", "--sql", file], expect: 65)
+            XCTAssertTrue(r.stderr.contains(expected), "\(file): \(r.stderr)")
+            XCTAssertEqual(try s.sql("a", ".dump"), dump, "\(file) changed the store")
+        }
+        // The rebuild the README shows still runs.
+        try s.dir.write("rebuild.sql", """
+            CREATE TABLE settings_new(key TEXT PRIMARY KEY, value TEXT);
+            INSERT INTO settings_new SELECT key, value FROM settings;
+            DROP TABLE settings;
+            ALTER TABLE settings_new RENAME TO settings;
+            """)
+        try s.run("a", ["migrate", "--sql", "rebuild.sql"])
+    }
 }
