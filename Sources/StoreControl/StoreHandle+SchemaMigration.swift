@@ -288,9 +288,10 @@ extension StoreHandle {
                              + "for its own objects (\(StoreFormat.triggerPrefix))",
                              hint: "choose another name; nothing was changed")
         }
-        // A synced table renamed away (its table now under another name), even when a table of its name is made
-        // again: its rows would leave the table and every one be exported as deleted.
-        for (table, root) in roots {
+        // A synced table renamed away while a table of its name is made again (its table now under another name):
+        // its rows would leave the table and every one be exported as deleted. (Renamed away and not made again,
+        // the table is gone: `refuseLostSyncedTables` says so.)
+        for (table, root) in roots where try db.tableExists(table) {
             let moved = try db.scalar("""
                 SELECT name FROM main.sqlite_master WHERE type = 'table' AND rootpage = ? AND name <> ? COLLATE NOCASE
                 """, [root, table])?.string
