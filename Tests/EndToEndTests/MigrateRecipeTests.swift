@@ -80,4 +80,38 @@ final class MigrateRecipeTests: XCTestCase {
         try storectl(["verify"])
         try storectl(["doctor"])
     }
+
+    /// The README's recipes that move a store file and a store's cloud (the container-file ones: the PostgreSQL one
+    /// names a server of the reader's), run as printed on a copy of the repository's config.yaml and example.
+    func testTheMoveRecipesRunAsPrintedOnTheExample() throws {
+        let move = try XCTUnwrap(try Self.shellBlocks(containing: "migrate --to").first, "the move recipe")
+        let cloud = try XCTUnwrap(try Self.shellBlocks(containing: "migrate --cloud file:").first, "the cloud recipe")
+        let dir = try TempDirectory("storectl-recipe-move")
+        try dir.write("config.yaml", try String(contentsOf: Self.root.appendingPathComponent("config.yaml"),
+                                                encoding: .utf8))
+        for f in ["schema.sql", "seed.sql"] {
+            try dir.write("examples/notes/\(f)", try String(
+                contentsOf: Self.root.appendingPathComponent("examples/notes/\(f)"), encoding: .utf8))
+        }
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        let env = ["PATH": Binary.productsDirectory + ":" + path]
+        XCTAssertEqual(try Binary.storectl(["mode", "cloud"], in: dir.path).status, 0)
+        let insert = try Binary.run("/usr/bin/sqlite3", [dir.file("data/notes.sqlite"),
+                                                         "INSERT INTO items(name, price) VALUES ('pen', 1.5)"],
+                                    in: dir.path)
+        XCTAssertEqual(insert.status, 0, "\(insert)")
+        let moved = try Binary.run("/bin/sh", ["-ec", move], in: dir.path, environment: env)
+        XCTAssertEqual(moved.status, 0, "\(move)\n\(moved)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir.file("data/notes.sqlite")))
+        XCTAssertTrue(try dir.read("config.yaml").contains("path: archive/notes.sqlite"))
+        let copy = try Binary.run("/usr/bin/sqlite3", [dir.file("backup/notes.sqlite"), "SELECT name FROM items"],
+                                  in: dir.path)
+        XCTAssertEqual(copy.stdout, "pen\n", "\(copy)")
+        let switched = try Binary.run("/bin/sh", ["-ec", cloud], in: dir.path, environment: env)
+        XCTAssertEqual(switched.status, 0, "\(cloud)\n\(switched)")
+        XCTAssertTrue(try dir.read("config.yaml").contains("url: file:cloud/team.container"))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: dir.file("cloud/team.container")))
+        let verify = try Binary.storectl(["verify"], in: dir.path)
+        XCTAssertEqual(verify.status, 0, "\(verify)")
+    }
 }
