@@ -27,6 +27,20 @@ final class MigrateRecipeTests: XCTestCase {
         return blocks
     }
 
+    /// A temporary folder holding the repository's config.yaml and examples/notes, and the environment that puts
+    /// the built storectl first in PATH for a recipe run with /bin/sh.
+    static func exampleCopy(_ label: String) throws -> (TempDirectory, [String: String]) {
+        let dir = try TempDirectory(label)
+        try dir.write("config.yaml", try String(contentsOf: root.appendingPathComponent("config.yaml"),
+                                                encoding: .utf8))
+        for f in ["schema.sql", "seed.sql"] {
+            try dir.write("examples/notes/\(f)", try String(
+                contentsOf: root.appendingPathComponent("examples/notes/\(f)"), encoding: .utf8))
+        }
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        return (dir, ["PATH": Binary.productsDirectory + ":" + path])
+    }
+
     func testThePriceAndDropColumnRecipesRunAsPrintedOnTheExample() throws {
         let price = try Self.shellBlocks(containing: "migrations/0002-price.sql")
         let drop = try Self.shellBlocks(containing: "DROP COLUMN")
@@ -35,15 +49,7 @@ final class MigrateRecipeTests: XCTestCase {
         XCTAssertTrue(price.first?.contains("--schema-version 2") == true, price.first ?? "")
         let priceRecipe = try XCTUnwrap(price.first, "the price recipe in README.md")
         let dropRecipe = try XCTUnwrap(drop.first, "the dropped-column recipe in README.md")
-        let dir = try TempDirectory("storectl-recipe")
-        try dir.write("config.yaml", try String(contentsOf: Self.root.appendingPathComponent("config.yaml"),
-                                                encoding: .utf8))
-        for f in ["schema.sql", "seed.sql"] {
-            try dir.write("examples/notes/\(f)", try String(
-                contentsOf: Self.root.appendingPathComponent("examples/notes/\(f)"), encoding: .utf8))
-        }
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-        let env = ["PATH": Binary.productsDirectory + ":" + path]
+        let (dir, env) = try Self.exampleCopy("storectl-recipe")
         @discardableResult
         func storectl(_ args: [String]) throws -> ProcessResult {
             let r = try Binary.storectl(args, in: dir.path)
@@ -86,15 +92,7 @@ final class MigrateRecipeTests: XCTestCase {
     func testTheMoveRecipesRunAsPrintedOnTheExample() throws {
         let move = try XCTUnwrap(try Self.shellBlocks(containing: "migrate --to").first, "the move recipe")
         let cloud = try XCTUnwrap(try Self.shellBlocks(containing: "migrate --cloud file:").first, "the cloud recipe")
-        let dir = try TempDirectory("storectl-recipe-move")
-        try dir.write("config.yaml", try String(contentsOf: Self.root.appendingPathComponent("config.yaml"),
-                                                encoding: .utf8))
-        for f in ["schema.sql", "seed.sql"] {
-            try dir.write("examples/notes/\(f)", try String(
-                contentsOf: Self.root.appendingPathComponent("examples/notes/\(f)"), encoding: .utf8))
-        }
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-        let env = ["PATH": Binary.productsDirectory + ":" + path]
+        let (dir, env) = try Self.exampleCopy("storectl-recipe-move")
         XCTAssertEqual(try Binary.storectl(["mode", "cloud"], in: dir.path).status, 0)
         let insert = try Binary.run("/usr/bin/sqlite3", [dir.file("data/notes.sqlite"),
                                                          "INSERT INTO items(name, price) VALUES ('pen', 1.5)"],
