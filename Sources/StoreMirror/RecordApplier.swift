@@ -213,9 +213,7 @@ final class RecordApplier {
 
     /// The last history seq an export's rename of a reused rowid looked at for this key (`_storectl_renamed`).
     private func renamedUpTo(_ entity: EntityMap, pk: String) throws -> Int64? {
-        guard try db.tableExists("_storectl_renamed") else { return nil }
-        return try db.scalar("SELECT upto FROM _storectl_renamed WHERE entity = ? AND pk = ?", [entity.name, pk])?
-            .int64
+        try RecordMap(db).renamedUpTo(entity: entity.name, pk: pk)
     }
 
     private func codecColumns(_ json: String) throws -> [String] {
@@ -446,22 +444,11 @@ final class RecordApplier {
     private func finish(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, pk: String, extra: String?) throws {
         if let entry, entry.pk != pk {
             // The name still points at another key (a deleted row's old rowid): move it.
-            try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
-                       [record.recordName, entity.name, pk])
-        }
-        let s = try db.cached("""
-            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-            VALUES (?1, ?2, ?3, ?4, \(FieldHashes.sql("?5")), 0, ?6)
-            ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name, change_tag = excluded.change_tag,
-                base = excluded.base, deleted = 0, extra = excluded.extra
-            """)
-        do {
-            try s.bind([entity.name, pk, record.recordName, record.changeTag, record.fields, extra])
-            try s.step()
-        } catch let error as SQLiteError where error.isConstraint {
-            // The name belongs to another key of the map (a row that was renamed): move it here.
             try setMap(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag,
                        base: .text(record.fields), extra: extra, deleted: false)
+        } else {
+            try RecordMap(db).record(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag,
+                                     base: .text(record.fields), extra: extra, deleted: false)
         }
         if hasParked {
             try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
@@ -669,21 +656,11 @@ final class RecordApplier {
         try Self.setMap(db, entity: entity, pk: pk, name: name, tag: tag, base: base, extra: extra, deleted: deleted)
     }
 
-    /// Points `name` at (entity, pk) in the record map, detaching the name from any other key.
-    /// `base`: a record's fields (JSON text, hashed here) or a base already hashed (`FieldHashes`).
+    /// Points `name` at (entity, pk) in the record map, detaching the name from any other key (`RecordMap.set`).
     static func setMap(_ db: Connection, entity: String, pk: String, name: String, tag: String?, base: Value?,
                        extra: String? = nil, deleted: Bool) throws
     {
-        try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
-                   [name, entity, pk])
-        let s = try db.cached("""
-            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-            VALUES (?1, ?2, ?3, ?4, \(FieldHashes.sql("?5")), ?6, ?7)
-            ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name, change_tag = excluded.change_tag,
-                base = excluded.base, deleted = excluded.deleted, extra = excluded.extra
-            """)
-        try s.bind([entity, pk, name, tag, base, deleted, extra])
-        try s.step()
+        try RecordMap(db).set(entity: entity, pk: pk, name: name, tag: tag, base: base, extra: extra, deleted: deleted)
     }
 
     // MARK: UNIQUE constraints
@@ -748,7 +725,7 @@ final class RecordApplier {
                     try alias(holderName, to: record.recordName, entity: entity)
                     if holder[2].string != nil {
                         try outbox(holderName, type: entity.name, tag: holder[2].string,
-                                   reason: "duplicate of '\(record.recordName)' by \(columns.joined(separator: ", "))")
+                                   reason: .duplicate)
                     }
                     try update(entity, pk: holderPK, values: values.filter { entity.fieldColumns.contains($0.key) })
                     let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
@@ -774,7 +751,7 @@ final class RecordApplier {
                            base: .text(record.fields), extra: nil, deleted: false)
             } else {
                 try outbox(record.recordName, type: entity.name, tag: record.changeTag,
-                           reason: "duplicate of '\(holderName)' by \(columns.joined(separator: ", "))")
+                           reason: .duplicate)
             }
             try note(entity, pk: holderPK)
             return .deleted
@@ -801,12 +778,12 @@ final class RecordApplier {
                           mapped: String, tag: String?) throws -> Outcome
     {
         if let tag, mapped != record.recordName {
-            try outbox(mapped, type: entity.name, tag: tag, reason: Exporter.reusedRowidReason)
+            try outbox(mapped, type: entity.name, tag: tag, reason: .reusedRowid)
         }
         if try localChanges(entity, pk: pk)?.recreated == true,
            try isLaterSelfsName(entity, record: record, forRowAt: pk)
         {
-            try outbox(record.recordName, type: entity.name, tag: record.changeTag, reason: Exporter.reusedRowidReason)
+            try outbox(record.recordName, type: entity.name, tag: record.changeTag, reason: .reusedRowid)
             try setMap(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag, base: nil,
                        extra: nil, deleted: true)
             return .deleted
@@ -821,8 +798,7 @@ final class RecordApplier {
         let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
         try finish(record, entity: entity, entry: nil, pk: pk, extra: decoded.extra)
         // The export must not rename the row again for the delete and insert it already stands for.
-        try db.execute(Exporter.renamedTableSQL)
-        try Exporter.markRenamed(db, entity.name, pk: pk, upto: try MirrorState.lastHistorySeq(db))
+        try RecordMap(db).markRenamed(entity: entity.name, pk: pk, upto: try MirrorState.lastHistorySeq(db))
         try note(entity, pk: pk)
         return .applied
     }
@@ -880,8 +856,7 @@ final class RecordApplier {
         }
         if tag == nil {
             // Never in the cloud: nothing to delete there.
-            try db.run("DELETE FROM _storectl_records WHERE entity = ? AND pk = ? AND change_tag IS NULL",
-                       [entity.name, pk])
+            try RecordMap(db).removeUnsaved(entity: entity.name, pk: pk)
         }
     }
 
@@ -927,24 +902,12 @@ final class RecordApplier {
     }
 
     func alias(_ name: String, to target: String, entity: EntityMap) throws {
-        try db.run("INSERT OR REPLACE INTO _storectl_aliases(record_name, entity, target) VALUES (?, ?, ?)",
-                   [name, entity.name, target])
-        // An alias never points at another alias.
-        try db.run("UPDATE _storectl_aliases SET target = ?2 WHERE target = ?1", [name, target])
+        try RecordMap(db).alias(name, to: target, entity: entity.name)
     }
 
     /// Queues a tombstone for a record that no local row stands for: the next export deletes it in the cloud.
-    func outbox(_ name: String, type: String, tag: String?, reason: String) throws {
-        try Self.outbox(db, name, type: type, tag: tag, reason: reason)
-    }
-
-    /// Puts the tombstone of record `name` (last seen with `tag`) in `_storectl_outbox`, for the next export.
-    static func outbox(_ db: Connection, _ name: String, type: String, tag: String?, reason: String) throws {
-        try db.run("""
-            INSERT INTO _storectl_outbox(record_name, record_type, change_tag, reason, created_at)
-            VALUES (?, ?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
-            ON CONFLICT(record_name) DO UPDATE SET change_tag = excluded.change_tag, reason = excluded.reason
-            """, [name, type, tag, reason])
+    func outbox(_ name: String, type: String, tag: String?, reason: OutboxEntry.Reason) throws {
+        try OutboxEntry.add(db, name, type: type, tag: tag, reason: reason)
     }
 
     private func note(_ entity: EntityMap, pk: String) throws {
@@ -1166,14 +1129,8 @@ final class RecordApplier {
     /// and forgets them: the caller applies them with `defersUntilSettled` off.
     func takeDeferred(zone: String) throws -> [CloudRecord] {
         let records = try db.query("""
-            SELECT record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at
-            FROM temp._storectl_deferred ORDER BY deleted DESC, seq
-            """).map { row in
-                CloudRecord(zone: zone, recordName: row[0].string ?? "", recordType: row[1].string ?? "",
-                            fields: row[2].string ?? "{}", changeTag: row[3].string ?? "", seq: row[4].int64 ?? 0,
-                            deleted: row[5].int64 == 1, modifiedBy: row[6].string ?? "",
-                            modifiedAt: row[7].double ?? 0)
-            }
+            SELECT \(StoredRecord.columns) FROM temp._storectl_deferred ORDER BY deleted DESC, seq
+            """).map { StoredRecord.decode($0, zone: zone) }
         try db.execute("DELETE FROM temp._storectl_deferred")
         hasDeferred = false
         return records
@@ -1188,10 +1145,10 @@ final class RecordApplier {
     /// Progress is a record that settles: applied, merged, skipped (a local delete wins, a version already in).
     /// Such a record leaves the parked list. A conflict under `merge_policy: error` (which the caller reports)
     /// is no progress and stays parked: trying it again changes nothing.
-    func retryPending(onProblem: (CloudRecord, RecordProblem) throws -> Void) throws -> Int {
+    func retryPending(zone: String, onProblem: (CloudRecord, RecordProblem) throws -> Void) throws -> Int {
         var cycleRound = false
         while true {
-            let parked = try parkedRecords()
+            let parked = try parkedRecords(zone: zone)
             if parked.isEmpty { return 0 }
             var progress = false
             for record in parked {
@@ -1216,13 +1173,9 @@ final class RecordApplier {
         }
     }
 
-    func parkedRecords() throws -> [CloudRecord] {
-        try db.query("SELECT record_name, record_type, fields, change_tag, seq FROM _storectl_pending ORDER BY seq")
-            .map { row in
-                CloudRecord(zone: "", recordName: row[0].string ?? "", recordType: row[1].string ?? "",
-                            fields: row[2].string ?? "{}", changeTag: row[3].string ?? "", seq: row[4].int64 ?? 0,
-                            deleted: false, modifiedBy: "", modifiedAt: 0)
-            }
+    /// The parked records (`ParkedRecord`), oldest first.
+    func parkedRecords(zone: String) throws -> [CloudRecord] {
+        try db.query(ParkedRecord.selectSQL).map { StoredRecord.decode($0, zone: zone) }
     }
 
     /// Inserts the parked records whose missing parents are all parked too (or are themselves), with those
