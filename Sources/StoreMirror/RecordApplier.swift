@@ -143,6 +143,26 @@ final class RecordApplier {
         var deleted: Bool
     }
 
+    /// The entry of the row (entity, pk), with its record name.
+    func mapEntry(entity: String, pk: String) throws -> (name: String, tag: String?, base: Value?, deleted: Bool)? {
+        let s = try db.cached("SELECT record_name, change_tag, base, deleted FROM _storectl_records WHERE entity = ? AND pk = ?")
+        try s.bind([entity, pk])
+        guard try s.step() else { return nil }
+        let found = (name: s.string(0) ?? "", tag: s.string(1), base: s.column(2).isNull ? nil : s.column(2),
+                     deleted: s.int64(3) == 1)
+        try s.reset()
+        return found
+    }
+
+    /// Whether two record names stand for one record (equal, or one an alias of the other, or both of one target).
+    func sameRecord(_ a: String, _ b: String) throws -> Bool {
+        if a == b { return true }
+        return try db.scalar("""
+            SELECT coalesce((SELECT target FROM _storectl_aliases WHERE record_name = ?1), ?1)
+                 = coalesce((SELECT target FROM _storectl_aliases WHERE record_name = ?2), ?2)
+            """, [a, b])?.int64 == 1
+    }
+
     func mapEntry(name: String) throws -> MapEntry? {
         let s = try db.cached("SELECT entity, pk, change_tag, base, deleted FROM _storectl_records WHERE record_name = ?")
         try s.bind([name])
@@ -234,7 +254,7 @@ final class RecordApplier {
             try db.run("DELETE FROM temp._storectl_deferred WHERE record_name = ?", [record.recordName])
         }
         guard let entity = entities[record.recordType] else { return .unknownType }
-        let entry = try mapEntry(name: record.recordName)
+        var entry = try mapEntry(name: record.recordName)
         if let entry, entry.entity != record.recordType {
             throw RecordProblem(reason: "record '\(record.recordName)' was a '\(entry.entity)' record and is now "
                                     + "a '\(record.recordType)' record; a record keeps its type for good",
@@ -270,6 +290,9 @@ final class RecordApplier {
         }
         // Resolve references to local keys; a missing parent parks the record until the parent arrives.
         var resolved: [String: Value] = [:]
+        // Columns that reference the record itself (a root folder that is its own parent): they take the row's
+        // own key, known once the row is.
+        var selfReferences: [String] = []
         for (column, value) in decoded.values {
             switch value {
             case .value(let v): resolved[column] = v
@@ -278,6 +301,12 @@ final class RecordApplier {
                 guard let ref = entity.reference(for: column),
                       let parentKey = try parentKey(parent: ref.parent, recordName: name)
                 else {
+                    if let ref = entity.reference(for: column), ref.parent == entity.name, entity.isSurrogate,
+                       try sameRecord(name, record.recordName)
+                    {
+                        selfReferences.append(column)
+                        continue
+                    }
                     if entity.reference(for: column) == nil {
                         throw RecordProblem(reason: "field '\(column)' holds a reference, but column '\(column)' of "
                                                 + "'\(entity.name)' is not a foreign key to a surrogate-keyed table",
@@ -323,10 +352,43 @@ final class RecordApplier {
                 }
             }
         }
+        var allocated = false
+        if !selfReferences.isEmpty {
+            // A new row gets its rowid now (the one SQLite would give it), so that the reference can name it.
+            if pk == nil {
+                allocated = true
+                let next = try db.scalar("SELECT coalesce(max(\(quoteIdentifier(entity.primaryKey[0]))), 0) + 1 "
+                                             + "FROM \(entity.quotedName)")?.int64 ?? 1
+                pk = "[\(next)]"
+            }
+            let own = Self.rowID(pk ?? "").map { Value.integer($0) } ?? .null
+            for column in selfReferences { resolved[column] = own }
+        }
         let exists = try pk.map { try rowExists(entity, pk: $0) } ?? false
+        if entry == nil, !entity.isSurrogate, exists, let pk,
+           let other = try mapEntry(entity: entity.name, pk: pk), !other.deleted,
+           try !sameRecord(other.name, record.recordName)
+        {
+            // Another record already stands for the row at this natural key: the key holds a reference, and the
+            // two parents were merged as duplicates (each store gave its own parent a child at the same key). The
+            // two records are duplicates too: the lowest name wins on every store, the other becomes its alias and
+            // is deleted in the cloud.
+            if record.recordName < other.name {
+                try alias(other.name, to: record.recordName, entity: entity)
+                if other.tag != nil {
+                    try outbox(other.name, type: entity.name, tag: other.tag, reason: .duplicate)
+                }
+                entry = MapEntry(entity: entity.name, pk: pk, tag: other.tag, base: other.base, deleted: false)
+            } else {
+                try alias(record.recordName, to: other.name, entity: entity)
+                try outbox(record.recordName, type: entity.name, tag: record.changeTag, reason: .duplicate)
+                try note(entity, pk: pk)
+                return .deleted
+            }
+        }
         // The columns to take from the record; nil: the record is not applied to the row (local delete wins).
         var take: Set<String>? = Set(decoded.values.keys)
-        if respectLocalChanges, let pk, let local = try localChanges(entity, pk: pk), exists || local.deleted,
+        if respectLocalChanges, !allocated, let pk, let local = try localChanges(entity, pk: pk), exists || local.deleted,
            try !(local.deleted && entry == nil && keyStoodForAnotherRecord(entity, pk: pk, name: record.recordName))
         {
             let server = MergeSide(deleted: false,

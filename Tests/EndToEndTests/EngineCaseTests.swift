@@ -1,0 +1,94 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// Cases the sync engine once lost or split between stores, each end to end on the real binary.
+final class EngineCaseTests: XCTestCase {
+    /// A root folder is its own parent through a NOT NULL reference: it arrives on every store, with its children.
+    func selfParent(_ backend: FleetBackend, schema: String, insert: String, expected: [String],
+                    rename: Bool = true) throws
+    {
+        let f = try Fleet(backend: backend, schema: schema, label: "storectl-self-parent")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", insert)
+        try f.syncRounds(2, ["a", "b"])
+        try f.assertRows(expected, "a row that is its own parent through a NOT NULL reference")
+        for s in f.stores { try f.assertHealthy(s, "a row that is its own parent") }
+        // b renames the root, then a deletes it: the tree goes everywhere, by its ON DELETE CASCADE.
+        var root = "root"
+        if rename {
+            try f.sql("b", "UPDATE folders SET name = 'top' WHERE name = 'root'")
+            try f.syncRounds(2, ["b", "a"])
+            let renamed = try f.rows("a")
+            XCTAssertEqual(renamed.filter { $0.contains("'top'") }.count, 2, renamed.joined(separator: "\n"))
+            try f.assertSameRows("a self-parent row renamed")
+            root = "top"
+        }
+        try f.sql("a", "DELETE FROM folders WHERE name = '\(root)'")
+        try f.syncRounds(2, ["a", "b"])
+        try f.assertRows([], "a self-parent row deleted with its tree")
+        XCTAssertEqual(try f.liveCloudCounts()["folders"] ?? 0, 0)
+    }
+
+    func testARowThatIsItsOwnParentArrivesFile() throws {
+        try selfParent(.file, schema: """
+            CREATE TABLE IF NOT EXISTS folders(id INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                parent INTEGER NOT NULL REFERENCES folders(id) ON DELETE CASCADE);
+            """, insert: "INSERT INTO folders VALUES (1, 'root', 1), (2, 'child', 1), (3, 'grandchild', 2)",
+            expected: ["folders|name=t:'child'|parent=->folders{name=t:'root'}",
+                       "folders|name=t:'grandchild'|parent=->folders{name=t:'child'}",
+                       "folders|name=t:'root'|parent=->folders{name=t:'root'}"])
+    }
+
+    func testARowThatIsItsOwnParentArrivesPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try selfParent(pg, schema: """
+            CREATE TABLE IF NOT EXISTS folders(id INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                parent INTEGER NOT NULL REFERENCES folders(id) ON DELETE CASCADE);
+            """, insert: "INSERT INTO folders VALUES (7, 'root', 7), (2, 'child', 7)",
+            expected: ["folders|name=t:'child'|parent=->folders{name=t:'root'}",
+                       "folders|name=t:'root'|parent=->folders{name=t:'root'}"])
+    }
+
+    func testARowThatIsItsOwnParentByANaturalKeyArrivesFile() throws {
+        try selfParent(.file, schema: """
+            CREATE TABLE IF NOT EXISTS folders(name TEXT PRIMARY KEY,
+                parent TEXT NOT NULL REFERENCES folders(name) ON DELETE CASCADE);
+            """, insert: "INSERT INTO folders VALUES ('root', 'root'), ('child', 'root')",
+            expected: ["folders|name=t:'child'|parent=t:'root'", "folders|name=t:'root'|parent=t:'root'"],
+            rename: false)
+    }
+
+    /// Two stores insert the same UNIQUE tag, each with a child at the same natural key: the tags merge, and so do
+    /// the children; every store ends with the same rows.
+    func sameUniqueRowWithTheSameChild(_ backend: FleetBackend) throws {
+        let f = try Fleet(backend: backend, schema: """
+            CREATE TABLE IF NOT EXISTS tags(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+            CREATE TABLE IF NOT EXISTS tag_props(tag INTEGER NOT NULL REFERENCES tags(id) ON DELETE CASCADE,
+                key TEXT NOT NULL, value TEXT, PRIMARY KEY (tag, key));
+            """, label: "storectl-unique-child")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO tags VALUES (1, 'x'); INSERT INTO tag_props VALUES (1, 'color', 'red')")
+        try f.sql("b", "INSERT INTO tags VALUES (1, 'x'); INSERT INTO tag_props VALUES (1, 'color', 'blue')")
+        try f.syncRounds(3, ["a", "b"])
+        try f.assertSameRows("the same UNIQUE row with the same natural-key child on two stores")
+        let rows = try f.rows("a")
+        XCTAssertEqual(rows.filter { $0.hasPrefix("tag_props") }.count, 1, rows.joined(separator: "\n"))
+        for s in f.stores { try f.assertHealthy(s, "merged duplicates with the same child") }
+        // One live record for each row in the cloud: the losing tag and its child are deleted there.
+        XCTAssertEqual(try f.liveCloudCounts(), ["tags": 1, "tag_props": 1])
+        // An edit of the merged child on either store reaches the other.
+        try f.sql("b", "UPDATE tag_props SET value = 'green'")
+        try f.syncRounds(2, ["b", "a"])
+        try f.assertSameRows("the merged child edited")
+        XCTAssertTrue(try f.rows("a").contains { $0.contains("'green'") })
+    }
+
+    func testTheSameUniqueRowWithTheSameChildOnTwoStoresFile() throws { try sameUniqueRowWithTheSameChild(.file) }
+
+    func testTheSameUniqueRowWithTheSameChildOnTwoStoresPostgres() throws {
+        if let pg = FleetBackend.postgres() { try sameUniqueRowWithTheSameChild(pg) }
+    }
+}
