@@ -557,6 +557,51 @@ struct Exporter {
         if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
     }
 
+    /// Whether a parent that the record's `fields` reference is missing here: true when the row is absent while the
+    /// record map knows it (deleted here, or its deletion came in), nil when the parent was never seen here (not
+    /// imported yet), false when every parent is here.
+    private func parentGone(_ e: EntityMap, fields: String, applier: RecordApplier, codec: FieldCodec) throws -> Bool? {
+        let decoded = try codec.decodeRecord(fields, columns: e.fieldColumns)
+        var unknown = false
+        for fk in e.foreignKeys {
+            guard let parent = entities.first(where: { $0.name == fk.parentTable }) else { continue }
+            if fk.columns.count == 1, case .ref(let name)? = decoded.values[fk.columns[0]] {
+                guard let name, try applier.parentKey(parent: parent.name, recordName: name) == nil else { continue }
+                if try db.scalar("SELECT 1 FROM _storectl_records WHERE record_name = ? AND entity = ?",
+                                 [name, parent.name]) != nil
+                {
+                    return true
+                }
+                unknown = true
+                continue
+            }
+            var values: [Value] = []
+            for column in fk.columns {
+                guard case .value(let v)? = decoded.values[column], !v.isNull else { break }
+                values.append(v)
+            }
+            guard values.count == fk.columns.count else { continue }  // a NULL reference names no parent
+            let parentColumns = fk.parentColumns.enumerated().map { i, column in
+                column ?? (i < parent.primaryKey.count ? parent.primaryKey[i] : "")
+            }
+            let match = parentColumns.enumerated().map { "p.\(quoteIdentifier($1)) = ?\($0 + 1)" }
+                .joined(separator: " AND ")
+            if try db.scalar("SELECT 1 FROM main.\(parent.quotedName) p WHERE \(match) LIMIT 1",
+                             values.map { $0 as any SQLBindable }) != nil
+            {
+                continue
+            }
+            if parentColumns == parent.primaryKey,
+               try db.scalar("SELECT 1 FROM _storectl_records WHERE entity = ? AND pk = ?",
+                             [parent.name, try applier.canonicalKey(parent, values: values)]) != nil
+            {
+                return true
+            }
+            unknown = true
+        }
+        return unknown ? nil : false
+    }
+
     /// Whether a local row holds the values `record` has for one of its table's UNIQUE keys (schema constraints
     /// and `unique:` rules); NULLs never collide.
     private func heldUniqueValue(of record: CloudRecord) throws -> Bool {
@@ -820,6 +865,19 @@ struct Exporter {
             again.takeServer = []
             return .saveAgain(again)
         case .live(let take):
+            if item.save.deleted, !server.deleted,
+               try parentGone(e, fields: server.fields, applier: applier, codec: codec) == true
+            {
+                // The row was deleted here with its parent (a delete wins): the server's edit cannot bring it back
+                // under a parent that is gone. The tombstone goes over the edit, as the orphan rule has it on
+                // every other store.
+                var again = item
+                again.save = RecordSave(recordName: item.save.recordName, recordType: e.name, fields: "{}",
+                                        deleted: true, expectedTag: server.changeTag)
+                again.base = .text(server.fields)
+                again.takeServer = []
+                return .saveAgain(again)
+            }
             if server.deleted {
                 // The local row wins over the tombstone: save it again.
                 var again = item

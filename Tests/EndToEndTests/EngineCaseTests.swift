@@ -92,3 +92,49 @@ final class EngineCaseTests: XCTestCase {
         if let pg = FleetBackend.postgres() { try sameUniqueRowWithTheSameChild(pg) }
     }
 }
+
+extension EngineCaseTests {
+    /// a deletes a folder (its children go by ON DELETE CASCADE) while b edits a child: a delete wins on every store,
+    /// under every merge policy.
+    static let naturalFolders = """
+        CREATE TABLE IF NOT EXISTS folders(id TEXT PRIMARY KEY, name TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS notes(id TEXT PRIMARY KEY, folder TEXT REFERENCES folders(id) ON DELETE CASCADE,
+            title TEXT NOT NULL);
+        """
+    static let rowidFolders = """
+        CREATE TABLE IF NOT EXISTS folders(id INTEGER PRIMARY KEY, name TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY,
+            folder INTEGER NOT NULL REFERENCES folders(id) ON DELETE CASCADE, title TEXT NOT NULL);
+        """
+
+    func parentDeletedWhileChildEdited(_ backend: FleetBackend, schema: String, policy: String?, order: [String])
+        throws
+    {
+        let f = try Fleet(backend: backend, schema: schema, cloudExtra: policy.map { "      merge_policy: \($0)" } ?? "", label: "storectl-parent-child")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        let keys = schema == Self.naturalFolders ? ("'f1'", "'n1'") : ("1", "1")
+        try f.sql("a", "INSERT INTO folders VALUES (\(keys.0), 'inbox'); INSERT INTO notes VALUES (\(keys.1), \(keys.0), 'hello')")
+        try f.syncRounds(1, ["a", "b"])
+        try f.sql("a", "DELETE FROM folders WHERE id = \(keys.0)")
+        try f.sql("b", "UPDATE notes SET title = 'edited'")
+        try f.syncRounds(3, order)
+        try f.assertSameRows("a parent deleted while its child was edited (\(policy ?? "default"), \(order))")
+        XCTAssertEqual(try f.rows("a"), [], "a delete wins (\(policy ?? "default"), \(order))")
+    }
+
+    func testAParentDeletedWhileItsChildIsEditedFile() throws {
+        for schema in [Self.naturalFolders, Self.rowidFolders] {
+            for policy in [nil, "local-wins", "server-wins", "property-server-wins"] {
+                for order in [["a", "b"], ["b", "a"]] {
+                    try parentDeletedWhileChildEdited(.file, schema: schema, policy: policy, order: order)
+                }
+            }
+        }
+    }
+
+    func testAParentDeletedWhileItsChildIsEditedPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try parentDeletedWhileChildEdited(pg, schema: Self.naturalFolders, policy: "server-wins", order: ["a", "b"])
+    }
+}
