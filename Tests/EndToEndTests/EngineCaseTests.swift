@@ -138,3 +138,66 @@ extension EngineCaseTests {
         try parentDeletedWhileChildEdited(pg, schema: Self.naturalFolders, policy: "server-wins", order: ["a", "b"])
     }
 }
+
+extension EngineCaseTests {
+    /// a, in local mode, deletes a folder while b adds a note to it; a's `mode cloud` goes through, and the note
+    /// follows its deleted folder on every store (a delete wins).
+    func modeCloudAfterDeletingAParentWithANewChild(_ backend: FleetBackend, schema: String) throws {
+        let f = try Fleet(backend: backend, schema: schema, label: "storectl-mode-orphan")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        let keys = schema == Self.naturalFolders ? ("'f1'", "'n1'", "'n2'") : ("1", "1", "2")
+        try f.sql("a", "INSERT INTO folders VALUES (\(keys.0), 'inbox'); INSERT INTO notes VALUES (\(keys.1), \(keys.0), 'hello')")
+        try f.syncRounds(1, ["a", "b"])
+        try f.run("a", ["mode", "local"])
+        try f.sql("a", "DELETE FROM folders WHERE id = \(keys.0)")
+        try f.sql("b", "INSERT INTO notes VALUES (\(keys.2), \(keys.0), 'new in the folder')")
+        try f.run("b", ["sync"])
+        try f.run("a", ["mode", "cloud"])
+        try f.syncRounds(2, ["a", "b"])
+        try f.assertRows([], "a parent deleted in local mode while another store added a child")
+        for s in f.stores { try f.assertHealthy(s, "a parent deleted in local mode") }
+    }
+
+    func testModeCloudAfterDeletingAParentThatGotANewChildFile() throws {
+        for schema in [Self.naturalFolders, Self.rowidFolders] {
+            try modeCloudAfterDeletingAParentWithANewChild(.file, schema: schema)
+        }
+    }
+}
+
+extension EngineCaseTests {
+    /// a deletes a folder whose notes keep living cut loose (`ON DELETE SET NULL`); its export is killed between
+    /// two batches; under `merge_policy: error` the resumed sync finishes, with no conflict, and b converges.
+    func setNullKilledBetweenBatches(_ backend: FleetBackend, failpoint: String) throws {
+        let f = try Fleet(backend: backend, schema: """
+            CREATE TABLE IF NOT EXISTS folders(id INTEGER PRIMARY KEY, name TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY,
+                folder INTEGER REFERENCES folders(id) ON DELETE SET NULL, title TEXT NOT NULL);
+            """, cloudExtra: "      merge_policy: error", label: "storectl-set-null-kill")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", """
+            INSERT INTO folders VALUES (1, 'inbox'), (2, 'work');
+            INSERT INTO notes VALUES (1, 1, 'n1'), (2, 1, 'n2'), (3, 1, 'n3'), (4, 2, 'n4'), (5, 1, 'n5');
+            """)
+        try f.syncRounds(1, ["a", "b"])
+        try f.sql("a", "DELETE FROM folders WHERE id = 1")
+        try f.run("a", ["sync"], env: ["STORECTL_FAILPOINT": failpoint, "STORECTL_BATCH_SIZE": "2"], expect: 137)
+        try f.run("a", ["sync"], env: ["STORECTL_BATCH_SIZE": "2"])
+        try f.syncRounds(2, ["b", "a"])
+        try f.assertRows(["folders|name=t:'work'", "notes|folder=->folders{name=t:'work'}|title=t:'n4'",
+                          "notes|folder=null|title=t:'n1'", "notes|folder=null|title=t:'n2'",
+                          "notes|folder=null|title=t:'n3'", "notes|folder=null|title=t:'n5'"],
+                         "ON DELETE SET NULL killed at \(failpoint)")
+        for s in f.stores { try f.assertHealthy(s, "ON DELETE SET NULL killed at \(failpoint)") }
+    }
+
+    func testSetNullUnderErrorPolicyKilledBetweenBatchesFile() throws {
+        for failpoint in ["export.after-batch-commit", "export.after-save:2", "export.after-batch-commit:2",
+                          "export.after-save"]
+        {
+            try setNullKilledBetweenBatches(.file, failpoint: failpoint)
+        }
+    }
+}
