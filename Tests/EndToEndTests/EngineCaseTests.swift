@@ -201,3 +201,34 @@ extension EngineCaseTests {
         }
     }
 }
+
+extension EngineCaseTests {
+    static let listSchema = """
+        CREATE TABLE IF NOT EXISTS lists(id TEXT PRIMARY KEY, name TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS items(id TEXT PRIMARY KEY, list TEXT NOT NULL REFERENCES lists(id) ON DELETE CASCADE,
+            pos INTEGER NOT NULL, label TEXT NOT NULL, UNIQUE(list, pos));
+        """
+
+    /// Three stores; two insert an item at the same position of one list (a duplicate by UNIQUE(list, pos)); every
+    /// store ends with the same list, whatever the order of syncs.
+    func samePositionOnTwoStores(_ backend: FleetBackend, order: [String]) throws {
+        let f = try Fleet(stores: ["a", "b", "c"], backend: backend, schema: Self.listSchema, label: "storectl-list-dup")
+        for s in ["a", "b", "c"] { try f.cloudMode(s) }
+        try f.sql("a", "INSERT INTO lists VALUES ('l1', 'groceries'); INSERT INTO items VALUES ('i0', 'l1', 0, 'milk')")
+        try f.syncRounds(1, ["a", "b", "c"])
+        try f.sql("a", "INSERT INTO items VALUES ('ia', 'l1', 1, 'eggs')")
+        try f.sql("b", "INSERT INTO items VALUES ('ib', 'l1', 1, 'bread')")
+        try f.sql("c", "UPDATE items SET pos = 5 WHERE id = 'i0'")
+        try f.syncRounds(3, order)
+        try f.assertSameRows("two items at one position (\(order))")
+        let rows = try f.rows("a")
+        XCTAssertEqual(rows.filter { $0.hasPrefix("items") }.count, 2, rows.joined(separator: "\n"))
+        for s in f.stores { try f.assertHealthy(s, "two items at one position (\(order))") }
+    }
+
+    func testTwoItemsAtOnePositionFile() throws {
+        for order in [["a", "b", "c"], ["c", "b", "a"], ["b", "c", "a"]] {
+            try samePositionOnTwoStores(.file, order: order)
+        }
+    }
+}
