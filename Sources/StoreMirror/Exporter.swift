@@ -557,6 +557,16 @@ struct Exporter {
         if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
     }
 
+    /// The item saved again as a tombstone over the server's record.
+    private func tombstone(_ item: Pending, over server: CloudRecord) -> Pending {
+        var again = item
+        again.save = RecordSave(recordName: item.save.recordName, recordType: item.entity.name, fields: "{}",
+                                deleted: true, expectedTag: server.changeTag)
+        again.base = .text(server.fields)
+        again.takeServer = []
+        return again
+    }
+
     /// Whether a parent that the record's `fields` reference is missing here: true when the row is absent while the
     /// record map knows it (deleted here, or its deletion came in), nil when the parent was never seen here (not
     /// imported yet), false when every parent is here.
@@ -858,12 +868,7 @@ struct Exporter {
                 try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true)
                 return .resolved
             }
-            var again = item
-            again.save = RecordSave(recordName: item.save.recordName, recordType: e.name, fields: "{}", deleted: true,
-                                    expectedTag: server.changeTag)
-            again.base = .text(server.fields)
-            again.takeServer = []
-            return .saveAgain(again)
+            return .saveAgain(tombstone(item, over: server))
         case .live(let take):
             if item.save.deleted, !server.deleted,
                try parentGone(e, fields: server.fields, applier: applier, codec: codec) == true
@@ -871,12 +876,7 @@ struct Exporter {
                 // The row was deleted here with its parent (a delete wins): the server's edit cannot bring it back
                 // under a parent that is gone. The tombstone goes over the edit, as the orphan rule has it on
                 // every other store.
-                var again = item
-                again.save = RecordSave(recordName: item.save.recordName, recordType: e.name, fields: "{}",
-                                        deleted: true, expectedTag: server.changeTag)
-                again.base = .text(server.fields)
-                again.takeServer = []
-                return .saveAgain(again)
+                return .saveAgain(tombstone(item, over: server))
             }
             if server.deleted {
                 // The local row wins over the tombstone: save it again.

@@ -278,47 +278,12 @@ final class RecordApplier {
             return .applied
         }
         let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
-        for reference in entity.references {
-            // A reference travels as a record name: a plain value there would be read as a local rowid, which
-            // names different rows on different stores.
-            if case .value(let v)? = decoded.values[reference.column], !v.isNull {
-                throw RecordProblem(reason: "field '\(reference.column)' holds the plain value \(v.sqlLiteral) where a "
-                                        + "reference to a '\(reference.parent)' record belongs",
-                                    hint: "a reference is {\"$ref\": \"RECORD NAME\"}; the device that saved it wrote "
-                                        + "a local key instead")
-            }
+        guard let references = try resolveReferences(decoded, of: record, entity: entity) else {
+            try park(record)
+            return .pending
         }
-        // Resolve references to local keys; a missing parent parks the record until the parent arrives.
-        var resolved: [String: Value] = [:]
-        // Columns that reference the record itself (a root folder that is its own parent): they take the row's
-        // own key, known once the row is.
-        var selfReferences: [String] = []
-        for (column, value) in decoded.values {
-            switch value {
-            case .value(let v): resolved[column] = v
-            case .ref(let name):
-                guard let name else { resolved[column] = .null; continue }
-                guard let ref = entity.reference(for: column),
-                      let parentKey = try parentKey(parent: ref.parent, recordName: name)
-                else {
-                    if let ref = entity.reference(for: column), ref.parent == entity.name, entity.isSurrogate,
-                       try sameRecord(name, record.recordName)
-                    {
-                        selfReferences.append(column)
-                        continue
-                    }
-                    if entity.reference(for: column) == nil {
-                        throw RecordProblem(reason: "field '\(column)' holds a reference, but column '\(column)' of "
-                                                + "'\(entity.name)' is not a foreign key to a surrogate-keyed table",
-                                            hint: "the device that saved it has another schema for '\(entity.name)'; "
-                                                + "make the schemas agree, then run 'storectl sync' again")
-                    }
-                    try park(record)
-                    return .pending
-                }
-                resolved[column] = parentKey
-            }
-        }
+        var resolved = references.values
+        let selfReferences = references.selfReferences
         // Which local row is it?
         var pk: String?
         if let entry, !(entry.deleted && entity.isSurrogate) {
@@ -352,38 +317,16 @@ final class RecordApplier {
                 }
             }
         }
-        var allocated = false
+        let allocated = !selfReferences.isEmpty && pk == nil
         if !selfReferences.isEmpty {
-            // A new row gets its rowid now (the one SQLite would give it), so that the reference can name it.
-            if pk == nil {
-                allocated = true
-                let next = try db.scalar("SELECT coalesce(max(\(quoteIdentifier(entity.primaryKey[0]))), 0) + 1 "
-                                             + "FROM \(entity.quotedName)")?.int64 ?? 1
-                pk = "[\(next)]"
-            }
-            let own = Self.rowID(pk ?? "").map { Value.integer($0) } ?? .null
-            for column in selfReferences { resolved[column] = own }
+            pk = try pointAtItself(entity, pk: pk, columns: selfReferences, values: &resolved)
         }
         let exists = try pk.map { try rowExists(entity, pk: $0) } ?? false
-        if entry == nil, !entity.isSurrogate, exists, let pk,
-           let other = try mapEntry(entity: entity.name, pk: pk), !other.deleted,
-           try !sameRecord(other.name, record.recordName)
-        {
-            // Another record already stands for the row at this natural key: the key holds a reference, and the
-            // two parents were merged as duplicates (each store gave its own parent a child at the same key). The
-            // two records are duplicates too: the lowest name wins on every store, the other becomes its alias and
-            // is deleted in the cloud.
-            if record.recordName < other.name {
-                try alias(other.name, to: record.recordName, entity: entity)
-                if other.tag != nil {
-                    try outbox(other.name, type: entity.name, tag: other.tag, reason: .duplicate)
-                }
-                entry = MapEntry(entity: entity.name, pk: pk, tag: other.tag, base: other.base, deleted: false)
-            } else {
-                try alias(record.recordName, to: other.name, entity: entity)
-                try outbox(record.recordName, type: entity.name, tag: record.changeTag, reason: .duplicate)
-                try note(entity, pk: pk)
-                return .deleted
+        if entry == nil, !entity.isSurrogate, exists, let pk {
+            switch try mergeDuplicateAtKey(entity, record: record, pk: pk) {
+            case .none: break
+            case .lost: return .deleted
+            case .won(let other): entry = other
             }
         }
         // The columns to take from the record; nil: the record is not applied to the row (local delete wins).
@@ -433,6 +376,92 @@ final class RecordApplier {
         }
         try finish(record, entity: entity, entry: entry, pk: finalPK, extra: decoded.extra)
         return .applied
+    }
+
+    /// The record's values with each reference resolved to the parent row's local key, and the columns that
+    /// reference the record itself (a root folder that is its own parent: they take the row's own key once it is
+    /// known). Nil when a parent is not here (yet): the record waits for it.
+    /// - Throws: `RecordProblem` for a plain value where a reference belongs, or a reference where none can be.
+    private func resolveReferences(_ decoded: DecodedFields, of record: CloudRecord, entity: EntityMap) throws
+        -> (values: [String: Value], selfReferences: [String])?
+    {
+        for reference in entity.references {
+            // A reference travels as a record name: a plain value there would be read as a local rowid, which
+            // names different rows on different stores.
+            if case .value(let v)? = decoded.values[reference.column], !v.isNull {
+                throw RecordProblem(reason: "field '\(reference.column)' holds the plain value \(v.sqlLiteral) where a "
+                                        + "reference to a '\(reference.parent)' record belongs",
+                                    hint: "a reference is {\"$ref\": \"RECORD NAME\"}; the device that saved it wrote "
+                                        + "a local key instead")
+            }
+        }
+        var resolved: [String: Value] = [:]
+        var selfReferences: [String] = []
+        for (column, value) in decoded.values {
+            switch value {
+            case .value(let v): resolved[column] = v
+            case .ref(let name):
+                guard let name else { resolved[column] = .null; continue }
+                guard let ref = entity.reference(for: column) else {
+                    throw RecordProblem(reason: "field '\(column)' holds a reference, but column '\(column)' of "
+                                            + "'\(entity.name)' is not a foreign key to a surrogate-keyed table",
+                                        hint: "the device that saved it has another schema for '\(entity.name)'; "
+                                            + "make the schemas agree, then run 'storectl sync' again")
+                }
+                if let parentKey = try parentKey(parent: ref.parent, recordName: name) {
+                    resolved[column] = parentKey
+                } else if ref.parent == entity.name, entity.isSurrogate, try sameRecord(name, record.recordName) {
+                    selfReferences.append(column)
+                } else {
+                    return nil
+                }
+            }
+        }
+        return (resolved, selfReferences)
+    }
+
+    /// Gives the columns that reference the record itself its row's own key: the row's rowid, or for a new row the
+    /// rowid SQLite would give it, taken now so that the reference can name it. Returns the row's key.
+    private func pointAtItself(_ entity: EntityMap, pk: String?, columns: [String], values: inout [String: Value])
+        throws -> String
+    {
+        var key = pk
+        if key == nil {
+            let next = try db.scalar("SELECT coalesce(max(\(quoteIdentifier(entity.primaryKey[0]))), 0) + 1 "
+                                         + "FROM \(entity.quotedName)")?.int64 ?? 1
+            key = "[\(next)]"
+        }
+        let own = Self.rowID(key ?? "").map { Value.integer($0) } ?? .null
+        for column in columns { values[column] = own }
+        return key ?? "[]"
+    }
+
+    /// What `mergeDuplicateAtKey` decided.
+    private enum KeyDuplicate {
+        /// No other record stands for the row.
+        case none
+        /// The incoming record won: the row becomes its, merged from the other record's last synced state.
+        case won(MapEntry)
+        /// The incoming record lost: it is deleted in the cloud, an alias of the row's record.
+        case lost
+    }
+
+    /// A record of a natural-key table that meets a row another record already stands for: the key holds a
+    /// reference, and the two parents were merged as duplicates (each store gave its own parent a child at the same
+    /// key). The two records are duplicates too: the lowest name wins on every store, the other becomes its alias
+    /// and is deleted in the cloud.
+    private func mergeDuplicateAtKey(_ entity: EntityMap, record: CloudRecord, pk: String) throws -> KeyDuplicate {
+        guard let other = try mapEntry(entity: entity.name, pk: pk), !other.deleted,
+              try !sameRecord(other.name, record.recordName) else { return .none }
+        if record.recordName < other.name {
+            try alias(other.name, to: record.recordName, entity: entity)
+            if other.tag != nil { try outbox(other.name, type: entity.name, tag: other.tag, reason: .duplicate) }
+            return .won(MapEntry(entity: entity.name, pk: pk, tag: other.tag, base: other.base, deleted: false))
+        }
+        try alias(record.recordName, to: other.name, entity: entity)
+        try outbox(record.recordName, type: entity.name, tag: record.changeTag, reason: .duplicate)
+        try note(entity, pk: pk)
+        return .lost
     }
 
     /// Whether the record map gives `pk` to another record than `name` (neither an alias of the other): a key that
