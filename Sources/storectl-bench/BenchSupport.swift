@@ -17,6 +17,9 @@ struct BenchOptions {
     var jsonFile: String?
     /// How many times the quick measurements (whole-process runs, references) are repeated; the median is kept.
     var repeats = 7
+    /// How many times the engine's export and import (and a new store's `mode cloud`) run at each size; the median
+    /// is kept (default: 3 up to 100,000 rows, 1 above).
+    var engineRuns: Int?
     /// Where the scratch folder goes (default: the system's temporary folder).
     var directory: String?
     /// The `storectl` binary the whole-process benchmarks run (default: the one next to this benchmark).
@@ -36,6 +39,8 @@ struct BenchOptions {
                             single: one table notes(id INTEGER PRIMARY KEY, ...) with no references, the one
                             shape the engine's set-based import path takes
           --repeat N        runs of each quick measurement; the median is kept (default 7)
+          --engine-runs N   runs of the engine's export and import and of a new store's 'mode cloud' at each
+                            size; the median is kept (default 3 up to 100000 rows, 1 above)
           --dir PATH        scratch folder parent (default: the temporary folder); needs a few GB at N = 1M
           --storectl PATH   the storectl binary (default: the one next to storectl-bench)
           --keep            keep the scratch folder
@@ -69,6 +74,7 @@ struct BenchOptions {
                     throw StoreError(.usage, "--schema expects realistic or single, got '\(text)'")
                 }
                 options.shape = shape
+            case "--engine-runs": options.engineRuns = try int(try value())
             case "--history-rows": options.historyRows = try int(try value())
             case "--sizes": options.sizes = try value().split(separator: ",").map { try int(String($0)) }
             case "--dir": options.directory = try value()

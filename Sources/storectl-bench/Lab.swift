@@ -185,7 +185,7 @@ final class Lab {
     }
 
     /// How many engine runs a size gets: small sizes are quick and noisy.
-    func engineRuns(_ rows: Int) -> Int { rows <= 100_000 ? 3 : 1 }
+    func engineRuns(_ rows: Int) -> Int { options.engineRuns ?? (rows <= 100_000 ? 3 : 1) }
     func referenceRuns(_ rows: Int) -> Int { rows <= 100_000 ? 5 : 3 }
 
     func pair(rows: Int, shape: Shape? = nil) throws -> Pair {

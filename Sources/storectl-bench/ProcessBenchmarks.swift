@@ -9,7 +9,8 @@ enum ProcessBenchmarks {
         First, a new store's whole 'storectl mode cloud' process (the release binary as a child process; it
         creates the store, imports the N records of the 'import' benchmark's container and checks the result),
         against the 'import' benchmark's reference: one INSERT ... SELECT per table of the same rows into a
-        tracked store. Figure: reference seconds / median process seconds (1 run at N > 100,000, else 3).
+        tracked store. Figure: reference seconds / median process seconds (--engine-runs; default 1 run at
+        N > 100,000, else 3).
         Target: >= 40%.
         Then: runs the release storectl binary as a process, R times each, on a synced store of N rows and on one of
         1,000 rows, alternating: 'storectl mode cloud --no-sync', then 'storectl mode local' (which makes its final
