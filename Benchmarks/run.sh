@@ -1,6 +1,7 @@
 #!/bin/sh
 # Runs every storectl benchmark in one run (see BENCHMARKS.md) and draws the scaling plot.
-# Usage: Benchmarks/run.sh [storectl-bench all options, e.g. --rows 1000000 --repeat 7]
+# Usage: Benchmarks/run.sh [storectl-bench all options, e.g. --rows 1000000 --repeat 7; --schema single for the
+# one-table store of the earlier runs, the default being the users' realistic schema]
 # For the PostgreSQL rows, export STORECTL_TEST_PG_URL first (BENCHMARKS.md shows how to start a throwaway server).
 set -eu
 cd "$(dirname "$0")/.."

@@ -4,7 +4,7 @@ import StoreBase
 /// `storectl-bench all`: every benchmark in one run, one table and one JSON document.
 enum AllBenchmark {
     static let help = """
-        usage: storectl-bench all [--rows N] [--repeat R] [--json]
+        usage: storectl-bench all [--rows N] [--schema realistic|single] [--repeat R] [--json]
 
         Runs, in one run and one scratch folder (stores built once and shared): export, import, scaling (10k,
         100k, N), sync, mode, status, memory, history-read, storage, idle, postgres (skipped without
@@ -18,12 +18,21 @@ enum AllBenchmark {
             let pair = try lab.pair(rows: options.rows)
             figures.append(ExportImportBenchmark.exportFigure(pair))
             figures.append(ExportImportBenchmark.importFigure(pair))
+            if options.shape != .single {
+                // The one-table shape, kept as one row each for comparison (its pair also serves sync and postgres).
+                let single = try lab.pair(rows: options.rows, shape: .single)
+                figures.append(ExportImportBenchmark.exportFigure(single, run: options.shape))
+                figures.append(ExportImportBenchmark.importFigure(single, run: options.shape))
+            }
             figures += try PostgresBenchmark.figures(lab, options)
             let points = try ScalingBenchmark.points(lab, options)
             report.scaling = points
             figures += ScalingBenchmark.figures(points)
             figures += try SyncBenchmark.figures(lab, options)
             figures += try ProcessBenchmarks.modeFigures(lab, options)
+            if options.shape != .single {
+                figures.append(try ProcessBenchmarks.cloudImportFigure(lab, options, shape: .single))
+            }
             figures += try ProcessBenchmarks.statusFigures(lab, options)
             figures += try MemoryBenchmark.figures(lab, options)
             figures += try HistoryReadBenchmark.figures(lab, options)

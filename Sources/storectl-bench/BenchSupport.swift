@@ -10,11 +10,16 @@ import Glibc
 struct BenchOptions {
     /// N, the store size the targets are stated for.
     var rows = 1_000_000
+    /// The store's tables: the users' realistic schema (default) or the one plain table.
+    var shape = Shape.realistic
     var json = false
     /// Also write the JSON document to this file.
     var jsonFile: String?
     /// How many times the quick measurements (whole-process runs, references) are repeated; the median is kept.
     var repeats = 7
+    /// How many times the engine's export and import (and a new store's `mode cloud`) run at each size; the median
+    /// is kept (default: 3 up to 100,000 rows, 1 above).
+    var engineRuns: Int?
     /// Where the scratch folder goes (default: the system's temporary folder).
     var directory: String?
     /// The `storectl` binary the whole-process benchmarks run (default: the one next to this benchmark).
@@ -28,8 +33,14 @@ struct BenchOptions {
 
     static let common = """
         options:
-          --rows N          store size N (default 1000000)
+          --rows N          store size N (default 1000000), rows of all tables together
+          --schema S        realistic (default): notes with UUID keys (60% of N), tags with a UNIQUE name (2%)
+                            and note_tags with two foreign keys (38%), the shape users' apps sync;
+                            single: one table notes(id INTEGER PRIMARY KEY, ...) with no references, the one
+                            shape the engine's set-based import path takes
           --repeat N        runs of each quick measurement; the median is kept (default 7)
+          --engine-runs N   runs of the engine's export and import and of a new store's 'mode cloud' at each
+                            size; the median is kept (default 3 up to 100000 rows, 1 above)
           --dir PATH        scratch folder parent (default: the temporary folder); needs a few GB at N = 1M
           --storectl PATH   the storectl binary (default: the one next to storectl-bench)
           --keep            keep the scratch folder
@@ -57,6 +68,13 @@ struct BenchOptions {
             switch argv[i] {
             case "--rows": options.rows = try int(try value())
             case "--repeat": options.repeats = try int(try value())
+            case "--schema":
+                let text = try value()
+                guard let shape = Shape(rawValue: text) else {
+                    throw StoreError(.usage, "--schema expects realistic or single, got '\(text)'")
+                }
+                options.shape = shape
+            case "--engine-runs": options.engineRuns = try int(try value())
             case "--history-rows": options.historyRows = try int(try value())
             case "--sizes": options.sizes = try value().split(separator: ",").map { try int(String($0)) }
             case "--dir": options.directory = try value()
@@ -216,13 +234,22 @@ struct Machine: Encodable {
 struct BenchReport: Encodable {
     var benchmark: String
     var rows: Int
+    /// `--schema`: the shape the measurements ran on, unless a figure says otherwise.
+    var schema: String
     var machine: Machine
+    /// /proc/loadavg when the run ended (the machine's load at its start is in `machine`).
+    var loadAverageAtEnd: String?
     var figures: [Figure]
     var scaling: [ScalingPoint]?
     /// STORECTL_TRACE=1 phase totals (seconds) of the whole-process export and import runs.
     var traces: [String: [String: Double]]?
     var history: HistoryBenchmark.Report?
     var seconds: Double
+
+    enum CodingKeys: String, CodingKey {
+        case benchmark, rows, schema, machine, figures, scaling, traces, history, seconds
+        case loadAverageAtEnd = "load_average_at_end"
+    }
 }
 
 // MARK: Output
@@ -253,8 +280,9 @@ enum Output {
     static func render(_ report: BenchReport) -> String {
         var lines: [String] = []
         let m = report.machine
-        lines.append("storectl-bench \(report.benchmark), N = \(report.rows): \(m.cores) cores, \(m.cpu), "
-                     + "SQLite \(m.sqliteVersion), load \(m.loadAverage), \(String(format: "%.0f", report.seconds)) s")
+        lines.append("storectl-bench \(report.benchmark), N = \(report.rows), schema \(report.schema): \(m.cores) "
+                     + "cores, \(m.cpu), SQLite \(m.sqliteVersion), load \(m.loadAverage) at the start, "
+                     + "\(report.loadAverageAtEnd ?? "?") at the end, \(String(format: "%.0f", report.seconds)) s")
         lines.append("")
         let header = ["what", "figure", "target", "", "measured"]
         var rows = report.figures.map { f in
@@ -409,13 +437,14 @@ enum Runner {
         guard let options = try BenchOptions.parse(argv, help: help, name: name) else { return }
         let lab = try Lab(options: options)
         defer { lab.finish() }
-        var report = BenchReport(benchmark: name, rows: options.rows,
+        var report = BenchReport(benchmark: name, rows: options.rows, schema: options.shape.rawValue,
                                  machine: .current(sqliteVersion: Connection.libraryVersion), figures: [],
                                  seconds: 0)
         let clock = ContinuousClock()
         let start = clock.now
         try body(lab, options, &report)
         report.seconds = (clock.now - start).seconds
+        report.loadAverageAtEnd = Machine.current(sqliteVersion: "").loadAverage
         if !lab.traces.isEmpty { report.traces = lab.traces }
         try Output.emit(report, json: options.json, file: options.jsonFile)
     }

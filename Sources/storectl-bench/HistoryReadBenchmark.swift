@@ -27,7 +27,7 @@ enum HistoryReadBenchmark {
         let total = options.historyRows ?? options.rows * 10
         let name = "history-\(total)"
         try lab.remove(name)
-        let store = try lab.makeStore(name, url: lab.fileURL("unused.container"))
+        let store = try lab.makeStore(name, url: lab.fileURL("unused.container"), shape: .single)
         try store.ensureInitialized()
         let db = try store.database()
         Output.note("writing \(total) history rows")

@@ -12,24 +12,22 @@ import Glibc
 
 /// The scratch folder of one run and the stores and containers the benchmarks share in it.
 ///
-/// Every store is a folder with its own `config.yaml` (store `notes`, one tracked table `notes`) and
-/// `store.sqlite`. A template store of N rows is built once per size (through the history triggers, as an app
-/// would write it) and copied for each benchmark that changes it.
+/// Every store is a folder with its own `config.yaml` (store `notes`, the tables of a `Shape`, all tracked) and
+/// `store.sqlite`. A template store of N rows is built once per shape and size (through the history triggers, as
+/// an app would write it) and copied for each benchmark that changes it. The shape is `--schema` unless a
+/// benchmark asks for one.
 final class Lab {
     let dir: String
     let options: BenchOptions
     /// The secret of the bench account, passed to storectl through this environment variable.
     static let secretVariable = "STORECTL_BENCH_SECRET"
     static let secret = "bench-secret-not-for-production"
-    static let body = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut "
-        + "labore et dolore magna aliqua."
-    static let schema = """
-        CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT NOT NULL DEFAULT '',
-                           body TEXT NOT NULL DEFAULT '', updated_at INTEGER NOT NULL DEFAULT 0);
-        """
+    static let body = Shape.body
+    /// The shape of `--schema`.
+    var shape: Shape { options.shape }
 
-    private var templates: [Int: String] = [:]
-    private var pairs: [Int: Pair] = [:]
+    private var templates: [String: String] = [:]
+    private var pairs: [String: Pair] = [:]
     /// STORECTL_TRACE=1 phase totals of whole-process runs, by run.
     var traces: [String: [String: Double]] = [:]
     private var lazyStorectl: String?
@@ -39,7 +37,9 @@ final class Lab {
         let base = options.directory ?? NSTemporaryDirectory()
         dir = (base as NSString).appendingPathComponent("storectl-bench-\(getpid())")
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        try Self.schema.write(toFile: path("schema.sql"), atomically: true, encoding: .utf8)
+        for shape in Shape.allCases {
+            try shape.sql.write(toFile: path("schema-\(shape.rawValue).sql"), atomically: true, encoding: .utf8)
+        }
         setenv(Self.secretVariable, Self.secret, 1)
     }
 
@@ -51,6 +51,9 @@ final class Lab {
             try? FileManager.default.removeItem(atPath: dir)
         }
     }
+
+    /// A figure's text, marked when the run's shape is not the one-table shape the figure is measured on.
+    func singleOnly(_ what: String) -> String { shape == .single ? what : what + " (single table)" }
 
     func path(_ name: String) -> String { (dir as NSString).appendingPathComponent(name) }
 
@@ -73,9 +76,10 @@ final class Lab {
     // MARK: Stores
 
     /// Writes the folder `name` with its config.yaml and opens the store handle (the store file is not created).
-    func makeStore(_ name: String, url: String, account: String = "bench", container: String = "bench.notes")
-        throws -> StoreHandle
+    func makeStore(_ name: String, url: String, account: String = "bench", container: String = "bench.notes",
+                   shape: Shape? = nil) throws -> StoreHandle
     {
+        let shape = shape ?? self.shape
         let folder = path(name)
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         let isFile = url.hasPrefix("file:")
@@ -84,7 +88,7 @@ final class Lab {
             stores:
               notes:
                 path: store.sqlite
-                schema: \(path("schema.sql"))
+                schema: \(path("schema-\(shape.rawValue).sql"))
                 mode: local
                 history:
                   author: app
@@ -95,7 +99,7 @@ final class Lab {
                   account: \(account)
                   secret: ${\(Self.secretVariable)}
                 entities:
-                  notes: {}
+            \(shape.entitiesYAML)
 
             """
         try yaml.write(toFile: (folder as NSString).appendingPathComponent("config.yaml"), atomically: true,
@@ -117,36 +121,32 @@ final class Lab {
 
     /// The template store of `rows` rows: initialised, history tracking on, rows written by author `app` in one
     /// transaction through the triggers.
-    func template(rows: Int) throws -> String {
-        if let done = templates[rows] { return done }
-        let name = "template-\(rows)"
-        Output.note("building a \(rows)-row store")
-        let store = try makeStore(name, url: fileURL("unused.container"))
+    func template(rows: Int, shape: Shape? = nil) throws -> String {
+        let shape = shape ?? self.shape
+        let key = "\(shape.rawValue)-\(rows)"
+        if let done = templates[key] { return done }
+        let name = "template-\(key)"
+        let split = shape.split(rows).map(String.init).joined(separator: " + ")
+        Output.note("building a \(rows)-row store (\(shape.rawValue): \(split) rows)")
+        let store = try makeStore(name, url: fileURL("unused.container"), shape: shape)
         try store.ensureInitialized()
         let db = try store.database()
         let seconds = try Clock.seconds {
-            _ = try store.historyTracker().write(author: "app") {
-                try db.run("""
-                    WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
-                    INSERT INTO notes(id, uuid, title, body, updated_at)
-                    SELECT i, printf('6f1c2a4e-0000-4000-8000-%012d', i), 'Note number ' || i, ?2,
-                           1700000000000 + i FROM n
-                    """, [rows, Self.body])
-            }
+            _ = try store.historyTracker().write(author: "app") { try shape.fill(db, rows: rows) }
         }
         Output.note("  \(secs(seconds)) (\(rate(rows, seconds)) through the triggers)")
         try Self.checkpoint(db)
         store.close()
-        templates[rows] = name
+        templates[key] = name
         return name
     }
 
     /// Copies the store file of folder `from` into a new folder `name` whose config names `url`.
     func copyStore(_ from: String, to name: String, url: String, account: String = "bench",
-                   container: String = "bench.notes") throws -> StoreHandle
+                   container: String = "bench.notes", shape: Shape? = nil) throws -> StoreHandle
     {
         try remove(name)
-        let store = try makeStore(name, url: url, account: account, container: container)
+        let store = try makeStore(name, url: url, account: account, container: container, shape: shape)
         try FileManager.default.copyItem(atPath: storePath(from), toPath: storePath(name))
         // A copied store file is refused before it syncs while the original exists: give it an identity of its own.
         try store.newIdentity()
@@ -169,6 +169,7 @@ final class Lab {
     /// Store A (N rows) exported to a file container by the engine, and store B imported from it into an empty
     /// store; with the single-statement references measured in the same run.
     struct Pair {
+        var shape: Shape
         var rows: Int
         var a: String
         var b: String
@@ -184,19 +185,21 @@ final class Lab {
     }
 
     /// How many engine runs a size gets: small sizes are quick and noisy.
-    func engineRuns(_ rows: Int) -> Int { rows <= 100_000 ? 3 : 1 }
+    func engineRuns(_ rows: Int) -> Int { options.engineRuns ?? (rows <= 100_000 ? 3 : 1) }
     func referenceRuns(_ rows: Int) -> Int { rows <= 100_000 ? 5 : 3 }
 
-    func pair(rows: Int) throws -> Pair {
-        if let done = pairs[rows] { return done }
-        let template = try template(rows: rows)
-        let a = "a-\(rows)", b = "b-\(rows)", container = "c-\(rows).container"
+    func pair(rows: Int, shape: Shape? = nil) throws -> Pair {
+        let shape = shape ?? self.shape
+        let key = "\(shape.rawValue)-\(rows)"
+        if let done = pairs[key] { return done }
+        let template = try template(rows: rows, shape: shape)
+        let a = "a-\(key)", b = "b-\(key)", container = "c-\(key).container"
         var exports: [Double] = []
         var imports: [Double] = []
         for run in 0..<engineRuns(rows) {
             Output.note("export of \(rows) rows to a container file (engine, run \(run + 1))")
             try remove(container)
-            let storeA = try copyStore(template, to: a, url: fileURL(container))
+            let storeA = try copyStore(template, to: a, url: fileURL(container), shape: shape)
             _ = try CloudConnector.initialize(settings: try storeA.cloudSettings(), environment: storeA.environment)
             let mirror = try storeA.openMirror()
             var saved = 0
@@ -209,7 +212,7 @@ final class Lab {
 
             Output.note("import of \(rows) rows into an empty store (engine, run \(run + 1))")
             try remove(b)
-            let storeB = try makeStore(b, url: fileURL(container))
+            let storeB = try makeStore(b, url: fileURL(container), shape: shape)
             try storeB.ensureInitialized()
             let mirrorB = try storeB.openMirror()
             var applied = 0
@@ -226,19 +229,20 @@ final class Lab {
         var importRefs: [Double] = []
         var trackedRefs: [Double] = []
         for _ in 0..<refs {
-            exportRefs.append(try exportReference(store: storePath(template), container: path(container)))
-            importRefs.append(try importReference(container: path(container), tracked: false))
+            exportRefs.append(try exportReference(store: storePath(template), container: path(container),
+                                                  shape: shape))
+            importRefs.append(try importReference(container: path(container), tracked: false, shape: shape))
         }
         for _ in 0..<max(1, refs / 2) {
-            trackedRefs.append(try importReference(container: path(container), tracked: true))
+            trackedRefs.append(try importReference(container: path(container), tracked: true, shape: shape))
         }
-        let result = Pair(rows: rows, a: a, b: b, container: container, exportSeconds: median(exports),
+        let result = Pair(shape: shape, rows: rows, a: a, b: b, container: container, exportSeconds: median(exports),
                           importSeconds: median(imports), exportReference: median(exportRefs),
                           importReference: median(importRefs), importReferenceTracked: median(trackedRefs),
                           engineRuns: exports.count, referenceRuns: refs)
         Output.note("  export \(secs(result.exportSeconds)) vs \(secs(result.exportReference)), import "
                     + "\(secs(result.importSeconds)) vs \(secs(result.importReference))")
-        pairs[rows] = result
+        pairs[key] = result
         return result
     }
 
@@ -254,8 +258,9 @@ final class Lab {
     }
 
     /// Seconds for one statement that turns every row of `store` into a record in a fresh container file with
-    /// the engine's records schema: `INSERT INTO c.records SELECT ..., json_object(...) FROM notes`.
-    func exportReference(store: String, container: String) throws -> Double {
+    /// the engine's records schema: `INSERT INTO c.records SELECT ..., json_object(...) FROM notes` (one statement
+    /// per table, in one transaction).
+    func exportReference(store: String, container: String, shape: Shape) throws -> Double {
         let target = path("reference.container")
         try remove("reference.container")
         do {
@@ -266,45 +271,39 @@ final class Lab {
         try db.run("ATTACH DATABASE ? AS c", [target])
         try db.execute("PRAGMA c.synchronous=NORMAL")
         let seconds = try Clock.seconds {
-            try db.run("""
-                INSERT INTO c.records(zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by,
-                                      modified_at)
-                SELECT 'default', printf('notes/%s%012x', '0123456789abcdef', id), 'notes',
-                       json_object('uuid', uuid, 'title', title, 'body', body, 'updated_at', updated_at),
-                       printf('%x-reference', id), id, 0, 'reference-device', 1700000000.0
-                FROM main.notes ORDER BY id
-                """)
+            try db.transaction { for sql in shape.exportReference { try db.run(sql) } }
         }
         try db.execute("DETACH DATABASE c")
         return seconds
     }
 
     /// Seconds for one statement that inserts every live record of `container` into an empty store with the
-    /// notes schema: `INSERT INTO notes SELECT json_extract(...) FROM c.records`. With `tracked`, the empty store
-    /// has history tracking installed, so the triggers fire on each row.
-    func importReference(container: String, tracked: Bool) throws -> Double {
+    /// shape's schema: `INSERT INTO notes SELECT json_extract(...) FROM c.records` (one statement per table, parents
+    /// first, in one transaction). With `tracked`, the empty store has history tracking installed, so the triggers
+    /// fire on each row.
+    func importReference(container: String, tracked: Bool, shape: Shape) throws -> Double {
         let name = "reference-\(tracked ? "tracked" : "plain")"
         try remove(name)
         var handle: StoreHandle?
         let db: Connection
         if tracked {
-            let store = try makeStore(name, url: fileURL("unused.container"))
+            let store = try makeStore(name, url: fileURL("unused.container"), shape: shape)
             try store.ensureInitialized()
             db = try store.database()
             handle = store
         } else {
             try FileManager.default.createDirectory(atPath: path(name), withIntermediateDirectories: true)
             db = try Connection(path: storePath(name), wal: true)
-            try db.execute(Self.schema)
+            try db.execute(shape.sql)
         }
         try db.run("ATTACH DATABASE ? AS c", [container])
         let seconds = try Clock.seconds {
-            try db.run("""
-                INSERT INTO main.notes(uuid, title, body, updated_at)
-                SELECT json_extract(fields, '$.uuid'), json_extract(fields, '$.title'), json_extract(fields, '$.body'),
-                       json_extract(fields, '$.updated_at')
-                FROM c.records WHERE zone = 'default' AND record_type = 'notes' AND deleted = 0 ORDER BY seq
-                """)
+            try db.transaction { for sql in shape.importReference { try db.run(sql) } }
+        }
+        let count = try db.scalar(shape.countSQL)?.int64 ?? 0
+        let live = try db.scalar("SELECT count(*) FROM c.records WHERE deleted = 0")?.int64 ?? -1
+        guard count == live else {
+            throw StoreError(.software, "the import reference inserted \(count) rows of \(live) records")
         }
         try db.execute("DETACH DATABASE c")
         handle?.close()

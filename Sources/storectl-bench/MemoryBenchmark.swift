@@ -46,7 +46,7 @@ enum MemoryBenchmark {
         let imported = try Child.check([storectl, "--config", lab.configPath(importer), "mode", "cloud"],
                                        environment: trace, in: lab.dir)
         Output.note("  \(secs(imported.seconds)), peak RSS \(imported.maxRSSKiB / 1024) MiB")
-        let count = try lab.open(importer).database().scalar("SELECT count(*) FROM notes")?.int64 ?? 0
+        let count = try lab.open(importer).database().scalar(lab.shape.countSQL)?.int64 ?? 0
         guard count == Int64(rows) else {
             throw StoreError(.software, "the import by storectl mode cloud left \(count) rows, expected \(rows)")
         }

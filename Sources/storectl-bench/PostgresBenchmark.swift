@@ -48,8 +48,10 @@ enum PostgresBenchmark {
         func sql(_ text: String) throws {
             _ = try Child.check([psql, url, "-v", "ON_ERROR_STOP=1", "-q", "-c", text], in: lab.dir)
         }
-        let template = try lab.template(rows: rows)
-        let a = try lab.copyStore(template, to: "pg-a-\(rows)", url: url, account: "postgres", container: container)
+        // The one-table shape: the export's COPY reference and the raw inserts are written for it.
+        let template = try lab.template(rows: rows, shape: .single)
+        let a = try lab.copyStore(template, to: "pg-a-\(rows)", url: url, account: "postgres", container: container,
+                                  shape: .single)
         _ = try CloudConnector.initialize(settings: try a.cloudSettings(), environment: a.environment)
         defer { try? sql("DROP SCHEMA IF EXISTS \(schema) CASCADE") }
 
@@ -81,7 +83,7 @@ enum PostgresBenchmark {
         Output.note("import of \(rows) records from PostgreSQL into an empty store (engine)")
         let bName = "pg-b-\(rows)"
         try lab.remove(bName)
-        let b = try lab.makeStore(bName, url: url, account: "postgres", container: container)
+        let b = try lab.makeStore(bName, url: url, account: "postgres", container: container, shape: .single)
         try b.ensureInitialized()
         let mirrorB = try b.openMirror()
         var applied = 0
@@ -97,15 +99,15 @@ enum PostgresBenchmark {
         }
         let insert = median(inserts)
         Output.note("  raw inserts \(secs(insert))")
-        let fileImport = try lab.pair(rows: rows).importSeconds
+        let fileImport = try lab.pair(rows: rows, shape: .single).importSeconds
         Trace.report()  // STORECTL_TRACE=1: the file-container runs
         return [
-            Figure(id: "export.postgres", what: "PostgreSQL export vs COPY into a plain table",
+            Figure(id: "export.postgres", what: lab.singleOnly("PostgreSQL export vs COPY into a plain table"),
                    value: copy / export, unit: .percent, target: .atLeast(0.5),
                    detail: "engine \(secs(export)) (\(rate(rows, export))), psql \\copy \(secs(copy)) "
                        + "(\(rate(rows, copy)))",
                    numbers: ["rows": Double(rows), "engine_seconds": export, "reference_seconds": copy]),
-            Figure(id: "import.postgres", what: "import from PostgreSQL vs the file-container import",
+            Figure(id: "import.postgres", what: lab.singleOnly("import from PostgreSQL vs the file-container import"),
                    value: fileImport / imported, unit: .percent, target: .atLeast(0.7),
                    detail: "engine \(secs(imported)) (\(rate(rows, imported))), from the file container "
                        + "\(secs(fileImport)) (\(rate(rows, fileImport))); raw INSERT ... SELECT \(secs(insert))",
@@ -144,7 +146,7 @@ enum PostgresBenchmark {
         try lab.remove("raw-insert")
         try FileManager.default.createDirectory(atPath: lab.path("raw-insert"), withIntermediateDirectories: true)
         let db = try Connection(path: lab.storePath("raw-insert"), wal: true)
-        try db.execute(Lab.schema)
+        try db.execute(Shape.single.sql)
         try db.run("ATTACH DATABASE ? AS s", [store])
         let seconds = try Clock.seconds {
             try db.execute("INSERT INTO main.notes(uuid, title, body, updated_at) "

@@ -4,9 +4,15 @@ import StoreBase
 /// `storectl-bench mode` and `storectl-bench status`: whole `storectl` processes, as scripts call them in loops.
 enum ProcessBenchmarks {
     static let modeHelp = """
-        usage: storectl-bench mode [--rows N] [--repeat R] [--json]
+        usage: storectl-bench mode [--rows N] [--schema realistic|single] [--repeat R] [--json]
 
-        Runs the release storectl binary as a process, R times each, on a synced store of N rows and on one of
+        First, a new store's whole 'storectl mode cloud' process (the release binary as a child process; it
+        creates the store, imports the N records of the 'import' benchmark's container and checks the result),
+        against the 'import' benchmark's reference: one INSERT ... SELECT per table of the same rows into a
+        tracked store. Figure: reference seconds / median process seconds (--engine-runs; default 1 run at
+        N > 100,000, else 3).
+        Target: >= 40%.
+        Then: runs the release storectl binary as a process, R times each, on a synced store of N rows and on one of
         1,000 rows, alternating: 'storectl mode cloud --no-sync', then 'storectl mode local' (which makes its final
         export, of no pending change). Figures: median N-row time / median 1k-row time (target <= 1.2) and the
         median N-row time (target < 50 ms), for each command.
@@ -32,6 +38,7 @@ enum ProcessBenchmarks {
     }
 
     static func modeFigures(_ lab: Lab, _ options: BenchOptions) throws -> [Figure] {
+        var figures = [try cloudImportFigure(lab, options)]
         let storectl = try lab.storectl()
         let sizes = [options.rows, SyncBenchmark.changes]
         var stores: [Int: String] = [:]
@@ -50,7 +57,6 @@ enum ProcessBenchmarks {
                 }
             }
         }
-        var figures: [Figure] = []
         for command in commands {
             let big = median(times["\(command.id)-\(options.rows)"] ?? [])
             let small = median(times["\(command.id)-\(SyncBenchmark.changes)"] ?? [])
@@ -65,6 +71,41 @@ enum ProcessBenchmarks {
                                   detail: "median of \(options.repeats) processes", numbers: numbers))
         }
         return figures
+    }
+
+    /// A new store's `storectl mode cloud` process importing the N records of the pair's container, against the
+    /// pair's INSERT ... SELECT reference into a tracked store.
+    static func cloudImportFigure(_ lab: Lab, _ options: BenchOptions, shape: Shape? = nil) throws -> Figure {
+        let storectl = try lab.storectl()
+        let pair = try lab.pair(rows: options.rows, shape: shape)
+        let name = "mode-import-\(pair.shape.rawValue)-\(pair.rows)"
+        var times: [Double] = []
+        for run in 0..<lab.engineRuns(pair.rows) {
+            Output.note("storectl mode cloud: a new store importing \(pair.rows) records, as a process (run \(run + 1))")
+            try lab.remove(name)
+            _ = try lab.makeStore(name, url: lab.fileURL(pair.container), shape: pair.shape)
+            let result = try Child.check([storectl, "--config", lab.configPath(name), "mode", "cloud"], in: lab.dir)
+            let store = try lab.open(name)
+            let count = try store.database().scalar(pair.shape.countSQL)?.int64 ?? 0
+            store.close()
+            guard count == Int64(pair.rows) else {
+                throw StoreError(.software, "storectl mode cloud left \(count) rows, expected \(pair.rows)")
+            }
+            Output.note("  \(secs(result.seconds))")
+            times.append(result.seconds)
+        }
+        try lab.remove(name)
+        let process = median(times)
+        return Figure(id: ExportImportBenchmark.id("mode.cloud.import", pair.shape, run: lab.shape),
+                      what: "a new store's `storectl mode cloud` importing N records, whole process, vs INSERT ... "
+                          + "SELECT into a tracked store" + ExportImportBenchmark.label(pair.shape),
+                      value: pair.importReferenceTracked / process, unit: .percent, target: .atLeast(0.4),
+                      detail: "process \(secs(process)) (\(rate(pair.rows, process)), median of \(times.count)), one "
+                          + "statement per table into a tracked store \(secs(pair.importReferenceTracked)); the "
+                          + "library import alone \(secs(pair.importSeconds))",
+                      numbers: ["rows": Double(pair.rows), "process_seconds": process,
+                                "reference_tracked_seconds": pair.importReferenceTracked,
+                                "library_seconds": pair.importSeconds, "runs": Double(times.count)])
     }
 
     static func statusFigures(_ lab: Lab, _ options: BenchOptions) throws -> [Figure] {

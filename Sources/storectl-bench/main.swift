@@ -22,6 +22,8 @@ let benchmarks: [(name: String, abstract: String, run: ([String]) throws -> Void
     ("storage", "bytes of sync metadata per row after the N-row sync, history pruned", StorageBenchmark.main),
     ("idle", "CPU and memory of 1,000 idle sync rounds (as watch runs them) on the N-row store",
      StorageBenchmark.idleMain),
+    ("users", "the users' schema on one pair: export, import, a new store's mode cloud, storage",
+     UsersSchemaBenchmark.main),
     ("trigger-cost", "only the inserts of 'history' (plain|floor|tracked), for callgrind", HistoryBenchmark.triggerCostMain),
     ("all", "everything above in one run: one table, one JSON document", AllBenchmark.main),
 ]
