@@ -159,11 +159,22 @@ final class PageApplier {
         return text
     }
 
-    /// The largest rowid `entity` holds or, for an AUTOINCREMENT table, ever gave (0 when none).
-    private func largestRowID(_ entity: EntityMap) throws -> Int64 {
-        var top = try db.scalar(sql("top", entity) {
-            "SELECT max(\(quoteIdentifier(entity.primaryKey[0]))) FROM main.\(entity.quotedName)"
-        })?.int64 ?? 0
+    /// The largest rowid `entity` holds or, for an AUTOINCREMENT table, ever gave (0 when none); with
+    /// `besideDeletesBetween`, leaving out the rows of the tombstones classified `delete` between the two indexes.
+    private func largestRowID(_ entity: EntityMap, besideDeletesBetween range: (Int, Int64)? = nil) throws -> Int64 {
+        let key = quoteIdentifier(entity.primaryKey[0])
+        var top: Int64
+        if let range {
+            top = try db.scalar(sql("topBeside", entity) {
+                """
+                SELECT \(key) FROM main.\(entity.quotedName) WHERE \(key) NOT IN (SELECT local
+                    FROM temp._storectl_page_kind WHERE record_type = ?1 AND kind = 'delete' AND i > ?2 AND i < ?3)
+                ORDER BY \(key) DESC LIMIT 1
+                """
+            }, [entity.name, range.0, range.1])?.int64 ?? 0
+        } else {
+            top = try db.scalar(sql("top", entity) { "SELECT max(\(key)) FROM main.\(entity.quotedName)" })?.int64 ?? 0
+        }
         if try db.scalar("SELECT 1 FROM main.sqlite_master WHERE name = 'sqlite_sequence'") != nil,
            let used = try db.scalar("SELECT seq FROM main.sqlite_sequence WHERE name = ?", [entity.name])?.int64
         {
@@ -285,11 +296,10 @@ final class PageApplier {
     /// sends on the ones whose references are not found here or whose UNIQUE values meet another row or another
     /// record of the run, and numbers the new rows of a surrogate-keyed table.
     private func classify(_ entity: EntityMap, after: Int, before: Int, pageSize: Int) throws {
-        // New rows are numbered from the largest rowid on, as SQLite would number them one by one (read before
-        // this run's deletes, so that no new row takes the rowid of a row the same run deletes); the numbers of
+        // New rows are numbered from the largest rowid on, as SQLite would number them one by one; the numbers of
         // rows after the run's end are given again when the next run is classified. Near the largest rowid
         // SQLite picks rowids at random: new rows then go one by one.
-        let top = entity.isSurrogate ? try largestRowID(entity) : 0
+        var top = entity.isSurrogate ? try largestRowID(entity) : 0
         let room = !entity.isSurrogate || top <= Int64.max - Int64(pageSize)
         try db.run(sql("classify", entity) { classifySQL(entity) },
                    [entity.name, after, applier.hasPendingLocal, applier.exportToken, MirrorState.importAuthor,
@@ -335,9 +345,22 @@ final class PageApplier {
             }, bounds)
         }
         guard entity.isSurrogate, room else { return }
-        // The new rows take the rowids top + 1, top + 2, ... in page order: the rowids an INTEGER PRIMARY KEY
-        // gives rows inserted after one at `top` (a window function over the run cost as much as the rest of the
-        // classification).
+        // One by one, the first new row takes the rowid after the largest one the tombstones before it leave (a
+        // deleted largest rowid is given again, unless the table is AUTOINCREMENT), and every later one the rowid
+        // after the row before it. So the new rows take the rowids top + 1, top + 2, ... in page order (a window
+        // function over the run cost as much as the rest of the classification).
+        if let first = try db.scalar(sql("firstNew", entity) {
+            "SELECT min(i) FROM temp._storectl_page_kind WHERE record_type = ?1 AND i > ?2 AND kind = 'new'"
+        }, [entity.name, after])?.int64,
+           try db.scalar(sql("deletesFirst", entity) {
+               """
+               SELECT EXISTS (SELECT 1 FROM temp._storectl_page_kind WHERE record_type = ?1 AND i > ?2 AND i < ?3
+                              AND kind = 'delete')
+               """
+           }, [entity.name, after, first])?.int64 == 1
+        {
+            top = try largestRowID(entity, besideDeletesBetween: (after, first))
+        }
         try db.run("DELETE FROM temp._storectl_page_new")
         try db.run("INSERT INTO temp._storectl_page_new(local, i) VALUES (?1, -1)", [top])
         try db.run("""
