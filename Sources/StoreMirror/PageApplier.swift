@@ -33,6 +33,8 @@ final class PageApplier {
     let db: Connection
     let applier: RecordApplier
     private var sqlTexts: [String: String] = [:]
+    /// `isPlain` per table, worked out once per import rather than once per record.
+    private var plainTables: [String: Bool] = [:]
 
     /// What a page did, in `ImportReport` counts.
     struct Counts {
@@ -98,7 +100,7 @@ final class PageApplier {
             for (i, record) in records.enumerated() {
                 // A reference travels as an object: the classification checks each field of a table with
                 // references; elsewhere any blob, text or reference object sends the record one by one.
-                guard let entity = applier.entities[record.recordType], Self.isPlain(entity),
+                guard let entity = applier.entities[record.recordType], isPlainTable(entity),
                       !isOwnName(record.recordName, entity),
                       record.deleted ? record.fields == "{}"
                           : !entity.references.isEmpty || !RecordApplier.mentionsSpecialObject(record.fields)
@@ -144,6 +146,13 @@ final class PageApplier {
             lo = hi
         }
         return counts
+    }
+
+    private func isPlainTable(_ entity: EntityMap) -> Bool {
+        if let plain = plainTables[entity.name] { return plain }
+        let plain = Self.isPlain(entity)
+        plainTables[entity.name] = plain
+        return plain
     }
 
     /// Whether `name` is one this store gives its own rows (`RecordApplier.ownRowID` may then map it to a row).
