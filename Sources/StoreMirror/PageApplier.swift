@@ -6,25 +6,35 @@ import StoreSQLite
 /// Applies the plain records of a fetched page with a few statements per table instead of several per record, and
 /// hands every other record to `RecordApplier`, in page order.
 ///
-/// A record is plain when its table has surrogate keys, no references and no UNIQUE constraint, and the record is
-/// one of:
-/// - new here (its name is not in the record map), live, with exactly the table's field columns and no blob,
-///   text or reference object: `INSERT ... SELECT` at the rowids SQLite would give them one by one;
+/// A record is plain when `RecordApplier.apply` would do exactly this with it, and it is one of:
+/// - new here (its name is not in the record map), live, with exactly the table's field columns and no blob or
+///   text object: `INSERT ... SELECT`. A surrogate-keyed row takes the rowid SQLite would give it one by one; a
+///   natural-keyed row needs a name that is the one its key derives (`EntityMap.naturalName`), key values of the
+///   types its columns store as they are (`keyTypes`), no local row and no local history at that key;
 /// - a newer state of a row the map knows, which has no local change after the export token (the same test
-///   `RecordApplier.localChanges` makes) and still exists: `UPDATE ... FROM`;
+///   `RecordApplier.localChanges` makes), still exists, and keeps its natural key: `UPDATE ... FROM`;
 /// - a tombstone `{}` of such a row of a table no other table references: `DELETE`;
 /// - one the map already holds at the same change tag, or a tombstone of a record never seen: skipped.
 ///
-/// Anything else (an own record name, a record whose table or shape differs, a merge, a reference, a duplicate)
-/// goes through `RecordApplier.apply`. The page is applied in runs: the plain records before the first other one
-/// with one statement each, then that record on its own, then the rest of the page is looked at again, so that
-/// every record sees the state the records before it left, exactly as when they are applied one by one.
-/// Failures are the caller's: the page runs in a savepoint that the `Importer` rolls back to apply the page
-/// record by record, setting aside the ones that fail.
+/// A reference (`{"$ref": "NAME"}`) is resolved in SQL as `RecordApplier.parentKey` does (the record map, through
+/// the aliases, a live entry whose row exists), or to a parent that is new earlier in the same run; a record whose
+/// parent is not found, or whose reference is malformed, is not plain (`RecordApplier` parks it or sets it aside).
+/// A record of a table with UNIQUE constraints is plain only when its values meet no other local row and no other
+/// plain record of the run (NULLs never collide): a duplicate, a swap, a value moving between rows is
+/// `RecordApplier`'s (`resolveUnique`, `deferUntilSettled`).
+///
+/// Anything else (an own record name, a record whose table or shape differs, a merge, a missing parent, a
+/// duplicate) goes through `RecordApplier.apply`. The page is applied in runs: the plain records before the first
+/// other one with one statement each (parents before children), then that record on its own, then the rest of the
+/// page is looked at again, so that every record sees the state the records before it left, exactly as when they
+/// are applied one by one. Failures are the caller's: the page runs in a savepoint that the `Importer` rolls back
+/// to apply the page record by record, setting aside the ones that fail.
 final class PageApplier {
     let db: Connection
     let applier: RecordApplier
     private var sqlTexts: [String: String] = [:]
+    /// `isPlain` per table, worked out once per import rather than once per record.
+    private var plainTables: [String: Bool] = [:]
 
     /// What a page did, in `ImportReport` counts.
     struct Counts {
@@ -40,16 +50,40 @@ final class PageApplier {
             CREATE TEMP TABLE IF NOT EXISTS _storectl_page(i INTEGER PRIMARY KEY, record_name TEXT NOT NULL UNIQUE,
                 record_type TEXT NOT NULL, fields TEXT NOT NULL, change_tag TEXT NOT NULL, deleted INTEGER NOT NULL);
             CREATE TEMP TABLE IF NOT EXISTS _storectl_page_kind(i INTEGER PRIMARY KEY, record_type TEXT NOT NULL,
-                kind TEXT NOT NULL, pk TEXT, local INTEGER);
+                kind TEXT NOT NULL, pk TEXT, local INTEGER, refs TEXT);
             CREATE TEMP TABLE IF NOT EXISTS _storectl_page_new(local INTEGER PRIMARY KEY, i INTEGER NOT NULL);
             DELETE FROM temp._storectl_page;
             DELETE FROM temp._storectl_page_kind;
             """)
     }
 
-    /// Whether a table's records can take the set-based path at all.
+    /// Whether a table's records can take the set-based path at all: every column can be named in a JSON path,
+    /// and a natural key is one a record's fields give as the row stores it (`keyTypes`).
     static func isPlain(_ entity: EntityMap) -> Bool {
-        entity.isSurrogate && entity.references.isEmpty && entity.uniqueKeys.isEmpty && entity.pathSafe
+        entity.pathSafe && (entity.isSurrogate || keyTypes(entity) != nil)
+    }
+
+    /// For each column of a natural key, the JSON types of a record's value that the column stores unchanged, so
+    /// that the key the record names is the key its row gets: `integer` for INTEGER affinity, `text` for TEXT,
+    /// both for a column with no affinity. Nil when a key column holds a reference or converts values (REAL,
+    /// NUMERIC): such records go one by one.
+    static func keyTypes(_ entity: EntityMap) -> [[String]]? {
+        var types: [[String]] = []
+        for column in entity.primaryKey {
+            guard entity.reference(for: column) == nil, let c = entity.columns.firstIndex(of: column) else { return nil }
+            // https://sqlite.org/datatype3.html, "Determination Of Column Affinity", in its order.
+            let declared = c < entity.declaredTypes.count ? entity.declaredTypes[c].uppercased() : ""
+            if declared.contains("INT") {
+                types.append(["integer"])
+            } else if declared.contains("CHAR") || declared.contains("CLOB") || declared.contains("TEXT") {
+                types.append(["text"])
+            } else if declared.contains("BLOB") || declared.isEmpty {
+                types.append(["integer", "text"])
+            } else {
+                return nil
+            }
+        }
+        return types
     }
 
     /// Applies `records` (one page, in seq order); `other` applies one record the set-based path does not take.
@@ -64,10 +98,12 @@ final class PageApplier {
                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                 """)
             for (i, record) in records.enumerated() {
-                guard let entity = applier.entities[record.recordType], Self.isPlain(entity),
+                // A reference travels as an object: the classification checks each field of a table with
+                // references; elsewhere any blob, text or reference object sends the record one by one.
+                guard let entity = applier.entities[record.recordType], isPlainTable(entity),
                       !isOwnName(record.recordName, entity),
-                      record.deleted ? (record.fields == "{}" && !applier.referencedEntities.contains(entity.name))
-                          : !RecordApplier.mentionsSpecialObject(record.fields)
+                      record.deleted ? record.fields == "{}"
+                          : !entity.references.isEmpty || !RecordApplier.mentionsSpecialObject(record.fields)
                 else { continue }
                 try insert.bind(.integer(Int64(i)), at: 1)
                 try insert.bind(.text(record.recordName), at: 2)
@@ -88,13 +124,17 @@ final class PageApplier {
         defer { try? db.execute("DELETE FROM temp._storectl_page; DELETE FROM temp._storectl_page_kind;") }
         // A newer version of a record held back earlier in the import supersedes it.
         try applier.forgetDeferred(namesIn: "temp._storectl_page")
-        let entities = types.sorted().compactMap { applier.entities[$0] }
+        // Parents first: a child resolves a reference to a parent new in the same run through the parent's
+        // classification, and its rows go in after the parent's.
+        let entities = EntityMap.parentFirst(types.sorted().compactMap { applier.entities[$0] })
         var lo = -1
         while lo < records.count {
             var hi = records.count
             if let next = staged[(lo + 1)...].firstIndex(of: false) { hi = next }
             if !entities.isEmpty && lo + 1 < hi {
-                for entity in entities { try classify(entity, after: lo, pageSize: records.count) }
+                // Decisions of an earlier run past its end are stale: a reference must not find them.
+                try db.run("DELETE FROM temp._storectl_page_kind WHERE i > ?1", [lo])
+                for entity in entities { try classify(entity, after: lo, before: hi, pageSize: records.count) }
                 if let rest = try db.scalar("""
                     SELECT min(i) FROM temp._storectl_page_kind WHERE i > ?1 AND i < ?2 AND kind = 'rest'
                     """, [lo, hi])?.int64 {
@@ -106,6 +146,13 @@ final class PageApplier {
             lo = hi
         }
         return counts
+    }
+
+    private func isPlainTable(_ entity: EntityMap) -> Bool {
+        if let plain = plainTables[entity.name] { return plain }
+        let plain = Self.isPlain(entity)
+        plainTables[entity.name] = plain
+        return plain
     }
 
     /// Whether `name` is one this store gives its own rows (`RecordApplier.ownRowID` may then map it to a row).
@@ -121,11 +168,22 @@ final class PageApplier {
         return text
     }
 
-    /// The largest rowid `entity` holds or, for an AUTOINCREMENT table, ever gave (0 when none).
-    private func largestRowID(_ entity: EntityMap) throws -> Int64 {
-        var top = try db.scalar(sql("top", entity) {
-            "SELECT max(\(quoteIdentifier(entity.primaryKey[0]))) FROM main.\(entity.quotedName)"
-        })?.int64 ?? 0
+    /// The largest rowid `entity` holds or, for an AUTOINCREMENT table, ever gave (0 when none); with
+    /// `besideDeletesBetween`, leaving out the rows of the tombstones classified `delete` between the two indexes.
+    private func largestRowID(_ entity: EntityMap, besideDeletesBetween range: (Int, Int64)? = nil) throws -> Int64 {
+        let key = quoteIdentifier(entity.primaryKey[0])
+        var top: Int64
+        if let range {
+            top = try db.scalar(sql("topBeside", entity) {
+                """
+                SELECT \(key) FROM main.\(entity.quotedName) WHERE \(key) NOT IN (SELECT local
+                    FROM temp._storectl_page_kind WHERE record_type = ?1 AND kind = 'delete' AND i > ?2 AND i < ?3)
+                ORDER BY \(key) DESC LIMIT 1
+                """
+            }, [entity.name, range.0, range.1])?.int64 ?? 0
+        } else {
+            top = try db.scalar(sql("top", entity) { "SELECT max(\(key)) FROM main.\(entity.quotedName)" })?.int64 ?? 0
+        }
         if try db.scalar("SELECT 1 FROM main.sqlite_master WHERE name = 'sqlite_sequence'") != nil,
            let used = try db.scalar("SELECT seq FROM main.sqlite_sequence WHERE name = ?", [entity.name])?.int64
         {
@@ -134,48 +192,184 @@ final class PageApplier {
         return top
     }
 
-    /// Decides, for each staged record of `entity` after index `after`, what it is: `new`, `update`, `delete`,
-    /// `skip`, or `rest` (for `RecordApplier`).
-    private func classify(_ entity: EntityMap, after: Int, pageSize: Int) throws {
-        // New rows are numbered from the largest rowid on, as SQLite would number them one by one (read before
-        // this run's deletes, so that no new row takes the rowid of a row the same run deletes); the numbers of
+    // MARK: SQL of one table
+
+    /// A field's path, as an SQL literal.
+    private static func path(_ column: String) -> String { quoteLiteral(jsonPath(column)) }
+
+    /// The value a plain record gives `column` (over the staged record `p` and its decision `k`): a reference's
+    /// resolved parent key (`k.refs`), else the field as SQLite's JSON functions read it.
+    private static func value(_ entity: EntityMap, _ column: String) -> String {
+        if let j = entity.references.firstIndex(where: { $0.column == column }) {
+            return "json_extract(k.refs, '$[\(j)]')"
+        }
+        return "json_extract(p.fields, \(path(column)))"
+    }
+
+    /// The canonical key (`RecordApplier.canonicalKey`) that the natural-keyed record `s` names in its fields.
+    private static func naturalKey(_ entity: EntityMap, record s: String) -> String {
+        "json_array(" + entity.primaryKey.map { EntityMap.jsonValue("json_extract(\(s).fields, \(path($0)))") }
+            .joined(separator: ", ") + ")"
+    }
+
+    /// A row of `entity` at the canonical key `pk` exists.
+    private static func rowAt(_ entity: EntityMap, _ pk: String) -> String {
+        "EXISTS (SELECT 1 FROM main.\(entity.quotedName) t WHERE \(entity.pkMatches("t", json: pk)))"
+    }
+
+    /// The key `pk` has history after the export token by another author than the import: a local change.
+    private static let localHistory = """
+        ?3 AND EXISTS (SELECT 1 FROM main._storectl_history h WHERE h.seq > ?4 AND h.entity = ?1 AND h.pk = %@
+                       AND h.author <> ?5)
+        """
+
+    /// The local key of the parent the reference in field `ref.column` of record `s` names: the record map's live
+    /// entry of that name (through the aliases) whose row exists (`RecordApplier.parentKey`), else a parent new
+    /// earlier in this run (`?2`: the run's start). NULL when neither.
+    private func parentKey(_ ref: EntityMap.Reference, record s: String) -> String {
+        let name = "json_extract(\(s).fields, \(quoteLiteral(jsonPath(ref.column) + ".\"$ref\"")))"
+        let target = "coalesce((SELECT a.target FROM main._storectl_aliases a WHERE a.record_name = \(name)), \(name))"
+        let parentKeyColumn = quoteIdentifier(applier.entities[ref.parent]?.primaryKey.first ?? "rowid")
+        return """
+            CASE WHEN json_type(\(s).fields, \(quoteLiteral(jsonPath(ref.column) + ".\"$ref\""))) = 'text' THEN coalesce(
+                (SELECT json_extract(m.pk, '$[0]') FROM main._storectl_records m
+                 WHERE m.record_name = \(target) AND m.entity = \(quoteLiteral(ref.parent)) AND m.deleted = 0
+                   AND EXISTS (SELECT 1 FROM main.\(quoteIdentifier(ref.parent)) t
+                               WHERE t.\(parentKeyColumn) = json_extract(m.pk, '$[0]'))),
+                (SELECT pk.local FROM temp._storectl_page pp JOIN temp._storectl_page_kind pk ON pk.i = pp.i
+                 WHERE pp.record_name = \(target) AND pk.record_type = \(quoteLiteral(ref.parent))
+                   AND pk.kind = 'new' AND pp.i > ?2 AND pp.i < \(s).i)) END
+            """
+    }
+
+    /// The decisions of `entity`'s staged records: `new`, `update`, `delete`, `skip`, `void` (a tombstone of a
+    /// record never seen) or `rest` (for `RecordApplier`). Bind: entity, run start, whether local changes exist,
+    /// export token, import author, whether new rows can be numbered, run end.
+    private func classifySQL(_ entity: EntityMap) -> String {
+        let columns = entity.fieldColumns
+        let references = Set(entity.references.map(\.column))
+        var shape = "json_valid(s.fields) AND json_type(s.fields) = 'object'"
+            + columns.map { " AND json_type(s.fields, \(Self.path($0))) IS NOT NULL" }.joined()
+            + " AND (SELECT count(*) FROM json_each(s.fields)) = \(columns.count)"
+        if !references.isEmpty {
+            // Staged with their reference objects: no other field may hold an object (a blob, a text, a misplaced
+            // reference).
+            shape += columns.filter { !references.contains($0) }
+                .map { " AND json_type(s.fields, \(Self.path($0))) <> 'object'" }.joined()
+        }
+        var newRow = "?6 AND \(shape)"
+        var sameKey = ""
+        var tombstone = applier.referencedEntities.contains(entity.name) ? "'rest'" : "'delete'"
+        var pk = "r.pk"
+        var local = "json_extract(r.pk, '$[0]')"
+        if !entity.isSurrogate, let types = Self.keyTypes(entity) {
+            let key = Self.naturalKey(entity, record: "s")
+            let typed = zip(entity.primaryKey, types).map { column, types in
+                "json_type(s.fields, \(Self.path(column))) IN (\(types.map(quoteLiteral).joined(separator: ", ")))"
+            }.joined(separator: " AND ")
+            // "its fields hold the key X but its name says Y" is `RecordApplier`'s to report.
+            newRow = "\(shape) AND \(typed) AND s.record_name = \(quoteLiteral(entity.name + ":")) || \(key)"
+                + " AND NOT \(Self.rowAt(entity, key))"
+                + " AND NOT (\(Self.localHistory.replacingText("%@", with: key)))"
+            sameKey = " AND \(typed) AND \(key) = r.pk"
+            // A NULL in a key (a table with rowids allows it) is matched with IS one by one, never by IN.
+            let nulls = entity.primaryKey.indices.map { "json_type(r.pk, '$[\($0)]') = 'null'" }
+                .joined(separator: " OR ")
+            if tombstone == "'delete'" { tombstone = "CASE WHEN \(nulls) THEN 'rest' ELSE 'delete' END" }
+            pk = "CASE WHEN r.record_name IS NULL THEN \(key) ELSE r.pk END"
+            local = "NULL"
+        }
+        let refs = entity.references.isEmpty ? "NULL"
+            : "json_array(" + entity.references.map { parentKey($0, record: "s") }.joined(separator: ", ") + ")"
+        return """
+            INSERT OR REPLACE INTO temp._storectl_page_kind(i, record_type, kind, pk, local, refs)
+                SELECT s.i AS i, s.record_type AS record_type, CASE
+                    WHEN r.record_name IS NULL THEN
+                        CASE WHEN s.deleted THEN 'void' WHEN \(newRow) THEN 'new' ELSE 'rest' END
+                    WHEN r.entity IS NOT s.record_type THEN 'rest'
+                    WHEN r.change_tag IS s.change_tag THEN 'skip'
+                    WHEN r.deleted <> 0 THEN 'rest'
+                    WHEN \(Self.localHistory.replacingText("%@", with: "r.pk")) THEN 'rest'
+                    WHEN s.deleted THEN \(tombstone)
+                    WHEN NOT \(Self.rowAt(entity, "r.pk")) THEN 'rest'
+                    WHEN \(shape)\(sameKey) THEN 'update'
+                    ELSE 'rest' END AS kind, \(pk) AS pk, \(local) AS local,
+                    CASE WHEN s.deleted THEN NULL ELSE \(refs) END AS refs
+                FROM temp._storectl_page s
+                LEFT JOIN main._storectl_records r ON r.record_name = s.record_name
+                WHERE s.record_type = ?1 AND s.i > ?2 AND s.i < ?7
+            """
+    }
+
+    /// Decides, for each staged record of `entity` between the two indexes, what it is (`classifySQL`), then
+    /// sends on the ones whose references are not found here or whose UNIQUE values meet another row or another
+    /// record of the run, and numbers the new rows of a surrogate-keyed table.
+    private func classify(_ entity: EntityMap, after: Int, before: Int, pageSize: Int) throws {
+        // New rows are numbered from the largest rowid on, as SQLite would number them one by one; the numbers of
         // rows after the run's end are given again when the next run is classified. Near the largest rowid
         // SQLite picks rowids at random: new rows then go one by one.
-        let top = try largestRowID(entity)
-        let room = top <= Int64.max - Int64(pageSize)
-        let key = quoteIdentifier(entity.primaryKey[0])
-        let columns = entity.fieldColumns
-        let text = sql("classify", entity) {
-            let paths = columns.map { quoteLiteral(jsonPath($0)) }
-            let shape = "json_valid(s.fields) AND json_type(s.fields) = 'object'"
-                + paths.map { " AND json_type(s.fields, \($0)) IS NOT NULL" }.joined()
-                + " AND (SELECT count(*) FROM json_each(s.fields)) = \(columns.count)"
-            return """
-                INSERT OR REPLACE INTO temp._storectl_page_kind(i, record_type, kind, pk, local)
-                    SELECT s.i AS i, s.record_type AS record_type, CASE
-                        WHEN r.record_name IS NULL THEN
-                            CASE WHEN s.deleted THEN 'skip' WHEN ?6 AND \(shape) THEN 'new' ELSE 'rest' END
-                        WHEN r.entity IS NOT s.record_type THEN 'rest'
-                        WHEN r.change_tag IS s.change_tag THEN 'skip'
-                        WHEN r.deleted <> 0 THEN 'rest'
-                        WHEN ?3 AND EXISTS (SELECT 1 FROM main._storectl_history h WHERE h.seq > ?4
-                            AND h.entity = ?1 AND h.pk = r.pk AND h.author <> ?5) THEN 'rest'
-                        WHEN s.deleted THEN 'delete'
-                        WHEN NOT EXISTS (SELECT 1 FROM main.\(entity.quotedName) t
-                                         WHERE t.\(key) = json_extract(r.pk, '$[0]')) THEN 'rest'
-                        WHEN \(shape) THEN 'update'
-                        ELSE 'rest' END AS kind, r.pk AS pk, json_extract(r.pk, '$[0]') AS local
-                    FROM temp._storectl_page s
-                    LEFT JOIN main._storectl_records r ON r.record_name = s.record_name
-                    WHERE s.record_type = ?1 AND s.i > ?2
-                """
+        var top = entity.isSurrogate ? try largestRowID(entity) : 0
+        let room = !entity.isSurrogate || top <= Int64.max - Int64(pageSize)
+        try db.run(sql("classify", entity) { classifySQL(entity) },
+                   [entity.name, after, applier.hasPendingLocal, applier.exportToken, MirrorState.importAuthor,
+                    room, before])
+        let bounds: [any SQLBindable] = [entity.name, after, before]
+        let candidates = "k.record_type = ?1 AND k.i > ?2 AND k.i < ?3 AND k.kind IN ('new', 'update')"
+        if !entity.references.isEmpty {
+            // A reference is plain when it is JSON null (the column's NULL) or names a parent found here.
+            try db.run(sql("refs", entity) {
+                let found = entity.references.enumerated().map { j, ref in
+                    "(json_type(p.fields, \(Self.path(ref.column))) = 'null'"
+                        + " OR json_extract(k.refs, '$[\(j)]') IS NOT NULL)"
+                }.joined(separator: " AND ")
+                return """
+                    UPDATE temp._storectl_page_kind AS k SET kind = 'rest' FROM temp._storectl_page p
+                    WHERE p.i = k.i AND \(candidates) AND NOT (\(found))
+                    """
+            }, bounds)
         }
-        try db.run(text, [entity.name, after, applier.hasPendingLocal, applier.exportToken, MirrorState.importAuthor,
-                          room])
-        guard room else { return }
-        // The new rows take the rowids top + 1, top + 2, ... in page order: the rowids an INTEGER PRIMARY KEY
-        // gives rows inserted after one at `top` (a window function over the run cost as much as the rest of the
-        // classification).
+        for (n, key) in entity.uniqueKeys.enumerated() where key.allSatisfy(entity.fieldColumns.contains) {
+            // `RecordApplier.resolveUnique`: a value held by another local row is a duplicate (or a value on its
+            // way to another row); two records of the run with the same values are, one by one, the second a
+            // duplicate of the first. A NULL never collides.
+            try db.run(sql("unique\(n)", entity) {
+                let match = key.map { "t.\(quoteIdentifier($0)) = \(Self.value(entity, $0))" }.joined(separator: " AND ")
+                return """
+                    UPDATE temp._storectl_page_kind AS k SET kind = 'rest' FROM temp._storectl_page p
+                    WHERE p.i = k.i AND \(candidates)
+                      AND EXISTS (SELECT 1 FROM main.\(entity.quotedName) t WHERE \(match)
+                                  AND (k.kind = 'new' OR NOT (\(entity.pkMatches("t", json: "k.pk")))))
+                    """
+            }, bounds)
+            try db.run(sql("uniqueRun\(n)", entity) {
+                let values = key.map { Self.value(entity, $0) }
+                let nulls = values.map { "\($0) IS NULL" }.joined(separator: " OR ")
+                return """
+                    WITH c(i, u) AS (
+                        SELECT k.i, CASE WHEN \(nulls) THEN NULL ELSE json_array(\(values.joined(separator: ", "))) END
+                        FROM temp._storectl_page_kind k JOIN temp._storectl_page p ON p.i = k.i WHERE \(candidates))
+                    UPDATE temp._storectl_page_kind SET kind = 'rest' WHERE i IN (
+                        SELECT i FROM c WHERE u IN (SELECT u FROM c WHERE u IS NOT NULL GROUP BY u HAVING count(*) > 1))
+                    """
+            }, bounds)
+        }
+        guard entity.isSurrogate, room else { return }
+        // One by one, the first new row takes the rowid after the largest one the tombstones before it leave (a
+        // deleted largest rowid is given again, unless the table is AUTOINCREMENT), and every later one the rowid
+        // after the row before it. So the new rows take the rowids top + 1, top + 2, ... in page order (a window
+        // function over the run cost as much as the rest of the classification).
+        if let first = try db.scalar(sql("firstNew", entity) {
+            "SELECT min(i) FROM temp._storectl_page_kind WHERE record_type = ?1 AND i > ?2 AND kind = 'new'"
+        }, [entity.name, after])?.int64,
+           try db.scalar(sql("deletesFirst", entity) {
+               """
+               SELECT EXISTS (SELECT 1 FROM temp._storectl_page_kind WHERE record_type = ?1 AND i > ?2 AND i < ?3
+                              AND kind = 'delete')
+               """
+           }, [entity.name, after, first])?.int64 == 1
+        {
+            top = try largestRowID(entity, besideDeletesBetween: (after, first))
+        }
         try db.run("DELETE FROM temp._storectl_page_new")
         try db.run("INSERT INTO temp._storectl_page_new(local, i) VALUES (?1, -1)", [top])
         try db.run("""
@@ -194,7 +388,6 @@ final class PageApplier {
         let name = quoteLiteral(entity.name)
         let key = quoteIdentifier(entity.primaryKey[0])
         let columns = entity.fieldColumns
-        let paths = columns.map { quoteLiteral(jsonPath($0)) }
         // `k`: the decisions (`_storectl_page_kind`); `p`: the staged records, joined to them by `i`.
         let range = "k.record_type = \(name) AND k.i > ?1 AND k.i < ?2"
         let staged = "temp._storectl_page_kind k JOIN temp._storectl_page p ON p.i = k.i"
@@ -205,21 +398,25 @@ final class PageApplier {
         }, bounds) {
             if let kind = row[0].string { kinds[kind] = Int(row[1].int64 ?? 0) }
         }
-        counts.skipped += kinds["skip"] ?? 0
+        counts.skipped += (kinds["skip"] ?? 0) + (kinds["void"] ?? 0)
         // Tombstones first: a new row may take the rowid a deleted row's map entry still names.
         if let deletes = kinds["delete"], deletes > 0 {
             try db.run(sql("gone", entity) {
                 """
                 UPDATE temp._storectl_page_kind AS k SET kind = 'gone' WHERE \(range) AND k.kind = 'delete'
-                  AND NOT EXISTS (SELECT 1 FROM main.\(entity.quotedName) t WHERE t.\(key) = k.local)
+                  AND NOT \(Self.rowAt(entity, "k.pk"))
                 """
             }, bounds)
             let gone = db.changes
             try db.run(sql("delete", entity) {
-                """
-                DELETE FROM main.\(entity.quotedName) WHERE \(key) IN
-                    (SELECT k.local FROM temp._storectl_page_kind k WHERE \(range) AND k.kind = 'delete')
-                """
+                let target = entity.isSurrogate ? key : "(" + entity.primaryKey.map(quoteIdentifier)
+                    .joined(separator: ", ") + ")"
+                let keys = entity.isSurrogate ? "k.local"
+                    : entity.primaryKey.indices.map { ValueJSON.keyValue("k.pk", $0) }.joined(separator: ", ")
+                return """
+                    DELETE FROM main.\(entity.quotedName) WHERE \(target) IN
+                        (SELECT \(keys) FROM temp._storectl_page_kind k WHERE \(range) AND k.kind = 'delete')
+                    """
             }, bounds)
             try db.run(sql("deleteMap", entity) {
                 RecordMap.pageSQL(.tombstones, entity: entity.name, columns: columns, source: staged, filter: range)
@@ -229,10 +426,11 @@ final class PageApplier {
         }
         if let updates = kinds["update"], updates > 0 {
             try db.run(sql("update", entity) {
-                let sets = zip(columns, paths).map { "\(quoteIdentifier($0)) = json_extract(p.fields, \($1))" }
+                let sets = columns.map { "\(quoteIdentifier($0)) = \(Self.value(entity, $0))" }
+                let row = entity.isSurrogate ? "t.\(key) = k.local" : entity.pkMatches("t", json: "k.pk")
                 return """
                     UPDATE main.\(entity.quotedName) AS t SET \(sets.joined(separator: ", "))
-                    FROM \(staged) WHERE \(range) AND k.kind = 'update' AND t.\(key) = k.local
+                    FROM \(staged) WHERE \(range) AND k.kind = 'update' AND \(row)
                     """
             }, bounds)
             try db.run(sql("updateMap", entity) {
@@ -242,11 +440,12 @@ final class PageApplier {
         }
         if let inserts = kinds["new"], inserts > 0 {
             try db.run(sql("insert", entity) {
-                """
-                INSERT INTO main.\(entity.quotedName)(\(key), \(columns.map(quoteIdentifier).joined(separator: ", ")))
-                SELECT k.local, \(paths.map { "json_extract(p.fields, \($0))" }.joined(separator: ", "))
-                FROM \(staged) WHERE \(range) AND k.kind = 'new' ORDER BY k.i
-                """
+                let names = (entity.isSurrogate ? [key] : []) + columns.map(quoteIdentifier)
+                let values = (entity.isSurrogate ? ["k.local"] : []) + columns.map { Self.value(entity, $0) }
+                return """
+                    INSERT INTO main.\(entity.quotedName)(\(names.joined(separator: ", ")))
+                    SELECT \(values.joined(separator: ", ")) FROM \(staged) WHERE \(range) AND k.kind = 'new' ORDER BY k.i
+                    """
             }, bounds)
             try db.run(sql("insertMap", entity) {
                 RecordMap.pageSQL(.inserts, entity: entity.name, columns: columns, source: staged, filter: range)
@@ -255,10 +454,11 @@ final class PageApplier {
         }
         let applied = (kinds["new"] ?? 0) + (kinds["update"] ?? 0)
         if applier.hasParked {
+            // A tombstone of a record never seen still ends its wait for a parent (`RecordApplier.applyDeletion`).
             try db.run(sql("unpark", entity) {
                 """
                 DELETE FROM main._storectl_pending WHERE record_name IN (SELECT p.record_name FROM \(staged)
-                    WHERE \(range) AND k.kind IN ('new', 'update', 'delete', 'gone'))
+                    WHERE \(range) AND k.kind IN ('new', 'update', 'delete', 'gone', 'void'))
                 """
             }, bounds)
         }
