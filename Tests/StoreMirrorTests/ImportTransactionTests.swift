@@ -70,7 +70,9 @@ final class ImportTransactionTests: XCTestCase {
         try f.sync(a)
         try f.sync(c)
         // b links the note it still holds, and only exports: the link is live in the cloud, its parent deleted.
-        try f.write(b, "INSERT INTO note_tags(note_id, tag_id) VALUES (7, 9)")
+        try f.write(b, "INSERT INTO note_tags(note_id, tag_id) SELECT n.id, t.id FROM notes n, tags t "
+                        + "WHERE n.uuid = 'n' AND t.name = 't'")
+        XCTAssertEqual(try b.scalar("SELECT count(*) FROM note_tags")?.int64, 1)
         _ = try f.mirror(b).exportChanges()
 
         let cloud = TransactionGuardCloud(try f.cloud(), store: c)

@@ -1,14 +1,19 @@
+import Foundation
 import StoreCloud
 import StoreSQLite
 import XCTest
 
 /// A cloud that fails the test when storectl calls it while the store's write transaction is open: an app's
-/// write would wait on that round trip. Every call reads the store connection's transaction state first
-/// (`Connection.holdsWriteTransaction`, `sqlite3_txn_state`), on the calling thread: so the calls run on the
-/// caller's thread (`fetchesConcurrently` is false), never beside it.
+/// write would wait on that round trip. Every call made on the thread that owns the store connection reads the
+/// connection's transaction state first (`Connection.holdsWriteTransaction`, `sqlite3_txn_state`). The import's
+/// fetches run on that thread here (`fetchesConcurrently` is false), so a fetch the import's transaction waited
+/// for is seen. The export's saves run on a thread of their own beside the store's work, and the transactions
+/// that record them never wait for one: they are not checked (the connection is never read from another
+/// thread).
 final class TransactionGuardCloud: CloudDatabase {
     let base: any CloudDatabase
     let store: Connection
+    private let owner = Thread.current
     /// What to do on a call made inside the write transaction (by default, fail the test).
     let onViolation: (String) -> Void
     /// Every call, by name, and those made inside the write transaction.
@@ -26,6 +31,7 @@ final class TransactionGuardCloud: CloudDatabase {
     }
 
     private func check(_ call: String) throws {
+        guard Thread.current == owner else { return }
         calls.append(call)
         if store.holdsWriteTransaction {
             violations.append(call)
