@@ -282,9 +282,7 @@ extension StoreHandle {
                 throw StoreError(.tempFail, "store '\(settings.name)' synced with \(from) while it was being moved",
                                  hint: "run the same command again; the old setup is unchanged")
             }
-            try db.execute("""
-                CREATE TABLE main.\(StagedSwitch.table) AS SELECT * FROM switch_snapshot._storectl_records;
-                """)
+            try RecordMap(db).copy(from: "switch_snapshot._storectl_records", into: "main." + StagedSwitch.table)
             try MirrorState.setMeta(db, StagedSwitch.target, Self.targetKey(to))
             try MirrorState.setMeta(db, StagedSwitch.exportToken, String(upTo))
             try MirrorState.setMeta(db, StagedSwitch.serverToken, serverToken)
@@ -399,9 +397,8 @@ extension StoreHandle {
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             try db.execute("PRAGMA defer_foreign_keys = ON")
             try Self.copyTakenInRows(db, entities: entities, after: upTo)
+            try RecordMap(db).replace(with: "main." + StagedSwitch.table)
             try db.execute("""
-                DELETE FROM main._storectl_records;
-                INSERT INTO main._storectl_records SELECT * FROM main.\(StagedSwitch.table);
                 DELETE FROM main._storectl_pending;
                 DELETE FROM main._storectl_tokens WHERE name LIKE 'server:%';
                 """)

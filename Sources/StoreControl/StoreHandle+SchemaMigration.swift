@@ -501,26 +501,8 @@ extension StoreHandle {
             """)
         let kept = Int(try db.scalar("SELECT count(*) FROM temp._storectl_pairs WHERE old_pk <> new_pk")?.int64 ?? 0)
         guard kept > 0 else { return 0 }
-        // Rewrite the record map in one go (the keys may be a permutation). A synced row that matched nothing and
-        // whose key another row now has keeps its record under a key no row can have, for its deletion.
-        let entity = quoteLiteral(e.name)
-        try db.execute("""
-            DROP TABLE IF EXISTS temp._storectl_moved;
-            CREATE TEMP TABLE _storectl_moved AS
-                SELECT r.record_name, r.change_tag, r.base, r.deleted,
-                       coalesce(p.new_pk, json_array('$gone', r.pk)) AS pk
-                FROM _storectl_records r LEFT JOIN temp._storectl_pairs p ON p.old_pk = r.pk
-                WHERE r.entity = \(entity) AND r.pk IN (SELECT pk FROM temp._storectl_was)
-                  AND (p.old_pk IS NOT NULL AND p.old_pk <> p.new_pk
-                       OR p.old_pk IS NULL AND r.pk IN (SELECT new_pk FROM temp._storectl_pairs));
-            DELETE FROM _storectl_records WHERE entity = \(entity)
-                AND (pk IN (SELECT old_pk FROM temp._storectl_pairs WHERE old_pk <> new_pk)
-                     OR pk IN (SELECT new_pk FROM temp._storectl_pairs WHERE old_pk <> new_pk)
-                     OR record_name IN (SELECT record_name FROM temp._storectl_moved));
-            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
-                SELECT \(entity), pk, record_name, change_tag, base, deleted FROM temp._storectl_moved;
-            DROP TABLE temp._storectl_moved;
-            """)
+        // Rewrite the record map in one go (the keys may be a permutation).
+        try RecordMap(db).rekey(entity: e.name, pairs: "temp._storectl_pairs", was: "temp._storectl_was")
         return kept
     }
 

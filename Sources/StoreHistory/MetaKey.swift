@@ -71,6 +71,9 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
     /// `hashes` once every base of the record map is a fingerprint (`FieldHashes`); stores made before kept each
     /// row's last synced fields, converted in place the first time storectl opens them for sync.
     public static let recordMapBase = MetaKey("record_map_base")
+    /// The version of the sync engine's tables in this store (`SyncTables.version`): they are brought to it in one
+    /// transaction the first time this storectl opens the store for sync.
+    public static let syncTables = MetaKey("sync_tables")
 
     /// The container owner this store accepted (a container whose owner changed is refused until accepted again).
     public static let acceptedOwner = MetaKey("accepted_owner")
@@ -154,7 +157,7 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
         formatVersion, formatUpgradedFrom, storeID, mode, schemaHash, tracked, nextTx, historyGap, historyGapReason,
         createdAt, schema, storePath, boundAccount, boundContainer, boundZone, boundURL, baselineContainer, lastSyncAt,
         lastExportAt, lastImportAt, lastSyncError, exportSerial, restoredAt, restoreDetectedAt, ownRecordsUnchecked,
-        acceptedOwner, recordMapBase, movedFrom, movedTo, moveSnapshot, schemaVersion, schemaVersionSHA256,
+        acceptedOwner, recordMapBase, syncTables, movedFrom, movedTo, moveSnapshot, schemaVersion, schemaVersionSHA256,
         schemaVersionAt, dataMigration, schemaVersionUnsynced, schemaWait, schemaAdoptedThrough, switchTarget,
         switchExportToken, switchServerToken, switchSnapshot,
     ]

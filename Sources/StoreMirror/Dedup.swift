@@ -114,9 +114,7 @@ struct Deduplicator {
                     // The loser's name now stands for the winner: a child that names it follows the winner, and its
                     // tombstone tells other devices so (`{"$alias": WINNER}`).
                     if let loserName = loser[1].string, let winnerName = winner[1].string, !loserName.hasPrefix("~") {
-                        try db.run("INSERT OR REPLACE INTO _storectl_aliases(record_name, entity, target) VALUES (?, ?, ?)",
-                                   [loserName, e.name, winnerName])
-                        try db.run("UPDATE _storectl_aliases SET target = ?2 WHERE target = ?1", [loserName, winnerName])
+                        try RecordMap(db).alias(loserName, to: winnerName, entity: e.name)
                     }
                     report.repointed += try repoint(parent: e, from: loserKey, to: winnerKey)
                     try db.run("DELETE FROM main.\(e.quotedName) WHERE \(e.pkMatches("main.\(e.quotedName)", json: "?1"))",

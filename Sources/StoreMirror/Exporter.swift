@@ -182,10 +182,6 @@ struct Exporter {
     private func collectChanges(baseline: Bool, after: Int64, upto: Int64) throws {
         try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_changes(entity TEXT NOT NULL, pk TEXT NOT NULL, "
                        + "PRIMARY KEY (entity, pk)) WITHOUT ROWID")
-        try db.execute("""
-            CREATE TABLE IF NOT EXISTS _storectl_unsent(entity TEXT NOT NULL, pk TEXT NOT NULL, bytes INTEGER,
-                reason TEXT NOT NULL, PRIMARY KEY (entity, pk)) WITHOUT ROWID
-            """)
         try db.execute("DELETE FROM temp._storectl_changes")
         if !baseline {
             try db.run("""
@@ -202,9 +198,9 @@ struct Exporter {
     /// anything is saved, so that a replay after a crash uses the same one.
     private func renameReusedKeys(_ ordered: [EntityMap], baseline: Bool) throws {
         try db.transaction {
-            try db.execute(Self.renamedTableSQL)
+            let map = RecordMap(db)
             // Keys renamed by an export whose history the token has passed since need no mark any more.
-            try db.run("DELETE FROM _storectl_renamed WHERE upto <= ?", [try MirrorState.exportToken(db)])
+            try map.forgetRenames(upTo: try MirrorState.exportToken(db))
             for e in ordered where e.isSurrogate {
                 // Incrementally, only the changed keys are looked at (the changes drive the loop).
                 let scope = baseline ? "" : """
@@ -212,12 +208,7 @@ struct Exporter {
                         CROSS JOIN _storectl_records m WHERE c.entity = \(quoteLiteral(e.name))
                         AND m.entity = c.entity AND m.pk = c.pk AND m.deleted = 1)
                     """
-                try db.execute("""
-                    UPDATE _storectl_records AS r SET record_name = \(e.surrogateName("json_extract(r.pk, '$[0]')"))
-                        || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, extra = NULL, deleted = 0
-                    WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(scope)
-                      AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
-                    """)
+                try map.renameRevived(e, scope: scope)
                 if !baseline {
                     // A row deleted and then another inserted at its rowid before this export: the new row is not
                     // the old record (which other devices may know merged into another, or link children to). The
@@ -229,21 +220,17 @@ struct Exporter {
                         SELECT h.pk, r.record_name, r.change_tag, max(h.seq) FROM _storectl_history h
                         JOIN _storectl_records r ON r.entity = h.entity AND r.pk = h.pk AND r.deleted = 0
                         WHERE h.seq > ?1 AND h.entity = ?2 AND h.author <> ?3
-                          AND \(Self.notRenamedFor)
+                          AND \(RecordMap.notRenamedFor)
                         GROUP BY h.pk
                         HAVING min(CASE WHEN h.op = 'D' THEN h.seq END) < max(CASE WHEN h.op = 'I' THEN h.seq END)
                         """, [try MirrorState.exportToken(db), e.name, MirrorState.importAuthor])
                     for row in reused {
                         guard let pk = row[0].string, let old = row[1].string else { continue }
                         if let tag = row[2].string {
-                            try RecordApplier.outbox(db, old, type: e.name, tag: tag, reason: Self.reusedRowidReason)
+                            try OutboxEntry.add(db, old, type: e.name, tag: tag, reason: .reusedRowid)
                         }
-                        try db.run("""
-                            UPDATE _storectl_records SET record_name = \(e.surrogateName("json_extract(pk, '$[0]')"))
-                                || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, extra = NULL
-                            WHERE entity = ? AND pk = ?
-                            """, [e.name, pk])
-                        try Self.markRenamed(db, e.name, pk: pk, upto: row[3].int64 ?? 0)
+                        try map.renameReused(e, pk: pk)
+                        try map.markRenamed(entity: e.name, pk: pk, upto: row[3].int64 ?? 0)
                     }
                 }
                 // A row the map does not know, whose derived name another row of the map holds.
@@ -251,15 +238,7 @@ struct Exporter {
                     ? "main.\(e.quotedName) t"
                     : "temp._storectl_changes c CROSS JOIN main.\(e.quotedName) t"
                 let changed = baseline ? "" : "c.entity = \(quoteLiteral(e.name)) AND \(e.pkMatches("t", json: "c.pk")) AND"
-                try db.execute("""
-                    INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
-                    SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")),
-                           \(e.derivedName("t")) || '.' || lower(hex(randomblob(6))), NULL, NULL, 0
-                    FROM \(source)
-                    WHERE \(changed) NOT EXISTS (SELECT 1 FROM _storectl_records m WHERE m.entity = \(quoteLiteral(e.name))
-                                               AND m.pk = \(e.pkJSON("t")))
-                      AND EXISTS (SELECT 1 FROM _storectl_records o WHERE o.record_name = \(e.derivedName("t")))
-                    """)
+                try map.nameRowsWhoseNameIsTaken(e, source: source, changed: changed)
             }
             // After every parent with a rowid has its name.
             for e in ordered where !e.isSurrogate && !baseline
@@ -290,40 +269,17 @@ struct Exporter {
                                              < max(CASE WHEN h.op = 'I' THEN h.seq END)
                                      FROM _storectl_history h
                                      WHERE h.seq > ?2 AND h.entity = c.entity AND h.pk = c.pk AND h.author <> ?3
-                                       AND \(Self.notRenamedFor)))
+                                       AND \(RecordMap.notRenamedFor)))
             """, [e.name, try MirrorState.exportToken(db), MirrorState.importAuthor])
         for row in rows {
             guard let pk = row[0].string, let old = row[1].string, let wanted = row[4].string else { continue }
-            if let upto = row[5].int64 { try Self.markRenamed(db, e.name, pk: pk, upto: upto) }
+            let map = RecordMap(db)
+            if let upto = row[5].int64 { try map.markRenamed(entity: e.name, pk: pk, upto: upto) }
             if row[3].int64 == 0, let tag = row[2].string {
-                try RecordApplier.outbox(db, old, type: e.name, tag: tag, reason: Self.newParentReason)
+                try OutboxEntry.add(db, old, type: e.name, tag: tag, reason: .newParent)
             }
-            let taken = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_records WHERE record_name = ?)",
-                                      [wanted])?.int64 == 1
-            try db.run("""
-                UPDATE _storectl_records SET record_name = ?1 || CASE WHEN ?2 THEN '.' || lower(hex(randomblob(6)))
-                    ELSE '' END, change_tag = NULL, base = NULL, extra = NULL, deleted = 0
-                WHERE entity = ?3 AND pk = ?4
-                """, [wanted, taken, e.name, pk])
+            try map.rename(entity: e.name, pk: pk, to: wanted)
         }
-    }
-
-    /// The keys an export renamed because their rowid was reused, with the last history seq it looked at: a
-    /// replay of that history after a crash (the export token did not move) must not rename them again, which would
-    /// delete the record the first rename saved and every child other devices gave it since.
-    static let renamedTableSQL = """
-        CREATE TABLE IF NOT EXISTS _storectl_renamed(entity TEXT NOT NULL, pk TEXT NOT NULL, upto INTEGER NOT NULL,
-            PRIMARY KEY (entity, pk)) WITHOUT ROWID
-        """
-
-    /// A condition on history row `h`: it is past what a rename of its key already looked at.
-    static let notRenamedFor = """
-        h.seq > coalesce((SELECT x.upto FROM _storectl_renamed x WHERE x.entity = h.entity AND x.pk = h.pk), 0)
-        """
-
-    /// Records that the key was renamed for its history up to `upto` (`_storectl_renamed` must exist).
-    static func markRenamed(_ db: Connection, _ entity: String, pk: String, upto: Int64) throws {
-        try db.run("INSERT OR REPLACE INTO _storectl_renamed(entity, pk, upto) VALUES (?, ?, ?)", [entity, pk, upto])
     }
 
     /// The mass-delete breaker: an export that deletes more than `max_delete_fraction` of the zone's live records
@@ -510,7 +466,7 @@ struct Exporter {
             }
         }
         for pk in orphans {
-            try db.run("DELETE FROM _storectl_records WHERE entity = ? AND pk = ? AND change_tag IS NULL", [e.name, pk])
+            try RecordMap(db).removeUnsaved(entity: e.name, pk: pk)
         }
         if !unsent.isEmpty || !sent.isEmpty {
             let insert = try db.cached("INSERT OR REPLACE INTO _storectl_unsent(entity, pk, bytes, reason) VALUES (?, ?, ?, ?)")
@@ -526,11 +482,6 @@ struct Exporter {
         return (batch, rows < limit ? nil : lastKey)
     }
 
-    /// The outbox reason of a row deleted here while another row was inserted at its rowid.
-    static let reusedRowidReason = "its row was deleted and its rowid reused by a new row"
-    /// The outbox reason of a child whose key now names a new parent inserted at the old parent's rowid.
-    static let newParentReason = "its row belongs to a new parent inserted at the old parent's rowid"
-
     /// Sends the tombstones of records that no local row stands for (`_storectl_outbox`): rows deleted here whose
     /// rowid (or parent's rowid) a new row took, losers of a UNIQUE constraint, orphaned children of a deleted
     /// parent, own records a crash left behind.
@@ -544,16 +495,15 @@ struct Exporter {
     /// the old parent, a UNIQUE loser, an orphan: a delete wins) and are sent over a newer record.
     /// - Throws: `ConflictError` under `merge_policy: error`, after the rest of the outbox was sent.
     private func sendOutbox(serial: Int64, report: inout ExportReport) throws {
-        let rows = try db.query(
-            "SELECT record_name, record_type, change_tag, reason FROM _storectl_outbox ORDER BY record_name")
-        guard !rows.isEmpty else { return }
+        let entries = try db.query(OutboxEntry.selectSQL).map(OutboxEntry.init)
+        guard !entries.isEmpty else { return }
         var saves: [RecordSave] = []
         var userDeletes: Set<String> = []
-        for row in rows {
-            let name = row[0].string ?? ""
-            saves.append(RecordSave(recordName: name, recordType: row[1].string ?? "", fields: try tombstoneFields(name),
-                                    deleted: true, expectedTag: row[2].string))
-            if row[3].string == Self.reusedRowidReason { userDeletes.insert(name) }
+        for entry in entries {
+            saves.append(RecordSave(recordName: entry.recordName, recordType: entry.recordType,
+                                    fields: try tombstoneFields(entry.recordName), deleted: true,
+                                    expectedTag: entry.changeTag))
+            if OutboxEntry.Reason(rawValue: entry.reason)?.isUserDelete == true { userDeletes.insert(entry.recordName) }
         }
         var conflicts: [ConflictReport] = []
         let historySeq = try MirrorState.lastHistorySeq(db)
@@ -570,11 +520,11 @@ struct Exporter {
                     case .saved(_, let seq):
                         report.deleted += 1
                         try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, seq)
-                        try db.run("DELETE FROM _storectl_outbox WHERE record_name = ?", [save.recordName])
+                        try OutboxEntry.remove(db, save.recordName)
                     case .conflict(let server):
                         guard let server, !server.deleted else {
                             // Gone or deleted already: nothing left to do.
-                            try db.run("DELETE FROM _storectl_outbox WHERE record_name = ?", [save.recordName])
+                            try OutboxEntry.remove(db, save.recordName)
                             continue
                         }
                         if userDeletes.contains(save.recordName), server.modifiedBy != device,
@@ -588,7 +538,7 @@ struct Exporter {
                             case .live:
                                 // The server's record stands; the import brings it here as a row of its own.
                                 report.conflictsResolved += 1
-                                try db.run("DELETE FROM _storectl_outbox WHERE record_name = ?", [save.recordName])
+                                try OutboxEntry.remove(db, save.recordName)
                                 continue
                             case .fail:
                                 conflicts.append(ConflictReport(entity: save.recordType, recordName: save.recordName,
@@ -605,6 +555,61 @@ struct Exporter {
             saves = again
         }
         if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
+    }
+
+    /// The item saved again as a tombstone over the server's record.
+    private func tombstone(_ item: Pending, over server: CloudRecord) -> Pending {
+        var again = item
+        again.save = RecordSave(recordName: item.save.recordName, recordType: item.entity.name, fields: "{}",
+                                deleted: true, expectedTag: server.changeTag)
+        again.base = .text(server.fields)
+        again.takeServer = []
+        return again
+    }
+
+    /// Whether a parent that the record's `fields` reference is missing here: true when the row is absent while the
+    /// record map knows it (deleted here, or its deletion came in), nil when the parent was never seen here (not
+    /// imported yet), false when every parent is here.
+    private func parentGone(_ e: EntityMap, fields: String, applier: RecordApplier, codec: FieldCodec) throws -> Bool? {
+        let decoded = try codec.decodeRecord(fields, columns: e.fieldColumns)
+        var unknown = false
+        for fk in e.foreignKeys {
+            guard let parent = entities.first(where: { $0.name == fk.parentTable }) else { continue }
+            if fk.columns.count == 1, case .ref(let name)? = decoded.values[fk.columns[0]] {
+                guard let name, try applier.parentKey(parent: parent.name, recordName: name) == nil else { continue }
+                if try db.scalar("SELECT 1 FROM _storectl_records WHERE record_name = ? AND entity = ?",
+                                 [name, parent.name]) != nil
+                {
+                    return true
+                }
+                unknown = true
+                continue
+            }
+            var values: [Value] = []
+            for column in fk.columns {
+                guard case .value(let v)? = decoded.values[column], !v.isNull else { break }
+                values.append(v)
+            }
+            guard values.count == fk.columns.count else { continue }  // a NULL reference names no parent
+            let parentColumns = fk.parentColumns.enumerated().map { i, column in
+                column ?? (i < parent.primaryKey.count ? parent.primaryKey[i] : "")
+            }
+            let match = parentColumns.enumerated().map { "p.\(quoteIdentifier($1)) = ?\($0 + 1)" }
+                .joined(separator: " AND ")
+            if try db.scalar("SELECT 1 FROM main.\(parent.quotedName) p WHERE \(match) LIMIT 1",
+                             values.map { $0 as any SQLBindable }) != nil
+            {
+                continue
+            }
+            if parentColumns == parent.primaryKey,
+               try db.scalar("SELECT 1 FROM _storectl_records WHERE entity = ? AND pk = ?",
+                             [parent.name, try applier.canonicalKey(parent, values: values)]) != nil
+            {
+                return true
+            }
+            unknown = true
+        }
+        return unknown ? nil : false
     }
 
     /// Whether a local row holds the values `record` has for one of its table's UNIQUE keys (schema constraints
@@ -629,8 +634,7 @@ struct Exporter {
     /// The fields of the tombstone of record `name`: `{}`, or `{"$alias": WINNER}` when the record was merged into
     /// another as a duplicate, so that other devices re-point its children instead of deleting them.
     private func tombstoneFields(_ name: String) throws -> String {
-        guard let target = try db.scalar("SELECT target FROM _storectl_aliases WHERE record_name = ?", [name])?.string
-        else { return "{}" }
+        guard let target = try RecordMap(db).aliasTarget(of: name) else { return "{}" }
         return try db.scalar("SELECT json_object('$alias', ?)", [target])?.string ?? "{}"
     }
 
@@ -740,12 +744,11 @@ struct Exporter {
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
                 let applier = try RecordApplier(db: db, entities: Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) }),
                                                 policy: options.mergePolicy)
-                let upsert = try db.cached(Self.mapUpsertSQL)
                 for (item, outcome) in zip(work, outcomes) {
                     switch outcome {
                     case .saved(let tag, let seq):
                         ownSeq = max(ownSeq, seq)
-                        try record(item, tag: tag, applier: applier, codec: codec, upsert: upsert)
+                        try record(item, tag: tag, applier: applier, codec: codec)
                         if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
                     case .conflict(let server):
                         if let server, server.modifiedBy == device, server.deleted == item.save.deleted,
@@ -753,7 +756,7 @@ struct Exporter {
                         {
                             // Our own earlier write, saved before a crash: nothing to resolve.
                             ownSeq = max(ownSeq, server.seq)
-                            try record(item, tag: server.changeTag, applier: applier, codec: codec, upsert: upsert)
+                            try record(item, tag: server.changeTag, applier: applier, codec: codec)
                             if item.save.deleted { report.deleted += 1 } else { report.saved += 1 }
                             continue
                         }
@@ -776,11 +779,10 @@ struct Exporter {
                         }
                         if server.deleted, item.save.deleted {
                             // Deleted on both sides: nothing to resolve.
-                            try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true,
-                                          upsert: upsert)
+                            try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true)
                             continue
                         }
-                        switch try resolve(item, server: server, applier: applier, codec: codec, upsert: upsert) {
+                        switch try resolve(item, server: server, applier: applier, codec: codec) {
                         case .failed(let conflict): conflicts.append(conflict)
                         case .resolved: report.conflictsResolved += 1
                         case .saveAgain(let again):
@@ -828,8 +830,7 @@ struct Exporter {
 
     /// A save that met a newer server record: the merge policy decides (`MergePolicy.decide`, the same decision an
     /// import makes), column by column.
-    private func resolve(_ item: Pending, server: CloudRecord, applier: RecordApplier, codec: FieldCodec,
-                         upsert: Statement) throws -> Resolution
+    private func resolve(_ item: Pending, server: CloudRecord, applier: RecordApplier, codec: FieldCodec) throws -> Resolution
     {
         let e = item.entity
         if server.deleted, let target = try applier.aliasTarget(of: server) {
@@ -843,10 +844,9 @@ struct Exporter {
             {
                 try applier.repoint(e, from: item.pk, to: winner)
                 if try applier.rowExists(e, pk: item.pk) { try applier.deleteRow(e, pk: item.pk) }
-                try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true, upsert: upsert)
+                try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true)
             } else {
-                try markSaved(item, tag: server.changeTag, base: item.base, extra: item.extra, deleted: false,
-                              upsert: upsert)
+                try markSaved(item, tag: server.changeTag, base: item.base, extra: item.extra, deleted: false)
             }
             return .resolved
         }
@@ -865,16 +865,19 @@ struct Exporter {
             if server.deleted {
                 // The server's tombstone stands: the local row goes too.
                 if try applier.rowExists(e, pk: item.pk) { try applier.deleteRow(e, pk: item.pk) }
-                try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true, upsert: upsert)
+                try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true)
                 return .resolved
             }
-            var again = item
-            again.save = RecordSave(recordName: item.save.recordName, recordType: e.name, fields: "{}", deleted: true,
-                                    expectedTag: server.changeTag)
-            again.base = .text(server.fields)
-            again.takeServer = []
-            return .saveAgain(again)
+            return .saveAgain(tombstone(item, over: server))
         case .live(let take):
+            if item.save.deleted, !server.deleted,
+               try parentGone(e, fields: server.fields, applier: applier, codec: codec) == true
+            {
+                // The row was deleted here with its parent (a delete wins): the server's edit cannot bring it back
+                // under a parent that is gone. The tombstone goes over the edit, as the orphan rule has it on
+                // every other store.
+                return .saveAgain(tombstone(item, over: server))
+            }
             if server.deleted {
                 // The local row wins over the tombstone: save it again.
                 var again = item
@@ -896,8 +899,7 @@ struct Exporter {
             let same = try item.save.deleted || codec.differing(merged, server.fields, columns: e.fieldColumns).isEmpty
             if same {
                 // The outcome is the server's record: bring the local row to it; nothing to save.
-                try applyServer(server, to: item, take: Set(e.fieldColumns), applier: applier, codec: codec,
-                                upsert: upsert)
+                try applyServer(server, to: item, take: Set(e.fieldColumns), applier: applier, codec: codec)
                 return .resolved
             }
             var again = item
@@ -948,7 +950,7 @@ struct Exporter {
 
     /// Brings the local row of `item` to `record`'s values for the columns `take`, and maps the row to it.
     private func applyServer(_ record: CloudRecord, to item: Pending, take: Set<String>, applier: RecordApplier,
-                             codec: FieldCodec, upsert: Statement) throws
+                             codec: FieldCodec) throws
     {
         let e = item.entity
         let decoded = try codec.decodeRecord(record.fields, columns: e.fieldColumns)
@@ -969,16 +971,15 @@ struct Exporter {
             if e.isSurrogate, let rowid = RecordApplier.rowID(item.pk) { values[e.primaryKey[0]] = .integer(rowid) }
             _ = try applier.insert(e, values: values)
         }
-        try markSaved(item, tag: record.changeTag, base: .text(record.fields), extra: decoded.extra, deleted: false,
-                      upsert: upsert)
+        try markSaved(item, tag: record.changeTag, base: .text(record.fields), extra: decoded.extra, deleted: false)
     }
 
     /// Records a successful save in the record map; a merged save also makes the local row match.
-    private func record(_ item: Pending, tag: String, applier: RecordApplier, codec: FieldCodec, upsert: Statement)
+    private func record(_ item: Pending, tag: String, applier: RecordApplier, codec: FieldCodec)
         throws
     {
         if item.save.deleted {
-            try markSaved(item, tag: tag, base: nil, extra: nil, deleted: true, upsert: upsert)
+            try markSaved(item, tag: tag, base: nil, extra: nil, deleted: true)
             if try applier.rowExists(item.entity, pk: item.pk) {
                 // A merge decided on deletion while the row still exists locally.
                 try applier.deleteRow(item.entity, pk: item.pk)
@@ -988,43 +989,20 @@ struct Exporter {
             let saved = CloudRecord(zone: options.zone, recordName: item.save.recordName, recordType: item.entity.name,
                                     fields: item.save.fields, changeTag: tag, seq: 0, deleted: false,
                                     modifiedBy: device, modifiedAt: 0)
-            try applyServer(saved, to: item, take: take, applier: applier, codec: codec, upsert: upsert)
+            try applyServer(saved, to: item, take: take, applier: applier, codec: codec)
         } else {
             let extra = item.takeServer == nil ? item.extra
                 : try codec.decodeRecord(item.save.fields, columns: item.entity.fieldColumns).extra
             let base = item.takeServer == nil ? item.sentBase ?? .text(item.save.fields) : .text(item.save.fields)
-            try markSaved(item, tag: tag, base: base, extra: extra, deleted: false, upsert: upsert)
+            try markSaved(item, tag: tag, base: base, extra: extra, deleted: false)
         }
     }
 
-    /// The record-map upsert of a saved record.
-    private static let mapUpsertSQL = """
-        INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-        VALUES (?1, ?2, ?3, ?4, \(FieldHashes.sql("?5")), ?6, ?7)
-        ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name,
-            change_tag = excluded.change_tag, base = excluded.base, deleted = excluded.deleted, extra = excluded.extra
-        """
-
-    /// Records the saved tag and base in the record map, with `upsert` (`mapUpsertSQL`, prepared once per batch;
-    /// each value bound in place, a hot path of a million rows).
-    private func markSaved(_ item: Pending, tag: String, base: Value?, extra: String?, deleted: Bool,
-                           upsert s: Statement) throws
-    {
-        do {
-            try s.bind(.text(item.entity.name), at: 1)
-            try s.bind(.text(item.pk), at: 2)
-            try s.bind(.text(item.save.recordName), at: 3)
-            try s.bind(.text(tag), at: 4)
-            try s.bind(base ?? .null, at: 5)
-            try s.bind(.integer(deleted ? 1 : 0), at: 6)
-            try s.bind(extra.map { .text($0) } ?? .null, at: 7)
-            try s.step()
-        } catch let error as SQLiteError where error.isConstraint {
-            try? s.reset()
-            // The name was attached to another key (an old mapping): move it.
-            try RecordApplier.setMap(db, entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag,
-                                     base: base, extra: extra, deleted: deleted)
-        }
+    /// Records the saved tag and base in the record map (`RecordMap.record`, one prepared statement: a hot path
+    /// of a million rows).
+    private func markSaved(_ item: Pending, tag: String, base: Value?, extra: String?, deleted: Bool) throws {
+        try RecordMap(db).record(entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag,
+                                 base: base, extra: extra, deleted: deleted)
         if setAside.contains(item.save.recordName) {
             try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [item.save.recordName])
         }

@@ -132,7 +132,7 @@ struct Importer {
                 defer { Trace.add("import.settle", tSettle) }
                 try applyHeldBack(applier, report: &report)
                 if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
-                report.waitingForParent = try applier.retryPending { record, problem in
+                report.waitingForParent = try applier.retryPending(zone: options.zone) { record, problem in
                     try setAside(record, problem)
                     report.setAside += 1
                 }
@@ -212,7 +212,7 @@ struct Importer {
     func applyHeldBack(_ applier: RecordApplier, report: inout ImportReport) throws {
         applier.defersUntilSettled = false
         func retryParked() throws {
-            _ = try applier.retryPending { record, problem in
+            _ = try applier.retryPending(zone: options.zone) { record, problem in
                 try setAside(record, problem)
                 report.setAside += 1
             }
@@ -320,14 +320,9 @@ struct Importer {
 
     /// Tries the records set aside before: a parent may have arrived, a column been added, a constraint changed.
     private func retrySetAside(_ applier: RecordApplier, staging: ImportStaging, report: inout ImportReport) throws {
-        let rows = try db.query("""
-            SELECT record_name, record_type, fields, change_tag, seq, deleted FROM _storectl_quarantine ORDER BY seq
-            """)
-        for row in rows {
-            var record = CloudRecord(zone: options.zone, recordName: row[0].string ?? "", recordType: row[1].string ?? "",
-                                     fields: row[2].string ?? "", changeTag: row[3].string ?? "",
-                                     seq: row[4].int64 ?? 0, deleted: row[5].int64 == 1, modifiedBy: "", modifiedAt: 0)
-            if record.fields.isEmpty {
+        for row in try db.query(SetAsideEntry.selectSQL) {
+            var record = StoredRecord.decode(row, zone: options.zone)
+            if row[2].string?.isEmpty ?? true {
                 // Kept without its fields (too large): its current version, fetched before the transaction.
                 switch try staging.lookup(record.recordName) {
                 case .found(let current): record = current
@@ -427,7 +422,7 @@ struct Orphans {
             {
                 try applier.repoint(entity, from: pk, to: winner)
                 try applier.deleteRow(entity, pk: pk)
-                try db.run("UPDATE _storectl_records SET deleted = 1, base = NULL WHERE record_name = ?", [name])
+                try RecordMap(db).markDeleted(name: name)
                 handled += 1
                 continue
             }
@@ -446,7 +441,7 @@ struct Orphans {
             }
             if gone {
                 try applier.deleteRow(entity, pk: pk)
-                try db.run("UPDATE _storectl_records SET deleted = 1, base = NULL WHERE record_name = ?", [name])
+                try RecordMap(db).markDeleted(name: name)
                 handled += 1
             }
         }
@@ -514,7 +509,7 @@ struct Orphans {
         let known = try lookups.lookup(name)
         let tag = try db.scalar("SELECT change_tag FROM _storectl_records WHERE record_name = ?", [name])?.string
         try applier.deleteRow(child, pk: pk)
-        try db.run("DELETE FROM _storectl_records WHERE record_name = ?", [name])
+        try RecordMap(db).remove(name: name)
         try db.run("DELETE FROM temp._storectl_applied WHERE entity = ? AND pk = ?", [child.name, pk])
         var record: CloudRecord
         switch known {
@@ -551,7 +546,7 @@ struct Orphans {
     /// rule, the child is deleted in the cloud (or applied cut loose, for SET NULL).
     private func parkedOrphans() throws -> Int {
         var handled = 0
-        for record in try applier.parkedRecords() {
+        for record in try applier.parkedRecords(zone: zone) {
             guard let entity = entities[record.recordType] else { continue }
             let decoded = try applier.codec.decodeRecord(record.fields, columns: entity.fieldColumns)
             var gone: [String] = []
@@ -576,12 +571,11 @@ struct Orphans {
                     // The record still names the parent: the local row differs from it, and the next export
                     // sends the row as it is now.
                     try markChanged(entity, pk: key, columns: gone)
-                    try db.run("UPDATE _storectl_records SET change_tag = ?1, base = \(FieldHashes.sql("?2")) "
-                                   + "WHERE record_name = ?3", [record.changeTag, record.fields, record.recordName])
+                    try RecordMap(db).setSynced(name: record.recordName, tag: record.changeTag, fields: record.fields)
                 }
             } else {
                 try applier.outbox(record.recordName, type: record.recordType, tag: record.changeTag,
-                                   reason: "its parent was deleted")
+                                   reason: .parentDeleted)
             }
             handled += 1
         }

@@ -24,60 +24,11 @@ public enum MirrorState {
     /// triggers were stale, found by comparing each row with its last synced record).
     public static let rescanAuthor = "rescan"
 
-    /// Creates the mirror's tables if they are missing.
+    /// Creates the mirror's tables if they are missing, or brings an older store's to this version
+    /// (`SyncTables`), and converts an old record map's bases once (`hashBases`).
     /// - Throws: `SQLiteError`.
     public static func install(_ db: Connection) throws {
-        try db.execute("""
-            CREATE TABLE IF NOT EXISTS _storectl_records(
-                entity TEXT NOT NULL,
-                pk TEXT NOT NULL,
-                record_name TEXT NOT NULL,
-                change_tag TEXT,
-                base TEXT,
-                deleted INTEGER NOT NULL DEFAULT 0,
-                PRIMARY KEY (entity, pk)
-            ) WITHOUT ROWID;
-            CREATE UNIQUE INDEX IF NOT EXISTS _storectl_records_name ON _storectl_records(record_name);
-            CREATE TABLE IF NOT EXISTS _storectl_pending(
-                record_name TEXT PRIMARY KEY,
-                record_type TEXT NOT NULL,
-                fields TEXT NOT NULL,
-                change_tag TEXT NOT NULL,
-                seq INTEGER NOT NULL
-            ) WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS _storectl_quarantine(
-                record_name TEXT PRIMARY KEY,
-                record_type TEXT NOT NULL,
-                fields TEXT NOT NULL,
-                change_tag TEXT NOT NULL,
-                seq INTEGER NOT NULL,
-                deleted INTEGER NOT NULL DEFAULT 0,
-                reason TEXT NOT NULL,
-                hint TEXT,
-                first_seen INTEGER NOT NULL,
-                last_tried INTEGER NOT NULL,
-                attempts INTEGER NOT NULL DEFAULT 1
-            ) WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS _storectl_outbox(
-                record_name TEXT PRIMARY KEY,
-                record_type TEXT NOT NULL,
-                change_tag TEXT,
-                reason TEXT NOT NULL,
-                created_at INTEGER NOT NULL
-            ) WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS _storectl_aliases(
-                record_name TEXT PRIMARY KEY,
-                entity TEXT NOT NULL,
-                target TEXT NOT NULL
-            ) WITHOUT ROWID;
-            """)
-        if try !db.columns(of: "_storectl_records").contains(where: { $0.name == "extra" }) {
-            // Store format 2: the fields of the last synced record that the local table does not have (yet).
-            try db.execute("ALTER TABLE _storectl_records ADD COLUMN extra TEXT")
-        }
-        try db.execute("""
-            CREATE INDEX IF NOT EXISTS _storectl_records_extra ON _storectl_records(entity) WHERE extra IS NOT NULL
-            """)
+        try SyncTables.install(db)
         try hashBases(db)
         try recordStorePath(db)
         // The export consumer (which holds history against pruning) appears with the first export: before it,
@@ -93,22 +44,7 @@ public enum MirrorState {
         guard try StoreMeta.value(db, .recordMapBase) != "hashes" else { return }
         try db.transaction {
             guard try StoreMeta.value(db, .recordMapBase) != "hashes" else { return }
-            // `extra` keeps what it holds (a column added here since, not filled yet, is filled from it by the next
-            // sync) and gains the fields of the base the table lacks.
-            try db.execute("""
-                UPDATE _storectl_records SET extra = (
-                    SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_object(k, v) END FROM (
-                        SELECT x.key AS k, \(FieldCodec.jsonOf("x.type", "x.value")) AS v
-                        FROM json_each(coalesce(_storectl_records.extra, '{}')) x
-                        UNION ALL
-                        SELECT b.key, \(FieldCodec.jsonOf("b.type", "b.value")) FROM json_each(_storectl_records.base) b
-                        WHERE b.key NOT IN (SELECT name FROM pragma_table_info(_storectl_records.entity))
-                          AND b.key NOT IN (SELECT key FROM json_each(coalesce(_storectl_records.extra, '{}')))))
-                WHERE typeof(base) = 'text' AND deleted = 0 AND json_valid(base) AND json_type(base) = 'object'
-                  AND (extra IS NULL OR json_valid(extra));
-                UPDATE _storectl_records SET base = CASE WHEN json_valid(base) AND json_type(base) = 'object'
-                    THEN \(FieldHashes.sql("base")) END WHERE typeof(base) = 'text';
-                """)
+            try RecordMap(db).convertBasesToHashes()
             try StoreMeta.set(db, .recordMapBase, "hashes")
         }
     }
@@ -240,9 +176,8 @@ public enum MirrorState {
     /// The record names stay: rows that synced before keep the names every other device knows them by, so that
     /// when several devices upload again into a purged zone they save the same records instead of duplicates.
     public static func resetSyncState(_ db: Connection, zone: String) throws {
+        try RecordMap(db).forgetSyncedState()
         try db.execute("""
-            DELETE FROM _storectl_records WHERE deleted = 1;
-            UPDATE _storectl_records SET change_tag = NULL, base = NULL, extra = NULL;
             DELETE FROM _storectl_pending;
             DELETE FROM _storectl_outbox;
             DELETE FROM _storectl_quarantine;
@@ -255,12 +190,7 @@ public enum MirrorState {
     /// Gives a record name to every row that `source` (SQL with alias `t` for the table) selects and that has none
     /// yet (see `EntityMap.derivedName`).
     static func assignNames(_ db: Connection, _ e: EntityMap, source: String) throws {
-        try db.run("""
-            INSERT OR IGNORE INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
-            SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")), \(e.derivedName("t")), NULL, NULL, 0 FROM \(source)
-            WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = \(quoteLiteral(e.name))
-                              AND r.pk = \(e.pkJSON("t")))
-            """)
+        try RecordMap(db).assignDerivedNames(e, source: source)
     }
 
     /// How many distinct rows have changes not yet exported.

@@ -222,10 +222,7 @@ final class PageApplier {
                 """
             }, bounds)
             try db.run(sql("deleteMap", entity) {
-                """
-                UPDATE main._storectl_records AS r SET change_tag = p.change_tag, base = NULL, deleted = 1, extra = NULL
-                FROM \(staged) WHERE \(range) AND k.kind IN ('delete', 'gone') AND r.entity = \(name) AND r.pk = k.pk
-                """
+                RecordMap.pageSQL(.tombstones, entity: entity.name, columns: columns, source: staged, filter: range)
             }, bounds)
             counts.deleted += deletes - gone
             counts.skipped += gone
@@ -239,12 +236,7 @@ final class PageApplier {
                     """
             }, bounds)
             try db.run(sql("updateMap", entity) {
-                """
-                UPDATE main._storectl_records AS r SET change_tag = p.change_tag, base = \(FieldHashes.sql(record: "p.fields", columns: columns)),
-                    deleted = 0,
-                    extra = NULL
-                FROM \(staged) WHERE \(range) AND k.kind = 'update' AND r.entity = \(name) AND r.pk = k.pk
-                """
+                RecordMap.pageSQL(.updates, entity: entity.name, columns: columns, source: staged, filter: range)
             }, bounds)
             counts.applied += updates
         }
@@ -257,13 +249,7 @@ final class PageApplier {
                 """
             }, bounds)
             try db.run(sql("insertMap", entity) {
-                """
-                INSERT INTO main._storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-                SELECT \(name), k.pk, p.record_name, p.change_tag, \(FieldHashes.sql(record: "p.fields", columns: columns)), 0, NULL
-                FROM \(staged) WHERE \(range) AND k.kind = 'new' ORDER BY k.pk
-                ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name,
-                    change_tag = excluded.change_tag, base = excluded.base, deleted = 0, extra = NULL
-                """
+                RecordMap.pageSQL(.inserts, entity: entity.name, columns: columns, source: staged, filter: range)
             }, bounds)
             counts.applied += inserts
         }

@@ -114,7 +114,7 @@ struct Reconciler {
             // No local row ever stood for it: the store is the authority for its own records, so it goes.
             if !record.deleted {
                 try applier.outbox(record.recordName, type: record.recordType, tag: record.changeTag,
-                                   reason: "saved by this store before a crash, and no local row stands for it")
+                                   reason: .leftByCrash)
             }
             return
         }
@@ -325,7 +325,7 @@ struct Reconciler {
                     }
                 }
                 try importer.applyHeldBack(applier, report: &applied)
-                _ = try applier.retryPending { record, problem in try importer.setAside(record, problem) }
+                _ = try applier.retryPending(zone: options.zone) { record, problem in try importer.setAside(record, problem) }
                 _ = try Orphans(db: db, lookups: staging, zone: options.zone, entities: byName, applier: applier)
                     .resolve { record, problem in try importer.setAside(record, problem) }
                 if exported > token { try keepUnsavedChanges(after: token, upTo: exported, lookups: staging) }

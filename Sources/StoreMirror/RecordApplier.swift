@@ -143,6 +143,26 @@ final class RecordApplier {
         var deleted: Bool
     }
 
+    /// The entry of the row (entity, pk), with its record name.
+    func mapEntry(entity: String, pk: String) throws -> (name: String, tag: String?, base: Value?, deleted: Bool)? {
+        let s = try db.cached("SELECT record_name, change_tag, base, deleted FROM _storectl_records WHERE entity = ? AND pk = ?")
+        try s.bind([entity, pk])
+        guard try s.step() else { return nil }
+        let found = (name: s.string(0) ?? "", tag: s.string(1), base: s.column(2).isNull ? nil : s.column(2),
+                     deleted: s.int64(3) == 1)
+        try s.reset()
+        return found
+    }
+
+    /// Whether two record names stand for one record (equal, or one an alias of the other, or both of one target).
+    func sameRecord(_ a: String, _ b: String) throws -> Bool {
+        if a == b { return true }
+        return try db.scalar("""
+            SELECT coalesce((SELECT target FROM _storectl_aliases WHERE record_name = ?1), ?1)
+                 = coalesce((SELECT target FROM _storectl_aliases WHERE record_name = ?2), ?2)
+            """, [a, b])?.int64 == 1
+    }
+
     func mapEntry(name: String) throws -> MapEntry? {
         let s = try db.cached("SELECT entity, pk, change_tag, base, deleted FROM _storectl_records WHERE record_name = ?")
         try s.bind([name])
@@ -213,9 +233,7 @@ final class RecordApplier {
 
     /// The last history seq an export's rename of a reused rowid looked at for this key (`_storectl_renamed`).
     private func renamedUpTo(_ entity: EntityMap, pk: String) throws -> Int64? {
-        guard try db.tableExists("_storectl_renamed") else { return nil }
-        return try db.scalar("SELECT upto FROM _storectl_renamed WHERE entity = ? AND pk = ?", [entity.name, pk])?
-            .int64
+        try RecordMap(db).renamedUpTo(entity: entity.name, pk: pk)
     }
 
     private func codecColumns(_ json: String) throws -> [String] {
@@ -236,7 +254,7 @@ final class RecordApplier {
             try db.run("DELETE FROM temp._storectl_deferred WHERE record_name = ?", [record.recordName])
         }
         guard let entity = entities[record.recordType] else { return .unknownType }
-        let entry = try mapEntry(name: record.recordName)
+        var entry = try mapEntry(name: record.recordName)
         if let entry, entry.entity != record.recordType {
             throw RecordProblem(reason: "record '\(record.recordName)' was a '\(entry.entity)' record and is now "
                                     + "a '\(record.recordType)' record; a record keeps its type for good",
@@ -260,38 +278,12 @@ final class RecordApplier {
             return .applied
         }
         let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
-        for reference in entity.references {
-            // A reference travels as a record name: a plain value there would be read as a local rowid, which
-            // names different rows on different stores.
-            if case .value(let v)? = decoded.values[reference.column], !v.isNull {
-                throw RecordProblem(reason: "field '\(reference.column)' holds the plain value \(v.sqlLiteral) where a "
-                                        + "reference to a '\(reference.parent)' record belongs",
-                                    hint: "a reference is {\"$ref\": \"RECORD NAME\"}; the device that saved it wrote "
-                                        + "a local key instead")
-            }
+        guard let references = try resolveReferences(decoded, of: record, entity: entity) else {
+            try park(record)
+            return .pending
         }
-        // Resolve references to local keys; a missing parent parks the record until the parent arrives.
-        var resolved: [String: Value] = [:]
-        for (column, value) in decoded.values {
-            switch value {
-            case .value(let v): resolved[column] = v
-            case .ref(let name):
-                guard let name else { resolved[column] = .null; continue }
-                guard let ref = entity.reference(for: column),
-                      let parentKey = try parentKey(parent: ref.parent, recordName: name)
-                else {
-                    if entity.reference(for: column) == nil {
-                        throw RecordProblem(reason: "field '\(column)' holds a reference, but column '\(column)' of "
-                                                + "'\(entity.name)' is not a foreign key to a surrogate-keyed table",
-                                            hint: "the device that saved it has another schema for '\(entity.name)'; "
-                                                + "make the schemas agree, then run 'storectl sync' again")
-                    }
-                    try park(record)
-                    return .pending
-                }
-                resolved[column] = parentKey
-            }
-        }
+        var resolved = references.values
+        let selfReferences = references.selfReferences
         // Which local row is it?
         var pk: String?
         if let entry, !(entry.deleted && entity.isSurrogate) {
@@ -325,10 +317,21 @@ final class RecordApplier {
                 }
             }
         }
+        let allocated = !selfReferences.isEmpty && pk == nil
+        if !selfReferences.isEmpty {
+            pk = try pointAtItself(entity, pk: pk, columns: selfReferences, values: &resolved)
+        }
         let exists = try pk.map { try rowExists(entity, pk: $0) } ?? false
+        if entry == nil, !entity.isSurrogate, exists, let pk {
+            switch try mergeDuplicateAtKey(entity, record: record, pk: pk) {
+            case .none: break
+            case .lost: return .deleted
+            case .won(let other): entry = other
+            }
+        }
         // The columns to take from the record; nil: the record is not applied to the row (local delete wins).
         var take: Set<String>? = Set(decoded.values.keys)
-        if respectLocalChanges, let pk, let local = try localChanges(entity, pk: pk), exists || local.deleted,
+        if respectLocalChanges, !allocated, let pk, let local = try localChanges(entity, pk: pk), exists || local.deleted,
            try !(local.deleted && entry == nil && keyStoodForAnotherRecord(entity, pk: pk, name: record.recordName))
         {
             let server = MergeSide(deleted: false,
@@ -373,6 +376,92 @@ final class RecordApplier {
         }
         try finish(record, entity: entity, entry: entry, pk: finalPK, extra: decoded.extra)
         return .applied
+    }
+
+    /// The record's values with each reference resolved to the parent row's local key, and the columns that
+    /// reference the record itself (a root folder that is its own parent: they take the row's own key once it is
+    /// known). Nil when a parent is not here (yet): the record waits for it.
+    /// - Throws: `RecordProblem` for a plain value where a reference belongs, or a reference where none can be.
+    private func resolveReferences(_ decoded: DecodedFields, of record: CloudRecord, entity: EntityMap) throws
+        -> (values: [String: Value], selfReferences: [String])?
+    {
+        for reference in entity.references {
+            // A reference travels as a record name: a plain value there would be read as a local rowid, which
+            // names different rows on different stores.
+            if case .value(let v)? = decoded.values[reference.column], !v.isNull {
+                throw RecordProblem(reason: "field '\(reference.column)' holds the plain value \(v.sqlLiteral) where a "
+                                        + "reference to a '\(reference.parent)' record belongs",
+                                    hint: "a reference is {\"$ref\": \"RECORD NAME\"}; the device that saved it wrote "
+                                        + "a local key instead")
+            }
+        }
+        var resolved: [String: Value] = [:]
+        var selfReferences: [String] = []
+        for (column, value) in decoded.values {
+            switch value {
+            case .value(let v): resolved[column] = v
+            case .ref(let name):
+                guard let name else { resolved[column] = .null; continue }
+                guard let ref = entity.reference(for: column) else {
+                    throw RecordProblem(reason: "field '\(column)' holds a reference, but column '\(column)' of "
+                                            + "'\(entity.name)' is not a foreign key to a surrogate-keyed table",
+                                        hint: "the device that saved it has another schema for '\(entity.name)'; "
+                                            + "make the schemas agree, then run 'storectl sync' again")
+                }
+                if let parentKey = try parentKey(parent: ref.parent, recordName: name) {
+                    resolved[column] = parentKey
+                } else if ref.parent == entity.name, entity.isSurrogate, try sameRecord(name, record.recordName) {
+                    selfReferences.append(column)
+                } else {
+                    return nil
+                }
+            }
+        }
+        return (resolved, selfReferences)
+    }
+
+    /// Gives the columns that reference the record itself its row's own key: the row's rowid, or for a new row the
+    /// rowid SQLite would give it, taken now so that the reference can name it. Returns the row's key.
+    private func pointAtItself(_ entity: EntityMap, pk: String?, columns: [String], values: inout [String: Value])
+        throws -> String
+    {
+        var key = pk
+        if key == nil {
+            let next = try db.scalar("SELECT coalesce(max(\(quoteIdentifier(entity.primaryKey[0]))), 0) + 1 "
+                                         + "FROM \(entity.quotedName)")?.int64 ?? 1
+            key = "[\(next)]"
+        }
+        let own = Self.rowID(key ?? "").map { Value.integer($0) } ?? .null
+        for column in columns { values[column] = own }
+        return key ?? "[]"
+    }
+
+    /// What `mergeDuplicateAtKey` decided.
+    private enum KeyDuplicate {
+        /// No other record stands for the row.
+        case none
+        /// The incoming record won: the row becomes its, merged from the other record's last synced state.
+        case won(MapEntry)
+        /// The incoming record lost: it is deleted in the cloud, an alias of the row's record.
+        case lost
+    }
+
+    /// A record of a natural-key table that meets a row another record already stands for: the key holds a
+    /// reference, and the two parents were merged as duplicates (each store gave its own parent a child at the same
+    /// key). The two records are duplicates too: the lowest name wins on every store, the other becomes its alias
+    /// and is deleted in the cloud.
+    private func mergeDuplicateAtKey(_ entity: EntityMap, record: CloudRecord, pk: String) throws -> KeyDuplicate {
+        guard let other = try mapEntry(entity: entity.name, pk: pk), !other.deleted,
+              try !sameRecord(other.name, record.recordName) else { return .none }
+        if record.recordName < other.name {
+            try alias(other.name, to: record.recordName, entity: entity)
+            if other.tag != nil { try outbox(other.name, type: entity.name, tag: other.tag, reason: .duplicate) }
+            return .won(MapEntry(entity: entity.name, pk: pk, tag: other.tag, base: other.base, deleted: false))
+        }
+        try alias(record.recordName, to: other.name, entity: entity)
+        try outbox(record.recordName, type: entity.name, tag: record.changeTag, reason: .duplicate)
+        try note(entity, pk: pk)
+        return .lost
     }
 
     /// Whether the record map gives `pk` to another record than `name` (neither an alias of the other): a key that
@@ -446,22 +535,11 @@ final class RecordApplier {
     private func finish(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, pk: String, extra: String?) throws {
         if let entry, entry.pk != pk {
             // The name still points at another key (a deleted row's old rowid): move it.
-            try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
-                       [record.recordName, entity.name, pk])
-        }
-        let s = try db.cached("""
-            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-            VALUES (?1, ?2, ?3, ?4, \(FieldHashes.sql("?5")), 0, ?6)
-            ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name, change_tag = excluded.change_tag,
-                base = excluded.base, deleted = 0, extra = excluded.extra
-            """)
-        do {
-            try s.bind([entity.name, pk, record.recordName, record.changeTag, record.fields, extra])
-            try s.step()
-        } catch let error as SQLiteError where error.isConstraint {
-            // The name belongs to another key of the map (a row that was renamed): move it here.
             try setMap(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag,
                        base: .text(record.fields), extra: extra, deleted: false)
+        } else {
+            try RecordMap(db).record(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag,
+                                     base: .text(record.fields), extra: extra, deleted: false)
         }
         if hasParked {
             try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
@@ -669,21 +747,11 @@ final class RecordApplier {
         try Self.setMap(db, entity: entity, pk: pk, name: name, tag: tag, base: base, extra: extra, deleted: deleted)
     }
 
-    /// Points `name` at (entity, pk) in the record map, detaching the name from any other key.
-    /// `base`: a record's fields (JSON text, hashed here) or a base already hashed (`FieldHashes`).
+    /// Points `name` at (entity, pk) in the record map, detaching the name from any other key (`RecordMap.set`).
     static func setMap(_ db: Connection, entity: String, pk: String, name: String, tag: String?, base: Value?,
                        extra: String? = nil, deleted: Bool) throws
     {
-        try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
-                   [name, entity, pk])
-        let s = try db.cached("""
-            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-            VALUES (?1, ?2, ?3, ?4, \(FieldHashes.sql("?5")), ?6, ?7)
-            ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name, change_tag = excluded.change_tag,
-                base = excluded.base, deleted = excluded.deleted, extra = excluded.extra
-            """)
-        try s.bind([entity, pk, name, tag, base, deleted, extra])
-        try s.step()
+        try RecordMap(db).set(entity: entity, pk: pk, name: name, tag: tag, base: base, extra: extra, deleted: deleted)
     }
 
     // MARK: UNIQUE constraints
@@ -748,7 +816,7 @@ final class RecordApplier {
                     try alias(holderName, to: record.recordName, entity: entity)
                     if holder[2].string != nil {
                         try outbox(holderName, type: entity.name, tag: holder[2].string,
-                                   reason: "duplicate of '\(record.recordName)' by \(columns.joined(separator: ", "))")
+                                   reason: .duplicate)
                     }
                     try update(entity, pk: holderPK, values: values.filter { entity.fieldColumns.contains($0.key) })
                     let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
@@ -774,7 +842,7 @@ final class RecordApplier {
                            base: .text(record.fields), extra: nil, deleted: false)
             } else {
                 try outbox(record.recordName, type: entity.name, tag: record.changeTag,
-                           reason: "duplicate of '\(holderName)' by \(columns.joined(separator: ", "))")
+                           reason: .duplicate)
             }
             try note(entity, pk: holderPK)
             return .deleted
@@ -801,12 +869,12 @@ final class RecordApplier {
                           mapped: String, tag: String?) throws -> Outcome
     {
         if let tag, mapped != record.recordName {
-            try outbox(mapped, type: entity.name, tag: tag, reason: Exporter.reusedRowidReason)
+            try outbox(mapped, type: entity.name, tag: tag, reason: .reusedRowid)
         }
         if try localChanges(entity, pk: pk)?.recreated == true,
            try isLaterSelfsName(entity, record: record, forRowAt: pk)
         {
-            try outbox(record.recordName, type: entity.name, tag: record.changeTag, reason: Exporter.reusedRowidReason)
+            try outbox(record.recordName, type: entity.name, tag: record.changeTag, reason: .reusedRowid)
             try setMap(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag, base: nil,
                        extra: nil, deleted: true)
             return .deleted
@@ -821,8 +889,7 @@ final class RecordApplier {
         let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
         try finish(record, entity: entity, entry: nil, pk: pk, extra: decoded.extra)
         // The export must not rename the row again for the delete and insert it already stands for.
-        try db.execute(Exporter.renamedTableSQL)
-        try Exporter.markRenamed(db, entity.name, pk: pk, upto: try MirrorState.lastHistorySeq(db))
+        try RecordMap(db).markRenamed(entity: entity.name, pk: pk, upto: try MirrorState.lastHistorySeq(db))
         try note(entity, pk: pk)
         return .applied
     }
@@ -880,8 +947,7 @@ final class RecordApplier {
         }
         if tag == nil {
             // Never in the cloud: nothing to delete there.
-            try db.run("DELETE FROM _storectl_records WHERE entity = ? AND pk = ? AND change_tag IS NULL",
-                       [entity.name, pk])
+            try RecordMap(db).removeUnsaved(entity: entity.name, pk: pk)
         }
     }
 
@@ -927,24 +993,12 @@ final class RecordApplier {
     }
 
     func alias(_ name: String, to target: String, entity: EntityMap) throws {
-        try db.run("INSERT OR REPLACE INTO _storectl_aliases(record_name, entity, target) VALUES (?, ?, ?)",
-                   [name, entity.name, target])
-        // An alias never points at another alias.
-        try db.run("UPDATE _storectl_aliases SET target = ?2 WHERE target = ?1", [name, target])
+        try RecordMap(db).alias(name, to: target, entity: entity.name)
     }
 
     /// Queues a tombstone for a record that no local row stands for: the next export deletes it in the cloud.
-    func outbox(_ name: String, type: String, tag: String?, reason: String) throws {
-        try Self.outbox(db, name, type: type, tag: tag, reason: reason)
-    }
-
-    /// Puts the tombstone of record `name` (last seen with `tag`) in `_storectl_outbox`, for the next export.
-    static func outbox(_ db: Connection, _ name: String, type: String, tag: String?, reason: String) throws {
-        try db.run("""
-            INSERT INTO _storectl_outbox(record_name, record_type, change_tag, reason, created_at)
-            VALUES (?, ?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))
-            ON CONFLICT(record_name) DO UPDATE SET change_tag = excluded.change_tag, reason = excluded.reason
-            """, [name, type, tag, reason])
+    func outbox(_ name: String, type: String, tag: String?, reason: OutboxEntry.Reason) throws {
+        try OutboxEntry.add(db, name, type: type, tag: tag, reason: reason)
     }
 
     private func note(_ entity: EntityMap, pk: String) throws {
@@ -1166,14 +1220,8 @@ final class RecordApplier {
     /// and forgets them: the caller applies them with `defersUntilSettled` off.
     func takeDeferred(zone: String) throws -> [CloudRecord] {
         let records = try db.query("""
-            SELECT record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at
-            FROM temp._storectl_deferred ORDER BY deleted DESC, seq
-            """).map { row in
-                CloudRecord(zone: zone, recordName: row[0].string ?? "", recordType: row[1].string ?? "",
-                            fields: row[2].string ?? "{}", changeTag: row[3].string ?? "", seq: row[4].int64 ?? 0,
-                            deleted: row[5].int64 == 1, modifiedBy: row[6].string ?? "",
-                            modifiedAt: row[7].double ?? 0)
-            }
+            SELECT \(StoredRecord.columns) FROM temp._storectl_deferred ORDER BY deleted DESC, seq
+            """).map { StoredRecord.decode($0, zone: zone) }
         try db.execute("DELETE FROM temp._storectl_deferred")
         hasDeferred = false
         return records
@@ -1188,10 +1236,10 @@ final class RecordApplier {
     /// Progress is a record that settles: applied, merged, skipped (a local delete wins, a version already in).
     /// Such a record leaves the parked list. A conflict under `merge_policy: error` (which the caller reports)
     /// is no progress and stays parked: trying it again changes nothing.
-    func retryPending(onProblem: (CloudRecord, RecordProblem) throws -> Void) throws -> Int {
+    func retryPending(zone: String, onProblem: (CloudRecord, RecordProblem) throws -> Void) throws -> Int {
         var cycleRound = false
         while true {
-            let parked = try parkedRecords()
+            let parked = try parkedRecords(zone: zone)
             if parked.isEmpty { return 0 }
             var progress = false
             for record in parked {
@@ -1216,13 +1264,9 @@ final class RecordApplier {
         }
     }
 
-    func parkedRecords() throws -> [CloudRecord] {
-        try db.query("SELECT record_name, record_type, fields, change_tag, seq FROM _storectl_pending ORDER BY seq")
-            .map { row in
-                CloudRecord(zone: "", recordName: row[0].string ?? "", recordType: row[1].string ?? "",
-                            fields: row[2].string ?? "{}", changeTag: row[3].string ?? "", seq: row[4].int64 ?? 0,
-                            deleted: false, modifiedBy: "", modifiedAt: 0)
-            }
+    /// The parked records (`ParkedRecord`), oldest first.
+    func parkedRecords(zone: String) throws -> [CloudRecord] {
+        try db.query(ParkedRecord.selectSQL).map { StoredRecord.decode($0, zone: zone) }
     }
 
     /// Inserts the parked records whose missing parents are all parked too (or are themselves), with those

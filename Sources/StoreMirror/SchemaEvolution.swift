@@ -57,8 +57,7 @@ enum SchemaEvolution {
                     try applier.update(e, pk: pk, values: values)
                     filled += values.count
                 }
-                try db.run("UPDATE _storectl_records SET extra = ?3 WHERE entity = ?1 AND pk = ?2",
-                           [e.name, pk, decoded.extra])
+                try RecordMap(db).setExtra(entity: e.name, pk: pk, extra: decoded.extra)
             }
         }
         return filled
@@ -125,12 +124,7 @@ enum SchemaEvolution {
         }
         guard !waiting.isEmpty else { return 0 }
         let byType = Dictionary(uniqueKeysWithValues: waiting.map { ($0.0.name, $0.1) })
-        let update = try db.cached("""
-            UPDATE _storectl_records SET extra = (
-                SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_object(f.key, \(FieldCodec.jsonOf("f.type", "f.value"))) END
-                FROM json_each(?3) f WHERE f.key NOT IN (SELECT value FROM json_each(?4)))
-            WHERE record_name = ?1 AND entity = ?2 AND change_tag = ?5 AND deleted = 0 AND typeof(base) = 'blob'
-            """)
+        let update = try RecordMap(db).keepFieldsStatement()
         var filled = 0
         var token: ServerChangeToken?
         while true {

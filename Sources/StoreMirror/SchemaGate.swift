@@ -185,19 +185,14 @@ public enum SchemaGate {
                         + "WHERE h.entity = ?1 AND h.pk = \(pk) AND h.seq > \(token) AND h.author NOT IN (?2, ?3))"
                 }
                 let arguments: [any SQLBindable] = [e.name, migrationAuthor, MirrorState.importAuthor]
-                let fields = "json_patch(coalesce(r.extra, '{}'), l.fields)"
-                try db.run("""
-                    UPDATE _storectl_records AS r SET base = \(FieldHashes.sql(fields))
-                    FROM (\(e.localRecordsSQL)) AS l
-                    WHERE r.entity = ?1 AND r.pk = l.pk AND r.deleted = 0 AND \(onlyMigration("r.pk"))
-                    """, arguments)
-                rows += db.changes
+                let map = RecordMap(db)
+                let others = Array(arguments.dropFirst())
+                rows += try map.rebase(entity: e.name, localSQL: e.localRecordsSQL,
+                                       fields: "json_patch(coalesce(r.extra, '{}'), l.fields)",
+                                       condition: onlyMigration("r.pk"), others)
                 rows += try adoptMigratedColumns(db, e, token: token)
-                try db.run("""
-                    DELETE FROM _storectl_records AS r WHERE r.entity = ?1 AND r.deleted = 0 AND \(onlyMigration("r.pk"))
-                      AND NOT EXISTS (SELECT 1 FROM (\(e.localRecordsSQL)) l WHERE l.pk = r.pk)
-                    """, arguments)
-                rows += db.changes
+                rows += try map.removeRowless(entity: e.name, localSQL: e.localRecordsSQL,
+                                              condition: onlyMigration("r.pk"), others)
                 guard e.isSurrogate else { continue }
                 let pks = try db.query("""
                     SELECT l.pk FROM (\(e.localRecordsSQL)) l
@@ -245,7 +240,7 @@ public enum SchemaGate {
             """, [e.name, migrationAuthor, MirrorState.importAuthor])
         guard !rows.isEmpty else { return 0 }
         let hasher = FieldHashes.Hasher()
-        let update = try db.prepare("UPDATE _storectl_records SET base = ? WHERE entity = ? AND pk = ?")
+        let map = RecordMap(db)
         var changed = 0
         for row in rows {
             guard let pk = row[0].string, case .blob(let old) = row[1], case .blob(let now) = row[2],
@@ -264,7 +259,7 @@ public enum SchemaGate {
             // Both blobs are sorted by their bytes (name hash, then value hash, big-endian): so is the merge.
             let merged = (entries(old, keepEdited: true) + entries(now, keepEdited: false))
                 .sorted { $0.lexicographicallyPrecedes($1) }.flatMap { $0 }
-            try update.forEach([Value.blob(merged), e.name, pk]) { _ in }
+            try map.setBase(entity: e.name, pk: pk, base: .blob(merged))
             changed += 1
         }
         return changed

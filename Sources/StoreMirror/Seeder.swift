@@ -100,10 +100,7 @@ public enum Seeder {
                     inserted -= 1
                     continue
                 }
-                try db.run("""
-                    INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted) VALUES (?, ?, ?, NULL, NULL, 0)
-                    ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name
-                    """, [table, pk, name])
+                try RecordMap(db).assignName(entity: table, pk: pk, name: name)
             }
             try markDone(db, seed, how: "seeded")
             if markerPending { try MirrorState.setMeta(db, .seedMarkerPending(seed.name), "1") }

@@ -1,0 +1,356 @@
+import StoreBase
+import StoreCloud
+import StoreHistory
+import StoreSQLite
+
+/// The record map, its aliases and its rename marks (`RecordMapEntry`, `RecordAlias`, `RenameMark`): which record
+/// each local row is, which names stand for another record, and which keys an export renamed.
+///
+/// The one writer of those three tables: every statement that inserts, updates or deletes one of them is here
+/// (a test reads the sources to hold that). Reads stay where they are needed, often joined to a user's table.
+/// Set-based writes that depend on the caller's SQL (the import's staged page, a migration's temporary tables)
+/// take that SQL as arguments; the statement that changes the map is still this type's.
+public struct RecordMap {
+    let db: Connection
+
+    public init(_ db: Connection) {
+        self.db = db
+    }
+
+    // MARK: One entry
+
+    /// The upsert of an entry, prepared once per connection.
+    private static let upsertSQL = """
+        INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
+        VALUES (?1, ?2, ?3, ?4, \(FieldHashes.sql("?5")), ?6, ?7)
+        ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name, change_tag = excluded.change_tag,
+            base = excluded.base, deleted = excluded.deleted, extra = excluded.extra
+        """
+
+    /// Points `name` at (entity, pk), detaching the name from any other key first.
+    /// `base`: a record's fields (JSON text, hashed here) or a base already hashed (`FieldHashes`).
+    func set(entity: String, pk: String, name: String, tag: String?, base: Value?, extra: String? = nil,
+             deleted: Bool) throws
+    {
+        try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
+                   [name, entity, pk])
+        try upsert(entity: entity, pk: pk, name: name, tag: tag, base: base, extra: extra, deleted: deleted,
+                   detached: true)
+    }
+
+    /// Records (entity, pk) as record `name` at `tag`: the same as `set`, on the hot path of an import or an
+    /// export of a million rows (one prepared statement, values bound in place), detaching the name from another
+    /// key only when it is attached to one.
+    func record(entity: String, pk: String, name: String, tag: String?, base: Value?, extra: String?,
+                deleted: Bool) throws
+    {
+        try upsert(entity: entity, pk: pk, name: name, tag: tag, base: base, extra: extra, deleted: deleted,
+                   detached: false)
+    }
+
+    private func upsert(entity: String, pk: String, name: String, tag: String?, base: Value?, extra: String?,
+                        deleted: Bool, detached: Bool) throws
+    {
+        let s = try db.cached(Self.upsertSQL)
+        do {
+            try s.bind(.text(entity), at: 1)
+            try s.bind(.text(pk), at: 2)
+            try s.bind(.text(name), at: 3)
+            try s.bind(tag.map { .text($0) } ?? .null, at: 4)
+            try s.bind(base ?? .null, at: 5)
+            try s.bind(.integer(deleted ? 1 : 0), at: 6)
+            try s.bind(extra.map { .text($0) } ?? .null, at: 7)
+            try s.step()
+        } catch let error as SQLiteError where error.isConstraint && !detached {
+            try? s.reset()
+            // The name belongs to another key of the map (a row renamed, a deleted row's old rowid): move it here.
+            try set(entity: entity, pk: pk, name: name, tag: tag, base: base, extra: extra, deleted: deleted)
+        }
+    }
+
+    /// Marks record `name` deleted here (a tombstone with no base).
+    func markDeleted(name: String) throws {
+        try db.run("UPDATE _storectl_records SET deleted = 1, base = NULL WHERE record_name = ?", [name])
+    }
+
+    /// Forgets record `name`.
+    func remove(name: String) throws {
+        try db.run("DELETE FROM _storectl_records WHERE record_name = ?", [name])
+    }
+
+    /// Forgets the entry of (entity, pk) when it never reached the cloud (no change tag): nothing to delete there.
+    func removeUnsaved(entity: String, pk: String) throws {
+        try db.run("DELETE FROM _storectl_records WHERE entity = ? AND pk = ? AND change_tag IS NULL", [entity, pk])
+    }
+
+    /// Records that record `name` was last synced at `tag` with `fields` (hashed here).
+    func setSynced(name: String, tag: String, fields: String) throws {
+        try db.run("UPDATE _storectl_records SET change_tag = ?1, base = \(FieldHashes.sql("?2")) WHERE record_name = ?3",
+                   [tag, fields, name])
+    }
+
+    /// Sets the fields the local table lacks of (entity, pk).
+    func setExtra(entity: String, pk: String, extra: String?) throws {
+        try db.run("UPDATE _storectl_records SET extra = ?3 WHERE entity = ?1 AND pk = ?2", [entity, pk, extra])
+    }
+
+    /// Sets the base (already hashed) of (entity, pk).
+    func setBase(entity: String, pk: String, base: Value) throws {
+        let s = try db.cached("UPDATE _storectl_records SET base = ?1 WHERE entity = ?2 AND pk = ?3")
+        try s.bind([base, entity, pk])
+        try s.step()
+    }
+
+    /// Gives (entity, pk) the name `name` when it has none, or renames it (a default row seeded under a name every
+    /// device derives alike). Tags and bases stay.
+    func assignName(entity: String, pk: String, name: String) throws {
+        try db.run("""
+            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted) VALUES (?, ?, ?, NULL, NULL, 0)
+            ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name
+            """, [entity, pk, name])
+    }
+
+    // MARK: Names
+
+    /// Gives a record name to every row that `source` (SQL with alias `t` for the table) selects and that has none
+    /// yet (`EntityMap.derivedName`).
+    func assignDerivedNames(_ e: EntityMap, source: String) throws {
+        try db.run("""
+            INSERT OR IGNORE INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
+            SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")), \(e.derivedName("t")), NULL, NULL, 0 FROM \(source)
+            WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = \(quoteLiteral(e.name))
+                              AND r.pk = \(e.pkJSON("t")))
+            """)
+    }
+
+    /// Rows `source` selects (`t`, filtered by `changed`) that the map does not know and whose derived name
+    /// another entry holds: each gets a name of its own (the derived name and a random suffix).
+    func nameRowsWhoseNameIsTaken(_ e: EntityMap, source: String, changed: String) throws {
+        try db.execute("""
+            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
+            SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")),
+                   \(e.derivedName("t")) || '.' || lower(hex(randomblob(6))), NULL, NULL, 0
+            FROM \(source)
+            WHERE \(changed) NOT EXISTS (SELECT 1 FROM _storectl_records m WHERE m.entity = \(quoteLiteral(e.name))
+                                       AND m.pk = \(e.pkJSON("t")))
+              AND EXISTS (SELECT 1 FROM _storectl_records o WHERE o.record_name = \(e.derivedName("t")))
+            """)
+    }
+
+    /// Deleted entries of `e` (rowid keys) whose key a live row holds again, within `scope` (a condition on `r`,
+    /// or empty for all): each becomes a new record (a new name, never synced).
+    func renameRevived(_ e: EntityMap, scope: String) throws {
+        try db.execute("""
+            UPDATE _storectl_records AS r SET record_name = \(e.surrogateName("json_extract(r.pk, '$[0]')"))
+                || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, extra = NULL, deleted = 0
+            WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(scope)
+              AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
+            """)
+    }
+
+    /// Gives the live row at rowid key `pk` a new record (a new name, never synced): its rowid was reused.
+    func renameReused(_ e: EntityMap, pk: String) throws {
+        try db.run("""
+            UPDATE _storectl_records SET record_name = \(e.surrogateName("json_extract(pk, '$[0]')"))
+                || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, extra = NULL
+            WHERE entity = ? AND pk = ?
+            """, [e.name, pk])
+    }
+
+    /// Gives (entity, pk) the record name `wanted` (with a random suffix when another entry holds it), never
+    /// synced.
+    func rename(entity: String, pk: String, to wanted: String) throws {
+        let taken = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_records WHERE record_name = ?)",
+                                  [wanted])?.int64 == 1
+        try db.run("""
+            UPDATE _storectl_records SET record_name = ?1 || CASE WHEN ?2 THEN '.' || lower(hex(randomblob(6)))
+                ELSE '' END, change_tag = NULL, base = NULL, extra = NULL, deleted = 0
+            WHERE entity = ?3 AND pk = ?4
+            """, [wanted, taken, entity, pk])
+    }
+
+    /// A condition on history row `h`: it is past what a rename of its key already looked at.
+    static let notRenamedFor = """
+        h.seq > coalesce((SELECT x.upto FROM _storectl_renamed x WHERE x.entity = h.entity AND x.pk = h.pk), 0)
+        """
+
+    /// Records that the key was renamed for its history up to `upto`.
+    func markRenamed(entity: String, pk: String, upto: Int64) throws {
+        try db.run("INSERT OR REPLACE INTO _storectl_renamed(entity, pk, upto) VALUES (?, ?, ?)", [entity, pk, upto])
+    }
+
+    /// Forgets the rename marks whose history the export token has passed.
+    func forgetRenames(upTo token: Int64) throws {
+        try db.run("DELETE FROM _storectl_renamed WHERE upto <= ?", [token])
+    }
+
+    /// The last history seq an export's rename of a reused rowid looked at for this key.
+    func renamedUpTo(entity: String, pk: String) throws -> Int64? {
+        try db.scalar("SELECT upto FROM _storectl_renamed WHERE entity = ? AND pk = ?", [entity, pk])?.int64
+    }
+
+    // MARK: Aliases
+
+    /// Record `name` (of `entity`) was merged into `target` as a duplicate: the name stands for `target` from now
+    /// on. An alias never points at another alias.
+    func alias(_ name: String, to target: String, entity: String) throws {
+        try db.run("INSERT OR REPLACE INTO _storectl_aliases(record_name, entity, target) VALUES (?, ?, ?)",
+                   [name, entity, target])
+        try db.run("UPDATE _storectl_aliases SET target = ?2 WHERE target = ?1", [name, target])
+    }
+
+    /// Where record `name` was merged, or nil.
+    func aliasTarget(of name: String) throws -> String? {
+        try db.scalar("SELECT target FROM _storectl_aliases WHERE record_name = ?", [name])?.string
+    }
+
+    // MARK: The whole map
+
+    /// Forgets every change tag, base and tombstone, keeping the names (a baseline upload follows).
+    func forgetSyncedState() throws {
+        try db.execute("""
+            DELETE FROM _storectl_records WHERE deleted = 1;
+            UPDATE _storectl_records SET change_tag = NULL, base = NULL, extra = NULL;
+            """)
+    }
+
+    /// Converts, once, the bases of a record map made before they were fingerprints (`FieldHashes`); see
+    /// `MirrorState.hashBases`. Runs inside the caller's transaction.
+    func convertBasesToHashes() throws {
+        // `extra` keeps what it holds (a column added here since, not filled yet, is filled from it by the next
+        // sync) and gains the fields of the base the table lacks.
+        try db.execute("""
+            UPDATE _storectl_records SET extra = (
+                SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_object(k, v) END FROM (
+                    SELECT x.key AS k, \(FieldCodec.jsonOf("x.type", "x.value")) AS v
+                    FROM json_each(coalesce(_storectl_records.extra, '{}')) x
+                    UNION ALL
+                    SELECT b.key, \(FieldCodec.jsonOf("b.type", "b.value")) FROM json_each(_storectl_records.base) b
+                    WHERE b.key NOT IN (SELECT name FROM pragma_table_info(_storectl_records.entity))
+                      AND b.key NOT IN (SELECT key FROM json_each(coalesce(_storectl_records.extra, '{}')))))
+            WHERE typeof(base) = 'text' AND deleted = 0 AND json_valid(base) AND json_type(base) = 'object'
+              AND (extra IS NULL OR json_valid(extra));
+            UPDATE _storectl_records SET base = CASE WHEN json_valid(base) AND json_type(base) = 'object'
+                THEN \(FieldHashes.sql("base")) END WHERE typeof(base) = 'text';
+            """)
+    }
+
+    /// The statement that keeps, in `extra`, the fields of a cloud record that the local table lacks (columns
+    /// dropped here): bind record name, entity, the record's fields, the table's field columns (JSON array) and
+    /// the record's change tag; only an entry still at that tag changes.
+    func keepFieldsStatement() throws -> Statement {
+        try db.cached("""
+            UPDATE _storectl_records SET extra = (
+                SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_object(f.key, \(FieldCodec.jsonOf("f.type", "f.value"))) END
+                FROM json_each(?3) f WHERE f.key NOT IN (SELECT value FROM json_each(?4)))
+            WHERE record_name = ?1 AND entity = ?2 AND change_tag = ?5 AND deleted = 0 AND typeof(base) = 'blob'
+            """)
+    }
+
+    // MARK: Set-based writes with the caller's SQL
+
+    /// The entries of a run of an import's staged page (`PageApplier`): `source` joins the decisions `k` (`kind`,
+    /// `pk`) to the staged records `p` (`record_name`, `change_tag`, `fields`), `filter` picks the run's rows of
+    /// `entity` (whose field columns are `columns`).
+    enum PageWrite {
+        /// Tombstones applied (`delete`) or of rows already gone (`gone`).
+        case tombstones
+        /// Newer versions of known rows (`update`).
+        case updates
+        /// New rows (`new`), at the keys `k.pk`.
+        case inserts
+    }
+
+    /// The SQL of one `PageWrite` (bind the run's bounds as the caller's `filter` expects).
+    static func pageSQL(_ write: PageWrite, entity: String, columns: [String], source: String, filter: String)
+        -> String
+    {
+        let name = quoteLiteral(entity)
+        switch write {
+        case .tombstones:
+            return """
+                UPDATE main._storectl_records AS r SET change_tag = p.change_tag, base = NULL, deleted = 1, extra = NULL
+                FROM \(source) WHERE \(filter) AND k.kind IN ('delete', 'gone') AND r.entity = \(name) AND r.pk = k.pk
+                """
+        case .updates:
+            return """
+                UPDATE main._storectl_records AS r SET change_tag = p.change_tag,
+                    base = \(FieldHashes.sql(record: "p.fields", columns: columns)), deleted = 0, extra = NULL
+                FROM \(source) WHERE \(filter) AND k.kind = 'update' AND r.entity = \(name) AND r.pk = k.pk
+                """
+        case .inserts:
+            return """
+                INSERT INTO main._storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
+                SELECT \(name), k.pk, p.record_name, p.change_tag,
+                       \(FieldHashes.sql(record: "p.fields", columns: columns)), 0, NULL
+                FROM \(source) WHERE \(filter) AND k.kind = 'new' ORDER BY k.pk
+                ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name,
+                    change_tag = excluded.change_tag, base = excluded.base, deleted = 0, extra = NULL
+                """
+        }
+    }
+
+    /// Sets the base of the live entries of `entity` that `condition` (on `r`, with `local` rows `l` from
+    /// `localSQL`) picks to the hashes of `fields` (an expression over `r` and `l`). Returns how many changed.
+    func rebase(entity: String, localSQL: String, fields: String, condition: String,
+                _ arguments: [any SQLBindable]) throws -> Int
+    {
+        try db.run("""
+            UPDATE _storectl_records AS r SET base = \(FieldHashes.sql(fields))
+            FROM (\(localSQL)) AS l
+            WHERE r.entity = ?1 AND r.pk = l.pk AND r.deleted = 0 AND \(condition)
+            """, [entity] + arguments)
+        return db.changes
+    }
+
+    /// Forgets the live entries of `entity` that `condition` (on `r`) picks and whose row `localSQL` no longer
+    /// selects. Returns how many.
+    func removeRowless(entity: String, localSQL: String, condition: String, _ arguments: [any SQLBindable]) throws
+        -> Int
+    {
+        try db.run("""
+            DELETE FROM _storectl_records AS r WHERE r.entity = ?1 AND r.deleted = 0 AND \(condition)
+              AND NOT EXISTS (SELECT 1 FROM (\(localSQL)) l WHERE l.pk = r.pk)
+            """, [entity] + arguments)
+        return db.changes
+    }
+
+    /// Moves the entries of `entity` to new keys in one go (the keys may be a permutation): `pairs` (a table with
+    /// `old_pk`, `new_pk`) says where each row went, `was` (a table with `pk`) the keys the rows had. A synced
+    /// row that matched nothing and whose key another row now has keeps its record under a key no row can have,
+    /// for its deletion.
+    public func rekey(entity: String, pairs: String, was: String) throws {
+        let name = quoteLiteral(entity)
+        try db.execute("""
+            DROP TABLE IF EXISTS temp._storectl_moved;
+            CREATE TEMP TABLE _storectl_moved AS
+                SELECT r.record_name, r.change_tag, r.base, r.deleted, r.extra,
+                       coalesce(p.new_pk, json_array('$gone', r.pk)) AS pk
+                FROM _storectl_records r LEFT JOIN \(pairs) p ON p.old_pk = r.pk
+                WHERE r.entity = \(name) AND r.pk IN (SELECT pk FROM \(was))
+                  AND (p.old_pk IS NOT NULL AND p.old_pk <> p.new_pk
+                       OR p.old_pk IS NULL AND r.pk IN (SELECT new_pk FROM \(pairs)));
+            DELETE FROM _storectl_records WHERE entity = \(name)
+                AND (pk IN (SELECT old_pk FROM \(pairs) WHERE old_pk <> new_pk)
+                     OR pk IN (SELECT new_pk FROM \(pairs) WHERE old_pk <> new_pk)
+                     OR record_name IN (SELECT record_name FROM temp._storectl_moved));
+            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
+                SELECT \(name), pk, record_name, change_tag, base, deleted, extra FROM temp._storectl_moved;
+            DROP TABLE temp._storectl_moved;
+            """)
+    }
+
+    /// Copies the record map `source` (another store's, attached) into a new table `table`, for `replace`.
+    public func copy(from source: String, into table: String) throws {
+        try db.execute("CREATE TABLE \(table) AS SELECT * FROM \(source)")
+    }
+
+    /// Replaces the whole map with the entries of `table` (a copy of a record map, same columns).
+    public func replace(with table: String) throws {
+        try db.execute("""
+            DELETE FROM main._storectl_records;
+            INSERT INTO main._storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
+                SELECT entity, pk, record_name, change_tag, base, deleted, extra FROM \(table);
+            """)
+    }
+}

@@ -1,0 +1,181 @@
+import Foundation
+import StoreCloud
+import StoreHistory
+@testable import StoreMirror
+import StoreSQLite
+import TestSupport
+import XCTest
+
+/// The sync engine's state lives in one place: every persistent table declared and made by `SyncTables`, and the
+/// record map, its aliases and rename marks written by `RecordMap` alone.
+final class SyncTablesTests: XCTestCase {
+    private static let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Sources")
+
+    /// Every Swift source file under Sources/, with its path relative to Sources/.
+    private func sourceFiles() throws -> [(path: String, text: String)] {
+        let root = Self.sources.path
+        var out: [(String, String)] = []
+        let walker = FileManager.default.enumerator(atPath: root)
+        while let relative = walker?.nextObject() as? String {
+            guard relative.hasSuffix(".swift") else { continue }
+            out.append((relative, try String(contentsOfFile: root + "/" + relative, encoding: .utf8)))
+        }
+        XCTAssertGreaterThan(out.count, 50, "the sources were not found at \(root)")
+        return out
+    }
+
+    /// Where `pattern` matches in the sources, outside `allowed` files, as `path: match` lines.
+    private func matches(_ pattern: String, outside allowed: Set<String>) throws -> [String] {
+        let regex = try NSRegularExpression(pattern: pattern, options: [.caseInsensitive])
+        var found: [String] = []
+        for (path, text) in try sourceFiles() where !allowed.contains((path as NSString).lastPathComponent) {
+            let range = NSRange(text.startIndex..., in: text)
+            for match in regex.matches(in: text, range: range) {
+                found.append(path + ": " + (text as NSString).substring(with: match.range))
+            }
+        }
+        return found
+    }
+
+    func testOnlyRecordMapWritesTheMapItsAliasesAndItsRenameMarks() throws {
+        let tables = "(main\\.)?_storectl_(records|aliases|renamed)\\b"
+        let write = "(INSERT(\\s+OR\\s+\\w+)?\\s+INTO|REPLACE\\s+INTO|UPDATE(\\s+OR\\s+\\w+)?|DELETE\\s+FROM)\\s+" + tables
+        XCTAssertEqual(try matches(write, outside: ["RecordMap.swift"]), [],
+                       "statements that write the record map outside RecordMap")
+        // The check itself finds what it looks for: every kind of write, in RecordMap.
+        let everywhere = try matches(write, outside: [])
+        XCTAssertGreaterThanOrEqual(everywhere.count, 15)
+        for needle in ["INSERT INTO _storectl_records", "UPDATE main._storectl_records", "INSERT OR REPLACE INTO _storectl_aliases",
+                       "DELETE FROM _storectl_renamed", "INSERT OR IGNORE INTO _storectl_records"]
+        {
+            XCTAssertTrue(everywhere.contains { $0.hasSuffix(needle) && $0.contains("RecordMap.swift") }, needle)
+        }
+    }
+
+    func testEveryPersistentEngineTableIsDeclaredInSyncTables() throws {
+        // A persistent `_storectl_` table made anywhere else (the history format's own tables are StoreFormat's).
+        let made = try matches("CREATE\\s+TABLE\\s+(IF\\s+NOT\\s+EXISTS\\s+)?(main\\.)?_storectl_\\w+",
+                               outside: ["SyncTables.swift", "StoreFormat.swift"])
+        XCTAssertEqual(made, [], "engine tables made outside SyncTables")
+        XCTAssertEqual(Set(SyncTables.names), [
+            "_storectl_records", "_storectl_aliases", "_storectl_renamed", "_storectl_pending", "_storectl_quarantine",
+            "_storectl_outbox", "_storectl_unsent",
+        ])
+        // `cloud check` knows each of them as storectl's own, not a user's table.
+        XCTAssertTrue(Set(SyncTables.names).isSubset(of: CloudCheck.ownTables))
+    }
+
+    func testANewStoreGetsEveryTableInOneInstallAndAnotherIsANoOp() throws {
+        let f = try MirrorFixture()
+        let db = try f.store("a")
+        try MirrorState.install(db)
+        let present = Set(try db.query("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { $0[0].string })
+        XCTAssertTrue(Set(SyncTables.names).isSubset(of: present), "missing: \(Set(SyncTables.names).subtracting(present))")
+        XCTAssertEqual(try StoreMeta.value(db, .syncTables), String(SyncTables.version))
+        let before = try f.dump(db)
+        try MirrorState.install(db)
+        XCTAssertEqual(try f.dump(db), before)
+    }
+
+    func testAnOlderStoresTablesAreBroughtToThisVersionKeepingTheirRows() throws {
+        let f = try MirrorFixture()
+        let db = try f.store("a")
+        // The engine tables as a format-1 store had them: no `extra`, no unsent rows nor rename marks, no version.
+        try db.execute("""
+            CREATE TABLE _storectl_records(entity TEXT NOT NULL, pk TEXT NOT NULL, record_name TEXT NOT NULL,
+                change_tag TEXT, base TEXT, deleted INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (entity, pk)) WITHOUT ROWID;
+            CREATE UNIQUE INDEX _storectl_records_name ON _storectl_records(record_name);
+            INSERT INTO _storectl_records VALUES ('notes', '[1]', 'notes/1', 't1', NULL, 0);
+            CREATE TABLE _storectl_outbox(record_name TEXT PRIMARY KEY, record_type TEXT NOT NULL, change_tag TEXT,
+                reason TEXT NOT NULL, created_at INTEGER NOT NULL) WITHOUT ROWID;
+            INSERT INTO _storectl_outbox VALUES ('notes/9', 'notes', 't9', 'its parent was deleted', 0);
+            """)
+        try MirrorState.install(db)
+        XCTAssertTrue(try db.columns(of: "_storectl_records").contains { $0.name == "extra" })
+        XCTAssertEqual(try db.scalar("SELECT record_name || ' ' || change_tag FROM _storectl_records")?.string,
+                       "notes/1 t1")
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM _storectl_outbox")?.int64, 1)
+        for name in SyncTables.names { XCTAssertTrue(try db.tableExists(name), name) }
+        XCTAssertNotNil(try db.scalar("SELECT 1 FROM sqlite_master WHERE name = '_storectl_records_extra'"))
+        XCTAssertEqual(try StoreMeta.value(db, .syncTables), String(SyncTables.version))
+    }
+
+    func testSettingANameDetachesItFromTheKeyThatHeldIt() throws {
+        let f = try MirrorFixture()
+        let db = try f.store("a")
+        try MirrorState.install(db)
+        let map = RecordMap(db)
+        try map.record(entity: "notes", pk: "[1]", name: "notes/a", tag: "t1", base: .text("{\"title\":\"x\"}"),
+                       extra: nil, deleted: false)
+        // The same name for another key (a deleted row's rowid reused): the name moves, never held twice.
+        try map.record(entity: "notes", pk: "[2]", name: "notes/a", tag: "t2", base: nil, extra: "{\"gone\":1}",
+                       deleted: false)
+        XCTAssertEqual(try db.query("SELECT pk, change_tag, extra FROM _storectl_records").map { $0.values },
+                       [[.text("[2]"), .text("t2"), .text("{\"gone\":1}")]])
+        try map.set(entity: "notes", pk: "[3]", name: "notes/a", tag: nil, base: nil, deleted: true)
+        XCTAssertEqual(try db.query("SELECT pk, deleted FROM _storectl_records").map { $0.values },
+                       [[.text("[3]"), .integer(1)]])
+        // The base is a fingerprint of the fields, never their values.
+        try map.setSynced(name: "notes/a", tag: "t3", fields: "{\"title\":\"secret words\"}")
+        XCTAssertEqual(try db.scalar("SELECT typeof(base) FROM _storectl_records")?.string, "blob")
+        XCTAssertEqual(try db.scalar("SELECT instr(CAST(base AS TEXT), 'secret') FROM _storectl_records")?.int64, 0)
+    }
+
+    func testAnAliasNeverPointsAtAnotherAlias() throws {
+        let f = try MirrorFixture()
+        let db = try f.store("a")
+        try MirrorState.install(db)
+        let map = RecordMap(db)
+        try map.alias("notes/b", to: "notes/c", entity: "notes")
+        try map.alias("notes/c", to: "notes/d", entity: "notes")
+        XCTAssertEqual(try map.aliasTarget(of: "notes/b"), "notes/d")
+        XCTAssertEqual(try map.aliasTarget(of: "notes/c"), "notes/d")
+        XCTAssertNil(try map.aliasTarget(of: "notes/d"))
+    }
+
+    func testRekeyingAPermutationKeepsEachRecordWithItsRowAndItsExtraFields() throws {
+        let f = try MirrorFixture()
+        let db = try f.store("a")
+        try MirrorState.install(db)
+        let map = RecordMap(db)
+        try map.record(entity: "notes", pk: "[1]", name: "n/1", tag: "t1", base: nil, extra: "{\"x\":1}", deleted: false)
+        try map.record(entity: "notes", pk: "[2]", name: "n/2", tag: "t2", base: nil, extra: nil, deleted: false)
+        try db.execute("""
+            CREATE TEMP TABLE pairs(old_pk TEXT PRIMARY KEY, new_pk TEXT UNIQUE);
+            INSERT INTO pairs VALUES ('[1]', '[2]'), ('[2]', '[1]');
+            CREATE TEMP TABLE was(pk TEXT PRIMARY KEY);
+            INSERT INTO was VALUES ('[1]'), ('[2]');
+            """)
+        try map.rekey(entity: "notes", pairs: "temp.pairs", was: "temp.was")
+        XCTAssertEqual(try db.query("SELECT pk, record_name, extra FROM _storectl_records ORDER BY pk").map { $0.values },
+                       [[.text("[1]"), .text("n/2"), .null], [.text("[2]"), .text("n/1"), .text("{\"x\":1}")]])
+    }
+
+    func testWaitingRecordsDecodeTheSameWayFromEveryTable() throws {
+        let f = try MirrorFixture()
+        let db = try f.store("a")
+        try MirrorState.install(db)
+        try db.execute("""
+            INSERT INTO _storectl_pending(record_name, record_type, fields, change_tag, seq)
+                VALUES ('n/1', 'notes', '{"title":"a"}', 't1', 7);
+            INSERT INTO _storectl_quarantine(record_name, record_type, fields, change_tag, seq, deleted, reason,
+                                             first_seen, last_tried) VALUES ('n/2', 'notes', '{}', 't2', 8, 1, 'r', 0, 0);
+            """)
+        let parked = try db.query(ParkedRecord.selectSQL).map { StoredRecord.decode($0, zone: "z") }
+        let setAside = try db.query(SetAsideEntry.selectSQL).map { StoredRecord.decode($0, zone: "z") }
+        XCTAssertEqual(parked, [CloudRecord(zone: "z", recordName: "n/1", recordType: "notes", fields: "{\"title\":\"a\"}",
+                                            changeTag: "t1", seq: 7, deleted: false, modifiedBy: "", modifiedAt: 0)])
+        XCTAssertEqual(setAside, [CloudRecord(zone: "z", recordName: "n/2", recordType: "notes", fields: "{}",
+                                              changeTag: "t2", seq: 8, deleted: true, modifiedBy: "", modifiedAt: 0)])
+    }
+
+    func testOutboxReasonsAreKnownByName() {
+        // The reasons stored by older versions are the same texts: a store's queued tombstones keep their meaning.
+        XCTAssertEqual(OutboxEntry.Reason(rawValue: "its row was deleted and its rowid reused by a new row"), .reusedRowid)
+        XCTAssertEqual(OutboxEntry.Reason(rawValue: "its parent was deleted"), .parentDeleted)
+        XCTAssertTrue(OutboxEntry.Reason.reusedRowid.isUserDelete)
+        XCTAssertFalse(OutboxEntry.Reason.newParent.isUserDelete)
+        XCTAssertNil(OutboxEntry.Reason(rawValue: "duplicate of 'x' by name"))
+    }
+}
