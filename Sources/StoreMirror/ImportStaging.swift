@@ -239,8 +239,8 @@ final class ImportStaging {
         let record = try cloud.fetchRecord(zone: zone, recordName: name)
         try db.transaction(.deferred) {
             try db.run("""
-                INSERT OR REPLACE INTO temp._storectl_import_lookups(record_name, found, record_type, fields, change_tag,
-                    seq, deleted, modified_by, modified_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT OR REPLACE INTO temp._storectl_import_lookups(record_name, found, record_type, fields,
+                    change_tag, seq, deleted, modified_by, modified_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, [name, record != nil, record?.recordType ?? "", record?.fields ?? "", record?.changeTag ?? "",
                       record?.seq ?? 0, record?.deleted ?? false, record?.modifiedBy ?? "", record?.modifiedAt ?? 0])
         }

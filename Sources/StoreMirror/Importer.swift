@@ -429,8 +429,9 @@ struct Orphans {
             var gone = false
             for _ in 0..<8 {
                 // What the import fetched; a target it does not know keeps the row waiting for the next import.
-                guard case .found(let record) = try lookups.lookup(target) else {
-                    if case .absent = try lookups.lookup(target) { gone = true }
+                let known = try lookups.lookup(target)
+                guard case .found(let record) = known else {
+                    if case .absent = known { gone = true }
                     break
                 }
                 guard record.deleted else { break }

@@ -301,8 +301,8 @@ struct Reconciler {
         // Everything the transaction needs from the cloud, first: the own records, and the records it looks up.
         let staging = try stageOwnRecords(after: ownSeq)
         defer { try? staging.clear() }
-        try staging.prefetchLookups(cloud: cloud, zone: options.zone, entities: byName,
-                                    also: exported > token ? try unsavedChangeRecords(after: token, upTo: exported) : [])
+        let unsaved = exported > token ? try unsavedChangeRecords(after: token, upTo: exported) : []
+        try staging.prefetchLookups(cloud: cloud, zone: options.zone, entities: byName, also: unsaved)
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             try db.execute("PRAGMA defer_foreign_keys = ON")
             if exported > token { try MirrorState.setExportToken(db, exported) }

@@ -22,9 +22,9 @@ final class TransactionGuardCloud: CloudDatabase {
     /// Runs at every call, after the check (a test's app writing to the store while storectl fetches).
     var whileCalling: ((String) throws -> Void)?
 
-    init(_ base: any CloudDatabase, store: Connection,
-         onViolation: @escaping (String) -> Void = { XCTFail("a cloud call inside the store's write transaction: \($0)") })
-    {
+    init(_ base: any CloudDatabase, store: Connection, onViolation: @escaping (String) -> Void = {
+        XCTFail("a cloud call inside the store's write transaction: \($0)")
+    }) {
         self.base = base
         self.store = store
         self.onViolation = onViolation
