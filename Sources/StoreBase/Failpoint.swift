@@ -25,6 +25,8 @@ public enum Failpoint {
         ("export.after-batch-commit", "after the record map recorded a saved batch, before the next batch"),
         ("export.before-commit", "before the local transaction that advances the export token commits"),
         ("export.after-commit", "after the export token advanced"),
+        ("import.after-fetch", "after a page of changes was fetched and staged, before the next page is fetched "
+            + "(the import's write transaction is not open yet)"),
         ("import.before-apply", "after changes were fetched, before any is applied locally"),
         ("import.before-commit", "after all fetched changes were applied, before the import transaction commits"),
         ("import.after-commit", "after the import transaction committed"),

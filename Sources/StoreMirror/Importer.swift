@@ -1,4 +1,3 @@
-import Dispatch
 import FoundationEssentials
 import StoreBase
 import StoreCloud
@@ -46,13 +45,18 @@ public struct SetAsideRecord: Sendable, Codable, Equatable {
     public var attempts: Int
 }
 
-/// Fetches the cloud's changes and applies them in ONE local transaction with author `cloud-import`; the server
+/// Fetches the cloud's changes, then applies them in ONE local transaction with author `cloud-import`; the server
 /// token advances in that same transaction.
 ///
-/// The phases, in order: try again the records set aside before; apply every page (a page in a savepoint, and a
-/// page that fails record by record, each failing record set aside with its reason); apply the parked children
-/// whose parents arrived (breaking cycles of references); apply the orphan rule (a delete wins: the children of a
-/// deleted parent go too, or are cut loose, following the schema's ON DELETE action); dedup; the new token.
+/// No network round trip is made while that transaction is open (an app's write would wait on it): the pages of
+/// changes, and every single record the import may need to look up, are fetched first into the connection's
+/// temporary database (`ImportStaging`); the transaction applies what was fetched.
+///
+/// The phases, in order: fetch every page (the next one while this one is staged) and the lookups; then, in the
+/// transaction: try again the records set aside before; apply every page (a page in a savepoint, and a page that
+/// fails record by record, each failing record set aside with its reason); apply the parked children whose parents
+/// arrived (breaking cycles of references); apply the orphan rule (a delete wins: the children of a deleted parent
+/// go too, or are cut loose, following the schema's ON DELETE action); dedup; the new token.
 struct Importer {
     let db: Connection
     let cloud: any CloudDatabase
@@ -69,7 +73,22 @@ struct Importer {
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
         var unknown: [String: Int] = [:]
         var tCommit = 0.0
-        var fetched = 0
+
+        // Fetch: every page, then every record a lookup inside the transaction may need.
+        let staging = try ImportStaging(db: db)
+        defer { try? staging.clear() }
+        let fetchedPages = try staging.fetchChanges(cloud: cloud, zone: options.zone, after: token,
+                                                    limit: options.pageSize, device: device, onlyTypes: onlyTypes)
+        token = fetchedPages.token
+        let fetched = fetchedPages.fetched
+        try staging.prefetchLookups(cloud: cloud, zone: options.zone, entities: byName)
+        // Records fetched after another device raised the zone's schema version are of a shape this store has not
+        // migrated to: nothing of them is applied, and the import waits (`SchemaGate`).
+        if fetched > 0 {
+            try SchemaGate.recheck(db, cloud: cloud, zone: options.zone, local: try SchemaGate.schemaVersion(db))
+        }
+
+        // Apply: what was fetched, in one write transaction, with no network call.
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             // A child may arrive in the same import as its parent, in any order: check at commit.
             try db.execute("PRAGMA defer_foreign_keys = ON")
@@ -81,38 +100,15 @@ struct Importer {
                 // Set-aside records tried again are held back like the pages' records (a swap set aside together
                 // settles together).
                 applier.defersUntilSettled = true
-                if onlyTypes == nil { try retrySetAside(applier, report: &report) }
+                if onlyTypes == nil { try retrySetAside(applier, staging: staging, report: &report) }
                 let pages = try PageApplier(db: db, applier: applier)
-                // The next page is fetched (on a thread of its own, through the cloud's own connection) while
-                // this one is applied; nothing else uses the cloud until the last page is in.
-                let queue = cloud.fetchesConcurrently ? DispatchQueue(label: "storectl.import.fetch") : nil
-                let box = CloudBox(cloud: cloud)
-                let zone = options.zone, limit = options.pageSize, device = device
-                func fetch(after token: ServerChangeToken?) -> BackgroundCall<ChangeBatch> {
-                    BackgroundCall(on: queue) {
-                        let tFetch = Trace.start()
-                        defer { Trace.add("import.fetch", tFetch) }
-                        return try box.cloud.fetchChanges(zone: zone, since: token, limit: limit,
-                                                          excludingDevice: device)
-                    }
-                }
-                var inFlight: BackgroundCall<ChangeBatch>? = fetch(after: token)
-                defer { inFlight?.wait() }  // a failed apply leaves no fetch running
-                var first = true
                 var done = 0
-                while let flight = inFlight {
-                    let tWait = Trace.start()
-                    let batch = try flight.value()
-                    Trace.add("import.fetch-wait", tWait)
-                    inFlight = batch.moreComing ? fetch(after: batch.token) : nil
+                for page in 0..<staging.pages {
                     let tApply = Trace.start()
-                    if first {
-                        Failpoint.hit("import.before-apply")
-                        first = false
-                    }
+                    if page == 0 { Failpoint.hit("import.before-apply") }
+                    let staged = try staging.records(page: page, zone: options.zone)
                     var records: [CloudRecord] = []
-                    for record in batch.records {
-                        if let onlyTypes, !onlyTypes.contains(record.recordType) { continue }
+                    for record in staged {
                         if byName[record.recordType] == nil {
                             unknown[record.recordType, default: 0] += 1
                             report.unknownType += 1
@@ -129,10 +125,8 @@ struct Importer {
                     }
                     try applyPage(records, applier: applier, pages: pages, report: &report)
                     Trace.add("import.apply", tApply)
-                    done += batch.records.count
-                    fetched = done
+                    done += staged.count
                     progress(done, nil)
-                    token = batch.token
                 }
                 let tSettle = Trace.start()
                 defer { Trace.add("import.settle", tSettle) }
@@ -144,7 +138,7 @@ struct Importer {
                 }
                 // A waiting record that met a conflict now is reported by this import, as the others were.
                 if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
-                report.orphans = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName,
+                report.orphans = try Orphans(db: db, lookups: staging, zone: options.zone, entities: byName,
                                              applier: applier).resolve { record, problem in
                     try setAside(record, problem)
                     report.setAside += 1
@@ -167,11 +161,6 @@ struct Importer {
             let unsettled = try MirrorState.unsettled(db)
             report.setAsideRecords = unsettled.setAside
             report.waitingRecords = unsettled.waitingForParent
-            // Records fetched after another device raised the zone's schema version are of a shape this store
-            // has not migrated to: the whole import is rolled back and waits (`SchemaGate`).
-            if fetched > 0 {
-                try SchemaGate.recheck(db, cloud: cloud, zone: options.zone, local: try SchemaGate.schemaVersion(db))
-            }
             Failpoint.hit("import.before-commit")
             tCommit = Trace.start()
         }
@@ -330,16 +319,20 @@ struct Importer {
     }
 
     /// Tries the records set aside before: a parent may have arrived, a column been added, a constraint changed.
-    private func retrySetAside(_ applier: RecordApplier, report: inout ImportReport) throws {
+    private func retrySetAside(_ applier: RecordApplier, staging: ImportStaging, report: inout ImportReport) throws {
         for row in try db.query(SetAsideEntry.selectSQL) {
             var record = StoredRecord.decode(row, zone: options.zone)
             if row[2].string?.isEmpty ?? true {
-                // Kept without its fields (too large): fetch it again, if it still is the same record.
-                guard let current = try cloud.fetchRecord(zone: options.zone, recordName: record.recordName) else {
+                // Kept without its fields (too large): its current version, fetched before the transaction.
+                switch try staging.lookup(record.recordName) {
+                case .found(let current): record = current
+                case .absent:
                     try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
                     continue
+                case .unknown:
+                    continue  // not fetched by this import: the next one fetches it
                 }
-                record = current
+                record.zone = options.zone
                 if record.fields.utf8.count > options.maxRecordSize {
                     try db.run("UPDATE _storectl_quarantine SET last_tried = ?, attempts = attempts + 1 "
                                    + "WHERE record_name = ?", [HistoryTracker.nowMilliseconds(), record.recordName])
@@ -375,9 +368,13 @@ struct Importer {
 /// (`CASCADE`, `NO ACTION`, `RESTRICT`) deletes it. Either is a local change, exported like any other, so the
 /// child goes (or is cut loose) on every device too; a child record that never became a local row is deleted in
 /// the cloud through the outbox.
+///
+/// It runs inside the import's write transaction, so it never asks the cloud: what it must know of a record that
+/// is not here (a parent's tombstone, a child's record, where a merged duplicate went) comes from what the import
+/// fetched before (`ImportStaging`). A parent this import cannot tell about is not here yet: its child waits.
 struct Orphans {
     let db: Connection
-    let cloud: any CloudDatabase
+    let lookups: ImportStaging
     let zone: String
     let entities: [String: EntityMap]
     let applier: RecordApplier
@@ -431,7 +428,12 @@ struct Orphans {
             }
             var gone = false
             for _ in 0..<8 {
-                guard let record = try cloud.fetchRecord(zone: zone, recordName: target) else { gone = true; break }
+                // What the import fetched; a target it does not know keeps the row waiting for the next import.
+                let known = try lookups.lookup(target)
+                guard case .found(let record) = known else {
+                    if case .absent = known { gone = true }
+                    break
+                }
                 guard record.deleted else { break }
                 guard let next = try db.scalar("SELECT json_extract(?1, '$.\"$alias\"') WHERE json_valid(?1)",
                                                [record.fields])?.string, next != target
@@ -502,12 +504,24 @@ struct Orphans {
             }
             return
         }
-        // The record map keeps no values (`FieldHashes`): the record to wait is the cloud's.
-        let record = try cloud.fetchRecord(zone: zone, recordName: name)
+        // The record map keeps no values (`FieldHashes`): the record to wait is the one this import applied (it
+        // fetched it, or had it waiting). Should the import not know it, it waits without its fields, fetched
+        // again by the next import, as a record too large to keep.
+        let known = try lookups.lookup(name)
+        let tag = try db.scalar("SELECT change_tag FROM _storectl_records WHERE record_name = ?", [name])?.string
         try applier.deleteRow(child, pk: pk)
         try RecordMap(db).remove(name: name)
         try db.run("DELETE FROM temp._storectl_applied WHERE entity = ? AND pk = ?", [child.name, pk])
-        guard let record, !record.deleted else { return }  // deleted in the cloud since: nothing to wait for
+        var record: CloudRecord
+        switch known {
+        case .found(let found): record = found
+        case .absent: return  // deleted from the cloud: nothing to wait for
+        case .unknown:
+            record = CloudRecord(zone: zone, recordName: name, recordType: child.name, fields: "", changeTag: tag ?? "",
+                                 seq: 0, deleted: false, modifiedBy: "", modifiedAt: 0)
+        }
+        record.zone = zone
+        guard !record.deleted else { return }  // deleted in the cloud since: nothing to wait for
         try setAside(record, RecordProblem(
             reason: "its parent in '\(fk.parentTable)' (\(fk.columns.joined(separator: ", "))) is not here yet",
             hint: "it is applied by the first sync after its parent arrives; if the parent was never saved, "
@@ -573,7 +587,8 @@ struct Orphans {
         try db.scalar("SELECT pk FROM _storectl_records WHERE record_name = ?", [record.recordName])?.string
     }
 
-    /// Whether the parent record `name` is deleted: the record map says so, or the cloud has its tombstone. A record
+    /// Whether the parent record `name` is deleted: the record map says so, or the cloud has its tombstone (fetched
+    /// by this import: in its pages, or looked up before its transaction). A record
     /// the cloud does not hold at all is not gone (unless `absentIsGone`): it may simply not be saved yet (its
     /// device exports a table's rows in key order, so a child can come first).
     private func parentIsGone(_ name: String, type: String, absentIsGone: Bool) throws -> Bool {
@@ -583,9 +598,15 @@ struct Orphans {
         if let deleted = try db.scalar("SELECT deleted FROM _storectl_records WHERE record_name = ?", [name])?.int64 {
             if deleted == 1 { return true }
         }
-        guard let record = try cloud.fetchRecord(zone: zone, recordName: name) else { return absentIsGone }
-        // A tombstone that names where its record went (a merged duplicate) is no deletion of the parent.
-        return record.deleted && !record.fields.contains("\"$alias\"")
+        // What the import fetched before its transaction (or brought in its pages); a parent it cannot tell about
+        // is not here yet, and its child waits.
+        switch try lookups.lookup(name) {
+        case .found(let record):
+            // A tombstone that names where its record went (a merged duplicate) is no deletion of the parent.
+            return record.deleted && !record.fields.contains("\"$alias\"")
+        case .absent: return absentIsGone
+        case .unknown: return false
+        }
     }
 
     /// Writes a history row that makes the row a pending local change of `columns`.

@@ -64,17 +64,35 @@ struct Reconciler {
         }
     }
 
+    /// This store's own records after seq `after`, fetched into `staging` before the write transaction opens: the
+    /// transaction applies them (`stagedOwnRecords`) with no network call.
+    private func stageOwnRecords(after: Int64) throws -> ImportStaging {
+        let staging = try ImportStaging(db: db)
+        try staging.fetchDeviceRecords(cloud: cloud, zone: options.zone, device: device, after: after,
+                                       limit: options.pageSize)
+        return staging
+    }
+
+    private func stagedOwnRecords(_ staging: ImportStaging, _ body: ([DeviceRecord]) throws -> Void) throws {
+        for page in 0..<staging.pages {
+            let records = try staging.deviceRecords(page: page, zone: options.zone)
+            if !records.isEmpty { try body(records) }
+        }
+    }
+
     // MARK: After a crash
 
     private func adoptUnrecordedSaves(after ownSeq: Int64, upTo lastSeq: Int64) throws -> ReconcileReport {
         var report = ReconcileReport(kind: "crash")
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
         let exportToken = try MirrorState.exportToken(db)
+        let staging = try stageOwnRecords(after: ownSeq)
+        defer { try? staging.clear() }
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             try db.execute("PRAGMA defer_foreign_keys = ON")
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
                 let applier = try RecordApplier(db: db, entities: byName, policy: .propertyLocalWins)
-                try ownRecords(after: ownSeq) { records in
+                try stagedOwnRecords(staging) { records in
                     for own in records {
                         try adopt(own.record, historySeq: own.historySeq ?? exportToken, applier: applier)
                         report.records += 1
@@ -223,7 +241,7 @@ struct Reconciler {
     /// whose record the later self saved holds that record's values by now, and is left alone. So is a row whose
     /// record another device saved since the change the map holds: the later self may have saved the row before
     /// it, and the other device's save is then the newer one (sending the copy's old values again would undo it).
-    private func keepUnsavedChanges(after token: Int64, upTo exported: Int64) throws {
+    private func keepUnsavedChanges(after token: Int64, upTo exported: Int64, lookups: ImportStaging) throws {
         for e in entities {
             let keys = try db.query("""
                 SELECT DISTINCT pk FROM _storectl_history WHERE seq > ?1 AND seq <= ?2 AND entity = ?3 AND author <> ?4
@@ -232,10 +250,10 @@ struct Reconciler {
                 let entry = try db.query("""
                     SELECT base, deleted, change_tag, record_name FROM _storectl_records WHERE entity = ? AND pk = ?
                     """, [e.name, pk]).first
-                if let entry, let tag = entry[2].string, let name = entry[3].string,
-                   try cloud.fetchRecord(zone: options.zone, recordName: name)?.changeTag != tag
-                {
-                    continue
+                // The record's current version, fetched before the transaction (`unsavedChangeRecords`), or the
+                // own record this reconciliation applied.
+                if let entry, let tag = entry[2].string, let name = entry[3].string {
+                    guard case .found(let record) = try lookups.lookup(name), record.changeTag == tag else { continue }
                 }
                 let fields = try db.scalar("SELECT \(e.fieldsJSON("t")) FROM main.\(e.quotedName) t WHERE "
                                            + e.pkMatches("t", json: "?1"), [pk])?.string
@@ -259,19 +277,34 @@ struct Reconciler {
         }
     }
 
+    /// The record names of the rows changed here after `token` up to `exported` (what `keepUnsavedChanges`
+    /// compares with the cloud's records).
+    private func unsavedChangeRecords(after token: Int64, upTo exported: Int64) throws -> [String] {
+        try db.query("""
+            SELECT DISTINCT r.record_name FROM _storectl_history h
+            CROSS JOIN _storectl_records r ON r.entity = h.entity AND r.pk = h.pk
+            WHERE h.seq > ?1 AND h.seq <= ?2 AND h.author <> ?3
+            """, [token, exported, MirrorState.importAuthor]).compactMap { $0[0].string }
+    }
+
     private func takeBackLaterRecords(after ownSeq: Int64, state: DeviceExportState, only: Set<String>? = nil) throws
         -> ReconcileReport
     {
         var report = ReconcileReport(kind: "restore")
         report.restoredAt = state.mark.time
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
+        // Local changes made before the later self's last export were exported by it (history is a prefix of its
+        // history up to there).
+        let exported = try db.scalar("SELECT max(seq) FROM _storectl_history WHERE ts <= ?", [state.mark.time])?
+            .int64 ?? 0
+        let token = try MirrorState.exportToken(db)
+        // Everything the transaction needs from the cloud, first: the own records, and the records it looks up.
+        let staging = try stageOwnRecords(after: ownSeq)
+        defer { try? staging.clear() }
+        let unsaved = exported > token ? try unsavedChangeRecords(after: token, upTo: exported) : []
+        try staging.prefetchLookups(cloud: cloud, zone: options.zone, entities: byName, also: unsaved)
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             try db.execute("PRAGMA defer_foreign_keys = ON")
-            // Local changes made before the later self's last export were exported by it (history is a prefix of
-            // its history up to there).
-            let exported = try db.scalar("SELECT max(seq) FROM _storectl_history WHERE ts <= ?", [state.mark.time])?
-                .int64 ?? 0
-            let token = try MirrorState.exportToken(db)
             if exported > token { try MirrorState.setExportToken(db, exported) }
             try MirrorState.setMeta(db, .restoredAt, String(state.mark.time))
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
@@ -285,7 +318,7 @@ struct Reconciler {
                 // under a UNIQUE value is saved before the old row's tombstone): as in an import, tombstones of
                 // cascading parents and UNIQUE collisions wait until the other records are in.
                 applier.defersUntilSettled = true
-                try ownRecords(after: ownSeq) { records in
+                try stagedOwnRecords(staging) { records in
                     for own in records where only?.contains(own.record.recordName) ?? true {
                         try importer.applyOne(own.record, applier: applier, report: &applied)
                         report.records += 1
@@ -293,9 +326,9 @@ struct Reconciler {
                 }
                 try importer.applyHeldBack(applier, report: &applied)
                 _ = try applier.retryPending(zone: options.zone) { record, problem in try importer.setAside(record, problem) }
-                _ = try Orphans(db: db, cloud: cloud, zone: options.zone, entities: byName, applier: applier)
+                _ = try Orphans(db: db, lookups: staging, zone: options.zone, entities: byName, applier: applier)
                     .resolve { record, problem in try importer.setAside(record, problem) }
-                if exported > token { try keepUnsavedChanges(after: token, upTo: exported) }
+                if exported > token { try keepUnsavedChanges(after: token, upTo: exported, lookups: staging) }
             }
             try MirrorState.setMeta(db, .exportSerial, String(max(try MirrorState.exportSerial(db), state.mark.serial)))
             try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, state.lastSeq)

@@ -254,6 +254,12 @@ public final class Connection {
     /// Whether a transaction is open on this connection.
     public var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
 
+    /// Whether this connection holds a write transaction on the store file (`main`): other connections' writes
+    /// wait for it. A transaction that has only read it, or written only the temporary database, does not.
+    // "sqlite3_txn_state(D,S) ... returns the current transaction state of schema S in database connection D":
+    // SQLITE_TXN_WRITE once a write transaction has started on it (BEGIN IMMEDIATE starts one at once).
+    public var holdsWriteTransaction: Bool { sqlite3_txn_state(handle, "main") == SQLITE_TXN_WRITE }
+
     /// Runs `body` in a transaction, or in a savepoint when a transaction is already open.
     ///
     /// A throw rolls back (to the savepoint, when nested) and rethrows the first error. The body's result is
