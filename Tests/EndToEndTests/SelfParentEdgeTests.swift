@@ -57,4 +57,31 @@ final class SelfParentEdgeTests: XCTestCase {
     }
 
     func testASelfParentRowArrivingAfterTheLargestRowidFile() throws { try selfParentAfterTheLargestRowid(.file) }
+
+    /// a deletes a root folder that is its own parent (nothing else goes with it) while b renames it: under
+    /// `server-wins` and `property-server-wins` the edit wins, as it does for any row whose parent is still there;
+    /// the row's reference to itself is no parent that was deleted with it.
+    func selfParentDeletedWhileRenamed(_ backend: FleetBackend, schema: String, policy: String) throws {
+        let f = try Fleet(backend: backend, schema: schema, cloudExtra: "      merge_policy: \(policy)",
+                          label: "storectl-self-parent-revive")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO folders VALUES (1, 'root', 1)")
+        try f.syncRounds(1, ["a", "b"])
+        try f.sql("a", "DELETE FROM folders WHERE id = 1")
+        try f.sql("b", "UPDATE folders SET name = 'renamed' WHERE id = 1")
+        try f.syncRounds(3, ["b", "a"])
+        try f.assertRows(["folders|name=t:'renamed'|parent=->folders{name=t:'renamed'}"],
+                         "a self-parent root deleted while renamed elsewhere (\(policy))")
+        for s in f.stores { try f.assertHealthy(s, "a self-parent root deleted while renamed (\(policy))") }
+    }
+
+    func testASelfParentRootDeletedWhileRenamedElsewhereServerWinsFile() throws {
+        for policy in ["server-wins", "property-server-wins"] {
+            try selfParentDeletedWhileRenamed(.file, schema: """
+                CREATE TABLE IF NOT EXISTS folders(id INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                    parent INTEGER NOT NULL REFERENCES folders(id) ON DELETE CASCADE);
+                """, policy: policy)
+        }
+    }
 }
