@@ -569,14 +569,18 @@ struct Exporter {
 
     /// Whether a parent that the record's `fields` reference is missing here: true when the row is absent while the
     /// record map knows it (deleted here, or its deletion came in), nil when the parent was never seen here (not
-    /// imported yet), false when every parent is here.
-    private func parentGone(_ e: EntityMap, fields: String, applier: RecordApplier, codec: FieldCodec) throws -> Bool? {
+    /// imported yet), false when every parent is here. A reference of the row to itself (a root that is its own
+    /// parent) names no parent: the row's own deletion is the local side of the conflict, which the policy decides.
+    private func parentGone(_ e: EntityMap, fields: String, of item: Pending, applier: RecordApplier,
+                            codec: FieldCodec) throws -> Bool?
+    {
         let decoded = try codec.decodeRecord(fields, columns: e.fieldColumns)
         var unknown = false
         for fk in e.foreignKeys {
             guard let parent = entities.first(where: { $0.name == fk.parentTable }) else { continue }
             if fk.columns.count == 1, case .ref(let name)? = decoded.values[fk.columns[0]] {
                 guard let name, try applier.parentKey(parent: parent.name, recordName: name) == nil else { continue }
+                if parent.name == e.name, try applier.sameRecord(name, item.save.recordName) { continue }
                 if try db.scalar("SELECT 1 FROM _storectl_records WHERE record_name = ? AND entity = ?",
                                  [name, parent.name]) != nil
                 {
@@ -600,6 +604,11 @@ struct Exporter {
                              values.map { $0 as any SQLBindable }) != nil
             {
                 continue
+            }
+            if parentColumns == parent.primaryKey, parent.name == e.name,
+               try applier.canonicalKey(parent, values: values) == item.pk
+            {
+                continue  // the row itself
             }
             if parentColumns == parent.primaryKey,
                try db.scalar("SELECT 1 FROM _storectl_records WHERE entity = ? AND pk = ?",
@@ -871,7 +880,7 @@ struct Exporter {
             return .saveAgain(tombstone(item, over: server))
         case .live(let take):
             if item.save.deleted, !server.deleted,
-               try parentGone(e, fields: server.fields, applier: applier, codec: codec) == true
+               try parentGone(e, fields: server.fields, of: item, applier: applier, codec: codec) == true
             {
                 // The row was deleted here with its parent (a delete wins): the server's edit cannot bring it back
                 // under a parent that is gone. The tombstone goes over the edit, as the orphan rule has it on
@@ -960,8 +969,13 @@ struct Exporter {
             case .value(let v): values[column] = v
             case .ref(let name):
                 guard let name else { values[column] = .null; continue }
-                if let ref = e.reference(for: column), let key = try applier.parentKey(parent: ref.parent, recordName: name) {
+                guard let ref = e.reference(for: column) else { continue }
+                if let key = try applier.parentKey(parent: ref.parent, recordName: name) {
                     values[column] = key
+                } else if ref.parent == e.name, let own = RecordApplier.rowID(item.pk),
+                          try applier.sameRecord(name, record.recordName)
+                {
+                    values[column] = .integer(own)  // a row that is its own parent, brought back
                 }
             }
         }

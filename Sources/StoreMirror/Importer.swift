@@ -575,6 +575,14 @@ struct Orphans {
                     try RecordMap(db).setSynced(name: record.recordName, tag: record.changeTag, fields: record.fields)
                 }
             } else {
+                if let entry = try applier.mapEntry(name: record.recordName), !entry.deleted,
+                   entry.entity == entity.name, try applier.rowExists(entity, pk: entry.pk)
+                {
+                    // The row is here, at an older version of the record (another device moved it under the parent
+                    // since): it follows the parent too, here as everywhere else.
+                    try applier.deleteRow(entity, pk: entry.pk)
+                    try RecordMap(db).markDeleted(name: record.recordName)
+                }
                 try applier.outbox(record.recordName, type: record.recordType, tag: record.changeTag,
                                    reason: .parentDeleted)
             }

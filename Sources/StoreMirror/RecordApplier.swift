@@ -366,7 +366,9 @@ final class RecordApplier {
             if !values.isEmpty { try update(entity, pk: pk, values: values) }
             finalPK = pk
         } else {
-            if let merged = try resolveUnique(entity, record: record, values: resolved, target: nil) {
+            if let merged = try resolveUnique(entity, record: record, values: resolved, target: nil,
+                                              selfReferences: selfReferences)
+            {
                 return merged
             }
             if entity.isSurrogate, let pk, let rowid = Self.rowID(pk) {
@@ -427,8 +429,15 @@ final class RecordApplier {
     {
         var key = pk
         if key == nil {
-            let next = try db.scalar("SELECT coalesce(max(\(quoteIdentifier(entity.primaryKey[0]))), 0) + 1 "
-                                         + "FROM \(entity.quotedName)")?.int64 ?? 1
+            let column = quoteIdentifier(entity.primaryKey[0])
+            let top = try db.scalar("SELECT max(\(column)) FROM \(entity.quotedName)")?.int64 ?? 0
+            var next = top &+ 1
+            if top == Int64.max {
+                // The largest rowid is taken: like SQLite, take an unused one at random.
+                repeat {
+                    next = Int64.random(in: 1...Int64.max)
+                } while try db.scalar("SELECT 1 FROM \(entity.quotedName) WHERE \(column) = ?", [next]) != nil
+            }
             key = "[\(next)]"
         }
         let own = Self.rowID(key ?? "").map { Value.integer($0) } ?? .null
@@ -761,8 +770,10 @@ final class RecordApplier {
     /// lowest record name), like `unique:` dedup. The loser's children are re-pointed to the winner, the loser is
     /// deleted here and in the cloud, and its name becomes an alias of the winner's. Returns nil when no
     /// constraint is hit (apply the record normally), else the outcome.
-    private func resolveUnique(_ entity: EntityMap, record: CloudRecord, values: [String: Value], target: String?)
-        throws -> Outcome?
+    /// `selfReferences`: the columns that reference the record itself; when the record is merged into a row that
+    /// holds its UNIQUE value, they name that row.
+    private func resolveUnique(_ entity: EntityMap, record: CloudRecord, values: [String: Value], target: String?,
+                               selfReferences: [String] = []) throws -> Outcome?
     {
         guard !entity.uniqueKeys.isEmpty else { return nil }
         for columns in entity.uniqueKeys {
@@ -779,6 +790,11 @@ final class RecordApplier {
                 """, keyValues + [Value.text(entity.name)])
             guard let holder = rows.first, let holderPK = holder[0].string, holderPK != target else { continue }
             let holderName = holder[1].string ?? ""
+            var values = values
+            if let own = Self.rowID(holderPK) {
+                // A record that is its own parent, merged into the holder's row, is that row's own parent.
+                for column in selfReferences { values[column] = .integer(own) }
+            }
             if holderName == record.recordName { continue }
             if defersUntilSettled { return try deferUntilSettled(record) }
             if unfreeableRows.contains(entity.name + "\u{0}" + holderPK) {
