@@ -581,11 +581,7 @@ struct Exporter {
             if fk.columns.count == 1, case .ref(let name)? = decoded.values[fk.columns[0]] {
                 guard let name, try applier.parentKey(parent: parent.name, recordName: name) == nil else { continue }
                 if parent.name == e.name, try applier.sameRecord(name, item.save.recordName) { continue }
-                if try db.scalar("SELECT 1 FROM _storectl_records WHERE record_name = ? AND entity = ?",
-                                 [name, parent.name]) != nil
-                {
-                    return true
-                }
+                if try applier.mapEntry(name: name)?.entity == parent.name { return true }
                 unknown = true
                 continue
             }
@@ -605,16 +601,10 @@ struct Exporter {
             {
                 continue
             }
-            if parentColumns == parent.primaryKey, parent.name == e.name,
-               try applier.canonicalKey(parent, values: values) == item.pk
-            {
-                continue  // the row itself
-            }
-            if parentColumns == parent.primaryKey,
-               try db.scalar("SELECT 1 FROM _storectl_records WHERE entity = ? AND pk = ?",
-                             [parent.name, try applier.canonicalKey(parent, values: values)]) != nil
-            {
-                return true
+            if parentColumns == parent.primaryKey {
+                let key = try applier.canonicalKey(parent, values: values)
+                if parent.name == e.name && key == item.pk { continue }  // the row itself
+                if try applier.mapEntry(entity: parent.name, pk: key) != nil { return true }
             }
             unknown = true
         }

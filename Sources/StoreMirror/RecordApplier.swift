@@ -478,13 +478,8 @@ final class RecordApplier {
     /// parent. A deletion made here at that key deleted the other record's row, not this record's, which is new
     /// here.
     private func keyStoodForAnotherRecord(_ entity: EntityMap, pk: String, name: String) throws -> Bool {
-        guard let mapped = try db.scalar("SELECT record_name FROM _storectl_records WHERE entity = ? AND pk = ?",
-                                         [entity.name, pk])?.string, mapped != name else { return false }
-        let same = try db.scalar("""
-            SELECT coalesce((SELECT target FROM _storectl_aliases WHERE record_name = ?1), ?1)
-                 = coalesce((SELECT target FROM _storectl_aliases WHERE record_name = ?2), ?2)
-            """, [mapped, name])?.int64 == 1
-        return !same
+        guard let mapped = try mapEntry(entity: entity.name, pk: pk)?.name else { return false }
+        return try !sameRecord(mapped, name)
     }
 
     /// Whether the row holds `values` in every one of `columns` (each of which `values` must have).
