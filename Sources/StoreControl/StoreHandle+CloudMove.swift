@@ -398,8 +398,8 @@ extension StoreHandle {
             try db.execute("PRAGMA defer_foreign_keys = ON")
             try Self.copyTakenInRows(db, entities: entities, after: upTo)
             try RecordMap(db).replace(with: "main." + StagedSwitch.table)
+            try MirrorState.forgetWaitingForParent(db)
             try db.execute("""
-                DELETE FROM main._storectl_pending;
                 DELETE FROM main._storectl_tokens WHERE name LIKE 'server:%';
                 """)
             if let serverToken {

@@ -319,7 +319,8 @@ extension StoreHandle {
             }.joined(separator: " OR ") + ")"
             // A record set aside here, a tombstone waiting in the outbox, a duplicate merged into another.
             let setAside = """
-                CASE WHEN EXISTS (SELECT 1 FROM _storectl_quarantine q WHERE q.record_name = c.record_name)
+                CASE WHEN EXISTS (SELECT 1 FROM _storectl_inbox q WHERE q.record_name = c.record_name
+                                         AND q.state = 'set_aside')
                      THEN 'set_aside'
                      WHEN EXISTS (SELECT 1 FROM _storectl_outbox o WHERE o.record_name = c.record_name)
                      THEN 'pending_export'
@@ -332,7 +333,8 @@ extension StoreHandle {
                        CASE WHEN m.pk IS NULL THEN 0 ELSE \(pendingExport.replacingText("%PK%", with: "m.pk")) END
                            OR \(ownSaveDuring.replacingText("%C%", with: "c")),
                        \(pendingImport.replacingText("%C%", with: "c")),
-                       EXISTS (SELECT 1 FROM _storectl_pending p WHERE p.record_name = c.record_name),
+                       EXISTS (SELECT 1 FROM _storectl_inbox p WHERE p.record_name = c.record_name
+                                   AND p.state = 'waiting'),
                        \(orphan),
                        \(setAside)
                 FROM temp._storectl_verify_cloud c
@@ -421,8 +423,8 @@ extension StoreHandle {
         }
     }
 
-    /// Lets a store that never synced be read like one that did, without writing to it: an empty record map and
-    /// pending table in the connection's temp schema stand in for the missing ones until `withdraw` is called
+    /// Lets a store that never synced be read like one that did, without writing to it: an empty record map,
+    /// inbox and outbox in the connection's temp schema stand in for the missing ones until `withdraw` is called
     /// (they must not outlive the read: they would hide the real tables that sync creates).
     static func readableMirrorState(_ db: Connection) throws -> () -> Void {
         var made: [String] = []
@@ -443,8 +445,13 @@ extension StoreHandle {
                 """)
             made.append("view:_storectl_records")
         }
-        for table in ["_storectl_pending", "_storectl_quarantine", "_storectl_outbox", "_storectl_aliases"]
-        where try !db.tableExists(table) {
+        if try !db.tableExists("_storectl_inbox") {
+            // A store of an older storectl, read without writing: its parked and set-aside records, as one inbox.
+            try db.execute("CREATE TEMP VIEW IF NOT EXISTS _storectl_inbox AS SELECT * FROM "
+                           + (try MirrorState.inboxSource(db)))
+            made.append("view:_storectl_inbox")
+        }
+        for table in ["_storectl_outbox", "_storectl_aliases"] where try !db.tableExists(table) {
             try db.execute("CREATE TEMP TABLE IF NOT EXISTS \(table)(record_name TEXT PRIMARY KEY) WITHOUT ROWID")
             made.append(table)
         }

@@ -106,7 +106,7 @@ public final class StoreHandle {
             try MirrorState.install(db)
             // Every table is compared once with its last synced record: values that older formats wrote with
             // too few digits, and changes of a value's type only that their triggers did not record, go out.
-            try StoreMeta.removeAll(db, .columns)
+            if from < 3 { try StoreMeta.removeAll(db, .columns) }
             // Format 1 left no export marks in the container: the first sync compares the store's own records with
             // its record map once (a store restored from a copy is recognised that way too).
             if from < 2 { try StoreMeta.set(db, .ownRecordsUnchecked, "1") }

@@ -1,6 +1,6 @@
 import StoreSQLite
 
-/// The names and SQL of the store format, version 3.
+/// The names and SQL of the store format, version 4.
 ///
 /// Other programs (the sync engine, scripts, any SQLite client) rely on these names exactly: columns and keys may
 /// be added in later versions, never changed.
@@ -14,9 +14,13 @@ import StoreSQLite
 ///   which SQLite's `IS NOT` finds equal, in a column without a declared type; `TriggerSQL`). A format-2 store is
 ///   upgraded the same way, and its first sync then compares every row once with its last synced record, so that a
 ///   type change the older triggers missed is exported too.
+/// - 4: the sync engine keeps every cloud record it cannot apply yet in one inbox (`_storectl_inbox`, with its
+///   state: waiting for a parent, held back, set aside) instead of `_storectl_pending` and `_storectl_quarantine`.
+///   The triggers are unchanged. A format-3 store is upgraded the same way (its waiting records move into the
+///   inbox); an older storectl refuses a format-4 store instead of making the old tables again beside it.
 public enum StoreFormat {
     /// The format version this storectl writes, as a number.
-    public static let currentVersion = 3
+    public static let currentVersion = 4
     /// The format version written to meta `format_version`.
     public static let version = String(currentVersion)
     /// The oldest format this storectl upgrades.

@@ -111,7 +111,7 @@ struct Exporter {
         self.entities = entities
         self.device = device
         schemaVersion = (try? SchemaGate.schemaVersion(db)) ?? 0
-        setAside = Set((try? db.query("SELECT record_name FROM _storectl_quarantine"))?.compactMap { $0[0].string } ?? [])
+        setAside = Set((try? Inbox(db).records(.setAside, zone: options.zone))?.map(\.recordName) ?? [])
     }
 
     private struct Pending {
@@ -1008,7 +1008,7 @@ struct Exporter {
         try RecordMap(db).record(entity: item.entity.name, pk: item.pk, name: item.save.recordName, tag: tag,
                                  base: base, extra: extra, deleted: deleted)
         if setAside.contains(item.save.recordName) {
-            try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [item.save.recordName])
+            try Inbox(db).remove(item.save.recordName, from: .setAside)
         }
     }
 }

@@ -10,8 +10,8 @@ import StoreSQLite
 ///
 /// Two tables of the connection's `temp` database (writing them takes no lock on the store file):
 /// - `_storectl_import_staged`: the pages of changes, in fetch order (`page` from 0), one page at a time in
-///   memory; and, as page -1, the records the store already keeps waiting (`_storectl_pending`,
-///   `_storectl_quarantine`), so that a lookup inside the transaction still finds a record applied from them.
+///   memory; and, as page -1, the records the store already keeps waiting in its inbox (parked or set aside), so
+///   that a lookup inside the transaction still finds a record applied from them.
 /// - `_storectl_import_lookups`: single records fetched before the transaction (`fetchRecord`), each found or
 ///   absent: set-aside records kept without their fields, the targets along alias chains, and parents that
 ///   records of this import name and the store does not hold.
@@ -145,11 +145,8 @@ final class ImportStaging {
             try db.execute("""
                 INSERT INTO temp._storectl_import_staged(page, record_name, record_type, fields, change_tag, seq,
                     deleted, modified_by, modified_at)
-                SELECT -1, record_name, record_type, fields, change_tag, seq, 0, '', 0 FROM _storectl_pending;
-                INSERT INTO temp._storectl_import_staged(page, record_name, record_type, fields, change_tag, seq,
-                    deleted, modified_by, modified_at)
-                SELECT -1, record_name, record_type, fields, change_tag, seq, deleted, '', 0 FROM _storectl_quarantine
-                WHERE fields <> '';
+                SELECT -1, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at
+                FROM main._storectl_inbox WHERE state IN ('waiting', 'set_aside') AND fields <> '';
                 """)
         }
     }
@@ -164,7 +161,9 @@ final class ImportStaging {
     {
         try keepWaitingRecords()
         for name in names { try fetchRecord(cloud: cloud, zone: zone, name) }
-        let fieldless = try db.query("SELECT record_name FROM _storectl_quarantine WHERE fields = '' ORDER BY seq")
+        let fieldless = try db.query("""
+            SELECT record_name FROM main._storectl_inbox WHERE state = 'set_aside' AND fields = '' ORDER BY seq
+            """)
             .compactMap { $0[0].string }
         for name in fieldless { try fetchRecord(cloud: cloud, zone: zone, name) }
         let aliasTargets = try db.query("""

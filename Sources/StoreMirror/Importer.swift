@@ -34,7 +34,7 @@ public struct ImportReport: Sendable, Codable, Equatable {
     public init() {}
 }
 
-/// A record set aside: it cannot be applied as it is, so it waits in `_storectl_quarantine`, tried again on every
+/// A record set aside: it cannot be applied as it is, so it waits in the inbox (`Inbox`), tried again on every
 /// import, while every other record flows.
 public struct SetAsideRecord: Sendable, Codable, Equatable {
     public var recordName: String
@@ -143,7 +143,7 @@ struct Importer {
                     try setAside(record, problem)
                     report.setAside += 1
                 }
-                report.waitingForParent = try db.scalar("SELECT count(*) FROM _storectl_pending")?.int64.map(Int.init) ?? 0
+                report.waitingForParent = Int(try Inbox(db).counts()[.waiting] ?? 0)
                 if !options.uniqueRules.isEmpty {
                     // Dedup in the same transaction, so that no reader ever sees the duplicate. Its deletes and
                     // re-points carry their own author, so that the next export sends them.
@@ -177,7 +177,7 @@ struct Importer {
     {
         guard !records.isEmpty else { return }
         let conflictsBefore = applier.conflicts.count
-        let hadSetAside = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_quarantine)")?.int64 == 1
+        let hadSetAside = try Inbox(db).has(.setAside)
         do {
             let counts = try db.transaction { () throws -> ImportReport in
                 var page = ImportReport()
@@ -190,9 +190,7 @@ struct Importer {
                 page.deleted += plain.deleted
                 page.skipped += plain.skipped
                 if hadSetAside {
-                    for record in records {
-                        try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
-                    }
+                    for record in records { try Inbox(db).remove(record.recordName, from: .setAside) }
                 }
                 return page
             }
@@ -269,7 +267,7 @@ struct Importer {
             var one = ImportReport()
             count(outcome, into: &one)
             add(one, to: &report)
-            try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
+            try Inbox(db).remove(record.recordName, from: .setAside)
         } catch let problem as RecordProblem {
             try setAside(record, problem)
             report.setAside += 1
@@ -306,43 +304,34 @@ struct Importer {
     /// Sets a record aside with its reason. An oversized record keeps no copy of its fields: it is fetched again
     /// when it is tried again.
     func setAside(_ record: CloudRecord, _ problem: RecordProblem, keepFields: Bool = true) throws {
-        try db.run("""
-            INSERT INTO _storectl_quarantine(record_name, record_type, fields, change_tag, seq, deleted, reason, hint,
-                                             first_seen, last_tried, attempts)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1)
-            ON CONFLICT(record_name) DO UPDATE SET record_type = excluded.record_type, fields = excluded.fields,
-                change_tag = excluded.change_tag, seq = excluded.seq, deleted = excluded.deleted,
-                reason = excluded.reason, hint = excluded.hint, last_tried = excluded.last_tried,
-                attempts = attempts + 1
-            """, [record.recordName, record.recordType, keepFields ? record.fields : "", record.changeTag, record.seq,
-                  record.deleted, problem.reason, problem.hint, HistoryTracker.nowMilliseconds()])
+        try Inbox(db).put(record, .setAside, problem: problem, keepFields: keepFields)
     }
 
     /// Tries the records set aside before: a parent may have arrived, a column been added, a constraint changed.
     private func retrySetAside(_ applier: RecordApplier, staging: ImportStaging, report: inout ImportReport) throws {
-        for row in try db.query(SetAsideEntry.selectSQL) {
-            var record = StoredRecord.decode(row, zone: options.zone)
-            if row[2].string?.isEmpty ?? true {
+        let inbox = Inbox(db)
+        for var record in try inbox.records(.setAside, zone: options.zone) {
+            if record.fields.isEmpty {
                 // Kept without its fields (too large): its current version, fetched before the transaction.
                 switch try staging.lookup(record.recordName) {
                 case .found(let current): record = current
                 case .absent:
-                    try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
+                    try inbox.remove(record.recordName, from: .setAside)
                     continue
                 case .unknown:
                     continue  // not fetched by this import: the next one fetches it
                 }
                 record.zone = options.zone
                 if record.fields.utf8.count > options.maxRecordSize {
-                    try db.run("UPDATE _storectl_quarantine SET last_tried = ?, attempts = attempts + 1 "
-                                   + "WHERE record_name = ?", [HistoryTracker.nowMilliseconds(), record.recordName])
+                    try inbox.tried(record.recordName)
                     continue
                 }
             }
             guard entities.contains(where: { $0.name == record.recordType }) else { continue }
             do {
                 let outcome = try db.transaction { try applier.apply(record) }
-                try db.run("DELETE FROM _storectl_quarantine WHERE record_name = ?", [record.recordName])
+                // (A record held back or parked by this attempt is in the inbox in that state now.)
+                try inbox.remove(record.recordName, from: .setAside)
                 // A held-back record is applied (or set aside again) with the others at the end of the import.
                 if case .deferred = outcome {} else { report.recovered += 1 }
             } catch let problem as RecordProblem {
@@ -562,7 +551,7 @@ struct Orphans {
                 entity.foreignKeys.first { $0.columns == [column] }.map { ["SET NULL", "SET DEFAULT"]
                     .contains($0.onDelete.uppercased()) } ?? false
             }
-            try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
+            try Inbox(db).remove(record.recordName, from: .waiting)
             if loose {
                 var values = decoded.values
                 for column in gone { values[column] = .value(.null) }
@@ -601,8 +590,7 @@ struct Orphans {
     /// device exports a table's rows in key order, so a child can come first).
     private func parentIsGone(_ name: String, type: String, absentIsGone: Bool) throws -> Bool {
         if try db.scalar("SELECT 1 FROM _storectl_aliases WHERE record_name = ?", [name]) != nil { return false }
-        if try db.scalar("SELECT 1 FROM _storectl_quarantine WHERE record_name = ?", [name]) != nil { return false }
-        if try db.scalar("SELECT 1 FROM _storectl_pending WHERE record_name = ?", [name]) != nil { return false }
+        if try Inbox(db).holds(name, in: [.setAside, .waiting]) { return false }
         if let deleted = try db.scalar("SELECT deleted FROM _storectl_records WHERE record_name = ?", [name])?.int64 {
             if deleted == 1 { return true }
         }

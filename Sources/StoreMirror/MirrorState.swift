@@ -158,16 +158,40 @@ public enum MirrorState {
 
     /// How many records wait for a parent, are set aside, or wait to be deleted in the cloud.
     public static func unsettledCounts(_ db: Connection) throws -> (pending: Int64, quarantined: Int64, outbox: Int64) {
-        guard try db.tableExists("_storectl_quarantine") else {
-            let pending = try db.tableExists("_storectl_pending")
-                ? try db.scalar("SELECT count(*) FROM _storectl_pending")?.int64 ?? 0 : 0
-            return (pending, 0, 0)
-        }
+        let inbox = try inboxSource(db)
+        let outbox = try db.tableExists("_storectl_outbox") ? "(SELECT count(*) FROM _storectl_outbox)" : "0"
         let row = try db.query("""
-            SELECT (SELECT count(*) FROM _storectl_pending), (SELECT count(*) FROM _storectl_quarantine),
-                   (SELECT count(*) FROM _storectl_outbox)
+            SELECT (SELECT count(*) FROM \(inbox) WHERE state = 'waiting'),
+                   (SELECT count(*) FROM \(inbox) WHERE state = 'set_aside'), \(outbox)
             """).first
         return (row?[0].int64 ?? 0, row?[1].int64 ?? 0, row?[2].int64 ?? 0)
+    }
+
+    /// The inbox's rows as SQL to select from, also in a store of an older storectl read without writing (its
+    /// tables are brought to this version by the first command that writes).
+    public static func inboxSource(_ db: Connection) throws -> String {
+        if try db.tableExists(InboxEntry.tableName) { return "main._storectl_inbox" }
+        // The first SELECT names the columns.
+        var parts = ["""
+            SELECT NULL AS record_name, NULL AS record_type, NULL AS seq, NULL AS state, NULL AS reason, NULL AS hint,
+                   NULL AS attempts WHERE false
+            """]
+        if try db.tableExists("_storectl_pending") {
+            parts.append("""
+                SELECT record_name, record_type, seq, 'waiting', NULL, NULL, 1 FROM main._storectl_pending
+                """)
+        }
+        if try db.tableExists("_storectl_quarantine") {
+            parts.append("""
+                SELECT record_name, record_type, seq, 'set_aside', reason, hint, attempts FROM main._storectl_quarantine
+                """)
+        }
+        return "(" + parts.joined(separator: " UNION ALL ") + ")"
+    }
+
+    /// Forgets the records that wait for a parent (the zone they came from is no longer this store's).
+    public static func forgetWaitingForParent(_ db: Connection) throws {
+        try Inbox(db).clear(.waiting)
     }
 
     /// Forgets every change tag, base and token, so that the next export is a baseline (for a new account, or
@@ -177,10 +201,9 @@ public enum MirrorState {
     /// when several devices upload again into a purged zone they save the same records instead of duplicates.
     public static func resetSyncState(_ db: Connection, zone: String) throws {
         try RecordMap(db).forgetSyncedState()
+        try Inbox(db).clear()
         try db.execute("""
-            DELETE FROM _storectl_pending;
             DELETE FROM _storectl_outbox;
-            DELETE FROM _storectl_quarantine;
             DELETE FROM _storectl_meta WHERE \(MetaKey.Family.ownSeq.sqlMatch);
             """)
         try setServerToken(db, zone: zone, nil)
@@ -236,18 +259,19 @@ extension MirrorState {
     /// - Throws: `SQLiteError`.
     public static func unsettled(_ db: Connection) throws -> UnsettledReport {
         var report = UnsettledReport()
-        guard try db.tableExists("_storectl_pending") else { return report }
+        guard try db.tableExists("_storectl_meta") else { return report }
+        let inbox = try inboxSource(db)
         report.waitingForParent = try db.query("""
-            SELECT record_name, record_type, seq FROM _storectl_pending ORDER BY seq LIMIT 100
+            SELECT record_name, record_type, seq FROM \(inbox) WHERE state = 'waiting' ORDER BY seq LIMIT 100
             """).map { .init(recordName: $0[0].string ?? "", recordType: $0[1].string ?? "", seq: $0[2].int64 ?? 0) }
-        if try db.tableExists("_storectl_quarantine") {
-            report.setAside = try db.query("""
-                SELECT record_name, record_type, seq, reason, coalesce(hint, ''), attempts FROM _storectl_quarantine
-                ORDER BY seq LIMIT 100
-                """).map {
-                SetAsideRecord(recordName: $0[0].string ?? "", recordType: $0[1].string ?? "", seq: $0[2].int64 ?? 0,
-                               reason: $0[3].string ?? "", hint: $0[4].string ?? "", attempts: Int($0[5].int64 ?? 0))
-            }
+        report.setAside = try db.query("""
+            SELECT record_name, record_type, seq, coalesce(reason, ''), coalesce(hint, ''), attempts FROM \(inbox)
+            WHERE state = 'set_aside' ORDER BY seq LIMIT 100
+            """).map {
+            SetAsideRecord(recordName: $0[0].string ?? "", recordType: $0[1].string ?? "", seq: $0[2].int64 ?? 0,
+                           reason: $0[3].string ?? "", hint: $0[4].string ?? "", attempts: Int($0[5].int64 ?? 0))
+        }
+        if try db.tableExists("_storectl_outbox") {
             report.outbox = Int(try db.scalar("SELECT count(*) FROM _storectl_outbox")?.int64 ?? 0)
         }
         if try db.tableExists("_storectl_unsent") {

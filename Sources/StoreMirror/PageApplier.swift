@@ -456,10 +456,9 @@ final class PageApplier {
         if applier.hasParked {
             // A tombstone of a record never seen still ends its wait for a parent (`RecordApplier.applyDeletion`).
             try db.run(sql("unpark", entity) {
-                """
-                DELETE FROM main._storectl_pending WHERE record_name IN (SELECT p.record_name FROM \(staged)
-                    WHERE \(range) AND k.kind IN ('new', 'update', 'delete', 'gone', 'void'))
-                """
+                Inbox.removeSQL(from: [.waiting], namesSelectedBy: """
+                    SELECT p.record_name FROM \(staged) WHERE \(range) AND k.kind IN ('new', 'update', 'delete', 'gone', 'void')
+                    """)
             }, bounds)
         }
         if applied > 0 && applier.dedupEntities.contains(entity.name) {

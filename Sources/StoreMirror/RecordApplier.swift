@@ -3,7 +3,7 @@ import StoreCloud
 import StoreHistory
 import StoreSQLite
 
-/// Why one cloud record cannot be applied as it is: it is set aside (`_storectl_quarantine`) with this reason, and
+/// Why one cloud record cannot be applied as it is: it is set aside (in the `Inbox`) with this reason, and
 /// every other record still flows.
 struct RecordProblem: Error, Equatable {
     var reason: String
@@ -63,7 +63,7 @@ final class RecordApplier {
     /// While a restored store takes back its later self's records: the history (after, upTo] of this copy that its
     /// later self exported (see `Reconciler`).
     var exportedByLaterSelf: (after: Int64, upTo: Int64)?
-    /// While an import applies its pages: two kinds of record wait in `temp._storectl_deferred` until every other
+    /// While an import applies its pages: two kinds of record are held back in the `Inbox` until every other
     /// record of the import is in, because the order the cloud hands them over in is not an order the origin
     /// store ever passed through.
     /// - A tombstone of a row whose deletion cascades: a child moved away from it in the same export (or a later
@@ -72,7 +72,7 @@ final class RecordApplier {
     ///   come later in the import (a row deleted and inserted again with the same unique values). Only a
     ///   collision that is still there once everything else is applied makes the two records duplicates.
     var defersUntilSettled = false
-    /// Whether `temp._storectl_deferred` may hold a record.
+    /// Whether the inbox may hold a held-back record.
     private var hasDeferred = false
     private func sql(_ key: String, _ entity: EntityMap, _ make: () -> String) -> String {
         let k = key + "\u{0}" + entity.name
@@ -88,7 +88,7 @@ final class RecordApplier {
         self.db = db
         self.dedupEntities = dedupEntities
         self.uniqueRules = uniqueRules
-        self.hasParked = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_pending)")?.int64 == 1
+        self.hasParked = try Inbox(db).has(.waiting)
         if !dedupEntities.isEmpty {
             try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_touched(entity TEXT NOT NULL, pk TEXT NOT NULL, "
                            + "PRIMARY KEY (entity, pk)) WITHOUT ROWID; DELETE FROM temp._storectl_touched;")
@@ -98,10 +98,6 @@ final class RecordApplier {
                 PRIMARY KEY (entity, pk)) WITHOUT ROWID;
             CREATE TEMP TABLE IF NOT EXISTS _storectl_deleted_parents(entity TEXT NOT NULL, pk TEXT NOT NULL,
                 row TEXT NOT NULL, PRIMARY KEY (entity, pk)) WITHOUT ROWID;
-            CREATE TEMP TABLE IF NOT EXISTS _storectl_deferred(record_name TEXT PRIMARY KEY, record_type TEXT NOT NULL,
-                fields TEXT NOT NULL, change_tag TEXT NOT NULL, seq INTEGER NOT NULL, deleted INTEGER NOT NULL,
-                modified_by TEXT NOT NULL, modified_at REAL NOT NULL);
-            DELETE FROM temp._storectl_deferred;
             """)
         self.entities = entities
         self.policy = policy
@@ -251,7 +247,7 @@ final class RecordApplier {
     func apply(_ record: CloudRecord, respectLocalChanges: Bool = true) throws -> Outcome {
         if hasDeferred {
             // A newer version of a held-back record supersedes it (it is held back again if it must be).
-            try db.run("DELETE FROM temp._storectl_deferred WHERE record_name = ?", [record.recordName])
+            try Inbox(db).remove(record.recordName, from: .held)
         }
         guard let entity = entities[record.recordType] else { return .unknownType }
         var entry = try mapEntry(name: record.recordName)
@@ -545,9 +541,7 @@ final class RecordApplier {
             try RecordMap(db).record(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag,
                                      base: .text(record.fields), extra: extra, deleted: false)
         }
-        if hasParked {
-            try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
-        }
+        if hasParked { try Inbox(db).remove(record.recordName, from: .waiting) }
         if dedupEntities.contains(entity.name) {
             try db.run("INSERT OR IGNORE INTO temp._storectl_touched(entity, pk) VALUES (?, ?)", [entity.name, pk])
         }
@@ -559,7 +553,7 @@ final class RecordApplier {
     private func applyDeletion(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?,
                                respectLocalChanges: Bool) throws -> Outcome
     {
-        if hasParked { try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName]) }
+        if hasParked { try Inbox(db).remove(record.recordName, from: .waiting) }
         if let target = try aliasTarget(of: record) {
             // A duplicate merged into `target` elsewhere: its name now stands for the winner. A local row still
             // mapped to it gives its children to the winner's row and goes, when the winner is here; otherwise it is
@@ -703,11 +697,7 @@ final class RecordApplier {
 
     private func park(_ record: CloudRecord) throws {
         hasParked = true
-        try db.run("""
-            INSERT INTO _storectl_pending(record_name, record_type, fields, change_tag, seq) VALUES (?, ?, ?, ?, ?)
-            ON CONFLICT(record_name) DO UPDATE SET record_type = excluded.record_type, fields = excluded.fields,
-                change_tag = excluded.change_tag, seq = excluded.seq
-            """, [record.recordName, record.recordType, record.fields, record.changeTag, record.seq])
+        try Inbox(db).put(record, .waiting)
     }
 
     // MARK: Writing rows
@@ -1103,10 +1093,7 @@ final class RecordApplier {
                 let row = f.entity.name + "\u{0}" + f.pk
                 // Its record was set aside, waits for a parent, or is a conflict: it did not apply here.
                 let setAside = try freedRecords[row].map { name in
-                    try db.scalar("""
-                        SELECT EXISTS (SELECT 1 FROM _storectl_quarantine WHERE record_name = ?1)
-                            OR EXISTS (SELECT 1 FROM _storectl_pending WHERE record_name = ?1)
-                        """, [name])?.int64 == 1 || conflicts.contains { $0.recordName == name }
+                    try Inbox(db).holds(name, in: [.setAside, .waiting]) || conflicts.contains { $0.recordName == name }
                 } ?? false
                 throw FreedValueTaken(row: row, recordSetAside: setAside)
             }
@@ -1210,12 +1197,7 @@ final class RecordApplier {
     // MARK: Deferred and parked records
 
     private func deferUntilSettled(_ record: CloudRecord) throws -> Outcome {
-        try db.run("""
-            INSERT OR REPLACE INTO temp._storectl_deferred(record_name, record_type, fields, change_tag, seq, deleted,
-                                                          modified_by, modified_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """, [record.recordName, record.recordType, record.fields, record.changeTag, record.seq, record.deleted,
-                  record.modifiedBy, record.modifiedAt])
+        try Inbox(db).put(record, .held)
         hasDeferred = true
         return .deferred
     }
@@ -1224,16 +1206,13 @@ final class RecordApplier {
     /// of them are being applied.
     func forgetDeferred(namesIn source: String) throws {
         guard hasDeferred else { return }
-        try db.execute("DELETE FROM temp._storectl_deferred WHERE record_name IN (SELECT record_name FROM \(source))")
+        try db.execute(Inbox.removeSQL(from: [.held], namesSelectedBy: "SELECT record_name FROM \(source)"))
     }
 
     /// The records `defersUntilSettled` held back, tombstones first (each kind in the order the cloud gave it),
     /// and forgets them: the caller applies them with `defersUntilSettled` off.
     func takeDeferred(zone: String) throws -> [CloudRecord] {
-        let records = try db.query("""
-            SELECT \(StoredRecord.columns) FROM temp._storectl_deferred ORDER BY deleted DESC, seq
-            """).map { StoredRecord.decode($0, zone: zone) }
-        try db.execute("DELETE FROM temp._storectl_deferred")
+        let records = try Inbox(db).take(.held, zone: zone)
         hasDeferred = false
         return records
     }
@@ -1259,11 +1238,12 @@ final class RecordApplier {
                     case .pending, .conflict, .unknownType:
                         break
                     case .applied, .deleted, .skipped, .deferred:
-                        try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
+                        // (A held-back record is held in the inbox now: it left the waiting ones.)
+                        try Inbox(db).remove(record.recordName, from: .waiting)
                         progress = true
                     }
                 } catch let problem as RecordProblem {
-                    try db.run("DELETE FROM _storectl_pending WHERE record_name = ?", [record.recordName])
+                    try Inbox(db).remove(record.recordName, from: .waiting)
                     try onProblem(record, problem)
                     progress = true
                 }
@@ -1275,9 +1255,9 @@ final class RecordApplier {
         }
     }
 
-    /// The parked records (`ParkedRecord`), oldest first.
+    /// The parked records (waiting for a parent in the inbox), oldest first.
     func parkedRecords(zone: String) throws -> [CloudRecord] {
-        try db.query(ParkedRecord.selectSQL).map { StoredRecord.decode($0, zone: zone) }
+        try Inbox(db).records(.waiting, zone: zone)
     }
 
     /// Inserts the parked records whose missing parents are all parked too (or are themselves), with those
@@ -1307,9 +1287,7 @@ final class RecordApplier {
             if try apply(placeholder) == .applied { inserted.append((record, missing)) }
         }
         for (record, _) in inserted {
-            try db.run("INSERT OR REPLACE INTO _storectl_pending(record_name, record_type, fields, change_tag, seq) "
-                           + "VALUES (?, ?, ?, ?, ?)",
-                       [record.recordName, record.recordType, record.fields, record.changeTag, record.seq])
+            try Inbox(db).put(record, .waiting)
             hasParked = true
         }
         return !inserted.isEmpty

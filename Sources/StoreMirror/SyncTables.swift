@@ -22,14 +22,16 @@ protocol SyncTable {
 ///   writer), the parked and set-aside records, the outbox of tombstones, and the rows too large to send. Stores
 ///   made before had the last two made on the fly by the first export that needed them, and a record map
 ///   without `extra` (store format 1); both are brought to this shape by the same install.
+/// - 2 (store format 4): one inbox (`_storectl_inbox`) for every record that cannot be applied yet, with its state,
+///   instead of `_storectl_pending` (parked), `_storectl_quarantine` (set aside) and the import's temporary table
+///   of held-back records. The rows of the two old tables move into it, in the install's transaction.
 public enum SyncTables {
     /// The version of the engine's tables this storectl installs.
-    public static let version = 1
+    public static let version = 2
 
     /// Every table, in the order they are made.
     static let all: [any SyncTable.Type] = [
-        RecordMapEntry.self, RecordAlias.self, RenameMark.self, ParkedRecord.self, SetAsideEntry.self,
-        OutboxEntry.self, UnsentRow.self,
+        RecordMapEntry.self, RecordAlias.self, RenameMark.self, InboxEntry.self, OutboxEntry.self, UnsentRow.self,
     ]
 
     /// The names of the engine's tables.
@@ -50,6 +52,7 @@ public enum SyncTables {
                 try db.execute("ALTER TABLE \(RecordMapEntry.tableName) ADD COLUMN extra TEXT")
             }
             for table in all { try db.execute(table.createSQL) }
+            try Inbox.adoptVersion1Tables(db)
             try StoreMeta.set(db, .syncTables, String(version))
         }
     }
@@ -136,12 +139,9 @@ struct RenameMark: SyncTable {
 
 // MARK: Records that wait
 
-/// A cloud record kept in the store because it cannot be applied yet: parked (`ParkedRecord`), set aside
-/// (`SetAsideEntry`) or held back until the import settles (`temp._storectl_deferred`). One decoding for all
-/// three.
+/// The one decoding of a cloud record kept in the store because it cannot be applied yet (`InboxEntry`).
 enum StoredRecord {
-    /// The columns `decode` reads, in order; a table without `deleted`, `modified_by` or `modified_at` selects
-    /// `0`, `''` and `0` in their place.
+    /// The columns `decode` reads, in order.
     static let columns = "record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at"
 
     /// The record a row selected with `columns` stands for, in `zone`.
@@ -152,48 +152,46 @@ enum StoredRecord {
     }
 }
 
-/// A live record whose parent is not here yet (`_storectl_pending`): applied by the first import after the
-/// parent arrives (`RecordApplier.retryPending`).
-struct ParkedRecord: SyncTable {
-    static let tableName = "_storectl_pending"
+/// The inbox (`_storectl_inbox`): every cloud record that cannot be applied yet, one row per record name, in one
+/// of three states (`State`). Written by `Inbox` only.
+///
+/// A record is in one state at a time: a newer version of it, or a new outcome, replaces the row (its attempts
+/// count again from 1 when the state changes). Stores of sync tables version 1 kept the first and the last state
+/// in two tables (`_storectl_pending`, `_storectl_quarantine`) and the second in a temporary one; the install of
+/// version 2 moves their rows here.
+struct InboxEntry: SyncTable {
+    static let tableName = "_storectl_inbox"
     static let createSQL = """
-        CREATE TABLE IF NOT EXISTS _storectl_pending(
-            record_name TEXT PRIMARY KEY,
-            record_type TEXT NOT NULL,
-            fields TEXT NOT NULL,
-            change_tag TEXT NOT NULL,
-            seq INTEGER NOT NULL
-        ) WITHOUT ROWID;
-        """
-    /// `StoredRecord.columns` of this table.
-    static let selectSQL = """
-        SELECT record_name, record_type, fields, change_tag, seq, 0, '', 0 FROM _storectl_pending ORDER BY seq
-        """
-}
-
-/// A record that cannot be applied as it is (`_storectl_quarantine`), with the reason and the fix; tried again
-/// on every import. An oversized record is kept without its fields (`fields = ''`) and fetched again.
-struct SetAsideEntry: SyncTable {
-    static let tableName = "_storectl_quarantine"
-    static let createSQL = """
-        CREATE TABLE IF NOT EXISTS _storectl_quarantine(
+        CREATE TABLE IF NOT EXISTS _storectl_inbox(
             record_name TEXT PRIMARY KEY,
             record_type TEXT NOT NULL,
             fields TEXT NOT NULL,
             change_tag TEXT NOT NULL,
             seq INTEGER NOT NULL,
             deleted INTEGER NOT NULL DEFAULT 0,
-            reason TEXT NOT NULL,
+            modified_by TEXT NOT NULL DEFAULT '',
+            modified_at REAL NOT NULL DEFAULT 0,
+            state TEXT NOT NULL CHECK (state IN ('waiting', 'held', 'set_aside')),
+            reason TEXT,
             hint TEXT,
             first_seen INTEGER NOT NULL,
             last_tried INTEGER NOT NULL,
             attempts INTEGER NOT NULL DEFAULT 1
         ) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS _storectl_inbox_state ON _storectl_inbox(state, seq);
         """
-    /// `StoredRecord.columns` of this table (its fields are `''` when kept without them).
-    static let selectSQL = """
-        SELECT record_name, record_type, fields, change_tag, seq, deleted, '', 0 FROM _storectl_quarantine ORDER BY seq
-        """
+
+    /// Why a record waits.
+    enum State: String, CaseIterable {
+        /// A live record whose parent is not here yet: applied by the first import after the parent arrives.
+        case waiting
+        /// Held back until every other record of the import is in (`RecordApplier.defersUntilSettled`): only ever
+        /// inside an import's write transaction, which applies or sets aside each of them before it commits.
+        case held
+        /// Cannot be applied as it is (`RecordProblem`: the reason and the fix); tried again on every import. An
+        /// oversized record is kept without its fields (`fields = ''`) and fetched again.
+        case setAside = "set_aside"
+    }
 }
 
 // MARK: What goes out

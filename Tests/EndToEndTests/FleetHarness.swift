@@ -548,7 +548,7 @@ final class Fleet {
                       file: file, line: line)
         let pending = try parkedRecords(store)
         XCTAssertEqual(pending, [], "[\(backend)] \(what): \(store) still holds records waiting in "
-                       + "_storectl_pending", file: file, line: line)
+                       + "the inbox", file: file, line: line)
     }
 
     /// Checks that `status` and `doctor` do NOT call `store` healthy, and that both name each of `mentions`
@@ -572,11 +572,12 @@ final class Fleet {
         }
     }
 
-    /// Record names parked in `_storectl_pending` on `store` (empty when the table does not exist).
+    /// Record names waiting for a parent in the inbox of `store` (empty when the table does not exist).
     func parkedRecords(_ store: String) throws -> [String] {
         let db = try Connection(path: path(store), mode: .readOnly, wal: false, foreignKeys: false)
-        guard try db.tableExists("_storectl_pending") else { return [] }
-        return try db.query("SELECT record_name FROM _storectl_pending ORDER BY 1").compactMap { $0[0].string }
+        guard try db.tableExists("_storectl_inbox") else { return [] }
+        return try db.query("SELECT record_name FROM _storectl_inbox WHERE state = 'waiting' ORDER BY 1")
+            .compactMap { $0[0].string }
     }
 
     /// Compares every one of `stores` (and `late`, which joins now, when `late` is true) with `expected`:

@@ -83,7 +83,7 @@ final class ImportTransactionTests: XCTestCase {
         XCTAssertTrue(cloud.calls.contains("fetchRecord"), "\(cloud.calls)")
         XCTAssertEqual(report.imported.waitingForParent, 0)
         XCTAssertEqual(try c.scalar("SELECT count(*) FROM note_tags")?.int64, 0)
-        XCTAssertEqual(try c.scalar("SELECT count(*) FROM _storectl_pending")?.int64, 0)
+        XCTAssertEqual(try c.scalar("SELECT count(*) FROM _storectl_inbox WHERE state = 'waiting'")?.int64, 0)
         XCTAssertEqual(try c.scalar("SELECT count(*) FROM _storectl_outbox")?.int64, 0, "the child's deletion was sent")
         for db in [a, b, c, a, b, c] { try f.sync(db) }
         for db in [a, b, c] {

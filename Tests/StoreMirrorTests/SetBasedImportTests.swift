@@ -124,8 +124,8 @@ final class SetBasedImportTests: XCTestCase {
                 FROM _storectl_meta WHERE key = 'store_id') || '%'
             """, "map")
         out += try rows(db, "SELECT author, entity, op, changed FROM _storectl_history", "history")
-        out += try rows(db, "SELECT record_name, reason FROM _storectl_quarantine", "set aside")
-        out += try rows(db, "SELECT record_name FROM _storectl_pending", "pending")
+        out += try rows(db, "SELECT record_name, reason FROM _storectl_inbox WHERE state = 'set_aside'", "set aside")
+        out += try rows(db, "SELECT record_name FROM _storectl_inbox WHERE state = 'waiting'", "pending")
         out += try rows(db, "SELECT name, seq FROM sqlite_sequence", "sequence")
         return out
     }
@@ -209,11 +209,14 @@ extension SetBasedImportTests {
                         "map")
         out += try dump(db, "SELECT * FROM _storectl_aliases", "alias")
         out += try dump(db, "SELECT * FROM _storectl_renamed", "renamed")
-        out += try dump(db, "SELECT * FROM _storectl_pending", "parked")
+        out += try dump(db, """
+            SELECT record_name, record_type, fields, change_tag, seq FROM _storectl_inbox WHERE state = 'waiting'
+            """, "parked")
         out += try dump(db, """
             SELECT record_name, record_type, fields, change_tag, seq, deleted, reason, hint, attempts
-            FROM _storectl_quarantine
+            FROM _storectl_inbox WHERE state = 'set_aside'
             """, "set aside")
+        out += try dump(db, "SELECT record_name FROM _storectl_inbox WHERE state = 'held'", "held")
         out += try dump(db, "SELECT record_name, record_type, change_tag, reason FROM _storectl_outbox", "outbox")
         out += try dump(db, "SELECT author, entity, pk, op, changed, tombstone FROM _storectl_history", "history")
         return out

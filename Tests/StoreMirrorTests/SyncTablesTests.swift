@@ -59,8 +59,8 @@ final class SyncTablesTests: XCTestCase {
                                outside: ["SyncTables.swift", "StoreFormat.swift"])
         XCTAssertEqual(made, [], "engine tables made outside SyncTables")
         XCTAssertEqual(Set(SyncTables.names), [
-            "_storectl_records", "_storectl_aliases", "_storectl_renamed", "_storectl_pending", "_storectl_quarantine",
-            "_storectl_outbox", "_storectl_unsent",
+            "_storectl_records", "_storectl_aliases", "_storectl_renamed", "_storectl_inbox", "_storectl_outbox",
+            "_storectl_unsent",
         ])
         // `cloud check` knows each of them as storectl's own, not a user's table.
         XCTAssertTrue(Set(SyncTables.names).isSubset(of: CloudCheck.ownTables))
@@ -152,22 +152,92 @@ final class SyncTablesTests: XCTestCase {
                        [[.text("[1]"), .text("n/2"), .null], [.text("[2]"), .text("n/1"), .text("{\"x\":1}")]])
     }
 
-    func testWaitingRecordsDecodeTheSameWayFromEveryTable() throws {
+    func testOnlyInboxWritesTheInbox() throws {
+        let write = "(INSERT(\\s+OR\\s+\\w+)?\\s+INTO|REPLACE\\s+INTO|UPDATE(\\s+OR\\s+\\w+)?|DELETE\\s+FROM)\\s+"
+            + "(main\\.)?_storectl_inbox\\b"
+        XCTAssertEqual(try matches(write, outside: ["Inbox.swift"]), [], "statements that write the inbox outside Inbox")
+        XCTAssertGreaterThanOrEqual(try matches(write, outside: []).count, 5, "the check finds the writes in Inbox")
+        // No other table keeps waiting records: the old ones are only read by the install that moves them.
+        XCTAssertEqual(try matches("CREATE\\s+(TEMP\\s+)?TABLE\\s+(IF\\s+NOT\\s+EXISTS\\s+)?(temp\\.|main\\.)?_storectl_(pending|quarantine|deferred)\\b",
+                                   outside: []), [])
+    }
+
+    func testARecordIsInOneStateAtATimeAndEveryStateDecodesTheSameWay() throws {
         let f = try MirrorFixture()
         let db = try f.store("a")
         try MirrorState.install(db)
+        let inbox = Inbox(db)
+        let one = CloudRecord(zone: "z", recordName: "n/1", recordType: "notes", fields: "{\"title\":\"a\"}",
+                              changeTag: "t1", seq: 7, deleted: false, modifiedBy: "dev", modifiedAt: 1.5)
+        var two = one
+        two.recordName = "n/2"; two.fields = "{}"; two.changeTag = "t2"; two.seq = 8; two.deleted = true
+        try inbox.put(one, .waiting)
+        try inbox.put(two, .setAside, problem: RecordProblem(reason: "r", hint: "h"))
+        XCTAssertEqual(try inbox.records(.waiting, zone: "z"), [one])
+        XCTAssertEqual(try inbox.records(.setAside, zone: "z"), [two])
+        try inbox.put(two, .setAside, problem: RecordProblem(reason: "r2", hint: "h"))
+        XCTAssertEqual(try db.scalar("SELECT attempts || reason FROM _storectl_inbox WHERE record_name = 'n/2'")?.string,
+                       "2r2")
+        // A newer version held back replaces the set-aside one; taking it out of another state leaves it.
+        var newer = two
+        newer.seq = 9
+        try inbox.put(newer, .held)
+        try inbox.remove("n/2", from: .setAside)
+        XCTAssertEqual(try inbox.counts(), [.waiting: 1, .held: 1])
+        XCTAssertEqual(try db.scalar("SELECT attempts FROM _storectl_inbox WHERE record_name = 'n/2'")?.int64, 1)
+        XCTAssertEqual(try inbox.take(.held, zone: "z"), [newer])
+        XCTAssertFalse(try inbox.has(.held))
+        XCTAssertTrue(try inbox.holds("n/1", in: [.waiting]))
+        XCTAssertFalse(try inbox.holds("n/1", in: [.setAside, .held]))
+        // The state is a closed set.
+        XCTAssertThrowsError(try db.execute("""
+            INSERT INTO _storectl_inbox(record_name, record_type, fields, change_tag, seq, state, first_seen, last_tried)
+            VALUES ('x', 'notes', '{}', '', 1, 'parked', 0, 0)
+            """))
+    }
+
+    func testAVersion1StoresWaitingRecordsMoveIntoTheInbox() throws {
+        let f = try MirrorFixture()
+        let db = try f.store("a")
+        // The two tables sync tables version 1 kept waiting records in; 'n/2' is in both, newer when set aside.
         try db.execute("""
-            INSERT INTO _storectl_pending(record_name, record_type, fields, change_tag, seq)
-                VALUES ('n/1', 'notes', '{"title":"a"}', 't1', 7);
-            INSERT INTO _storectl_quarantine(record_name, record_type, fields, change_tag, seq, deleted, reason,
-                                             first_seen, last_tried) VALUES ('n/2', 'notes', '{}', 't2', 8, 1, 'r', 0, 0);
+            CREATE TABLE _storectl_pending(record_name TEXT PRIMARY KEY, record_type TEXT NOT NULL, fields TEXT NOT NULL,
+                change_tag TEXT NOT NULL, seq INTEGER NOT NULL) WITHOUT ROWID;
+            CREATE TABLE _storectl_quarantine(record_name TEXT PRIMARY KEY, record_type TEXT NOT NULL,
+                fields TEXT NOT NULL, change_tag TEXT NOT NULL, seq INTEGER NOT NULL, deleted INTEGER NOT NULL DEFAULT 0,
+                reason TEXT NOT NULL, hint TEXT, first_seen INTEGER NOT NULL, last_tried INTEGER NOT NULL,
+                attempts INTEGER NOT NULL DEFAULT 1) WITHOUT ROWID;
+            INSERT INTO _storectl_pending VALUES ('n/1', 'notes', '{"a":1}', 't1', 7), ('n/2', 'notes', '{"a":2}', 't2', 8);
+            INSERT INTO _storectl_quarantine VALUES ('n/2', 'notes', '{"a":3}', 't3', 9, 0, 'why', 'fix', 5, 6, 4),
+                ('n/3', 'notes', '', 't4', 10, 1, 'too large', NULL, 5, 6, 2);
             """)
-        let parked = try db.query(ParkedRecord.selectSQL).map { StoredRecord.decode($0, zone: "z") }
-        let setAside = try db.query(SetAsideEntry.selectSQL).map { StoredRecord.decode($0, zone: "z") }
-        XCTAssertEqual(parked, [CloudRecord(zone: "z", recordName: "n/1", recordType: "notes", fields: "{\"title\":\"a\"}",
-                                            changeTag: "t1", seq: 7, deleted: false, modifiedBy: "", modifiedAt: 0)])
-        XCTAssertEqual(setAside, [CloudRecord(zone: "z", recordName: "n/2", recordType: "notes", fields: "{}",
-                                              changeTag: "t2", seq: 8, deleted: true, modifiedBy: "", modifiedAt: 0)])
+        try MirrorState.install(db)
+        XCTAssertFalse(try db.tableExists("_storectl_pending"))
+        XCTAssertFalse(try db.tableExists("_storectl_quarantine"))
+        XCTAssertEqual(try db.query("""
+            SELECT record_name, fields, change_tag, seq, deleted, state, coalesce(reason, '-'), attempts
+            FROM _storectl_inbox ORDER BY record_name
+            """).map { $0.values.map(\.description).joined(separator: " ") }, [
+            "n/1 {\"a\":1} t1 7 0 waiting - 1",
+            "n/2 {\"a\":3} t3 9 0 set_aside why 4",
+            "n/3  t4 10 1 set_aside too large 2",
+        ])
+        let unsettled = try MirrorState.unsettled(db)
+        XCTAssertEqual(unsettled.waitingForParent.map(\.recordName), ["n/1"])
+        XCTAssertEqual(unsettled.setAside.map(\.recordName), ["n/2", "n/3"])
+    }
+
+    func testAnOlderStoreReadWithoutWritingReportsItsWaitingRecords() throws {
+        let f = try MirrorFixture()
+        let db = try f.store("a")
+        try db.execute("""
+            CREATE TABLE _storectl_pending(record_name TEXT PRIMARY KEY, record_type TEXT NOT NULL, fields TEXT NOT NULL,
+                change_tag TEXT NOT NULL, seq INTEGER NOT NULL) WITHOUT ROWID;
+            INSERT INTO _storectl_pending VALUES ('n/1', 'notes', '{"a":1}', 't1', 7);
+            """)
+        XCTAssertEqual(try MirrorState.unsettled(db).waitingForParent.map(\.recordName), ["n/1"])
+        XCTAssertEqual(try MirrorState.unsettledCounts(db).pending, 1)
+        XCTAssertEqual(try MirrorState.unsettledCounts(db).quarantined, 0)
     }
 
     func testOutboxReasonsAreKnownByName() {
