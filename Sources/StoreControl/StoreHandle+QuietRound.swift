@@ -102,9 +102,8 @@ extension StoreHandle {
         let db = mirror.db
         do {
             let unsettled = try MirrorState.unsettledCounts(db)
-            guard unsettled == (0, 0, 0), try MirrorState.pendingExportCount(db) == 0,
+            guard unsettled == (0, 0, 0, 0), try MirrorState.pendingExportCount(db) == 0,
                   try Seeder.pendingMarkers(db).isEmpty,
-                  try db.scalar("SELECT count(*) FROM _storectl_unsent")?.int64 == 0,
                   let state = try mirror.cloud.quietState(zone: zone, known: nil), let at = state.zone,
                   try MirrorState.serverToken(db, zone: zone) == at.rawValue
             else { return }

@@ -322,7 +322,8 @@ extension StoreHandle {
                 CASE WHEN EXISTS (SELECT 1 FROM _storectl_inbox q WHERE q.record_name = c.record_name
                                          AND q.state = 'set_aside')
                      THEN 'set_aside'
-                     WHEN EXISTS (SELECT 1 FROM _storectl_outbox o WHERE o.record_name = c.record_name)
+                     WHEN EXISTS (SELECT 1 FROM _storectl_outgoing o WHERE o.record_name = c.record_name
+                                      AND o.kind = 'delete')
                      THEN 'pending_export'
                      WHEN EXISTS (SELECT 1 FROM _storectl_aliases a WHERE a.record_name = c.record_name)
                      THEN 'merged_duplicate' END
@@ -451,7 +452,13 @@ extension StoreHandle {
                            + (try MirrorState.inboxSource(db)))
             made.append("view:_storectl_inbox")
         }
-        for table in ["_storectl_outbox", "_storectl_aliases"] where try !db.tableExists(table) {
+        if try !db.tableExists("_storectl_outgoing") {
+            // The same for its tombstones not sent yet.
+            try db.execute("CREATE TEMP VIEW IF NOT EXISTS _storectl_outgoing AS SELECT * FROM "
+                           + (try MirrorState.outgoingSource(db)))
+            made.append("view:_storectl_outgoing")
+        }
+        for table in ["_storectl_aliases"] where try !db.tableExists(table) {
             try db.execute("CREATE TEMP TABLE IF NOT EXISTS \(table)(record_name TEXT PRIMARY KEY) WITHOUT ROWID")
             made.append(table)
         }

@@ -39,7 +39,7 @@ public enum CloudCheck {
     static let ownTables: Set<String> = [
         "_storectl_meta", "_storectl_context", "_storectl_history", "_storectl_consumers", "_storectl_tokens",
         "_storectl_records", "_storectl_pending", "_storectl_quarantine", "_storectl_outbox", "_storectl_aliases",
-        "_storectl_unsent", "_storectl_renamed", "_storectl_inbox",
+        "_storectl_unsent", "_storectl_renamed", "_storectl_inbox", "_storectl_outgoing",
     ]
 
     /// Checks `tables` in `db`. With `everyTable` (no `entities:` in the config, so every table is meant to sync),

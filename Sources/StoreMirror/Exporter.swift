@@ -188,7 +188,7 @@ struct Exporter {
                 INSERT INTO temp._storectl_changes(entity, pk)
                 SELECT DISTINCT entity, pk FROM main._storectl_history WHERE seq > ?1 AND seq <= ?2 AND author <> ?3
                 """, [after, upto, MirrorState.importAuthor])
-            try db.execute("INSERT OR IGNORE INTO temp._storectl_changes(entity, pk) SELECT entity, pk FROM _storectl_unsent")
+            try db.execute("INSERT OR IGNORE INTO temp._storectl_changes(entity, pk) " + Outgoing.unsentRowsSQL)
         }
     }
 
@@ -227,7 +227,7 @@ struct Exporter {
                     for row in reused {
                         guard let pk = row[0].string, let old = row[1].string else { continue }
                         if let tag = row[2].string {
-                            try OutboxEntry.add(db, old, type: e.name, tag: tag, reason: .reusedRowid)
+                            try Outgoing(db).delete(old, type: e.name, tag: tag, reason: .reusedRowid)
                         }
                         try map.renameReused(e, pk: pk)
                         try map.markRenamed(entity: e.name, pk: pk, upto: row[3].int64 ?? 0)
@@ -276,7 +276,7 @@ struct Exporter {
             let map = RecordMap(db)
             if let upto = row[5].int64 { try map.markRenamed(entity: e.name, pk: pk, upto: upto) }
             if row[3].int64 == 0, let tag = row[2].string {
-                try OutboxEntry.add(db, old, type: e.name, tag: tag, reason: .newParent)
+                try Outgoing(db).delete(old, type: e.name, tag: tag, reason: .newParent)
             }
             try map.rename(entity: e.name, pk: pk, to: wanted)
         }
@@ -418,7 +418,7 @@ struct Exporter {
         var rows = 0
         var lastKey: [Value] = []
         var orphans: [String] = []
-        var unsent: [RowRef] = []
+        var unsent: [(row: RowRef, name: String, reason: Outgoing.Reason)] = []
         var sent: [String] = []
         let keyCount = baseline ? e.primaryKey.count : 1
         let maxSize = options.maxRecordSize
@@ -429,7 +429,7 @@ struct Exporter {
             let pk = row.string(0) ?? "[]"
             guard let name = row.string(1) else { return }
             if case .textBytes = row.column(0) {
-                unsent.append(RowRef(entity: e.name, key: pk, reason: "its key is text that is not valid UTF-8"))
+                unsent.append((RowRef(entity: e.name, key: pk, reason: Outgoing.Reason.keyNotUTF8.text), name, .keyNotUTF8))
                 return
             }
             let tag = row.string(2)
@@ -442,9 +442,9 @@ struct Exporter {
             if present {
                 if !mappedDeleted && tag != nil && base == sentBase { return }  // nothing really changed
                 if fields.utf8.count > maxSize {
-                    unsent.append(RowRef(entity: e.name, key: pk, bytes: fields.utf8.count,
-                                         reason: "its record is \(fields.utf8.count) bytes, more than max_record_size "
-                                             + "(\(maxSize))"))
+                    unsent.append((RowRef(entity: e.name, key: pk, bytes: fields.utf8.count,
+                                          reason: "its record is \(fields.utf8.count) bytes, more than max_record_size "
+                                              + "(\(maxSize))"), name, .tooLarge))
                     return
                 }
                 sent.append(pk)
@@ -469,20 +469,18 @@ struct Exporter {
             try RecordMap(db).removeUnsaved(entity: e.name, pk: pk)
         }
         if !unsent.isEmpty || !sent.isEmpty {
-            let insert = try db.cached("INSERT OR REPLACE INTO _storectl_unsent(entity, pk, bytes, reason) VALUES (?, ?, ?, ?)")
-            for row in unsent {
-                try insert.bind([row.entity, row.key, row.bytes, row.reason])
-                try insert.step()
+            let outgoing = Outgoing(db)
+            for (row, name, reason) in unsent {
+                try outgoing.unsent(entity: row.entity, pk: row.key, name: name, reason: reason, bytes: row.bytes,
+                                    detail: row.reason)
             }
-            if try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_unsent WHERE entity = ?)", [e.name])?.int64 == 1 {
-                for pk in sent { try db.run("DELETE FROM _storectl_unsent WHERE entity = ? AND pk = ?", [e.name, pk]) }
-            }
-            report.unsent += unsent
+            try outgoing.sent(entity: e.name, pks: sent)
+            report.unsent += unsent.map(\.row)
         }
         return (batch, rows < limit ? nil : lastKey)
     }
 
-    /// Sends the tombstones of records that no local row stands for (`_storectl_outbox`): rows deleted here whose
+    /// Sends the tombstones of records that no local row stands for (the outgoing deletes): rows deleted here whose
     /// rowid (or parent's rowid) a new row took, losers of a UNIQUE constraint, orphaned children of a deleted
     /// parent, own records a crash left behind.
     ///
@@ -495,7 +493,8 @@ struct Exporter {
     /// the old parent, a UNIQUE loser, an orphan: a delete wins) and are sent over a newer record.
     /// - Throws: `ConflictError` under `merge_policy: error`, after the rest of the outbox was sent.
     private func sendOutbox(serial: Int64, report: inout ExportReport) throws {
-        let entries = try db.query(OutboxEntry.selectSQL).map(OutboxEntry.init)
+        let outgoing = Outgoing(db)
+        let entries = try outgoing.deletes()
         guard !entries.isEmpty else { return }
         var saves: [RecordSave] = []
         var userDeletes: Set<String> = []
@@ -503,7 +502,7 @@ struct Exporter {
             saves.append(RecordSave(recordName: entry.recordName, recordType: entry.recordType,
                                     fields: try tombstoneFields(entry.recordName), deleted: true,
                                     expectedTag: entry.changeTag))
-            if OutboxEntry.Reason(rawValue: entry.reason)?.isUserDelete == true { userDeletes.insert(entry.recordName) }
+            if entry.reason.isUserDelete { userDeletes.insert(entry.recordName) }
         }
         var conflicts: [ConflictReport] = []
         let historySeq = try MirrorState.lastHistorySeq(db)
@@ -520,11 +519,11 @@ struct Exporter {
                     case .saved(_, let seq):
                         report.deleted += 1
                         try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, seq)
-                        try OutboxEntry.remove(db, save.recordName)
+                        try outgoing.remove(save.recordName)
                     case .conflict(let server):
                         guard let server, !server.deleted else {
                             // Gone or deleted already: nothing left to do.
-                            try OutboxEntry.remove(db, save.recordName)
+                            try outgoing.remove(save.recordName)
                             continue
                         }
                         if userDeletes.contains(save.recordName), server.modifiedBy != device,
@@ -538,7 +537,7 @@ struct Exporter {
                             case .live:
                                 // The server's record stands; the import brings it here as a row of its own.
                                 report.conflictsResolved += 1
-                                try OutboxEntry.remove(db, save.recordName)
+                                try outgoing.remove(save.recordName)
                                 continue
                             case .fail:
                                 conflicts.append(ConflictReport(entity: save.recordType, recordName: save.recordName,

@@ -156,15 +156,36 @@ public enum MirrorState {
         }
     }
 
-    /// How many records wait for a parent, are set aside, or wait to be deleted in the cloud.
-    public static func unsettledCounts(_ db: Connection) throws -> (pending: Int64, quarantined: Int64, outbox: Int64) {
+    /// How many records wait for a parent, are set aside, wait to be deleted in the cloud, or are rows not sent.
+    public static func unsettledCounts(_ db: Connection) throws
+        -> (pending: Int64, quarantined: Int64, outbox: Int64, unsent: Int64)
+    {
         let inbox = try inboxSource(db)
-        let outbox = try db.tableExists("_storectl_outbox") ? "(SELECT count(*) FROM _storectl_outbox)" : "0"
+        let outgoing = try outgoingSource(db)
         let row = try db.query("""
             SELECT (SELECT count(*) FROM \(inbox) WHERE state = 'waiting'),
-                   (SELECT count(*) FROM \(inbox) WHERE state = 'set_aside'), \(outbox)
+                   (SELECT count(*) FROM \(inbox) WHERE state = 'set_aside'),
+                   (SELECT count(*) FROM \(outgoing) WHERE kind = 'delete'),
+                   (SELECT count(*) FROM \(outgoing) WHERE kind = 'save')
             """).first
-        return (row?[0].int64 ?? 0, row?[1].int64 ?? 0, row?[2].int64 ?? 0)
+        return (row?[0].int64 ?? 0, row?[1].int64 ?? 0, row?[2].int64 ?? 0, row?[3].int64 ?? 0)
+    }
+
+    /// The outgoing queue's rows as SQL to select from, also in a store of an older storectl read without writing.
+    public static func outgoingSource(_ db: Connection) throws -> String {
+        if try db.tableExists(OutgoingEntry.tableName) { return "main._storectl_outgoing" }
+        // The first SELECT names the columns.
+        var parts = ["""
+            SELECT NULL AS record_name, NULL AS record_type, NULL AS kind, NULL AS pk, NULL AS detail,
+                   NULL AS bytes WHERE false
+            """]
+        if try db.tableExists("_storectl_outbox") {
+            parts.append("SELECT record_name, record_type, 'delete', NULL, reason, NULL FROM main._storectl_outbox")
+        }
+        if try db.tableExists("_storectl_unsent") {
+            parts.append("SELECT NULL, entity, 'save', pk, reason, bytes FROM main._storectl_unsent")
+        }
+        return "(" + parts.joined(separator: " UNION ALL ") + ")"
     }
 
     /// The inbox's rows as SQL to select from, also in a store of an older storectl read without writing (its
@@ -202,10 +223,8 @@ public enum MirrorState {
     public static func resetSyncState(_ db: Connection, zone: String) throws {
         try RecordMap(db).forgetSyncedState()
         try Inbox(db).clear()
-        try db.execute("""
-            DELETE FROM _storectl_outbox;
-            DELETE FROM _storectl_meta WHERE \(MetaKey.Family.ownSeq.sqlMatch);
-            """)
+        try Outgoing(db).clearDeletes()
+        try db.execute("DELETE FROM _storectl_meta WHERE \(MetaKey.Family.ownSeq.sqlMatch)")
         try setServerToken(db, zone: zone, nil)
         try setMeta(db, .baselineContainer, nil)
     }
@@ -271,16 +290,13 @@ extension MirrorState {
             SetAsideRecord(recordName: $0[0].string ?? "", recordType: $0[1].string ?? "", seq: $0[2].int64 ?? 0,
                            reason: $0[3].string ?? "", hint: $0[4].string ?? "", attempts: Int($0[5].int64 ?? 0))
         }
-        if try db.tableExists("_storectl_outbox") {
-            report.outbox = Int(try db.scalar("SELECT count(*) FROM _storectl_outbox")?.int64 ?? 0)
-        }
-        if try db.tableExists("_storectl_unsent") {
-            report.unsent = try db.query("""
-                SELECT entity, pk, bytes, reason FROM _storectl_unsent ORDER BY entity, pk LIMIT 100
-                """).map {
-                RowRef(entity: $0[0].string ?? "", key: $0[1].string ?? "", bytes: $0[2].int64.map(Int.init),
-                       reason: $0[3].string ?? "")
-            }
+        let outgoing = try outgoingSource(db)
+        report.outbox = Int(try db.scalar("SELECT count(*) FROM \(outgoing) WHERE kind = 'delete'")?.int64 ?? 0)
+        report.unsent = try db.query("""
+            SELECT record_type, pk, bytes, detail FROM \(outgoing) WHERE kind = 'save' ORDER BY record_type, pk LIMIT 100
+            """).map {
+            RowRef(entity: $0[0].string ?? "", key: $0[1].string ?? "", bytes: $0[2].int64.map(Int.init),
+                   reason: $0[3].string ?? "")
         }
         for (type, count) in try StoreMeta.entries(db, .unknownType) {
             report.untrackedTypes[type] = Int(count ?? "") ?? 0

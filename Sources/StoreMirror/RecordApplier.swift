@@ -998,8 +998,8 @@ final class RecordApplier {
     }
 
     /// Queues a tombstone for a record that no local row stands for: the next export deletes it in the cloud.
-    func outbox(_ name: String, type: String, tag: String?, reason: OutboxEntry.Reason) throws {
-        try OutboxEntry.add(db, name, type: type, tag: tag, reason: reason)
+    func outbox(_ name: String, type: String, tag: String?, reason: Outgoing.Reason) throws {
+        try Outgoing(db).delete(name, type: type, tag: tag, reason: reason)
     }
 
     private func note(_ entity: EntityMap, pk: String) throws {

@@ -24,14 +24,16 @@ protocol SyncTable {
 ///   without `extra` (store format 1); both are brought to this shape by the same install.
 /// - 2 (store format 4): one inbox (`_storectl_inbox`) for every record that cannot be applied yet, with its state,
 ///   instead of `_storectl_pending` (parked), `_storectl_quarantine` (set aside) and the import's temporary table
-///   of held-back records. The rows of the two old tables move into it, in the install's transaction.
+///   of held-back records; one outgoing queue (`_storectl_outgoing`) of saves and deletes by record name, with
+///   a reason that is a code, instead of `_storectl_outbox` (tombstones) and `_storectl_unsent` (rows too large).
+///   The rows of the old tables move into them, in the install's transaction.
 public enum SyncTables {
     /// The version of the engine's tables this storectl installs.
     public static let version = 2
 
     /// Every table, in the order they are made.
     static let all: [any SyncTable.Type] = [
-        RecordMapEntry.self, RecordAlias.self, RenameMark.self, InboxEntry.self, OutboxEntry.self, UnsentRow.self,
+        RecordMapEntry.self, RecordAlias.self, RenameMark.self, InboxEntry.self, OutgoingEntry.self,
     ]
 
     /// The names of the engine's tables.
@@ -53,6 +55,7 @@ public enum SyncTables {
             }
             for table in all { try db.execute(table.createSQL) }
             try Inbox.adoptVersion1Tables(db)
+            try Outgoing.adoptVersion1Tables(db)
             try StoreMeta.set(db, .syncTables, String(version))
         }
     }
@@ -196,78 +199,83 @@ struct InboxEntry: SyncTable {
 
 // MARK: What goes out
 
-/// The tombstone of a record no local row stands for (`_storectl_outbox`), sent by the next export.
-struct OutboxEntry: SyncTable {
-    static let tableName = "_storectl_outbox"
+/// The outgoing queue (`_storectl_outgoing`): what the next export must send besides the history's changes, by
+/// record name, each a save or a delete with a reason (`Reason`). Written by `Outgoing` only.
+///
+/// - A delete is the tombstone of a record that no local row stands for (a row deleted while another took its
+///   rowid, a child of a deleted parent, the losing copy of a duplicate, an own record a crash left behind).
+/// - A save is a local row an export could not send (too large for `max_record_size`, a key that is not valid
+///   UTF-8): every export looks at it again until it goes.
+///
+/// Stores of sync tables version 1 kept the two in `_storectl_outbox` and `_storectl_unsent`; the install of
+/// version 2 moves their rows here.
+struct OutgoingEntry: SyncTable {
+    static let tableName = "_storectl_outgoing"
     static let createSQL = """
-        CREATE TABLE IF NOT EXISTS _storectl_outbox(
-            record_name TEXT PRIMARY KEY,
+        CREATE TABLE IF NOT EXISTS _storectl_outgoing(
+            record_name TEXT NOT NULL,
             record_type TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('save', 'delete')),
+            pk TEXT,
             change_tag TEXT,
             reason TEXT NOT NULL,
-            created_at INTEGER NOT NULL
-        ) WITHOUT ROWID;
-        """
-
-    /// Why a tombstone is in the outbox. The reason decides how the export treats a newer record it meets.
-    enum Reason: String {
-        /// A row deleted here while another row was inserted at its rowid: a delete a user made.
-        case reusedRowid = "its row was deleted and its rowid reused by a new row"
-        /// A child whose key now names a new parent inserted at the old parent's rowid.
-        case newParent = "its row belongs to a new parent inserted at the old parent's rowid"
-        /// A child whose parent was deleted (a delete wins).
-        case parentDeleted = "its parent was deleted"
-        /// The losing copy of a duplicate (a UNIQUE value two records hold), merged into the winner.
-        case duplicate = "the losing copy of a duplicate, merged into the winner"
-        /// A record this store saved before a crash, which no local row stands for.
-        case leftByCrash = "saved by this store before a crash, and no local row stands for it"
-
-        /// Whether the tombstone stands for a delete a user made (the merge policy decides against a newer
-        /// record), rather than a decision storectl made (sent over a newer record).
-        var isUserDelete: Bool { self == .reusedRowid }
-    }
-
-    var recordName: String
-    var recordType: String
-    var changeTag: String?
-    /// The stored reason text (`Reason.rawValue`, or a text an older storectl wrote).
-    var reason: String
-
-    static let selectSQL = "SELECT record_name, record_type, change_tag, reason FROM _storectl_outbox ORDER BY record_name"
-
-    init(_ row: Row) {
-        recordName = row[0].string ?? ""
-        recordType = row[1].string ?? ""
-        changeTag = row[2].string
-        reason = row[3].string ?? ""
-    }
-
-    /// Queues the tombstone of record `name` (last seen with `tag`) for the next export.
-    static func add(_ db: Connection, _ name: String, type: String, tag: String?, reason: Reason) throws {
-        try db.run("""
-            INSERT INTO _storectl_outbox(record_name, record_type, change_tag, reason, created_at)
-            VALUES (?, ?, ?, ?, \(StoreFormat.nowMillisecondsSQL))
-            ON CONFLICT(record_name) DO UPDATE SET change_tag = excluded.change_tag, reason = excluded.reason
-            """, [name, type, tag, reason.rawValue])
-    }
-
-    /// Takes record `name` out of the outbox.
-    static func remove(_ db: Connection, _ name: String) throws {
-        try db.run("DELETE FROM _storectl_outbox WHERE record_name = ?", [name])
-    }
-}
-
-/// A row an export could not send (too large), with the reason (`_storectl_unsent`): looked at again by every
-/// export until it is sent.
-struct UnsentRow: SyncTable {
-    static let tableName = "_storectl_unsent"
-    static let createSQL = """
-        CREATE TABLE IF NOT EXISTS _storectl_unsent(
-            entity TEXT NOT NULL,
-            pk TEXT NOT NULL,
+            detail TEXT NOT NULL DEFAULT '',
             bytes INTEGER,
-            reason TEXT NOT NULL,
-            PRIMARY KEY (entity, pk)
+            created_at INTEGER NOT NULL,
+            PRIMARY KEY (record_name, kind)
         ) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS _storectl_outgoing_saves ON _storectl_outgoing(record_type, pk) WHERE kind = 'save';
         """
+
+    enum Kind: String {
+        case save, delete
+    }
+
+    /// Why a record is queued. The reason decides what the export does with it, never its wording (`detail`).
+    enum Reason: String, CaseIterable {
+        /// Delete: a row deleted here while another row was inserted at its rowid: a delete a user made.
+        case reusedRowid = "reused_rowid"
+        /// Delete: a child whose key now names a new parent inserted at the old parent's rowid.
+        case newParent = "new_parent"
+        /// Delete: a child whose parent was deleted (a delete wins).
+        case parentDeleted = "parent_deleted"
+        /// Delete: the losing copy of a duplicate (a UNIQUE value two records hold), merged into the winner.
+        case duplicate
+        /// Delete: a record this store saved before a crash, which no local row stands for.
+        case leftByCrash = "left_by_crash"
+        /// Save: the row's record is larger than `max_record_size`.
+        case tooLarge = "too_large"
+        /// Save: the row's key is text that is not valid UTF-8.
+        case keyNotUTF8 = "key_not_utf8"
+
+        var kind: Kind {
+            switch self {
+            case .tooLarge, .keyNotUTF8: return .save
+            default: return .delete
+            }
+        }
+
+        /// Whether a tombstone stands for a delete a user made (the merge policy decides against a newer record),
+        /// rather than a decision storectl made (sent over a newer record).
+        var isUserDelete: Bool { self == .reusedRowid }
+
+        /// The words for a delete queued for this reason (`status`, `doctor`).
+        var text: String {
+            switch self {
+            case .reusedRowid: return "its row was deleted and its rowid reused by a new row"
+            case .newParent: return "its row belongs to a new parent inserted at the old parent's rowid"
+            case .parentDeleted: return "its parent was deleted"
+            case .duplicate: return "the losing copy of a duplicate, merged into the winner"
+            case .leftByCrash: return "saved by this store before a crash, and no local row stands for it"
+            case .tooLarge: return "its record is larger than max_record_size"
+            case .keyNotUTF8: return "its key is text that is not valid UTF-8"
+            }
+        }
+
+        /// The reason of a tombstone an older storectl queued, from its words; a text of no known reason was a
+        /// decision storectl made, never a user's delete.
+        init(storedText text: String) {
+            self = Self.allCases.first { $0.kind == .delete && $0.text == text } ?? .leftByCrash
+        }
+    }
 }

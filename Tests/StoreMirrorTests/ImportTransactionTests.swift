@@ -84,7 +84,7 @@ final class ImportTransactionTests: XCTestCase {
         XCTAssertEqual(report.imported.waitingForParent, 0)
         XCTAssertEqual(try c.scalar("SELECT count(*) FROM note_tags")?.int64, 0)
         XCTAssertEqual(try c.scalar("SELECT count(*) FROM _storectl_inbox WHERE state = 'waiting'")?.int64, 0)
-        XCTAssertEqual(try c.scalar("SELECT count(*) FROM _storectl_outbox")?.int64, 0, "the child's deletion was sent")
+        XCTAssertEqual(try c.scalar("SELECT count(*) FROM _storectl_outgoing")?.int64, 0, "the child's deletion was sent")
         for db in [a, b, c, a, b, c] { try f.sync(db) }
         for db in [a, b, c] {
             XCTAssertEqual(try db.scalar("SELECT count(*) FROM notes")?.int64, 0)

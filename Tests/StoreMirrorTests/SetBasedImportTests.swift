@@ -217,7 +217,9 @@ extension SetBasedImportTests {
             FROM _storectl_inbox WHERE state = 'set_aside'
             """, "set aside")
         out += try dump(db, "SELECT record_name FROM _storectl_inbox WHERE state = 'held'", "held")
-        out += try dump(db, "SELECT record_name, record_type, change_tag, reason FROM _storectl_outbox", "outbox")
+        out += try dump(db, """
+            SELECT record_name, record_type, change_tag, reason FROM _storectl_outgoing WHERE kind = 'delete'
+            """, "outbox")
         out += try dump(db, "SELECT author, entity, pk, op, changed, tombstone FROM _storectl_history", "history")
         return out
     }

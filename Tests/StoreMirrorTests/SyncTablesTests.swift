@@ -59,8 +59,7 @@ final class SyncTablesTests: XCTestCase {
                                outside: ["SyncTables.swift", "StoreFormat.swift"])
         XCTAssertEqual(made, [], "engine tables made outside SyncTables")
         XCTAssertEqual(Set(SyncTables.names), [
-            "_storectl_records", "_storectl_aliases", "_storectl_renamed", "_storectl_inbox", "_storectl_outbox",
-            "_storectl_unsent",
+            "_storectl_records", "_storectl_aliases", "_storectl_renamed", "_storectl_inbox", "_storectl_outgoing",
         ])
         // `cloud check` knows each of them as storectl's own, not a user's table.
         XCTAssertTrue(Set(SyncTables.names).isSubset(of: CloudCheck.ownTables))
@@ -95,7 +94,9 @@ final class SyncTablesTests: XCTestCase {
         XCTAssertTrue(try db.columns(of: "_storectl_records").contains { $0.name == "extra" })
         XCTAssertEqual(try db.scalar("SELECT record_name || ' ' || change_tag FROM _storectl_records")?.string,
                        "notes/1 t1")
-        XCTAssertEqual(try db.scalar("SELECT count(*) FROM _storectl_outbox")?.int64, 1)
+        XCTAssertEqual(try db.scalar("SELECT record_name || ' ' || kind || ' ' || reason FROM _storectl_outgoing")?.string,
+                       "notes/9 delete parent_deleted")
+        XCTAssertFalse(try db.tableExists("_storectl_outbox"))
         for name in SyncTables.names { XCTAssertTrue(try db.tableExists(name), name) }
         XCTAssertNotNil(try db.scalar("SELECT 1 FROM sqlite_master WHERE name = '_storectl_records_extra'"))
         XCTAssertEqual(try StoreMeta.value(db, .syncTables), String(SyncTables.version))
@@ -240,12 +241,62 @@ final class SyncTablesTests: XCTestCase {
         XCTAssertEqual(try MirrorState.unsettledCounts(db).quarantined, 0)
     }
 
-    func testOutboxReasonsAreKnownByName() {
-        // The reasons stored by older versions are the same texts: a store's queued tombstones keep their meaning.
-        XCTAssertEqual(OutboxEntry.Reason(rawValue: "its row was deleted and its rowid reused by a new row"), .reusedRowid)
-        XCTAssertEqual(OutboxEntry.Reason(rawValue: "its parent was deleted"), .parentDeleted)
-        XCTAssertTrue(OutboxEntry.Reason.reusedRowid.isUserDelete)
-        XCTAssertFalse(OutboxEntry.Reason.newParent.isUserDelete)
-        XCTAssertNil(OutboxEntry.Reason(rawValue: "duplicate of 'x' by name"))
+    func testOutgoingReasonsAreCodesAndAnOlderStoresWordsKeepTheirMeaning() {
+        // The words older versions stored: a store's queued tombstones keep their meaning.
+        XCTAssertEqual(Outgoing.Reason(storedText: "its row was deleted and its rowid reused by a new row"), .reusedRowid)
+        XCTAssertEqual(Outgoing.Reason(storedText: "its parent was deleted"), .parentDeleted)
+        XCTAssertEqual(Outgoing.Reason(storedText: "duplicate of 'x' by name"), .leftByCrash)
+        XCTAssertTrue(Outgoing.Reason.reusedRowid.isUserDelete)
+        XCTAssertFalse(Outgoing.Reason.newParent.isUserDelete)
+        XCTAssertFalse(Outgoing.Reason(storedText: "duplicate of 'x' by name").isUserDelete)
+        XCTAssertEqual(Outgoing.Reason.allCases.filter { $0.kind == .save }, [.tooLarge, .keyNotUTF8])
+    }
+
+    func testOnlyOutgoingWritesTheOutgoingQueue() throws {
+        let write = "(INSERT(\\s+OR\\s+\\w+)?\\s+INTO|REPLACE\\s+INTO|UPDATE(\\s+OR\\s+\\w+)?|DELETE\\s+FROM)\\s+"
+            + "(main\\.)?_storectl_(outgoing|outbox|unsent)\\b"
+        XCTAssertEqual(try matches(write, outside: ["Outgoing.swift"]), [], "statements that write the queue outside Outgoing")
+        XCTAssertGreaterThanOrEqual(try matches(write, outside: []).count, 4)
+    }
+
+    func testAVersion1StoresOutboxAndUnsentRowsMoveIntoTheQueue() throws {
+        let f = try MirrorFixture()
+        let db = try f.store("a")
+        try db.execute("""
+            CREATE TABLE _storectl_records(entity TEXT NOT NULL, pk TEXT NOT NULL, record_name TEXT NOT NULL,
+                change_tag TEXT, base TEXT, deleted INTEGER NOT NULL DEFAULT 0, extra TEXT,
+                PRIMARY KEY (entity, pk)) WITHOUT ROWID;
+            INSERT INTO _storectl_records VALUES ('notes', '[2]', 'notes/2', 't2', NULL, 0, NULL);
+            CREATE TABLE _storectl_outbox(record_name TEXT PRIMARY KEY, record_type TEXT NOT NULL, change_tag TEXT,
+                reason TEXT NOT NULL, created_at INTEGER NOT NULL) WITHOUT ROWID;
+            INSERT INTO _storectl_outbox VALUES
+                ('notes/8', 'notes', 't8', 'its row was deleted and its rowid reused by a new row', 0),
+                ('notes/9', 'notes', 't9', 'some words of an older version', 0);
+            CREATE TABLE _storectl_unsent(entity TEXT NOT NULL, pk TEXT NOT NULL, bytes INTEGER, reason TEXT NOT NULL,
+                PRIMARY KEY (entity, pk)) WITHOUT ROWID;
+            INSERT INTO _storectl_unsent VALUES ('notes', '[2]', 900, 'its record is 900 bytes, more than max_record_size (10)');
+            """)
+        // Read without writing first: the old tables are reported as they are.
+        XCTAssertEqual(try MirrorState.unsettled(db).outbox, 2)
+        XCTAssertEqual(try MirrorState.unsettled(db).unsent.map(\.bytes), [900])
+        try MirrorState.install(db)
+        XCTAssertEqual(try db.query("""
+            SELECT record_name, kind, reason, coalesce(pk, '-'), coalesce(bytes, '-') FROM _storectl_outgoing
+            ORDER BY record_name
+            """).map { $0.values.map(\.description).joined(separator: " ") }, [
+            "notes/2 save too_large [2] 900", "notes/8 delete reused_rowid - -", "notes/9 delete left_by_crash - -",
+        ])
+        let report = try MirrorState.unsettled(db)
+        XCTAssertEqual(report.outbox, 2)
+        XCTAssertEqual(report.unsent, [RowRef(entity: "notes", key: "[2]", bytes: 900,
+                                              reason: "its record is 900 bytes, more than max_record_size (10)")])
+        XCTAssertEqual(try Outgoing(db).deletes().map(\.reason), [.reusedRowid, .leftByCrash])
+        XCTAssertEqual(try MirrorState.unsettledCounts(db).unsent, 1)
+        // A row keeps one save, under the name it has now; sending it takes it out.
+        try Outgoing(db).unsent(entity: "notes", pk: "[2]", name: "notes/2b", reason: .tooLarge, bytes: 901, detail: "d")
+        XCTAssertEqual(try db.scalar("SELECT group_concat(record_name) FROM _storectl_outgoing WHERE kind = 'save'")?.string,
+                       "notes/2b")
+        try Outgoing(db).sent(entity: "notes", pks: ["[2]"])
+        XCTAssertEqual(try MirrorState.unsettledCounts(db).unsent, 0)
     }
 }
