@@ -100,9 +100,23 @@ public enum CloudCheck {
                                 + " which is not tracked: the values travel as they are")
             }
             var rules: [[String]] = []
-            for index in try db.query("SELECT name, origin FROM pragma_index_list(?) WHERE \"unique\" = 1", [table]) {
+            for index in try db.query("""
+                SELECT name, origin, partial FROM pragma_index_list(?) WHERE "unique" = 1
+                """, [table]) {
                 guard index[1].string != "pk", let name = index[0].string else { continue }
-                let cols = try db.query("SELECT name FROM pragma_index_info(?) ORDER BY seqno", [name]).compactMap { $0[0].string }
+                let info = try db.query("SELECT name, cid FROM pragma_index_info(?) ORDER BY seqno", [name])
+                let cols = info.compactMap { $0[0].string }
+                // A UNIQUE index storectl cannot treat as a key of the row: two devices' rows that break it cannot be
+                // merged, and a value that moves between rows cannot be freed, so a record would be set aside on one
+                // store for good while the others call themselves healthy.
+                if index[2].int64 == 1 || cols.count != info.count {
+                    let what = index[2].int64 == 1 ? "a partial UNIQUE index (with WHERE)" : "a UNIQUE index on an expression"
+                    problems.append("index '\(name)' is \(what): the cloud cannot merge or move the values it keeps "
+                                    + "apart, so records that break it would be set aside for good; make it a UNIQUE "
+                                    + "constraint on columns (CREATE UNIQUE INDEX ... ON \(table)(column, ...)), or drop "
+                                    + "it and enforce the rule in the app, then run 'storectl migrate'")
+                    continue
+                }
                 if !cols.isEmpty { rules.append(cols) }
             }
             if let configured = uniqueRules[table], !rules.contains(configured) { rules.append(configured) }

@@ -40,4 +40,27 @@ final class CloudCheckTests: XCTestCase {
         try p.run(["mode", "cloud"], expect: 65)
         XCTAssertFalse(try p.dir.read("config.yaml").contains("mode: cloud"))
     }
+
+    func testAPartialOrExpressionUniqueIndexIsRefusedUpFrontWithTheFix() throws {
+        for index in ["CREATE UNIQUE INDEX live_email ON users(email) WHERE deleted_at IS NULL",
+                      "CREATE UNIQUE INDEX lower_email ON users(lower(email))"] {
+            let p = try project(schema: """
+                CREATE TABLE users(id INTEGER PRIMARY KEY, email TEXT, deleted_at INTEGER);
+                \(index);
+                """)
+            let name = index.split(separator: " ")[3]
+            let r = try p.run(["cloud", "check"], expect: 65)
+            XCTAssertTrue(r.stdout.contains("users: PROBLEM"), r.stdout)
+            XCTAssertTrue(r.stdout.contains("problem: index '\(name)' is a"), r.stdout)
+            XCTAssertTrue(r.stdout.contains("make it a UNIQUE constraint on columns"), r.stdout)
+            // mode cloud refuses before anything is bound or exported.
+            try p.run(["mode", "cloud"], expect: 65)
+            XCTAssertFalse(try p.dir.read("config.yaml").contains("mode: cloud"))
+            // A plain UNIQUE index on the same column is a key storectl merges: the check passes.
+            try p.sql("s", "DROP INDEX \(name); CREATE UNIQUE INDEX users_email ON users(email);")
+            try p.run(["migrate"])
+            let ok = try p.run(["cloud", "check"])
+            XCTAssertTrue(ok.stdout.contains("users: ok"), ok.stdout)
+        }
+    }
 }
