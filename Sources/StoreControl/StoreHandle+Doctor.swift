@@ -293,6 +293,17 @@ private struct DoctorRun {
             return
         }
         try checkBinding(db, cloud: cloud)
+        if inCloud {
+            // A table that `mode cloud` would refuse now (its schema changed since): its records cannot all land.
+            let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: store.uniqueRules)
+            for entity in check.entities {
+                for problem in entity.problems {
+                    add("schema", "table '\(entity.name)' cannot be mirrored faithfully: \(problem)",
+                        "fix the table as the problem says (" + command("cloud check") + " lists every one)",
+                        .dataError)
+                }
+            }
+        }
         var available: Available?
         if inCloud, try store.targetChange(db: db, cloud: cloud) == nil { available = checkAccount(db, cloud: cloud) }
         if let container = available?.container, !findings.contains(where: { $0.check == "schema" }) {

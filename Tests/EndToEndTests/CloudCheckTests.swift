@@ -56,6 +56,15 @@ final class CloudCheckTests: XCTestCase {
             // mode cloud refuses before anything is bound or exported.
             try p.run(["mode", "cloud"], expect: 65)
             XCTAssertFalse(try p.dir.read("config.yaml").contains("mode: cloud"))
+            // A store already in cloud mode when such an index is made: doctor is not healthy, and says why.
+            try p.sql("s", "DROP INDEX \(name); CREATE UNIQUE INDEX users_email ON users(email);")
+            try p.run(["migrate"])
+            try p.run(["mode", "cloud"])
+            try p.sql("s", "DROP INDEX users_email; \(index);")
+            try p.run(["migrate"])
+            let doctor = try p.run(["doctor"], expect: nil)
+            XCTAssertNotEqual(doctor.status, 0, doctor.stdout)
+            XCTAssertTrue(doctor.stdout.contains("index '\(name)' is a"), doctor.stdout)
             // A plain UNIQUE index on the same column is a key storectl merges: the check passes.
             try p.sql("s", "DROP INDEX \(name); CREATE UNIQUE INDEX users_email ON users(email);")
             try p.run(["migrate"])
