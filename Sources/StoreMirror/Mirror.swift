@@ -280,12 +280,17 @@ public final class Mirror {
     public func sync(progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws -> SyncReport {
         var exported = ExportReport()
         var importFirst = false
+        var notSent: RowsNotSentError?
         do {
             exported = try exportChanges { progress("export", $0, $1) }
         } catch is ImportFirstError {
             // A row the cloud moved to a UNIQUE value another row holds here: the import settles them together,
             // then the export below sends what is left.
             importFirst = true
+        } catch let error as RowsNotSentError {
+            // Everything else was sent: the rows that could not be are reported once the cloud's changes are in
+            // too (a row too large here must not stop the other devices' changes from arriving).
+            notSent = error
         }
         let imported = try importChanges { progress("import", $0, $1) }
         if try importFirst || MirrorState.pendingExportCount(db) > 0 || MirrorState.unsettledCounts(db).outbox > 0 {
@@ -298,6 +303,7 @@ public final class Mirror {
             exported.conflictsResolved += more.conflictsResolved
             exported.token = more.token
         }
+        if let notSent { throw notSent }
         try MirrorState.setMeta(db, .lastSyncAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
         return SyncReport(exported: exported, imported: imported)
     }

@@ -24,11 +24,17 @@ final class RecordSizeLimitTests: XCTestCase {
         XCTAssertEqual(try f.rows("b", tables: ["notes"]), ["notes|body=t:'x'|title=t:'small'"],
                        "[\(backend)] the small row must go through, the large one must not")
         try f.assertReported("a", mentions: ["notes"], "a row larger than max_record_size")
+        // The row a cannot send does not stop what other devices write from arriving at a.
+        try f.sql("b", "INSERT INTO notes(id, title) VALUES (3, 'from b')")
+        try f.run("b", ["sync"])
+        let blocked = try f.run("a", ["sync"], expect: 65)
+        XCTAssertEqual(try f.sql("a", "SELECT title FROM notes WHERE title = 'from b'"), "from b\n",
+                       "[\(backend)] a sync that could not send a row must still import\n\(blocked)")
         // Made smaller, the row goes out and everything settles.
         try f.sql("a", "UPDATE notes SET body = 'short now' WHERE id = 2")
         try f.syncRounds(2, ["a", "b"])
-        try f.assertRows(["notes|body=t:'x'|title=t:'small'", "notes|body=t:'short now'|title=t:'large'"],
-                         tables: ["notes"], "the row made smaller")
+        try f.assertRows(["notes|body=t:'x'|title=t:'small'", "notes|body=t:'short now'|title=t:'large'",
+                          "notes|body=null|title=t:'from b'"], tables: ["notes"], "the row made smaller")
         for s in f.stores { try f.assertHealthy(s, "after the large row was made smaller") }
     }
 
