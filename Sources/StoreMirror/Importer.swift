@@ -228,6 +228,7 @@ struct Importer {
             applier.keptRows = []
             applier.blockedRows = []
             applier.unfreeableRows = []
+            applier.lateTombstones = []
         }
         // A freed value another row took meanwhile: the settle is done again with the row that kept its value
         // (by the merge policy) not freed, or, when its record could not be applied, blocking the records that
@@ -241,10 +242,17 @@ struct Importer {
                         return
                     }
                     // Tombstones first, as without freeing (their deletions free values too), then the live
-                    // records, then the records that waited for them.
-                    for record in held where record.deleted { try applyOne(record, applier: applier, report: &report) }
+                    // records, then the records that waited for them, then the tombstones of rows whose values
+                    // the live records took (children moved from those rows to theirs are there by now).
+                    let late = applier.lateTombstones
+                    for record in held where record.deleted && !late.contains(record.recordName) {
+                        try applyOne(record, applier: applier, report: &report)
+                    }
                     for record in held where !record.deleted { try applyOne(record, applier: applier, report: &report) }
                     try retryParked()
+                    for record in held where record.deleted && late.contains(record.recordName) {
+                        try applyOne(record, applier: applier, report: &report)
+                    }
                     try applier.restoreFreedValues(freed)
                     try applier.realignChildren(of: freed)
                 }

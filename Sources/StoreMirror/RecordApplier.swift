@@ -1037,17 +1037,60 @@ final class RecordApplier {
     /// Rows whose held-back record moves a UNIQUE value away that no placeholder could free: a record that meets
     /// their value is set aside (reported), never merged with them.
     var unfreeableRows: Set<String> = []
+    /// Held-back tombstones whose rows' UNIQUE values `freeMovingUniqueValues` freed because a held-back live record
+    /// takes them (a row replaced by a new one that takes its value): they are applied after the live records and
+    /// the children that move to them, since their deletion, applied first, would cascade to those children.
+    var lateTombstones: Set<String> = []
 
     /// Frees the UNIQUE values that held-back live records move away from their rows: a swap, a shift, a reorder
     /// of a position column. Each row that exists here and whose record carries other values for one of the
     /// table's UNIQUE keys gets a placeholder in one column of that key (NULL where the column allows it, else a
     /// value no application writes), so that applying the records in any order meets only the rows that keep
     /// their values: those are real duplicates. A tombstone's row frees its values by its deletion, applied
-    /// before the live records. `restoreFreedValues` puts back what no record replaced.
+    /// before the live records, except a value a live record of the settle takes: that one is freed too, and the
+    /// tombstone applied last (`lateTombstones`). `restoreFreedValues` puts back what no record replaced.
     func freeMovingUniqueValues(_ records: [CloudRecord]) throws -> [FreedValue] {
         var freed: [FreedValue] = []
         unfreeableRows = []
-        // Only live records move values; a tombstone's row frees its values by its deletion, applied first.
+        lateTombstones = []
+        // The values the live records bring, per table and key.
+        var taken: [String: Set<[Value]>] = [:]
+        for record in records where !record.deleted {
+            guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty else { continue }
+            let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+            for key in entity.uniqueKeys {
+                if let values = decoded.keyValues(key) { taken[entity.name + "\u{0}" + key.joined(separator: ","), default: []].insert(values) }
+            }
+        }
+        // A tombstone's row frees its values by its deletion, applied first; but a value a live record takes is
+        // freed now, and the tombstone applied last: children may move from its row to that record's row.
+        for record in records where record.deleted {
+            guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty,
+                  let entry = try mapEntry(name: record.recordName), entry.entity == entity.name, !entry.deleted,
+                  !keptRows.contains(entity.name + "\u{0}" + entry.pk),
+                  !blockedRows.contains(entity.name + "\u{0}" + entry.pk),
+                  try rowExists(entity, pk: entry.pk)
+            else { continue }
+            var freedHere: Set<String> = []
+            for key in entity.uniqueKeys where key.allSatisfy({ !entity.primaryKey.contains($0) }) {
+                if key.contains(where: freedHere.contains) { continue }
+                let current = try currentValues(entity, pk: entry.pk, columns: key)
+                guard current.count == key.count, !current.contains(where: \.isNull),
+                      taken[entity.name + "\u{0}" + key.joined(separator: ",")]?.contains(current) == true
+                else { continue }
+                freedRecords[entity.name + "\u{0}" + entry.pk] = record.recordName
+                let columns = key.enumerated().map { ($1, current[$0]) }
+                if let one = try free(entity, pk: entry.pk, columns: columns, name: record.recordName,
+                                      serial: freed.count)
+                {
+                    freed.append(one)
+                    freedHere.insert(one.column)
+                    lateTombstones.insert(record.recordName)
+                }
+                // A value no placeholder frees stays: the tombstone goes first, as without freeing.
+            }
+        }
+        // Live records move values.
         for record in records where !record.deleted {
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty,
                   let entry = try mapEntry(name: record.recordName), entry.entity == entity.name, !entry.deleted,
