@@ -295,10 +295,11 @@ private struct DoctorRun {
         try checkBinding(db, cloud: cloud)
         if inCloud {
             // A table that `mode cloud` would refuse now (its schema changed since): its records cannot all land.
+            checks.append("tables")
             let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: store.uniqueRules)
             for entity in check.entities {
                 for problem in entity.problems {
-                    add("schema", "table '\(entity.name)' cannot be mirrored faithfully: \(problem)",
+                    add("tables", "table '\(entity.name)' cannot be mirrored faithfully: \(problem)",
                         "fix the table as the problem says (" + command("cloud check") + " lists every one)",
                         .dataError)
                 }

@@ -200,6 +200,7 @@ extension StoreHandle {
         try db.run("""
             INSERT OR IGNORE INTO temp._storectl_verify_pending(entity, pk)
             SELECT entity, pk FROM _storectl_history WHERE seq > ? AND author <> ?
+            UNION ALL SELECT record_type, pk FROM _storectl_outgoing WHERE kind = 'save'
             """, [exportToken, MirrorState.importAuthor])
         // Records saved after the server token by other devices are changes this store has not imported yet.
         var importedUpTo: Int64 = -1

@@ -294,6 +294,10 @@ final class StoreLoop {
         } catch {
             seconds = monotonicNow() - started
             result = WatchErrorBody(error, store: store).kind
+            // Rows too large to send: the rest of the round went through, and what it imported is announced.
+            if let notSent = error as? RowsNotSentError, let report = notSent.report {
+                announce(report, historyBefore: before)
+            }
             failed(error)
         }
         metrics?.roundFinished(store: store, result: result, seconds: seconds, gauges: currentGauges())
@@ -330,6 +334,14 @@ final class StoreLoop {
             output.log(.info, store: store, "sync works again after \(backoff.attempt) failed attempt(s)")
         }
         backoff.reset()
+        announce(report, historyBefore: historyBefore)
+        if device == nil, let db = try? handle.database() { device = try? MirrorState.storeID(db) }
+        ensureListener()
+    }
+
+    /// The round's events: what it exported, and what it imported (read back from history), with the
+    /// `on_remote_change` hook.
+    private func announce(_ report: SyncReport, historyBefore: Int64) {
         let e = report.exported
         if e.saved + e.deleted > 0 {
             let event = ExportEvent(store: store, at: WatchTime.now(), saved: e.saved, deleted: e.deleted,
@@ -342,8 +354,6 @@ final class StoreLoop {
                                           entities: event.entities, serverToken: event.serverToken,
                                           transaction: event.transaction))
         }
-        if device == nil, let db = try? handle.database() { device = try? MirrorState.storeID(db) }
-        ensureListener()
     }
 
     /// The import's changes, read back from history: the rows authored `cloud-import` after `seq`.

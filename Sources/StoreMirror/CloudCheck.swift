@@ -106,6 +106,15 @@ public enum CloudCheck {
                 guard index[1].string != "pk", let name = index[0].string else { continue }
                 let info = try db.query("SELECT name, cid FROM pragma_index_info(?) ORDER BY seqno", [name])
                 let cols = info.compactMap { $0[0].string }
+                let generated = try Set(db.query("SELECT name FROM pragma_table_xinfo(?) WHERE hidden IN (2, 3)",
+                                                 [table]).compactMap { $0[0].string })
+                if let column = cols.first(where: generated.contains) {
+                    problems.append("index '\(name)' is a UNIQUE index on the generated column '\(column)': its values "
+                                    + "never travel, so the cloud cannot merge or move them, and records that break it "
+                                    + "would be set aside for good; make it a UNIQUE constraint on the columns it is "
+                                    + "computed from, or drop it, then run 'storectl migrate'")
+                    continue
+                }
                 // A UNIQUE index storectl cannot treat as a key of the row: two devices' rows that break it cannot be
                 // merged, and a value that moves between rows cannot be freed, so a record would be set aside on one
                 // store for good while the others call themselves healthy.

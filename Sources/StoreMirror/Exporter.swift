@@ -68,13 +68,23 @@ public struct MassDeleteError: DiagnosedError {
 public struct RowsNotSentError: DiagnosedError {
     public var rows: [RowRef]
     public var limit: Int
+    /// What the sync did besides (`Mirror.sync` imports and exports everything else before it reports these
+    /// rows): `watch` announces its import like any other.
+    public var report: SyncReport?
     public var exitCode: ExitCode { .dataError }
     public var summary: String {
         "\(rows.count) row(s) were not sent to the cloud"
     }
     public var details: [String] {
-        rows.prefix(20).map { "  \($0.entity) \($0.key): \($0.reason)" }
+        var lines = rows.prefix(20).map { "  \($0.entity) \($0.key): \($0.reason)" }
             + ["  every other change was sent; these rows are sent by the first sync after they can be"]
+        if let report {
+            let i = report.imported
+            lines.append("  imported: \(i.applied) applied, \(i.deleted) deleted, \(i.skipped) skipped"
+                         + (i.setAside > 0 ? ", \(i.setAside) set aside" : "")
+                         + (i.waitingForParent > 0 ? ", \(i.waitingForParent) waiting for a parent" : ""))
+        }
+        return lines
     }
     public var hint: String? {
         if rows.contains(where: { $0.bytes != nil }) {
@@ -427,7 +437,11 @@ struct Exporter {
             // Only the last row's key is kept: it is where the next page starts.
             if rows == limit { lastKey = (0..<keyCount).map { row.column(9 + $0) } }
             let pk = row.string(0) ?? "[]"
-            guard let name = row.string(1) else { return }
+            guard let name = row.string(1) else {
+                // No record stands for the key and no row is there (a row not sent, then deleted): nothing to send.
+                if row.int64(5) != 1 { sent.append(pk) }
+                return
+            }
             if case .textBytes = row.column(0) {
                 unsent.append((RowRef(entity: e.name, key: pk, reason: Outgoing.Reason.keyNotUTF8.text), name, .keyNotUTF8))
                 return
@@ -861,6 +875,15 @@ struct Exporter {
                                           localColumns: local.changed.sorted(), serverDeleted: server.deleted))
         case .deleted:
             if server.deleted {
+                if applier.cascadingParents.contains(e.name), try applier.rowExists(e, pk: item.pk) {
+                    // The server's tombstone stands, but deleting the row here, now, would carry its `ON DELETE`
+                    // action to children that moved to another row in the cloud and whose moves this store has not
+                    // imported yet: the import deletes it, after those moves (held back until the import settles).
+                    return .importFirst(ImportFirstError(entity: e.name, recordName: item.save.recordName,
+                                                         why: "was deleted in the cloud while this store changed "
+                                                            + "it, and its deletion must follow the cloud's other "
+                                                            + "changes to its children"))
+                }
                 // The server's tombstone stands: the local row goes too.
                 if try applier.rowExists(e, pk: item.pk) { try applier.deleteRow(e, pk: item.pk) }
                 try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true)

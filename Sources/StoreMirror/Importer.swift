@@ -229,6 +229,7 @@ struct Importer {
             applier.blockedRows = []
             applier.unfreeableRows = []
             applier.lateTombstones = []
+            applier.unfreeableTombstones = []
         }
         // A freed value another row took meanwhile: the settle is done again with the row that kept its value
         // (by the merge policy) not freed, or, when its record could not be applied, blocking the records that
@@ -245,7 +246,19 @@ struct Importer {
                     // records, then the records that waited for them, then the tombstones of rows whose values
                     // the live records took (children moved from those rows to theirs are there by now).
                     let late = applier.lateTombstones
-                    for record in held where record.deleted && !late.contains(record.recordName) {
+                    let unfreeable = applier.unfreeableTombstones
+                    for record in held where record.deleted && unfreeable.contains(record.recordName) {
+                        try setAside(record, RecordProblem(
+                            reason: "its row holds a UNIQUE value that another record of the import takes, and the "
+                                + "table accepts no placeholder to free it meanwhile (a CHECK constraint): deleting "
+                                + "the row first would delete the children that moved from it to the other row",
+                            hint: "relax the CHECK on that column (or let it accept NULL), then run 'storectl sync' "
+                                + "again: set-aside records are tried on every sync"))
+                        report.setAside += 1
+                    }
+                    for record in held where record.deleted && !late.contains(record.recordName)
+                        && !unfreeable.contains(record.recordName)
+                    {
                         try applyOne(record, applier: applier, report: &report)
                     }
                     for record in held where !record.deleted { try applyOne(record, applier: applier, report: &report) }

@@ -102,10 +102,11 @@ public struct ConflictReport: Sendable, Codable, Equatable {
 public struct ImportFirstError: DiagnosedError {
     public var entity: String
     public var recordName: String
+    /// What happened to the record, in words.
+    public var why = "changed in the cloud to a UNIQUE value another row holds here"
     public var exitCode: ExitCode { .tempFail }
     public var summary: String {
-        "record \(recordName) of table '\(entity)' changed in the cloud to a UNIQUE value another row holds here; "
-            + "the cloud's other changes must be imported first"
+        "record \(recordName) of table '\(entity)' \(why); the cloud's other changes must be imported first"
     }
     public var hint: String? { "run 'storectl sync' again (it imports, then exports)" }
 }

@@ -303,8 +303,12 @@ public final class Mirror {
             exported.conflictsResolved += more.conflictsResolved
             exported.token = more.token
         }
-        if let notSent { throw notSent }
         try MirrorState.setMeta(db, .lastSyncAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
+        if var notSent {
+            exported.unsent = notSent.rows
+            notSent.report = SyncReport(exported: exported, imported: imported)
+            throw notSent
+        }
         return SyncReport(exported: exported, imported: imported)
     }
 }

@@ -1041,6 +1041,16 @@ final class RecordApplier {
     /// takes them (a row replaced by a new one that takes its value): they are applied after the live records and
     /// the children that move to them, since their deletion, applied first, would cascade to those children.
     var lateTombstones: Set<String> = []
+    /// Held-back tombstones whose rows hold a value a held-back live record takes, and that no placeholder could
+    /// free: the import sets them aside (reported) instead of applying them before the children moved.
+    var unfreeableTombstones: Set<String> = []
+    /// The UNIQUE values the settle's live records bring (`avoidKey`): never a placeholder.
+    private var avoid: Set<String> = []
+
+    private static func avoidKey(_ entity: String, _ column: String, _ value: Value) -> String {
+        // Lower-cased: a NOCASE column finds 'A' and 'a' equal.
+        entity + "\u{0}" + column + "\u{0}" + value.sqlLiteral.lowercased()
+    }
 
     /// Frees the UNIQUE values that held-back live records move away from their rows: a swap, a shift, a reorder
     /// of a position column. Each row that exists here and whose record carries other values for one of the
@@ -1053,19 +1063,34 @@ final class RecordApplier {
         var freed: [FreedValue] = []
         unfreeableRows = []
         lateTombstones = []
-        // The values the live records bring, per table and key.
-        var taken: [String: Set<[Value]>] = [:]
+        unfreeableTombstones = []
+        // The values the live records bring, references resolved to the parent's key here.
+        var takers: [(entity: EntityMap, values: [String: Value])] = []
+        avoid = []
         for record in records where !record.deleted {
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty else { continue }
             let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+            var values: [String: Value] = [:]
+            for (column, value) in decoded.values {
+                switch value {
+                case .value(let v): values[column] = v
+                case .ref(nil): values[column] = .null
+                case .ref(let name?):
+                    if let ref = entity.reference(for: column),
+                       let key = try parentKey(parent: ref.parent, recordName: name) { values[column] = key }
+                }
+            }
+            takers.append((entity, values))
             for key in entity.uniqueKeys {
-                if let values = decoded.keyValues(key) { taken[entity.name + "\u{0}" + key.joined(separator: ","), default: []].insert(values) }
+                for column in key { if let v = values[column] { avoid.insert(Self.avoidKey(entity.name, column, v)) } }
             }
         }
         // A tombstone's row frees its values by its deletion, applied first; but a value a live record takes is
         // freed now, and the tombstone applied last: children may move from its row to that record's row.
         for record in records where record.deleted {
+            // (A merged duplicate's tombstone is no deletion: it merges its row into the winner, first.)
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty,
+                  try aliasTarget(of: record) == nil,
                   let entry = try mapEntry(name: record.recordName), entry.entity == entity.name, !entry.deleted,
                   !keptRows.contains(entity.name + "\u{0}" + entry.pk),
                   !blockedRows.contains(entity.name + "\u{0}" + entry.pk),
@@ -1074,11 +1099,12 @@ final class RecordApplier {
             var freedHere: Set<String> = []
             for key in entity.uniqueKeys where key.allSatisfy({ !entity.primaryKey.contains($0) }) {
                 if key.contains(where: freedHere.contains) { continue }
+                guard try takers.contains(where: { taker in
+                    try taker.entity.name == entity.name && rowHolds(entity, pk: entry.pk, key: key, taker.values)
+                }) else { continue }
                 let current = try currentValues(entity, pk: entry.pk, columns: key)
-                guard current.count == key.count, !current.contains(where: \.isNull),
-                      taken[entity.name + "\u{0}" + key.joined(separator: ",")]?.contains(current) == true
-                else { continue }
-                freedRecords[entity.name + "\u{0}" + entry.pk] = record.recordName
+                let row = entity.name + "\u{0}" + entry.pk
+                freedRecords[row] = record.recordName
                 let columns = key.enumerated().map { ($1, current[$0]) }
                 if let one = try free(entity, pk: entry.pk, columns: columns, name: record.recordName,
                                       serial: freed.count)
@@ -1086,8 +1112,12 @@ final class RecordApplier {
                     freed.append(one)
                     freedHere.insert(one.column)
                     lateTombstones.insert(record.recordName)
+                } else {
+                    // No placeholder the table accepts: the tombstone and the record that takes the value wait, set
+                    // aside, rather than delete the children that moved from this row to that record's row.
+                    unfreeableRows.insert(row)
+                    unfreeableTombstones.insert(record.recordName)
                 }
-                // A value no placeholder frees stays: the tombstone goes first, as without freeing.
             }
         }
         // Live records move values.
@@ -1143,6 +1173,20 @@ final class RecordApplier {
         }
     }
 
+    /// Whether the row at `pk` holds, in the columns of `key`, the values `values` gives them, as the table compares
+    /// them (its collations); false when a value is missing or NULL (NULLs never collide).
+    private func rowHolds(_ entity: EntityMap, pk: String, key: [String], _ values: [String: Value]) throws -> Bool {
+        var args: [any SQLBindable] = [pk]
+        var match: [String] = []
+        for column in key {
+            guard let v = values[column], !v.isNull else { return false }
+            args.append(v)
+            match.append("t.\(quoteIdentifier(column)) = ?\(args.count)")
+        }
+        return try db.scalar("SELECT 1 FROM main.\(entity.quotedName) t WHERE \(entity.pkMatches("t", json: "?1")) AND "
+                             + match.joined(separator: " AND "), args) != nil
+    }
+
     private func currentValues(_ entity: EntityMap, pk: String, columns: [String]) throws -> [Value] {
         let row = try db.query("SELECT " + columns.map { "t.\(quoteIdentifier($0))" }.joined(separator: ", ")
                                    + " FROM \(entity.quotedName) t WHERE \(entity.pkMatches("t", json: "?1"))", [pk])
@@ -1195,6 +1239,45 @@ final class RecordApplier {
     /// allows it, else a value of the column's own type that no application writes (an integer, a text or a blob
     /// naming the record). The value as stored is what is kept as the placeholder. Nil when the table accepts none
     /// (a CHECK, a STRICT type): the row keeps its value.
+    /// Placeholders shaped like `value`: the same text with one letter or digit changed (from the end, in its own
+    /// class: a digit for a digit, a lower-case letter for a lower-case one), the text with a suffix, a far multiple
+    /// of an integer. A CHECK on a pattern, a length or a sign usually accepts one of them; one another row holds
+    /// is refused by the UNIQUE constraint and the next is tried.
+    static func lookalikes(of value: Value, serial: Int) -> [Value] {
+        switch value {
+        case .text(let text):
+            var out: [Value] = []
+            var chars = Array(text.unicodeScalars)
+            var changed = 0
+            for i in chars.indices.reversed() where changed < 4 {
+                let c = chars[i].value
+                let (low, high): (UInt32, UInt32)
+                switch c {
+                case 48...57: (low, high) = (48, 57)
+                case 97...122: (low, high) = (97, 122)
+                case 65...90: (low, high) = (65, 90)
+                default: continue
+                }
+                let span = high - low + 1
+                let shifted = low + (c - low + 1 + UInt32(serial % Int(span - 1))) % span
+                let original = chars[i]
+                chars[i] = Unicode.Scalar(shifted)!
+                var s = String.UnicodeScalarView()
+                s.append(contentsOf: chars)
+                out.append(.text(String(s)))
+                chars[i] = original
+                changed += 1
+            }
+            out.append(.text(text + "\u{1}storectl \(serial)"))
+            return out
+        case .integer(let v):
+            let (far, overflow) = v.multipliedReportingOverflow(by: 1_000_003)
+            return overflow ? [] : [.integer(far + (v < 0 ? -1 : 1) * Int64(7_919 + serial))]
+        default:
+            return []
+        }
+    }
+
     private func free(_ entity: EntityMap, pk: String, columns: [(String, Value)], name: String, serial: Int) throws
         -> FreedValue?
     {
@@ -1219,7 +1302,9 @@ final class RecordApplier {
             } else {
                 candidates += [blob, text, integer, real]
             }
-            for placeholder in candidates {
+            // Last, values shaped like the original (a CHECK on a pattern or a length refuses the ones above).
+            candidates += Self.lookalikes(of: original, serial: serial)
+            for placeholder in candidates where !avoid.contains(Self.avoidKey(entity.name, column, placeholder)) {
                 do {
                     try db.transaction { try update(entity, pk: pk, values: [column: placeholder]) }
                 } catch let error as SQLiteError where error.isAboutValues {

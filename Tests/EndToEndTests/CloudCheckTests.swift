@@ -72,4 +72,16 @@ final class CloudCheckTests: XCTestCase {
             XCTAssertTrue(ok.stdout.contains("users: ok"), ok.stdout)
         }
     }
+
+    func testAUniqueGeneratedColumnIsRefusedUpFront() throws {
+        let p = try project(schema: """
+            CREATE TABLE users(id INTEGER PRIMARY KEY, email TEXT,
+                email_l TEXT GENERATED ALWAYS AS (lower(email)) VIRTUAL UNIQUE);
+            """)
+        let r = try p.run(["cloud", "check"], expect: 65)
+        XCTAssertTrue(r.stdout.contains("users: PROBLEM"), r.stdout)
+        XCTAssertTrue(r.stdout.contains("the generated column 'email_l'"), r.stdout)
+        try p.run(["mode", "cloud"], expect: 65)
+    }
 }
+

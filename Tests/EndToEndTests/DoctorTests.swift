@@ -55,7 +55,7 @@ final class DoctorTests: XCTestCase {
     func testAHealthyStoreExitsZero() throws {
         let s = try synced()
         let r = try s.run("a", ["doctor"])
-        XCTAssertEqual(r.stdout, "store a: healthy (checked history, store, identity, mode, records, duplicates, binding, account, zone, sync, data)\n")
+        XCTAssertEqual(r.stdout, "store a: healthy (checked history, store, identity, mode, records, duplicates, binding, tables, account, zone, sync, data)\n")
         let all = try s.run(nil, ["doctor"])
         XCTAssertTrue(all.stdout.contains("store b: healthy"), all.stdout)
     }

@@ -59,4 +59,84 @@ final class UniqueHandOverTests: XCTestCase {
         guard let pg = FleetBackend.postgres() else { return }
         try handOver(pg, batch: nil)
     }
+
+    /// The same hand-over on schemas and policies where the new row's value is not byte for byte the old one's, or
+    /// where freeing it takes more: each store ends with every comment and reply, the same rows everywhere.
+    func variant(_ backend: FleetBackend, notes: String, newValue: String, policy: String? = nil,
+                 otherEditsTheOldNote: Bool = false, file: StaticString = #filePath, line: UInt = #line) throws
+    {
+        let f = try Fleet(backend: backend, schema: """
+            CREATE TABLE IF NOT EXISTS folders(id INTEGER PRIMARY KEY, name TEXT);
+            \(notes)
+            CREATE TABLE IF NOT EXISTS comments(id INTEGER PRIMARY KEY,
+                note_id INTEGER NOT NULL REFERENCES notes(id) ON DELETE CASCADE, body TEXT);
+            CREATE TABLE IF NOT EXISTS replies(id INTEGER PRIMARY KEY,
+                comment_id INTEGER NOT NULL REFERENCES comments(id) ON DELETE CASCADE, body TEXT);
+            """, cloudExtra: policy.map { "      merge_policy: \($0)" } ?? "", label: "storectl-handover")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", """
+            INSERT INTO folders VALUES (1, 'inbox');
+            INSERT INTO notes(id, folder_id, uuid, title) VALUES (1, 1, 'u-1', 'old');
+            INSERT INTO comments VALUES (1, 1, 'first'), (2, 1, 'second');
+            INSERT INTO replies VALUES (1, 1, 'reply to first'), (2, 2, 'reply to second');
+            """)
+        try f.syncRounds(2, ["a", "b"])
+        if otherEditsTheOldNote { try f.sql("b", "UPDATE notes SET title = 'edited on b' WHERE id = 1") }
+        try f.sql("a", """
+            BEGIN;
+            INSERT INTO notes(id, folder_id, uuid, title) VALUES (2, 1, 'u-9', 'new');
+            UPDATE comments SET note_id = 2 WHERE note_id = 1;
+            DELETE FROM notes WHERE id = 1;
+            UPDATE notes SET uuid = '\(newValue)' WHERE id = 2;
+            COMMIT;
+            """)
+        try f.syncRounds(3, ["a", "b"])
+        for s in f.stores {
+            XCTAssertEqual(try f.sql(s, "SELECT count(*) FROM replies"), "2\n", "[\(backend)] \(s): replies lost",
+                           file: file, line: line)
+            XCTAssertEqual(try f.sql(s, "SELECT count(*) FROM comments c JOIN notes n ON n.id = c.note_id WHERE n.title = 'new'"),
+                           "2\n", "[\(backend)] \(s): the moved comments", file: file, line: line)
+        }
+        try f.assertSameRows("a UNIQUE value handed over (\(newValue), \(policy ?? "default"))", file: file, line: line)
+        for s in f.stores { try f.assertHealthy(s, "after the hand-over", file: file, line: line) }
+    }
+
+    func testAValueEqualUnderItsCollationFile() throws {
+        try variant(.file, notes: """
+            CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, folder_id INTEGER REFERENCES folders(id),
+                uuid TEXT NOT NULL UNIQUE COLLATE NOCASE, title TEXT);
+            """, newValue: "U-1")
+    }
+
+    func testAUniqueKeyWithAReferenceColumnFile() throws {
+        try variant(.file, notes: """
+            CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, folder_id INTEGER REFERENCES folders(id),
+                uuid TEXT NOT NULL, title TEXT, UNIQUE(folder_id, uuid));
+            """, newValue: "u-1")
+    }
+
+    func testACheckThatRefusesTheUsualPlaceholdersFile() throws {
+        try variant(.file, notes: """
+            CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, folder_id INTEGER REFERENCES folders(id),
+                uuid TEXT NOT NULL UNIQUE CHECK (uuid LIKE 'u-%' AND length(uuid) = 3), title TEXT);
+            """, newValue: "u-1")
+    }
+
+    func testTheOldNoteEditedElsewhereUnderServerWinsFile() throws {
+        for policy in ["server-wins", "property-server-wins"] {
+            try variant(.file, notes: """
+                CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, folder_id INTEGER REFERENCES folders(id),
+                    uuid TEXT NOT NULL UNIQUE, title TEXT);
+                """, newValue: "u-1", policy: policy, otherEditsTheOldNote: true)
+        }
+    }
+
+    func testTheOldNoteEditedElsewhereUnderServerWinsPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try variant(pg, notes: """
+            CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, folder_id INTEGER REFERENCES folders(id),
+                uuid TEXT NOT NULL UNIQUE, title TEXT);
+            """, newValue: "u-1", policy: "server-wins", otherEditsTheOldNote: true)
+    }
 }
