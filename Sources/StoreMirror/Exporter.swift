@@ -868,8 +868,9 @@ struct Exporter {
             Set(try codec.differing(base: item.base, server.fields, columns: e.fieldColumns)))
         let holdsLocal = try !local.deleted && !server.deleted && !item.save.deleted
             && codec.differing(item.save.fields, server.fields, columns: local.changed.sorted()).isEmpty
+        let unique = Set(e.uniqueKeys.joined()).union(options.uniqueRules[e.name]?.columns ?? [])
         switch options.mergePolicy.decide(local: local, server: serverSide, columns: e.fieldColumns,
-                                          serverHoldsLocalValues: holdsLocal) {
+                                          serverHoldsLocalValues: holdsLocal, uniqueColumns: unique) {
         case .fail:
             return .failed(ConflictReport(entity: e.name, recordName: item.save.recordName,
                                           localColumns: local.changed.sorted(), serverDeleted: server.deleted))

@@ -53,7 +53,7 @@ extension MergePolicy {
     /// |---|---|---|---|
     /// | error | fail | fail | fail (the server's record when it holds the local values already) |
     /// | server-wins | server's record | deleted | every column from the server |
-    /// | local-wins | deleted | local row | every column from the local row |
+    /// | local-wins | deleted | local row | every column from the local row, but a UNIQUE column the server changed and the local side did not |
     /// | property-local-wins | deleted | local row | the server's value where the local side did not change it |
     /// | property-server-wins | server's record | deleted | the server's value where it changed it, or where the local side did not |
     ///
@@ -64,8 +64,13 @@ extension MergePolicy {
     /// own (`derived`): `error` arbitrates between users' edits, and a re-point made here, by a merge another
     /// device made differently (at another step of the same chain of duplicates), is no user's edit; the
     /// server's record stands (a deletion too), and the merges the import brings re-point the row again.
+    ///
+    /// `uniqueColumns`: the columns of the table's UNIQUE keys (constraints and `unique:` rules). A value the
+    /// server moved between rows in them (a swap, a reorder) is never put back by a row-level `local-wins` whose
+    /// side did not touch that column: the old value would then be held by two records, and the rows merged as
+    /// duplicates. The property policies decide per column already.
     func decide(local: MergeSide, server: MergeSide, columns: [String],
-                serverHoldsLocalValues: Bool = false) -> MergeDecision {
+                serverHoldsLocalValues: Bool = false, uniqueColumns: Set<String> = []) -> MergeDecision {
         let all = Set(columns)
         switch self {
         case .error:
@@ -74,7 +79,9 @@ extension MergePolicy {
         case .serverWins:
             return server.deleted ? .deleted : .live(takeServer: all)
         case .localWins:
-            return local.deleted ? .deleted : .live(takeServer: [])
+            if local.deleted { return .deleted }
+            if server.deleted { return .live(takeServer: []) }
+            return .live(takeServer: uniqueColumns.intersection(all).intersection(server.changed).subtracting(local.changed))
         case .propertyLocalWins:
             if local.deleted { return .deleted }
             if server.deleted { return .live(takeServer: []) }

@@ -335,8 +335,9 @@ final class RecordApplier {
                                                                     columns: entity.fieldColumns)))
             let holdsLocal = try !local.deleted && exists
                 && rowHolds(entity, pk: pk, values: resolved, columns: local.changed)
+            let unique = Set(entity.uniqueKeys.joined()).union(uniqueRules[entity.name]?.columns ?? [])
             switch policy.decide(local: local, server: server, columns: entity.fieldColumns,
-                                 serverHoldsLocalValues: holdsLocal) {
+                                 serverHoldsLocalValues: holdsLocal, uniqueColumns: unique) {
             case .fail:
                 conflicts.append(ConflictReport(entity: entity.name, recordName: record.recordName,
                                                 localColumns: local.changed.sorted(), serverDeleted: false))

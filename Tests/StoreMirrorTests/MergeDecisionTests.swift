@@ -60,6 +60,15 @@ final class MergeDecisionTests: XCTestCase {
         XCTAssertEqual(p.decide(local: live(["title"]), server: deleted, columns: columns), .live(takeServer: []),
                        "the local row is saved over the tombstone")
         XCTAssertEqual(p.decide(local: deleted, server: live(["body"]), columns: columns), .deleted)
+        // A UNIQUE column the server changed (a value moved between rows) and the local side did not: the server's.
+        XCTAssertEqual(p.decide(local: live(["title"]), server: live(["body"]), columns: columns,
+                                uniqueColumns: ["body"]), .live(takeServer: ["body"]))
+        XCTAssertEqual(p.decide(local: live(["title", "body"]), server: live(["body"]), columns: columns,
+                                uniqueColumns: ["body"]), .live(takeServer: []), "a UNIQUE column changed here stays")
+        XCTAssertEqual(p.decide(local: live(["title"]), server: live(["title"]), columns: columns,
+                                uniqueColumns: ["body"]), .live(takeServer: []), "a UNIQUE column nobody changed")
+        XCTAssertEqual(p.decide(local: live(["title"]), server: deleted, columns: columns, uniqueColumns: ["body"]),
+                       .live(takeServer: []))
     }
 
     func testPropertyLocalWins() {
