@@ -242,30 +242,7 @@ struct Importer {
                         for record in held { try applyOne(record, applier: applier, report: &report) }
                         return
                     }
-                    // Tombstones first, as without freeing (their deletions free values too), then the live
-                    // records, then the records that waited for them, then the tombstones of rows whose values
-                    // the live records took (children moved from those rows to theirs are there by now).
-                    let late = applier.lateTombstones
-                    let unfreeable = applier.unfreeableTombstones
-                    for record in held where record.deleted && unfreeable.contains(record.recordName) {
-                        try setAside(record, RecordProblem(
-                            reason: "its row holds a UNIQUE value that another record of the import takes, and the "
-                                + "table accepts no placeholder to free it meanwhile (a CHECK constraint): deleting "
-                                + "the row first would delete the children that moved from it to the other row",
-                            hint: "relax the CHECK on that column (or let it accept NULL), then run 'storectl sync' "
-                                + "again: set-aside records are tried on every sync"))
-                        report.setAside += 1
-                    }
-                    for record in held where record.deleted && !late.contains(record.recordName)
-                        && !unfreeable.contains(record.recordName)
-                    {
-                        try applyOne(record, applier: applier, report: &report)
-                    }
-                    for record in held where !record.deleted { try applyOne(record, applier: applier, report: &report) }
-                    try retryParked()
-                    for record in held where record.deleted && late.contains(record.recordName) {
-                        try applyOne(record, applier: applier, report: &report)
-                    }
+                    try applyInFreedOrder(held, applier: applier, report: &report)
                     try applier.restoreFreedValues(freed)
                     try applier.realignChildren(of: freed)
                 }
@@ -279,6 +256,38 @@ struct Importer {
         // Not reached: each failed round keeps one more row as it is, and a round that frees nothing cannot fail.
         throw StoreError(.software, "the held-back records of the import did not settle",
                          hint: "run 'storectl sync' again: nothing of this import was kept, the records are still in the cloud")
+    }
+
+    /// The held-back records, once the values they move are freed: tombstones first, as without freeing (their
+    /// deletions free values too), then the live records, then the records that waited for them, then the
+    /// tombstones of rows whose values the live records took (the children that moved from those rows are under
+    /// their new rows by now). A tombstone whose row's value could not be freed is set aside, with the record that
+    /// takes the value (`RecordApplier.unfreeableTombstones`).
+    private func applyInFreedOrder(_ held: [CloudRecord], applier: RecordApplier, report: inout ImportReport) throws {
+        let late = applier.lateTombstones
+        let unfreeable = applier.unfreeableTombstones
+        for record in held where record.deleted && unfreeable.contains(record.recordName) {
+            try setAside(record, RecordProblem(
+                reason: "its row holds a UNIQUE value that another record of the import takes, and the table accepts "
+                    + "no placeholder to free it meanwhile (a CHECK constraint): deleting the row first would delete "
+                    + "the children that moved from it to the other row",
+                hint: "relax the CHECK on that column (or let it accept NULL), then run 'storectl sync' again: "
+                    + "set-aside records are tried on every sync"))
+            report.setAside += 1
+        }
+        for record in held where record.deleted && !late.contains(record.recordName)
+            && !unfreeable.contains(record.recordName)
+        {
+            try applyOne(record, applier: applier, report: &report)
+        }
+        for record in held where !record.deleted { try applyOne(record, applier: applier, report: &report) }
+        _ = try applier.retryPending(zone: options.zone) { record, problem in
+            try setAside(record, problem)
+            report.setAside += 1
+        }
+        for record in held where record.deleted && late.contains(record.recordName) {
+            try applyOne(record, applier: applier, report: &report)
+        }
     }
 
     /// Applies one record in a savepoint of its own; a record that fails is set aside.

@@ -1065,7 +1065,15 @@ final class RecordApplier {
         unfreeableRows = []
         lateTombstones = []
         unfreeableTombstones = []
-        // The values the live records bring, references resolved to the parent's key here.
+        let takers = try incomingUniqueValues(records)
+        try freeValuesTakenFromTombstones(records, takers: takers, into: &freed)
+        try freeValuesMovedByLiveRecords(records, into: &freed)
+        return freed
+    }
+
+    /// The values the live records of `records` bring to UNIQUE keys, references resolved to the parent's key here;
+    /// each becomes a value no placeholder may take (`avoid`).
+    private func incomingUniqueValues(_ records: [CloudRecord]) throws -> [(entity: EntityMap, values: [String: Value])] {
         var takers: [(entity: EntityMap, values: [String: Value])] = []
         avoid = []
         for record in records where !record.deleted {
@@ -1086,8 +1094,15 @@ final class RecordApplier {
                 for column in key { if let v = values[column] { avoid.insert(Self.avoidKey(entity.name, column, v)) } }
             }
         }
-        // A tombstone's row frees its values by its deletion, applied first; but a value a live record takes is
-        // freed now, and the tombstone applied last: children may move from its row to that record's row.
+        return takers
+    }
+
+    /// A tombstone's row frees its values by its deletion, applied first; but a value a live record takes is freed
+    /// now, and the tombstone applied last (`lateTombstones`): children may move from its row to that record's row.
+    private func freeValuesTakenFromTombstones(_ records: [CloudRecord],
+                                               takers: [(entity: EntityMap, values: [String: Value])],
+                                               into freed: inout [FreedValue]) throws
+    {
         for record in records where record.deleted {
             // (A merged duplicate's tombstone is no deletion: it merges its row into the winner, first.)
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty,
@@ -1121,7 +1136,10 @@ final class RecordApplier {
                 }
             }
         }
-        // Live records move values.
+    }
+
+    /// The values live records move away from their rows (a swap, a shift, a reorder), freed.
+    private func freeValuesMovedByLiveRecords(_ records: [CloudRecord], into freed: inout [FreedValue]) throws {
         for record in records where !record.deleted {
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty,
                   let entry = try mapEntry(name: record.recordName), entry.entity == entity.name, !entry.deleted,
@@ -1152,7 +1170,6 @@ final class RecordApplier {
                 }
             }
         }
-        return freed
     }
 
     /// Puts back each freed value that no record replaced (the row kept it, by the merge policy, or its record
