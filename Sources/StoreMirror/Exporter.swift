@@ -121,7 +121,7 @@ struct Exporter {
         self.entities = entities
         self.device = device
         schemaVersion = (try? SchemaGate.schemaVersion(db)) ?? 0
-        setAside = Set((try? Inbox(db).records(.setAside, zone: options.zone))?.map(\.recordName) ?? [])
+        setAside = Set((try? Inbox(db).names(.setAside)) ?? [])
     }
 
     private struct Pending {

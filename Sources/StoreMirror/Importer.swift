@@ -209,13 +209,7 @@ struct Importer {
     /// between rows").
     func applyHeldBack(_ applier: RecordApplier, report: inout ImportReport) throws {
         applier.defersUntilSettled = false
-        func retryParked() throws {
-            _ = try applier.retryPending(zone: options.zone) { record, problem in
-                try setAside(record, problem)
-                report.setAside += 1
-            }
-        }
-        try retryParked()
+        try retryParked(applier, report: &report)
         let held = try applier.takeDeferred(zone: options.zone)
         guard !held.isEmpty else { return }
         // UNIQUE values that live rows move between them (a swap, a shift, a reorder) are freed first: applied one
@@ -281,12 +275,17 @@ struct Importer {
             try applyOne(record, applier: applier, report: &report)
         }
         for record in held where !record.deleted { try applyOne(record, applier: applier, report: &report) }
+        try retryParked(applier, report: &report)
+        for record in held where record.deleted && late.contains(record.recordName) {
+            try applyOne(record, applier: applier, report: &report)
+        }
+    }
+
+    /// Applies the parked records whose parents came; those that fail are set aside.
+    private func retryParked(_ applier: RecordApplier, report: inout ImportReport) throws {
         _ = try applier.retryPending(zone: options.zone) { record, problem in
             try setAside(record, problem)
             report.setAside += 1
-        }
-        for record in held where record.deleted && late.contains(record.recordName) {
-            try applyOne(record, applier: applier, report: &report)
         }
     }
 

@@ -60,9 +60,13 @@ struct Inbox {
     /// record names, with the caller's parameters) returns: a page applied set-based.
     static func removeSQL(from states: [State], namesSelectedBy select: String) -> String {
         """
-        DELETE FROM main._storectl_inbox WHERE state IN (\(states.map { quoteLiteral($0.rawValue) }.joined(separator: ", ")))
-            AND record_name IN (\(select))
+        DELETE FROM main._storectl_inbox WHERE state IN (\(list(states))) AND record_name IN (\(select))
         """
+    }
+
+    /// The names of the records in `state`.
+    func names(_ state: State) throws -> [String] {
+        try db.query("SELECT record_name FROM _storectl_inbox WHERE state = ?", [state.rawValue]).compactMap { $0[0].string }
     }
 
     /// The records in `state`, in the order the cloud gave them (its seq); held-back tombstones come first.
@@ -99,8 +103,8 @@ struct Inbox {
 
     /// Whether record `name` is in one of `states`.
     func holds(_ name: String, in states: [State]) throws -> Bool {
-        let list = states.map { quoteLiteral($0.rawValue) }.joined(separator: ", ")
-        return try db.scalar("SELECT 1 FROM _storectl_inbox WHERE record_name = ? AND state IN (\(list))", [name]) != nil
+        try db.scalar("SELECT 1 FROM _storectl_inbox WHERE record_name = ? AND state IN (\(Self.list(states)))", [name])
+            != nil
     }
 
     /// How many records are in each state.
@@ -110,6 +114,11 @@ struct Inbox {
             if let state = row[0].string.flatMap(State.init(rawValue:)) { out[state] = row[1].int64 ?? 0 }
         }
         return out
+    }
+
+    /// `states` as an SQL list of literals.
+    private static func list(_ states: [State]) -> String {
+        states.map { quoteLiteral($0.rawValue) }.joined(separator: ", ")
     }
 
     // MARK: Older stores
