@@ -79,6 +79,12 @@ public enum CloudContract {
         String(seq, radix: 16) + "-" + epoch.prefix(8)
     }
 
+    /// The seq a change tag of `changeTag(seq:epoch:)` was made with; nil for a tag of another shape.
+    public static func seq(ofTag tag: String) -> Int64? {
+        guard let dash = tag.firstIndex(of: "-") else { return nil }
+        return Int64(tag[..<dash], radix: 16)
+    }
+
     // MARK: Container meta
 
     /// Checks what a container says of itself against what the config expects: a format version this storectl

@@ -167,10 +167,16 @@ public struct DeviceExportState: Sendable, Equatable {
 public struct DeviceRecord: Sendable, Equatable {
     public var record: CloudRecord
     public var historySeq: Int64?
+    /// The device saved this version, and another device's save has replaced it since: the record's current
+    /// version is built on it (a save replaces only the version its saver had read). The container keeps such a
+    /// version while the mark of the batch that saved it is kept, so that a store killed before it recorded its
+    /// save learns that the save landed, and does not send it again as if it were an edit made beside the newer one.
+    public var superseded: Bool
 
-    public init(record: CloudRecord, historySeq: Int64?) {
+    public init(record: CloudRecord, historySeq: Int64?, superseded: Bool = false) {
         self.record = record
         self.historySeq = historySeq
+        self.superseded = superseded
     }
 }
 
@@ -420,7 +426,9 @@ public protocol CloudDatabase: AnyObject {
     func exportState(zone: String, device: String) throws -> DeviceExportState?
 
     /// The records whose latest save came from `device`, with seq after `seq`, in seq order, at most `limit`; each
-    /// with the history seq of the mark of the batch that saved it. `moreComing` when more are waiting.
+    /// with the history seq of the mark of the batch that saved it. Among them, marked `superseded`, the device's
+    /// saves that another device's save has replaced since, while the marks of their batches are kept (the
+    /// device has not started an export of a later serial). `moreComing` when more are waiting.
     /// - Throws: `CloudError.zoneNotFound`.
     func fetchDeviceRecords(zone: String, device: String, after seq: Int64, limit: Int) throws
         -> (records: [DeviceRecord], moreComing: Bool)

@@ -26,7 +26,11 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     ///   the `export_marks` table records where each device's export stood (`ExportMark`). A format-1 container
     ///   is upgraded in place the first time a storectl that can write it opens it, after a copy of it is saved
     ///   beside it (`<file>.format1.bak`).
-    public static let formatVersion = 2
+    /// - 3: a device's save that another device's save replaced, while the mark of the batch that saved it is kept,
+    ///   is kept too (`superseded_saves`, written by a trigger on `records`): a store killed after the cloud saved
+    ///   its batch, and before it recorded the save, finds the saves others have built on since
+    ///   (`fetchDeviceRecords`). A format-2 container is upgraded in place, after a copy (`<file>.format2.bak`).
+    public static let formatVersion = 3
     /// How long, in milliseconds, a call waits for another process's lock before giving up (75, retry).
     public static let defaultBusyTimeout: Int32 = 5000
 
@@ -309,6 +313,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             saved_at INTEGER NOT NULL,
             PRIMARY KEY (zone, device, last_seq)
         ) WITHOUT ROWID;
+        \(supersededSQL)
         CREATE TABLE markers(
             zone TEXT NOT NULL,
             name TEXT NOT NULL,
@@ -324,6 +329,34 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             first_seen REAL NOT NULL,
             last_seen REAL NOT NULL
         ) WITHOUT ROWID;
+        """
+
+    /// The table of superseded saves and the trigger that fills it (format 3; the format-2 upgrade adds them).
+    static let supersededSQL = """
+        CREATE TABLE superseded_saves(
+            zone TEXT NOT NULL,
+            device TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            serial INTEGER NOT NULL,
+            record_name TEXT NOT NULL,
+            record_type TEXT NOT NULL,
+            fields TEXT NOT NULL,
+            change_tag TEXT NOT NULL,
+            deleted INTEGER NOT NULL,
+            modified_at REAL NOT NULL,
+            PRIMARY KEY (zone, device, seq)
+        ) WITHOUT ROWID;
+        CREATE TRIGGER records_superseded AFTER UPDATE ON records
+        WHEN old.modified_by <> new.modified_by
+        BEGIN
+            INSERT OR IGNORE INTO superseded_saves(zone, device, seq, serial, record_name, record_type, fields,
+                                                   change_tag, deleted, modified_at)
+            SELECT old.zone, old.modified_by, old.seq, m.serial, old.record_name, old.record_type, old.fields,
+                   old.change_tag, old.deleted, old.modified_at
+            FROM export_marks m
+            WHERE m.zone = old.zone AND m.device = old.modified_by AND m.last_seq >= old.seq
+              AND m.first_seq <= old.seq;
+        END;
         """
 
     private static func missing(path: String, container: String) -> CloudError {
@@ -376,7 +409,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// Upgrades a container of an older format in place: a copy of the file first (`VACUUM INTO`, consistent while
     /// others write; kept if one is there already), then one transaction. Format 1 -> 2: records that share a seq
     /// in a zone get new seqs after the zone's last one (all but the lowest record name), so that the seq index can
-    /// be UNIQUE and a reader following the feed sees each of them; the `export_marks` table is created.
+    /// be UNIQUE and a reader following the feed sees each of them; the `export_marks` table is created. Format 2 -> 3:
+    /// the `superseded_saves` table and its trigger are created.
     private static func upgrade(_ db: Connection, path: String, meta: [String: String]) throws {
         guard let version = meta["version"].flatMap({ Int($0) }), version < formatVersion else { return }
         let backup = path + ".format\(version).bak"
@@ -422,6 +456,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                         ) WITHOUT ROWID;
                         """)
                 }
+                if current < 3 { try db.execute(Self.supersededSQL) }
                 try db.run("UPDATE container_meta SET value = ? WHERE key = 'version'", [String(formatVersion)])
                 try db.run("INSERT OR REPLACE INTO container_meta(key, value) VALUES ('upgraded_from', ?)",
                            [String(current)])
@@ -830,6 +865,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                 try db.run("DELETE FROM records WHERE zone = ?", [zone])
                 try db.run("DELETE FROM markers WHERE zone = ?", [zone])
                 try db.run("DELETE FROM export_marks WHERE zone = ?", [zone])
+                try db.run("DELETE FROM superseded_saves WHERE zone = ?", [zone])
                 // The seq keeps counting up: only the epoch says "start over".
                 try db.run("UPDATE zones SET epoch = ? WHERE name = ?", [Self.newEpoch(), zone])
             }
@@ -1010,11 +1046,14 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         }
 
         /// Raises the zone's last seq; with `mark`, when the batch saved anything, records where the device's
-        /// export stands and forgets its marks of older serials.
+        /// export stands and forgets its marks, and its superseded saves, of older serials (a new serial means the
+        /// store has recorded, or reconciled, every save of the older ones).
         func finish(mark: ExportMark?) throws {
             try db.run("UPDATE zones SET last_seq = ? WHERE name = ?", [seq, zone])
             guard let mark, seq > firstSeq else { return }
             try db.run("DELETE FROM export_marks WHERE zone = ? AND device = ? AND serial < ?",
+                       [zone, device, mark.serial])
+            try db.run("DELETE FROM superseded_saves WHERE zone = ? AND device = ? AND serial < ?",
                        [zone, device, mark.serial])
             try db.run("""
                 INSERT OR REPLACE INTO export_marks(zone, device, last_seq, first_seq, serial, history_seq, saved_at)
@@ -1047,15 +1086,23 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                 guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else {
                     throw zoneNotFound(zone)
                 }
+                // The device's records as they stand, and its saves that another device's save replaced since.
                 let statement = try db.cached("""
-                    SELECT \(Self.recordColumns),
-                           (SELECT m.history_seq FROM export_marks m WHERE m.zone = r.zone AND m.device = ?2
-                              AND m.last_seq >= r.seq AND m.first_seq <= r.seq ORDER BY m.last_seq LIMIT 1)
-                    FROM records r WHERE r.zone = ?1 AND r.seq > ?3 AND r.modified_by = ?2 ORDER BY r.seq LIMIT ?4
+                    SELECT zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at,
+                           (SELECT m.history_seq FROM export_marks m WHERE m.zone = ?1 AND m.device = ?2
+                              AND m.last_seq >= u.seq AND m.first_seq <= u.seq ORDER BY m.last_seq LIMIT 1),
+                           superseded
+                    FROM (SELECT \(Self.recordColumns), 0 AS superseded FROM records
+                          WHERE zone = ?1 AND seq > ?3 AND modified_by = ?2
+                          UNION ALL
+                          SELECT zone, record_name, record_type, fields, change_tag, seq, deleted, device, modified_at, 1
+                          FROM superseded_saves WHERE zone = ?1 AND device = ?2 AND seq > ?3) u
+                    ORDER BY seq LIMIT ?4
                     """)
                 var records: [DeviceRecord] = []
                 try statement.forEach([zone, device, seq, limit + 1]) { row in
-                    records.append(DeviceRecord(record: Self.record(row), historySeq: row.int64(9)))
+                    records.append(DeviceRecord(record: Self.record(row), historySeq: row.int64(9),
+                                                superseded: row.int64(10) == 1))
                 }
                 let more = records.count > limit
                 if more { records.removeLast() }

@@ -431,7 +431,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 PGQuery("""
                     WITH r AS (DELETE FROM \(s).records WHERE zone = $1),
                          m AS (DELETE FROM \(s).markers WHERE zone = $1),
-                         e AS (DELETE FROM \(s).export_marks WHERE zone = $1)
+                         e AS (DELETE FROM \(s).export_marks WHERE zone = $1),
+                         k AS (DELETE FROM \(s).superseded_saves WHERE zone = $1)
                     UPDATE \(s).zones SET epoch = gen_random_uuid()::text WHERE name = $1
                     """, [zone]),
             ])
@@ -621,10 +622,12 @@ public final class PostgresCloudDatabase: CloudDatabase {
     }
 
     /// The statement that records `mark` for `device` with the zone's last seq as it stands when it runs (after
-    /// the batch's records), and forgets the device's marks of older serials in the zone. `$1` is the zone.
+    /// the batch's records), and forgets the device's marks, and superseded saves, of older serials in the zone.
+    /// `$1` is the zone.
     private func markQuery(zone: String, device: String, mark: ExportMark, count: Int) -> PGQuery {
         PGQuery("""
-            WITH old AS (DELETE FROM \(s).export_marks WHERE zone = $1 AND device = $2 AND serial < $3)
+            WITH old AS (DELETE FROM \(s).export_marks WHERE zone = $1 AND device = $2 AND serial < $3),
+                 unkept AS (DELETE FROM \(s).superseded_saves WHERE zone = $1 AND device = $2 AND serial < $3)
             INSERT INTO \(s).export_marks (zone, device, last_seq, first_seq, serial, history_seq, saved_at)
             SELECT $1, $2, last_seq, last_seq - $6 + 1, $3, $4, $5 FROM \(s).zones WHERE name = $1
             ON CONFLICT (zone, device, last_seq) DO UPDATE SET first_seq = excluded.first_seq,
@@ -654,11 +657,17 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 SELECT z.name, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted, r.modified_by,
                        r.modified_at,
                        (SELECT m.history_seq FROM \(s).export_marks m WHERE m.zone = z.name AND m.device = $2
-                          AND m.last_seq >= r.seq AND m.first_seq <= r.seq ORDER BY m.last_seq LIMIT 1)
+                          AND m.last_seq >= r.seq AND m.first_seq <= r.seq ORDER BY m.last_seq LIMIT 1),
+                       r.superseded
                 FROM \(s).zones z
                 LEFT JOIN LATERAL (
-                    SELECT \(Self.recordColumns) FROM \(s).records
-                    WHERE zone = z.name AND seq > $3 AND modified_by = $2 ORDER BY seq LIMIT $4
+                    -- The device's records as they stand, and its saves another device's save replaced since.
+                    (SELECT \(Self.recordColumns), false AS superseded FROM \(s).records
+                     WHERE zone = z.name AND seq > $3 AND modified_by = $2 ORDER BY seq LIMIT $4)
+                    UNION ALL
+                    (SELECT record_name, record_type, fields, change_tag, seq, deleted, device, modified_at, true
+                     FROM \(s).superseded_saves WHERE zone = z.name AND device = $2 AND seq > $3 ORDER BY seq LIMIT $4)
+                    ORDER BY seq LIMIT $4
                 ) r ON true
                 WHERE z.name = $1
                 ORDER BY r.seq
@@ -668,7 +677,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         var records: [DeviceRecord] = []
         for row in 0..<r.rowCount {
             if let record = record(from: r, row: row, at: 1, zone: zone) {
-                records.append(DeviceRecord(record: record, historySeq: r.int64(row, 9)))
+                records.append(DeviceRecord(record: record, historySeq: r.int64(row, 9),
+                                            superseded: r.bool(row, 10) ?? false))
             }
         }
         let more = records.count > limit
@@ -877,6 +887,22 @@ public final class PostgresCloudDatabase: CloudDatabase {
             unmarked AS (
                 DELETE FROM \(s).export_marks WHERE zone = $1 AND device = \(dev) AND serial < \(serial)::bigint
                   AND EXISTS (SELECT 1 FROM written)
+            ),
+            unkept AS (
+                DELETE FROM \(s).superseded_saves WHERE zone = $1 AND device = \(dev) AND serial < \(serial)::bigint
+                  AND EXISTS (SELECT 1 FROM written)
+            ),
+            -- Another device's save that this batch replaces is kept while the mark of the batch that saved it
+            -- is (DeviceRecord.superseded).
+            kept AS (
+                INSERT INTO \(s).superseded_saves (zone, device, seq, serial, record_name, record_type, fields,
+                                                   change_tag, deleted, modified_at)
+                SELECT $1, d.s_by, d.s_seq, m.serial, d.record_name, d.s_type, d.s_fields, d.s_tag, d.s_deleted, d.s_at
+                FROM decided d
+                JOIN \(s).export_marks m ON m.zone = $1 AND m.device = d.s_by AND m.last_seq >= d.s_seq
+                    AND m.first_seq <= d.s_seq
+                WHERE d.ok AND d.rid IS NOT NULL AND d.s_by <> \(dev)
+                ON CONFLICT DO NOTHING
             )
             SELECT ord, s_type, s_fields, s_tag, s_seq, s_deleted, s_by, s_at FROM decided WHERE NOT ok ORDER BY ord
             """, [zone] + parameters + [device, mark.map { String($0.serial) }, mark.map { String($0.historySeq) },

@@ -21,6 +21,7 @@ enum PostgresSchema {
         ("markers", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
         ("devices", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
         ("export_marks", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
+        ("superseded_saves", ["SELECT", "INSERT", "DELETE"]),
     ]
 
     /// The migrations, oldest first: migration `i` takes the schema from version `i` to `i + 1`.
@@ -116,6 +117,41 @@ enum PostgresSchema {
                       AND g.privilege_type = 'INSERT' AND g.grantee <> current_user
                 LOOP
                     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s.export_marks TO %I', '{s}', grantee);
+                END LOOP;
+            END
+            $grant$
+            """,
+        ],
+        // 4: a device's save that another device's save replaced, kept while the mark of the batch that saved it is
+        // kept (`DeviceRecord.superseded`), so that a store killed after the cloud saved its batch, and before it
+        // recorded the save, does not send it again over the newer version built on it. Written by the save
+        // statement itself; roles that could save records before may write it too.
+        [
+            """
+            CREATE TABLE {s}.superseded_saves (
+                zone text COLLATE "C" NOT NULL,
+                device text COLLATE "C" NOT NULL,
+                seq bigint NOT NULL,
+                serial bigint NOT NULL,
+                record_name text COLLATE "C" NOT NULL,
+                record_type text NOT NULL,
+                fields text NOT NULL,
+                change_tag text NOT NULL,
+                deleted boolean NOT NULL,
+                modified_at double precision NOT NULL,
+                PRIMARY KEY (zone, device, seq)
+            )
+            """,
+            """
+            DO $grant$
+            DECLARE grantee text;
+            BEGIN
+                FOR grantee IN
+                    SELECT DISTINCT g.grantee FROM information_schema.role_table_grants g
+                    WHERE g.table_schema = replace('{s}', '"', '') AND g.table_name = 'records'
+                      AND g.privilege_type = 'INSERT' AND g.grantee <> current_user
+                LOOP
+                    EXECUTE format('GRANT SELECT, INSERT, DELETE ON %s.superseded_saves TO %I', '{s}', grantee);
                 END LOOP;
             END
             $grant$

@@ -862,8 +862,14 @@ struct Exporter {
             }
             return .resolved
         }
-        let local = try applier.localChanges(e, pk: item.pk)
+        var local = try applier.localChanges(e, pk: item.pk)
             ?? MergeSide(deleted: item.save.deleted, changed: item.save.deleted ? [] : Set(e.fieldColumns))
+        if !local.deleted, !local.recreated, !item.save.deleted, item.base != nil {
+            // A column whose value is the base's is no change of this side: its history may be older than the base
+            // (a save of an interrupted export, adopted since: `Reconciler`), or a value changed and changed back.
+            local.changed.formIntersection(try codec.differing(base: item.base, item.save.fields,
+                                                               columns: e.fieldColumns))
+        }
         let serverSide = MergeSide(deleted: server.deleted, changed: server.deleted ? [] :
             Set(try codec.differing(base: item.base, server.fields, columns: e.fieldColumns)))
         let holdsLocal = try !local.deleted && !server.deleted && !item.save.deleted

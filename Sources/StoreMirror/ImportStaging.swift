@@ -41,7 +41,7 @@ final class ImportStaging {
             CREATE TEMP TABLE IF NOT EXISTS _storectl_import_staged(id INTEGER PRIMARY KEY, page INTEGER NOT NULL,
                 record_name TEXT NOT NULL, record_type TEXT NOT NULL, fields TEXT NOT NULL, change_tag TEXT NOT NULL,
                 seq INTEGER NOT NULL, deleted INTEGER NOT NULL, modified_by TEXT NOT NULL, modified_at REAL NOT NULL,
-                history_seq INTEGER);
+                history_seq INTEGER, superseded INTEGER NOT NULL DEFAULT 0);
             CREATE INDEX IF NOT EXISTS temp._storectl_import_staged_page ON _storectl_import_staged(page);
             CREATE INDEX IF NOT EXISTS temp._storectl_import_staged_name ON _storectl_import_staged(record_name, seq);
             CREATE TEMP TABLE IF NOT EXISTS _storectl_import_lookups(record_name TEXT PRIMARY KEY,
@@ -107,31 +107,36 @@ final class ImportStaging {
     }
 
     /// Fetches this store's own records saved after seq `after` (`fetchDeviceRecords`) into the staging table, a
-    /// page at a time: a reconciliation applies them in its write transaction afterwards (`Reconciler`).
+    /// page at a time: a reconciliation applies them in its write transaction afterwards (`Reconciler`). Its saves
+    /// that another device's save replaced since are staged only when `superseded` (they are never looked up).
     /// - Throws: `CloudError`, `SQLiteError`.
-    func fetchDeviceRecords(cloud: any CloudDatabase, zone: String, device: String, after: Int64, limit: Int) throws {
+    func fetchDeviceRecords(cloud: any CloudDatabase, zone: String, device: String, after: Int64, limit: Int,
+                            superseded: Bool) throws
+    {
         var seq = after
         while true {
             try requireNoWriteTransaction("fetchDeviceRecords")
-            let (records, more) = try cloud.fetchDeviceRecords(zone: zone, device: device, after: seq, limit: limit)
-            try stage(records.map(\.record), historySeqs: records.map(\.historySeq))
-            seq = records.last?.record.seq ?? seq
+            let (fetched, more) = try cloud.fetchDeviceRecords(zone: zone, device: device, after: seq, limit: limit)
+            let records = superseded ? fetched : fetched.filter { !$0.superseded }
+            try stage(records.map(\.record), historySeqs: records.map(\.historySeq),
+                      superseded: records.map(\.superseded))
+            seq = fetched.last?.record.seq ?? seq
             if !more { return }
         }
     }
 
     /// Stages one page (an empty page too, so that pages keep their numbers).
-    private func stage(_ records: [CloudRecord], historySeqs: [Int64?]? = nil) throws {
+    private func stage(_ records: [CloudRecord], historySeqs: [Int64?]? = nil, superseded: [Bool]? = nil) throws {
         let page = pages
         // A deferred transaction that writes only the temporary database: it takes no lock on the store file.
         try db.transaction(.deferred) {
             let insert = try db.cached("""
                 INSERT INTO temp._storectl_import_staged(page, record_name, record_type, fields, change_tag, seq,
-                    deleted, modified_by, modified_at, history_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    deleted, modified_by, modified_at, history_seq, superseded) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             for (i, r) in records.enumerated() {
                 try insert.forEach([page, r.recordName, r.recordType, r.fields, r.changeTag, r.seq, r.deleted,
-                                    r.modifiedBy, r.modifiedAt, historySeqs?[i]]) { _ in }
+                                    r.modifiedBy, r.modifiedAt, historySeqs?[i], superseded?[i] ?? false]) { _ in }
             }
         }
         pages += 1
@@ -261,9 +266,12 @@ final class ImportStaging {
     /// - Throws: `SQLiteError`.
     func deviceRecords(page: Int, zone: String) throws -> [DeviceRecord] {
         try db.query("""
-            SELECT record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at, history_seq
+            SELECT record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at, history_seq,
+                   superseded
             FROM temp._storectl_import_staged WHERE page = ? ORDER BY id
-            """, [page]).map { DeviceRecord(record: Self.record($0, zone: zone), historySeq: $0[8].int64) }
+            """, [page]).map {
+                DeviceRecord(record: Self.record($0, zone: zone), historySeq: $0[8].int64, superseded: $0[9].int64 == 1)
+            }
     }
 
     /// What this import knows of record `name`, without asking the cloud.
@@ -278,7 +286,8 @@ final class ImportStaging {
         }
         if let row = try db.query("""
             SELECT record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at
-            FROM temp._storectl_import_staged WHERE record_name = ? ORDER BY seq DESC, id DESC LIMIT 1
+            FROM temp._storectl_import_staged WHERE record_name = ? AND superseded = 0 ORDER BY seq DESC, id DESC
+            LIMIT 1
             """, [name]).first
         {
             return .found(Self.record(row, zone: ""))

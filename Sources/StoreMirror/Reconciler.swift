@@ -58,7 +58,8 @@ struct Reconciler {
         while true {
             let (records, more) = try cloud.fetchDeviceRecords(zone: options.zone, device: device, after: seq,
                                                                limit: options.pageSize)
-            if !records.isEmpty { try body(records) }
+            let current = records.filter { !$0.superseded }
+            if !current.isEmpty { try body(current) }
             seq = records.last?.record.seq ?? seq
             if !more { return }
         }
@@ -66,10 +67,10 @@ struct Reconciler {
 
     /// This store's own records after seq `after`, fetched into `staging` before the write transaction opens: the
     /// transaction applies them (`stagedOwnRecords`) with no network call.
-    private func stageOwnRecords(after: Int64) throws -> ImportStaging {
+    private func stageOwnRecords(after: Int64, superseded: Bool = false) throws -> ImportStaging {
         let staging = try ImportStaging(db: db)
         try staging.fetchDeviceRecords(cloud: cloud, zone: options.zone, device: device, after: after,
-                                       limit: options.pageSize)
+                                       limit: options.pageSize, superseded: superseded)
         return staging
     }
 
@@ -86,7 +87,7 @@ struct Reconciler {
         var report = ReconcileReport(kind: "crash")
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
         let exportToken = try MirrorState.exportToken(db)
-        let staging = try stageOwnRecords(after: ownSeq)
+        let staging = try stageOwnRecords(after: ownSeq, superseded: true)
         defer { try? staging.clear() }
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             try db.execute("PRAGMA defer_foreign_keys = ON")
@@ -94,6 +95,15 @@ struct Reconciler {
                 let applier = try RecordApplier(db: db, entities: byName, policy: .propertyLocalWins)
                 try stagedOwnRecords(staging) { records in
                     for own in records {
+                        // A save another device has built on since landed too: adopted like the others, so that
+                        // the export does not send it again as an edit beside the newer version (the import then
+                        // brings that version, as any newer record). Not when the map already holds a version at
+                        // least as new (an import of that newer version ran since).
+                        if own.superseded, let tag = try applier.mapEntry(name: own.record.recordName)?.tag,
+                           CloudContract.seq(ofTag: tag).map({ $0 >= own.record.seq }) ?? true
+                        {
+                            continue
+                        }
                         try adopt(own.record, historySeq: own.historySeq ?? exportToken, applier: applier)
                         report.records += 1
                     }
@@ -319,7 +329,7 @@ struct Reconciler {
                 // cascading parents and UNIQUE collisions wait until the other records are in.
                 applier.defersUntilSettled = true
                 try stagedOwnRecords(staging) { records in
-                    for own in records where only?.contains(own.record.recordName) ?? true {
+                    for own in records where only?.contains(own.record.recordName) ?? true && !own.superseded {
                         try importer.applyOne(own.record, applier: applier, report: &applied)
                         report.records += 1
                     }

@@ -773,19 +773,40 @@ class CloudConformanceTests: XCTestCase {
         guard case .conflict = conflictOnly.first else { return XCTFail("expected a conflict") }
         XCTAssertEqual(try db.exportState(zone: zone, device: "d1"), DeviceExportState(mark: m2, lastSeq: 5))
 
-        // Each of the device's records comes with the history seq of the batch that saved it; records saved
-        // later by another device are not the device's any more.
+        // Each of the device's records comes with the history seq of the batch that saved it; a record saved
+        // later by another device is not the device's any more, but the version it saved is kept, marked
+        // superseded, while the marks of its serial are.
         var (own, more) = try db.fetchDeviceRecords(zone: zone, device: "d1", after: 0, limit: 10)
         XCTAssertFalse(more)
         XCTAssertEqual(own.map(\.record.recordName), ["b", "a", "c"])
         XCTAssertEqual(own.map(\.historySeq), [10, 12, 12])
-        let tagB = try XCTUnwrap(own.first?.record.changeTag)
-        _ = try db.save(zone: zone, [save("b", #"{"by":"d2"}"#, expecting: tagB)], device: "d2")
+        XCTAssertEqual(own.map(\.superseded), [false, false, false])
+        let savedB = try XCTUnwrap(own.first?.record)
+        _ = try db.save(zone: zone, [save("b", #"{"by":"d2"}"#, expecting: savedB.changeTag)], device: "d2")
         (own, more) = try db.fetchDeviceRecords(zone: zone, device: "d1", after: 0, limit: 1)
         XCTAssertTrue(more)
-        XCTAssertEqual(own.map(\.record.recordName), ["a"])
+        XCTAssertEqual(own.map(\.record.recordName), ["b"])
+        XCTAssertEqual(own.first?.superseded, true)
+        XCTAssertEqual(own.first?.historySeq, 10)
+        XCTAssertEqual(own.first?.record.changeTag, savedB.changeTag, "the version d1 saved, not d2's")
+        XCTAssertEqual(own.first?.record.seq, savedB.seq)
+        XCTAssertEqual(own.first?.record.modifiedBy, "d1")
+        XCTAssertEqual(own.first?.record.fields, savedB.fields)
         (own, _) = try db.fetchDeviceRecords(zone: zone, device: "d1", after: own[0].record.seq, limit: 10)
-        XCTAssertEqual(own.map(\.record.recordName), ["c"])
+        XCTAssertEqual(own.map(\.record.recordName), ["a", "c"])
+        XCTAssertEqual(own.map(\.superseded), [false, false])
+        // d2's own records never include d1's superseded version.
+        (own, _) = try db.fetchDeviceRecords(zone: zone, device: "d2", after: 0, limit: 10)
+        XCTAssertTrue(own.contains { $0.record.recordName == "b" && !$0.superseded })
+        XCTAssertFalse(own.contains { $0.superseded })
+        // A save of d1 over its own record keeps nothing (only another device's save supersedes).
+        let tagC = try XCTUnwrap(try db.fetchDeviceRecords(zone: zone, device: "d1", after: 0, limit: 10).records
+            .last?.record.changeTag)
+        _ = try db.save(zone: zone, [save("c", #"{"again":true}"#, expecting: tagC)], device: "d1",
+                        mark: ExportMark(serial: 1, historySeq: 13, time: 1_300))
+        (own, _) = try db.fetchDeviceRecords(zone: zone, device: "d1", after: 0, limit: 10)
+        XCTAssertEqual(own.map(\.record.recordName), ["b", "a", "c"])
+        XCTAssertEqual(own.map(\.superseded), [true, false, false])
 
         // A new export (a higher serial) forgets the marks of the older ones.
         let m3 = ExportMark(serial: 2, historySeq: 20, time: 2_000)

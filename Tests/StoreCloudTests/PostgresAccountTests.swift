@@ -45,6 +45,44 @@ final class PostgresAccountTests: PostgresTestCase {
         }
     }
 
+    /// A version-3 container (no superseded saves) is migrated by its owner's first use; a member role granted
+    /// before the migration may then write the new table, and its saves over another device's keep that save.
+    func testAVersion3ContainerGrantsItsMembersTheSupersededSaves() throws {
+        guard let owner = try makeContainer("mig4"), let url = PostgresTestServer.url() else { return }
+        let role = try makeRole(url: url)
+        for line in PostgresCloudDatabase.grantSQL(container: owner.container, role: role).split(separator: "\n")
+        where !line.hasPrefix("--") {
+            _ = try PostgresTestServer.superuser(url, String(line))
+        }
+        let s = "\"\(owner.schemaName)\""
+        _ = try PostgresTestServer.superuser(url, "DROP TABLE \(s).superseded_saves")
+        _ = try PostgresTestServer.superuser(url, "UPDATE \(s).meta SET value = '3' WHERE key = 'schema_version'")
+        // The owner's first use migrates it.
+        let again = try PostgresCloudDatabase(url: url, container: owner.container)
+        try again.ensureZone("z")
+        let version = try PostgresTestServer.superuser(url, "SELECT value FROM \(s).meta WHERE key = 'schema_version'")
+        XCTAssertEqual(version.string(0, 0), String(PostgresCloudDatabase.schemaVersion))
+        let granted = try PostgresTestServer.superuser(url, """
+            SELECT has_table_privilege($1, $2, 'SELECT') AND has_table_privilege($1, $2, 'INSERT')
+               AND has_table_privilege($1, $2, 'DELETE')
+            """, [role, "\(s).superseded_saves"])
+        XCTAssertEqual(granted.bool(0, 0), true, "the member role may write the superseded saves")
+        let member = try PostgresCloudDatabase(url: url, container: owner.container, account: role)
+        XCTAssertEqual(member.accountStatus().status, .available, member.accountStatus().reason)
+        // The owner's device saves with a mark; the member's save over it keeps the owner's version.
+        let first = try again.save(zone: "z", [RecordSave(recordName: "a", recordType: "t", fields: #"{"n":1}"#,
+                                                          expectedTag: nil)],
+                                   device: "d1", mark: ExportMark(serial: 1, historySeq: 5, time: 1))
+        guard case .saved(let tag, _) = first.first else { return XCTFail("not saved: \(first)") }
+        let second = try member.save(zone: "z", [RecordSave(recordName: "a", recordType: "t", fields: #"{"n":2}"#,
+                                                            expectedTag: tag)], device: "d2")
+        guard case .saved = second.first else { return XCTFail("not saved: \(second)") }
+        let own = try again.fetchDeviceRecords(zone: "z", device: "d1", after: 0, limit: 10).records
+        XCTAssertEqual(own.map(\.superseded), [true])
+        XCTAssertEqual(own.first?.record.fields, #"{"n":1}"#)
+        XCTAssertEqual(own.first?.historySeq, 5)
+    }
+
     func testPrivilegesDecideBetweenRestrictedAndAvailable() throws {
         guard let owner = try makeContainer("acct"), let url = PostgresTestServer.url() else { return }
         let role = try makeRole(url: url)
@@ -66,7 +104,8 @@ final class PostgresAccountTests: PostgresTestCase {
         XCTAssertEqual(report.status, .restricted)
         XCTAssertEqual(report.reason, "role \(role) lacks privileges in schema \(s) at \(db.displayURL): "
             + "UPDATE on zones, DELETE on zones, UPDATE on records, DELETE on records, UPDATE on markers, "
-            + "DELETE on markers, UPDATE on devices, DELETE on devices, UPDATE on export_marks, DELETE on export_marks; "
+            + "DELETE on markers, UPDATE on devices, DELETE on devices, UPDATE on export_marks, DELETE on export_marks, "
+            + "DELETE on superseded_saves; "
             + "a database owner can grant them with the SQL "
             + "from 'storectl cloud init --print-grants'")
 
