@@ -125,6 +125,9 @@ public enum SaveOutcome: Sendable, Equatable {
     /// Not saved, because the expected tag did not match. `server` is the record as the server has it
     /// (a tombstone included), or nil when the saver expected a tag and the record does not exist at all.
     case conflict(server: CloudRecord?)
+    /// Not saved, although its expected tag matched: another record of an atomic batch met a conflict, and nothing
+    /// of the batch was written.
+    case notSaved
 }
 
 /// Where a device's export stood when it saved a batch. The container keeps the latest marks of each device per
@@ -408,8 +411,12 @@ public protocol CloudDatabase: AnyObject {
     /// With `schemaVersion`, the batch is refused whole (`CloudError(.schemaAhead)`, nothing saved) when the zone's
     /// schema version is above it: a device that has not run the zone's data migration never writes values of the
     /// old shape over the new ones. The check is made under the zone's write lock, so it cannot race a raise.
-    func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?) throws
-        -> [SaveOutcome]
+    ///
+    /// With `atomic`, the batch is saved whole or not at all (CloudKit's atomic `CKModifyRecordsOperation`): when a
+    /// record meets a conflict, nothing of the batch is written (no record, no seq, no mark), the conflicting
+    /// records come back as `.conflict` and the others as `.notSaved`.
+    func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?,
+              atomic: Bool) throws -> [SaveOutcome]
 
     /// The zone's schema version, or nil when no data migration ever raised it (version 0).
     /// - Throws: `CloudError` (`.zoneNotFound` when the zone does not exist).
@@ -487,6 +494,14 @@ extension CloudDatabase {
     /// - Throws: `CloudError`.
     public func zoneInfo(_ zone: String) throws -> ZoneInfo? {
         try zoneInfo(zone, countLive: true)
+    }
+
+    /// Saves a batch, each record on its own (not atomic).
+    /// - Throws: see `save(zone:_:device:mark:schemaVersion:atomic:)`.
+    public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?)
+        throws -> [SaveOutcome]
+    {
+        try save(zone: zone, saves, device: device, mark: mark, schemaVersion: schemaVersion, atomic: false)
     }
 
     /// Saves a batch without an export mark.

@@ -945,27 +945,46 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// its epoch and last seq under the write lock, the statements prepared), write each record on the condition of
     /// its expected tag (`SaveBatch.write`), then raise the zone's last seq and record the export mark
     /// (`SaveBatch.finish`).
-    public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?)
-        throws -> [SaveOutcome]
+    public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?,
+                     atomic: Bool) throws -> [SaveOutcome]
     {
         if saves.isEmpty { return [] }
         try CloudContract.checkBatch(saves, zone: zone, device: device)
         try requireWritable()
         return try translated("saving \(saves.count) records to zone '\(zone)'") {
-            try db.transaction(.immediate) {
-                guard var batch = try SaveBatch(db: db, zone: zone, device: device) else { throw zoneNotFound(zone) }
-                if let schemaVersion, let current = try readSchemaVersion(zone: zone),
-                   current.version > schemaVersion
-                {
-                    throw CloudContract.schemaAhead(zone: zone, container: container, writer: schemaVersion,
-                                                    zoneVersion: current)
-                }
-                var outcomes: [SaveOutcome] = []
-                outcomes.reserveCapacity(saves.count)
-                for save in saves { outcomes.append(try batch.write(save)) }
-                try batch.finish(mark: mark)
-                return outcomes
+            do {
+                return try saveBatch(zone: zone, saves, device: device, mark: mark, schemaVersion: schemaVersion,
+                                     atomic: atomic)
+            } catch let refused as AtomicBatchRefused {
+                return refused.outcomes.map { if case .conflict = $0 { $0 } else { .notSaved } }
             }
+        }
+    }
+
+    /// An atomic batch that met a conflict: thrown to roll its transaction back, with the outcomes it had.
+    private struct AtomicBatchRefused: Error {
+        let outcomes: [SaveOutcome]
+    }
+
+    private func saveBatch(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?,
+                           schemaVersion: Int?, atomic: Bool) throws -> [SaveOutcome]
+    {
+        try db.transaction(.immediate) {
+            guard var batch = try SaveBatch(db: db, zone: zone, device: device) else { throw zoneNotFound(zone) }
+            if let schemaVersion, let current = try readSchemaVersion(zone: zone),
+               current.version > schemaVersion
+            {
+                throw CloudContract.schemaAhead(zone: zone, container: container, writer: schemaVersion,
+                                                zoneVersion: current)
+            }
+            var outcomes: [SaveOutcome] = []
+            outcomes.reserveCapacity(saves.count)
+            for save in saves { outcomes.append(try batch.write(save)) }
+            if atomic, outcomes.contains(where: { if case .conflict = $0 { true } else { false } }) {
+                throw AtomicBatchRefused(outcomes: outcomes)
+            }
+            try batch.finish(mark: mark)
+            return outcomes
         }
     }
 

@@ -551,19 +551,19 @@ public final class PostgresCloudDatabase: CloudDatabase {
     ///
     /// - Throws: `CloudError`: `.invalid` for a malformed batch (nothing of it is saved), `.zoneNotFound`,
     ///   `.temporary` when the connection was lost or a lock timed out.
-    public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?)
-        throws -> [SaveOutcome]
+    public func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?,
+                     atomic: Bool) throws -> [SaveOutcome]
     {
         do {
-            return try save(zone: zone, saves, device: device, mark: mark, writtenAt: schemaVersion)
+            return try save(zone: zone, saves, device: device, mark: mark, writtenAt: schemaVersion, atomic: atomic)
         } catch let error as CloudError where error.kind == .schemaAhead {
             throw CloudContract.schemaAhead(zone: zone, container: container, writer: schemaVersion ?? 0,
                                             zoneVersion: try? self.schemaVersion(zone: zone))
         }
     }
 
-    private func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, writtenAt: Int?)
-        throws -> [SaveOutcome]
+    private func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, writtenAt: Int?,
+                      atomic: Bool) throws -> [SaveOutcome]
     {
         if saves.isEmpty { return [] }
         try CloudContract.checkBatch(saves, zone: zone, device: device)
@@ -613,11 +613,11 @@ public final class PostgresCloudDatabase: CloudDatabase {
             if let copyRows {
                 return try withCopiedBatch(c, copyRows) {
                     try saveConditionally(c, zone: zone, saves, from: .copied, device: device, mark: mark,
-                                          writtenAt: writtenAt)
+                                          writtenAt: writtenAt, atomic: atomic)
                 }
             }
             return try saveConditionally(c, zone: zone, saves, from: arrays(), device: device, mark: mark,
-                                         writtenAt: writtenAt)
+                                         writtenAt: writtenAt, atomic: atomic)
         }
     }
 
@@ -829,7 +829,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// - the result is the conflicts: each one's batch position and the server's record (NULLs when it has none).
     /// - Throws: `PGError`, `CloudError`.
     private func saveConditionally(_ c: PGConnection, zone: String, _ saves: [RecordSave], from batch: BatchSource,
-                                   device: String, mark: ExportMark?, writtenAt: Int?) throws -> [SaveOutcome]
+                                   device: String, mark: ExportMark?, writtenAt: Int?, atomic: Bool) throws
+        -> [SaveOutcome]
     {
         let now = "extract(epoch FROM statement_timestamp())::float8"
         let (from, parameters) = batch.from
@@ -854,7 +855,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 SELECT d.record_name, d.record_type, d.fields, d.deleted, d.rid, z.epoch,
                        z.last_seq + row_number() OVER (ORDER BY d.ord) AS seq
                 FROM decided d CROSS JOIN (SELECT last_seq, epoch FROM \(s).zones WHERE name = $1) z
-                WHERE d.ok
+                WHERE d.ok\(atomic ? " AND NOT EXISTS (SELECT 1 FROM decided WHERE NOT ok)" : "")
             ),
             inserted AS (
                 INSERT INTO \(s).records
@@ -926,6 +927,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         for index in saves.indices {
             if let conflict = conflicts[index] {
                 outcomes.append(.conflict(server: conflict))
+            } else if atomic && !conflicts.isEmpty {
+                outcomes.append(.notSaved)  // an atomic batch that met a conflict writes nothing
             } else {
                 seq += 1
                 outcomes.append(.saved(changeTag: CloudContract.changeTag(seq: seq, epoch: epoch), seq: seq))

@@ -562,10 +562,11 @@ final class TakeInFilter: CloudDatabase {
     func fetchRecord(zone: String, recordName: String) throws -> CloudRecord? {
         try base.fetchRecord(zone: zone, recordName: recordName)
     }
-    func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?) throws
+    func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?,
+              atomic: Bool) throws
         -> [SaveOutcome]
     {
-        try base.save(zone: zone, saves, device: device, mark: mark, schemaVersion: schemaVersion)
+        try base.save(zone: zone, saves, device: device, mark: mark, schemaVersion: schemaVersion, atomic: atomic)
     }
     func schemaVersion(zone: String) throws -> ZoneSchemaVersion? { try base.schemaVersion(zone: zone) }
     func raiseSchemaVersion(zone: String, to target: ZoneSchemaVersion, device: String, seenUpTo: Int64) throws

@@ -343,6 +343,11 @@ struct Exporter {
             let (batch, nextKey) = try page(e, baseline: baseline, after: lastKey, report: &report)
             Trace.add("export.page", tPage)
             if batch.isEmpty && nextKey == nil { break }
+            if atomic, let previous = inFlight {
+                // One batch at a time: a conflict in the previous one stops the export before this one is sent.
+                inFlight = nil
+                try finish(previous, next: nil, serial: serial, report: &report)
+            }
             let flight = batch.isEmpty ? nil : startSave(batch, serial: serial)
             let previous = inFlight
             inFlight = flight  // waited for by the defer if what follows throws
@@ -525,11 +530,13 @@ struct Exporter {
             round += 1
             let outcomes = try cloud.save(zone: options.zone, saves, device: device,
                                           mark: mark(serial: serial, historySeq: historySeq),
-                                          schemaVersion: schemaVersion)
+                                          schemaVersion: schemaVersion, atomic: atomic)
             var again: [RecordSave] = []
             try db.transaction {
                 for (save, outcome) in zip(saves, outcomes) {
                     switch outcome {
+                    case .notSaved:
+                        again.append(save)  // the batch was refused whole: sent again unless a conflict stops it
                     case .saved(_, let seq):
                         report.deleted += 1
                         try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, seq)
@@ -565,10 +572,17 @@ struct Exporter {
                     }
                 }
             }
+            // Under `error` a conflict stops the export: nothing else of its batch is sent.
+            if !conflicts.isEmpty { break }
             saves = again
         }
         if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
     }
+
+    /// Under `merge_policy: error` a batch is saved whole or not at all, and one batch at a time: a conflict leaves
+    /// the cloud without any other record of its batch, and no later batch is sent. Two halves of a swap of UNIQUE
+    /// values in one batch never land one without the other.
+    private var atomic: Bool { options.mergePolicy == .error }
 
     /// The item saved again as a tombstone over the server's record.
     private func tombstone(_ item: Pending, over server: CloudRecord) -> Pending {
@@ -692,12 +706,14 @@ struct Exporter {
         Failpoint.hit("export.before-save")
         let flight = SaveFlight(batch: batch)
         let box = CloudBox(cloud: cloud)
-        let zone = options.zone, device = device, saves = batch.map(\.save), schemaVersion = schemaVersion
+        let zone = options.zone, device = device, saves = batch.map(\.save), schemaVersion = schemaVersion,
+            atomic = atomic
         let mark = mark(serial: serial, historySeq: batch.map(\.historySeq).min() ?? 0)
         flight.start(on: saveQueue) {
             let tSave = Trace.start()
             defer { Trace.add("export.cloud-save", tSave) }
-            return try box.cloud.save(zone: zone, saves, device: device, mark: mark, schemaVersion: schemaVersion)
+            return try box.cloud.save(zone: zone, saves, device: device, mark: mark, schemaVersion: schemaVersion,
+                                      atomic: atomic)
         }
         return flight
     }
@@ -734,7 +750,7 @@ struct Exporter {
             let tSave = Trace.start()
             let outcomes = try cloud.save(zone: options.zone, work.map(\.save), device: device,
                                           mark: mark(serial: serial, historySeq: work.map(\.historySeq).min() ?? 0),
-                                          schemaVersion: schemaVersion)
+                                          schemaVersion: schemaVersion, atomic: atomic)
             Trace.add("export.cloud-save", tSave)
             Failpoint.hit("export.after-save")
             work = try record(work, outcomes: outcomes, report: &report)
@@ -758,6 +774,10 @@ struct Exporter {
                                                 policy: options.mergePolicy)
                 for (item, outcome) in zip(work, outcomes) {
                     switch outcome {
+                    case .notSaved:
+                        // Refused with its atomic batch: saved again with the others, unless a conflict of the
+                        // batch stops the export (then it stays pending, its history unexported).
+                        retry.append(item)
                     case .saved(let tag, let seq):
                         ownSeq = max(ownSeq, seq)
                         try record(item, tag: tag, applier: applier, codec: codec)

@@ -750,6 +750,47 @@ class CloudConformanceTests: XCTestCase {
 
     // MARK: Export marks
 
+    /// An atomic batch that meets a conflict writes nothing: no record, no seq, no mark; its other records come back
+    /// `.notSaved`. The same batch, not atomic, saves what it can. Both paths: a batch of new records only, and
+    /// a batch with updates (COPY-sized batches take the same statements).
+    func testAnAtomicBatchWithAConflictWritesNothing() throws {
+        let container = try makeContainer()
+        let db = try container.connect()
+        try db.ensureZone(zone)
+        let first = try db.save(zone: zone, [save("a", expecting: nil), save("b", expecting: nil)], device: "d1")
+        guard let tagA = savedTag(first.first), let tagB = savedTag(first.last) else { return }
+        let before = try XCTUnwrap(db.zoneInfo(zone)).lastSeq
+        let mark = ExportMark(serial: 1, historySeq: 5, time: 1)
+        // An update that conflicts, an update that would not, and a new record.
+        var outcomes = try db.save(zone: zone, [save("a", #"{"n":2}"#, expecting: "stale"),
+                                                save("b", #"{"n":2}"#, expecting: tagB), save("c", expecting: nil)],
+                                   device: "d2", mark: mark, schemaVersion: nil, atomic: true)
+        XCTAssertEqual(conflictRecord(outcomes[0])??.changeTag, tagA)
+        XCTAssertEqual(Array(outcomes.dropFirst()), [.notSaved, .notSaved])
+        XCTAssertEqual(try db.zoneInfo(zone)?.lastSeq, before, "no seq was taken")
+        XCTAssertEqual(try db.fetchRecord(zone: zone, recordName: "b")?.changeTag, tagB)
+        XCTAssertNil(try db.fetchRecord(zone: zone, recordName: "c"))
+        XCTAssertNil(try db.exportState(zone: zone, device: "d2"), "no mark was recorded")
+        // New records only, one of which exists.
+        outcomes = try db.save(zone: zone, [save("d", expecting: nil), save("a", expecting: nil)], device: "d2",
+                               mark: mark, schemaVersion: nil, atomic: true)
+        XCTAssertEqual(outcomes.first, .notSaved)
+        XCTAssertEqual(conflictRecord(outcomes.last)??.changeTag, tagA)
+        XCTAssertNil(try db.fetchRecord(zone: zone, recordName: "d"))
+        XCTAssertEqual(try db.zoneInfo(zone)?.lastSeq, before)
+        // Without a conflict, an atomic batch saves like any other.
+        outcomes = try db.save(zone: zone, [save("b", #"{"n":3}"#, expecting: tagB), save("c", expecting: nil)],
+                               device: "d2", mark: mark, schemaVersion: nil, atomic: true)
+        XCTAssertNotNil(savedTag(outcomes.first))
+        XCTAssertNotNil(savedTag(outcomes.last))
+        XCTAssertEqual(try db.exportState(zone: zone, device: "d2")?.mark, mark)
+        // Not atomic, the conflict is the only record left out.
+        outcomes = try db.save(zone: zone, [save("a", #"{"n":4}"#, expecting: "stale"), save("d", expecting: nil)],
+                               device: "d2", mark: mark, schemaVersion: nil, atomic: false)
+        XCTAssertEqual(conflictRecord(outcomes.first)??.changeTag, tagA)
+        XCTAssertNotNil(savedTag(outcomes.last))
+    }
+
     func testExportMarksRecordWhereEachDeviceStands() throws {
         let container = try makeContainer()
         let db = try container.connect()

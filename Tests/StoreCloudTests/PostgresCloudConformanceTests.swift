@@ -96,6 +96,9 @@ final class PostgresCloudConformanceTests: CloudConformanceTests {
     override func testPurgeGivesZoneResetForOldTokens() throws {
         try super.testPurgeGivesZoneResetForOldTokens()
     }
+    override func testAnAtomicBatchWithAConflictWritesNothing() throws {
+        try super.testAnAtomicBatchWithAConflictWritesNothing()
+    }
     override func testDevicesRegistryRemembersWhenEachWasLastSeen() throws {
         try super.testDevicesRegistryRemembersWhenEachWasLastSeen()
     }
@@ -125,6 +128,7 @@ final class PostgresCloudConformanceTests: CloudConformanceTests {
         "testChangeTagsHaveOneFormat",
         "testTheTokenOfAPageFollowsOneRule",
         "testPurgeGivesZoneResetForOldTokens",
+        "testAnAtomicBatchWithAConflictWritesNothing",
         "testExportMarksRecordWhereEachDeviceStands",
         "testDevicesRegistryRemembersWhenEachWasLastSeen",
         "testAccountStatuses",

@@ -68,11 +68,12 @@ final class TransactionGuardCloud: CloudDatabase {
         return try base.fetchRecord(zone: zone, recordName: recordName)
     }
 
-    func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?) throws
+    func save(zone: String, _ saves: [RecordSave], device: String, mark: ExportMark?, schemaVersion: Int?,
+              atomic: Bool) throws
         -> [SaveOutcome]
     {
         try check("save")
-        return try base.save(zone: zone, saves, device: device, mark: mark, schemaVersion: schemaVersion)
+        return try base.save(zone: zone, saves, device: device, mark: mark, schemaVersion: schemaVersion, atomic: atomic)
     }
 
     func schemaVersion(zone: String) throws -> ZoneSchemaVersion? {
