@@ -1,3 +1,4 @@
+import FoundationEssentials
 import StoreBase
 
 /// The account states a cloud reports, named as CloudKit's `CKAccountStatus` names them.
@@ -94,8 +95,16 @@ public struct CloudRecord: Sendable, Equatable {
 public struct RecordSave: Sendable, Equatable {
     /// What a tombstone's fields are stored as: `{}`, unless they are an alias (`{"$alias": "NAME"}`: the record was
     /// merged into NAME as a duplicate), which every backend keeps as it is.
+    ///
+    /// The alias is kept only when the fields are exactly that object, one string member: a record name may hold
+    /// any character (a natural key's name holds commas and quotes, `tag_props:["tags/1","color"]`), so the test is
+    /// a JSON decoding, not a look at the text.
     public static func tombstoneFields(_ fields: String) -> String {
-        fields.hasPrefix("{\"$alias\":") && fields.hasSuffix("}") && !fields.contains(",") ? fields : "{}"
+        guard fields.hasPrefix("{\"$alias\":"),
+              let object = try? JSONDecoder().decode([String: String].self, from: Data(fields.utf8)),
+              object.count == 1, let target = object["$alias"], !target.isEmpty
+        else { return "{}" }
+        return fields
     }
 
     public var recordName: String

@@ -809,6 +809,25 @@ struct Exporter {
                             retry.append(again)
                             continue
                         }
+                        if server.deleted, item.save.deleted, let target = try applier.aliasTarget(of: server),
+                           try applier.aliasTarget(of: CloudRecord(zone: options.zone, recordName: item.save.recordName,
+                                                                   recordType: item.entity.name, fields: item.save.fields,
+                                                                   changeTag: "", seq: 0, deleted: true,
+                                                                   modifiedBy: device, modifiedAt: 0)) == nil,
+                           try applier.localChanges(item.entity, pk: item.pk)?.deleted == true
+                        {
+                            // A row deleted here whose record another device merged into `target` as a duplicate
+                            // before this store saw the merge: the row is `target` now, and the delete is its
+                            // delete (else `target` would arrive at the deleted key and bring the row back). The
+                            // tombstone goes to `target`, and meets it as any delete meets a live record: the merge
+                            // policy decides.
+                            try applier.alias(item.save.recordName, to: target, entity: item.entity)
+                            var again = item
+                            again.save.recordName = target
+                            again.save.expectedTag = nil
+                            retry.append(again)
+                            continue
+                        }
                         if server.deleted, item.save.deleted {
                             // Deleted on both sides: nothing to resolve.
                             try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true)

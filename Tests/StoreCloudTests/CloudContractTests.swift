@@ -38,6 +38,21 @@ final class CloudContractTests: XCTestCase {
                        "a container that does not say which it is is not taken for the expected one")
     }
 
+    /// A tombstone keeps its alias, whatever characters the target's name holds (a natural key's name has commas
+    /// and quotes); anything else is stored as `{}`.
+    func testTombstoneFieldsKeepOnlyAnAlias() {
+        let natural = #"{"$alias":"tag_props:[\"tags/09e6\",\"color\"]"}"#
+        XCTAssertEqual(RecordSave.tombstoneFields(natural), natural)
+        XCTAssertEqual(RecordSave.tombstoneFields(#"{"$alias":"tags/1"}"#), #"{"$alias":"tags/1"}"#)
+        XCTAssertEqual(RecordSave.tombstoneFields(#"{"$alias":"a","title":"x"}"#), "{}")
+        XCTAssertEqual(RecordSave.tombstoneFields(#"{"$alias":"a,b"}"#), #"{"$alias":"a,b"}"#)
+        XCTAssertEqual(RecordSave.tombstoneFields(#"{"$alias":1}"#), "{}")
+        XCTAssertEqual(RecordSave.tombstoneFields(#"{"$alias":""}"#), "{}")
+        XCTAssertEqual(RecordSave.tombstoneFields(#"{"title":"x"}"#), "{}")
+        XCTAssertEqual(RecordSave.tombstoneFields("{}"), "{}")
+        XCTAssertEqual(RecordSave.tombstoneFields(#"{"$alias":"a"} trailing"#), "{}")
+    }
+
     func testTagsAndTokens() {
         XCTAssertEqual(CloudContract.changeTag(seq: 255, epoch: "0123456789abcdef"), "ff-01234567")
         XCTAssertEqual(CloudContract.changeTag(seq: 1, epoch: "ab"), "1-ab")
