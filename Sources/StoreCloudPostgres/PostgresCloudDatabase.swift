@@ -833,6 +833,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         -> [SaveOutcome]
     {
         let now = "extract(epoch FROM statement_timestamp())::float8"
+        // An atomic batch writes nothing (no record, seq, mark or superseded save) when one record conflicts.
+        let refusedWhole = atomic ? " AND NOT EXISTS (SELECT 1 FROM decided WHERE NOT ok)" : ""
         let (from, parameters) = batch.from
         // The parameters after the batch's: the device and the mark (serial, history seq, time).
         let p = (0..<4).map { "$\(parameters.count + 2 + $0)" }
@@ -855,7 +857,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 SELECT d.record_name, d.record_type, d.fields, d.deleted, d.rid, z.epoch,
                        z.last_seq + row_number() OVER (ORDER BY d.ord) AS seq
                 FROM decided d CROSS JOIN (SELECT last_seq, epoch FROM \(s).zones WHERE name = $1) z
-                WHERE d.ok\(atomic ? " AND NOT EXISTS (SELECT 1 FROM decided WHERE NOT ok)" : "")
+                WHERE d.ok\(refusedWhole)
             ),
             inserted AS (
                 INSERT INTO \(s).records
@@ -902,7 +904,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 FROM decided d
                 JOIN \(s).export_marks m ON m.zone = $1 AND m.device = d.s_by AND m.last_seq >= d.s_seq
                     AND m.first_seq <= d.s_seq
-                WHERE d.ok AND d.rid IS NOT NULL AND d.s_by <> \(dev)
+                WHERE d.ok AND d.rid IS NOT NULL AND d.s_by <> \(dev)\(refusedWhole)
                 ON CONFLICT DO NOTHING
             )
             SELECT ord, s_type, s_fields, s_tag, s_seq, s_deleted, s_by, s_at FROM decided WHERE NOT ok ORDER BY ord

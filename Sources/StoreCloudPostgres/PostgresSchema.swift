@@ -107,20 +107,7 @@ enum PostgresSchema {
                 PRIMARY KEY (zone, device, last_seq)
             )
             """,
-            """
-            DO $grant$
-            DECLARE grantee text;
-            BEGIN
-                FOR grantee IN
-                    SELECT DISTINCT g.grantee FROM information_schema.role_table_grants g
-                    WHERE g.table_schema = replace('{s}', '"', '') AND g.table_name = 'records'
-                      AND g.privilege_type = 'INSERT' AND g.grantee <> current_user
-                LOOP
-                    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s.export_marks TO %I', '{s}', grantee);
-                END LOOP;
-            END
-            $grant$
-            """,
+            grantToSavers("SELECT, INSERT, UPDATE, DELETE", on: "export_marks"),
         ],
         // 4: a device's save that another device's save replaced, kept while the mark of the batch that saved it is
         // kept (`DeviceRecord.superseded`), so that a store killed after the cloud saved its batch, and before it
@@ -142,22 +129,29 @@ enum PostgresSchema {
                 PRIMARY KEY (zone, device, seq)
             )
             """,
-            """
-            DO $grant$
-            DECLARE grantee text;
-            BEGIN
-                FOR grantee IN
-                    SELECT DISTINCT g.grantee FROM information_schema.role_table_grants g
-                    WHERE g.table_schema = replace('{s}', '"', '') AND g.table_name = 'records'
-                      AND g.privilege_type = 'INSERT' AND g.grantee <> current_user
-                LOOP
-                    EXECUTE format('GRANT SELECT, INSERT, DELETE ON %s.superseded_saves TO %I', '{s}', grantee);
-                END LOOP;
-            END
-            $grant$
-            """,
+            grantToSavers("SELECT, INSERT, DELETE", on: "superseded_saves"),
         ],
     ]
+
+    /// A statement that grants `privileges` on table `table` to every role (but the one running it) that may insert
+    /// records: a migration's new table is then usable by the roles that could sync before it. The text is the one
+    /// migration 3 was first written with, for its table.
+    static func grantToSavers(_ privileges: String, on table: String) -> String {
+        """
+        DO $grant$
+        DECLARE grantee text;
+        BEGIN
+            FOR grantee IN
+                SELECT DISTINCT g.grantee FROM information_schema.role_table_grants g
+                WHERE g.table_schema = replace('{s}', '"', '') AND g.table_name = 'records'
+                  AND g.privilege_type = 'INSERT' AND g.grantee <> current_user
+            LOOP
+                EXECUTE format('GRANT \(privileges) ON %s.\(table) TO %I', '{s}', grantee);
+            END LOOP;
+        END
+        $grant$
+        """
+    }
 
     /// The schema name for a container: `storectl_`, the container id lowercased with anything but letters, digits
     /// and `_` turned into `_` (at most 40 characters), then `_` and 8 hex digits of a hash of the exact id, so

@@ -632,10 +632,29 @@ struct Exporter {
                 let key = try applier.canonicalKey(parent, values: values)
                 if parent.name == e.name && key == item.pk { continue }  // the row itself
                 if try applier.mapEntry(entity: parent.name, pk: key) != nil { return true }
+            } else if try deletedInACascade(e, pk: item.pk, parent: parent) {
+                // Named by other columns than its key (`REFERENCES folders(code)`): the record map keeps no values
+                // to find that parent by, but the row went in one run of deletions with a row of the parent's
+                // table (an `ON DELETE` cascade), and no parent row holds those values here.
+                return true
             }
             unknown = true
         }
         return unknown ? nil : false
+    }
+
+    /// Whether the row's deletion here, since the last export, is in one run of deletions (nothing but deletes in
+    /// the history between them) with a deletion of a row of `parent`: how an `ON DELETE CASCADE` writes history.
+    private func deletedInACascade(_ e: EntityMap, pk: String, parent: EntityMap) throws -> Bool {
+        try db.scalar("""
+            WITH c AS (SELECT max(seq) AS seq FROM _storectl_history
+                       WHERE seq > ?4 AND entity = ?1 AND pk = ?2 AND op = 'D' AND author <> ?5)
+            SELECT 1 FROM _storectl_history p, c
+            WHERE c.seq IS NOT NULL AND p.seq > ?4 AND p.entity = ?3 AND p.op = 'D' AND p.author <> ?5
+              AND NOT EXISTS (SELECT 1 FROM _storectl_history x
+                              WHERE x.seq BETWEEN min(p.seq, c.seq) AND max(p.seq, c.seq) AND x.op <> 'D')
+            LIMIT 1
+            """, [e.name, pk, parent.name, try MirrorState.exportToken(db), MirrorState.importAuthor]) != nil
     }
 
     /// Whether a local row holds the values `record` has for one of its table's UNIQUE keys (schema constraints

@@ -125,7 +125,9 @@ public struct ConflictError: DiagnosedError {
         "\(conflicts.count) conflict(s) between local changes and the cloud, and merge_policy is 'error'"
     }
     public var details: [String] {
-        conflicts.prefix(20).map { "  \($0.entity) \($0.recordName): local changed [\($0.localColumns.joined(separator: ", "))]"
+        // A conflict of a local delete has no local columns.
+        conflicts.prefix(20).map { "  \($0.entity) \($0.recordName): "
+            + ($0.localColumns.isEmpty ? "deleted here" : "local changed [\($0.localColumns.joined(separator: ", "))]")
             + ($0.serverDeleted ? ", deleted in the cloud" : ", changed in the cloud") }
     }
     public var hint: String? {

@@ -6,20 +6,15 @@ import XCTest
 /// and saves neither half (a batch is saved whole or not at all under this policy), so no store ever sees two
 /// records with one value, and no row is deleted anywhere. Once the conflict is resolved, both edits land.
 final class ErrorPolicySwapTests: XCTestCase {
-    static let schema = """
-        CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, pos INTEGER NOT NULL UNIQUE, title TEXT);
-        """
-
     func halfASwapConflicts(_ backend: FleetBackend, batchSize: String? = nil) throws {
-        let f = try Fleet(backend: backend, schema: Self.schema, cloudExtra: "      merge_policy: error",
+        let f = try Fleet(backend: backend, schema: LocalWinsUniqueTests.schema, cloudExtra: "      merge_policy: error",
                           label: "storectl-error-swap")
         try f.cloudMode("a")
         try f.cloudMode("b")
         try f.sql("a", "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z')")
         try f.syncRounds(2, ["a", "b"])
         // a swaps x and y; b, before it sees the swap, renames x, and syncs first.
-        try f.sql("a", "BEGIN; UPDATE items SET pos = -1 WHERE id = 1; UPDATE items SET pos = 1 WHERE id = 2; "
-                  + "UPDATE items SET pos = 2 WHERE id = 1; COMMIT;")
+        try f.sql("a", LocalWinsUniqueTests.swapXY)
         try f.sql("b", "UPDATE items SET title = 'x renamed' WHERE id = 1")
         try f.run("b", ["sync"])
         var env: [String: String] = [:]

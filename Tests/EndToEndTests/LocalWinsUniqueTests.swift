@@ -9,6 +9,9 @@ final class LocalWinsUniqueTests: XCTestCase {
     static let schema = """
         CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, pos INTEGER NOT NULL UNIQUE, title TEXT);
         """
+    /// Swaps the positions of items 1 and 2 in one transaction.
+    static let swapXY = "BEGIN; UPDATE items SET pos = -1 WHERE id = 1; UPDATE items SET pos = 1 WHERE id = 2; "
+        + "UPDATE items SET pos = 2 WHERE id = 1; COMMIT;"
 
     func swapMeetsAnEdit(_ backend: FleetBackend, editorSyncsFirst: Bool) throws {
         let f = try Fleet(backend: backend, schema: Self.schema, cloudExtra: "      merge_policy: local-wins",
@@ -18,8 +21,7 @@ final class LocalWinsUniqueTests: XCTestCase {
         try f.sql("a", "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z')")
         try f.syncRounds(2, ["a", "b"])
         // a swaps x and y; b, before it sees the swap, renames x.
-        try f.sql("a", "BEGIN; UPDATE items SET pos = -1 WHERE id = 1; UPDATE items SET pos = 1 WHERE id = 2; "
-                  + "UPDATE items SET pos = 2 WHERE id = 1; COMMIT;")
+        try f.sql("a", Self.swapXY)
         try f.sql("b", "UPDATE items SET title = 'x renamed' WHERE title = 'x'")
         let order = editorSyncsFirst ? ["b", "a"] : ["a", "b"]
         try f.syncRounds(3, order)

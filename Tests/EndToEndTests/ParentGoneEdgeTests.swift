@@ -26,14 +26,17 @@ final class ParentGoneEdgeTests: XCTestCase {
     }
 
     func testAParentNamedByAUniqueCodeDeletedWhileItsChildIsEditedFile() throws {
-        // A known limit (docs/sync-guarantees.md, "Known limits of the engine"): this reproduction fails today.
-        // STORECTL_KNOWN_LIMITS=1 runs it.
-        try XCTSkipUnless(ProcessInfo.processInfo.environment["STORECTL_KNOWN_LIMITS"] == "1",
-                          "a known limit of the sync engine, reproduced here; STORECTL_KNOWN_LIMITS=1 runs it")
         for policy in ["server-wins", "property-server-wins", "local-wins", "property-local-wins"] {
             for order in [["b", "a"], ["a", "b"]] {
                 try parentByUniqueCodeDeletedWhileChildEdited(.file, policy: policy, order: order)
             }
+        }
+    }
+
+    func testAParentNamedByAUniqueCodeDeletedWhileItsChildIsEditedPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        for policy in ["server-wins", "property-local-wins"] {
+            try parentByUniqueCodeDeletedWhileChildEdited(pg, policy: policy, order: ["b", "a"])
         }
     }
 }

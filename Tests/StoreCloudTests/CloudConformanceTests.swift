@@ -757,7 +757,8 @@ class CloudConformanceTests: XCTestCase {
         let container = try makeContainer()
         let db = try container.connect()
         try db.ensureZone(zone)
-        let first = try db.save(zone: zone, [save("a", expecting: nil), save("b", expecting: nil)], device: "d1")
+        let first = try db.save(zone: zone, [save("a", expecting: nil), save("b", expecting: nil)], device: "d1",
+                                mark: ExportMark(serial: 1, historySeq: 3, time: 1))
         guard let tagA = savedTag(first.first), let tagB = savedTag(first.last) else { return }
         let before = try XCTUnwrap(db.zoneInfo(zone)).lastSeq
         let mark = ExportMark(serial: 1, historySeq: 5, time: 1)
@@ -771,6 +772,8 @@ class CloudConformanceTests: XCTestCase {
         XCTAssertEqual(try db.fetchRecord(zone: zone, recordName: "b")?.changeTag, tagB)
         XCTAssertNil(try db.fetchRecord(zone: zone, recordName: "c"))
         XCTAssertNil(try db.exportState(zone: zone, device: "d2"), "no mark was recorded")
+        XCTAssertFalse(try db.fetchDeviceRecords(zone: zone, device: "d1", after: 0, limit: 10).records
+            .contains { $0.superseded }, "nothing of d1's was superseded by a batch that was not written")
         // New records only, one of which exists.
         outcomes = try db.save(zone: zone, [save("d", expecting: nil), save("a", expecting: nil)], device: "d2",
                                mark: mark, schemaVersion: nil, atomic: true)
