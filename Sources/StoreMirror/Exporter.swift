@@ -818,11 +818,13 @@ struct Exporter {
                             continue
                         }
                         if server.deleted, !item.save.deleted, item.save.expectedTag == nil, item.entity.isSurrogate,
-                           let inserted = try insertTime(item), Double(inserted) > server.modifiedAt * 1000
+                           let inserted = try insertTime(item),
+                           Double(inserted) > server.modifiedAt * 1000 || inserted > applier.restoredAt ?? Int64.max
                         {
                             // A new row whose derived name belongs to a record deleted before the row existed (its
-                            // rowid was reused, here or in an older copy of this store): not that record. It gets
-                            // a new name of its own.
+                            // rowid was reused, here or in an older copy of this store), or, on a restored copy, a
+                            // row inserted after the later self's last export (the record is the later self's row,
+                            // whoever deleted or merged it since): not that record. It gets a new name of its own.
                             var again = item
                             again.save.recordName = try freshName(item)
                             retry.append(again)

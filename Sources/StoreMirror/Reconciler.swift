@@ -81,6 +81,13 @@ struct Reconciler {
         }
     }
 
+    /// Whether the record map holds an older version of `record` than it (or none): a superseded save is taken
+    /// back only then (not when an import of the newer version ran since).
+    static func mapIsOlder(_ applier: RecordApplier, than record: CloudRecord) throws -> Bool {
+        guard let tag = try applier.mapEntry(name: record.recordName)?.tag else { return true }
+        return CloudContract.seq(ofTag: tag).map { $0 < record.seq } ?? false
+    }
+
     // MARK: After a crash
 
     private func adoptUnrecordedSaves(after ownSeq: Int64, upTo lastSeq: Int64) throws -> ReconcileReport {
@@ -99,11 +106,7 @@ struct Reconciler {
                         // the export does not send it again as an edit beside the newer version (the import then
                         // brings that version, as any newer record). Not when the map already holds a version at
                         // least as new (an import of that newer version ran since).
-                        if own.superseded, let tag = try applier.mapEntry(name: own.record.recordName)?.tag,
-                           CloudContract.seq(ofTag: tag).map({ $0 >= own.record.seq }) ?? true
-                        {
-                            continue
-                        }
+                        if own.superseded, try !Self.mapIsOlder(applier, than: own.record) { continue }
                         try adopt(own.record, historySeq: own.historySeq ?? exportToken, applier: applier)
                         report.records += 1
                     }
@@ -329,7 +332,7 @@ struct Reconciler {
                 // cascading parents and UNIQUE collisions wait until the other records are in.
                 applier.defersUntilSettled = true
                 try stagedOwnRecords(staging) { records in
-                    for own in records where only?.contains(own.record.recordName) ?? true && !own.superseded {
+                    for own in records where only?.contains(own.record.recordName) ?? true {
                         try importer.applyOne(own.record, applier: applier, report: &applied)
                         report.records += 1
                     }
