@@ -526,8 +526,11 @@ struct Exporter {
         var conflicts: [ConflictReport] = []
         let historySeq = try MirrorState.lastHistorySeq(db)
         var round = 0
-        while !saves.isEmpty && round < 5 {
+        while !saves.isEmpty {
             round += 1
+            // The tombstones must be in the cloud before any row is exported (see above): a record still
+            // changing after the last attempt stops the export, and the entries stay for the next sync.
+            if round > CloudRounds.attempts { throw CloudRounds.busy }
             let outcomes = try cloud.save(zone: options.zone, saves, device: device,
                                           mark: mark(serial: serial, historySeq: historySeq),
                                           schemaVersion: schemaVersion, atomic: atomic)
@@ -761,10 +764,7 @@ struct Exporter {
         var round = firstRound - 1
         while !work.isEmpty {
             round += 1
-            if round > 5 {
-                throw StoreError(.tempFail, "records kept changing in the cloud while they were being saved",
-                                 hint: "run 'storectl sync' again")
-            }
+            if round > CloudRounds.attempts { throw CloudRounds.busy }
             Failpoint.hit("export.before-save")
             let tSave = Trace.start()
             let outcomes = try cloud.save(zone: options.zone, work.map(\.save), device: device,
@@ -831,10 +831,7 @@ struct Exporter {
                             continue
                         }
                         if server.deleted, item.save.deleted, let target = try applier.aliasTarget(of: server),
-                           try applier.aliasTarget(of: CloudRecord(zone: options.zone, recordName: item.save.recordName,
-                                                                   recordType: item.entity.name, fields: item.save.fields,
-                                                                   changeTag: "", seq: 0, deleted: true,
-                                                                   modifiedBy: device, modifiedAt: 0)) == nil,
+                           try RecordApplier.aliasTarget(db, tombstone: item.save.fields, of: item.save.recordName) == nil,
                            try applier.localChanges(item.entity, pk: item.pk)?.deleted == true
                         {
                             // A row deleted here whose record another device merged into `target` as a duplicate

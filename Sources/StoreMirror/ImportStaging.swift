@@ -180,7 +180,9 @@ final class ImportStaging {
             """).compactMap { $0[0].string }
         for start in aliasTargets {
             var target = start
-            for _ in 0..<8 {
+            // Down the chain of merges, to its end or to a name met before (`Rounds`).
+            var rounds = Rounds<String>()
+            while rounds.another(target) {
                 let record: CloudRecord?
                 switch try lookup(target) {
                 case .found(let found): record = found
@@ -188,8 +190,7 @@ final class ImportStaging {
                 case .unknown: record = try fetchRecord(cloud: cloud, zone: zone, target)
                 }
                 guard let record, record.deleted,
-                      let next = try db.scalar("SELECT json_extract(?1, '$.\"$alias\"') WHERE json_valid(?1)",
-                                               [record.fields])?.string, next != target
+                      let next = try RecordApplier.aliasTarget(db, tombstone: record.fields, of: target)
                 else { break }
                 target = next
             }

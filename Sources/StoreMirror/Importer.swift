@@ -130,20 +130,7 @@ struct Importer {
                 }
                 let tSettle = Trace.start()
                 defer { Trace.add("import.settle", tSettle) }
-                try applyHeldBack(applier, report: &report)
-                if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
-                report.waitingForParent = try applier.retryPending(zone: options.zone) { record, problem in
-                    try setAside(record, problem)
-                    report.setAside += 1
-                }
-                // A waiting record that met a conflict now is reported by this import, as the others were.
-                if !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
-                report.orphans = try Orphans(db: db, lookups: staging, zone: options.zone, entities: byName,
-                                             applier: applier).resolve { record, problem in
-                    try setAside(record, problem)
-                    report.setAside += 1
-                }
-                report.waitingForParent = Int(try Inbox(db).counts()[.waiting] ?? 0)
+                try drainInbox(applier, staging: staging, entities: byName, report: &report)
                 if !options.uniqueRules.isEmpty {
                     // Dedup in the same transaction, so that no reader ever sees the duplicate. Its deletes and
                     // re-points carry their own author, so that the next export sends them.
@@ -203,13 +190,42 @@ struct Importer {
         for record in records { try applyOne(record, applier: applier, report: &report) }
     }
 
-    /// Applies what waited for the rest of the import (`RecordApplier.defersUntilSettled`): first the parked
-    /// records whose parents came (a child moved to a new parent must be under it before its old parent's
-    /// tombstone cascades), then the held-back records (docs/sync-guarantees.md, "UNIQUE values that move
-    /// between rows").
-    func applyHeldBack(_ applier: RecordApplier, report: inout ImportReport) throws {
+    /// The one drain of the inbox, once the pages are applied, in one order:
+    /// 1. the records waiting for a parent whose parents came (a child moved to a new parent must be under it
+    ///    before its old parent's tombstone cascades);
+    /// 2. the held-back records, settled together (`applyHeldBack`);
+    /// 3. the records waiting again: their parents may have been held back;
+    /// 4. the orphans (`Orphans`): children of rows this import deleted, waiting children whose parent is gone for
+    ///    good, merged duplicates whose winner came.
+    ///
+    /// Set-aside records are not drained here: the import tries them before its pages, held back like the pages'
+    /// records (a swap set aside together settles together). Every loop of the drain follows the engine's one
+    /// retry rule (`Rounds`). A conflict under `merge_policy: error` stops the import after the step that met it
+    /// (unless `stopsAtConflicts` is false: a restored copy taking its own records back meets none it reports).
+    func drainInbox(_ applier: RecordApplier, staging: ImportStaging, entities: [String: EntityMap],
+                    report: inout ImportReport, stopsAtConflicts: Bool = true) throws
+    {
+        func stopAtConflicts() throws {
+            if stopsAtConflicts && !applier.conflicts.isEmpty { throw ConflictError(conflicts: applier.conflicts) }
+        }
         applier.defersUntilSettled = false
         try retryParked(applier, report: &report)
+        try applyHeldBack(applier, report: &report)
+        try stopAtConflicts()
+        try retryParked(applier, report: &report)
+        // A waiting record that met a conflict now is reported by this import, as the others were.
+        try stopAtConflicts()
+        report.orphans = try Orphans(db: db, lookups: staging, zone: options.zone, entities: entities,
+                                     applier: applier).resolve { record, problem in
+            try setAside(record, problem)
+            report.setAside += 1
+        }
+        report.waitingForParent = Int(try Inbox(db).counts()[.waiting] ?? 0)
+    }
+
+    /// Settles the held-back records (`RecordApplier.defersUntilSettled`) together (docs/sync-guarantees.md,
+    /// "UNIQUE values that move between rows").
+    private func applyHeldBack(_ applier: RecordApplier, report: inout ImportReport) throws {
         let held = try applier.takeDeferred(zone: options.zone)
         guard !held.isEmpty else { return }
         // UNIQUE values that live rows move between them (a swap, a shift, a reorder) are freed first: applied one
@@ -228,7 +244,9 @@ struct Importer {
         // A freed value another row took meanwhile: the settle is done again with the row that kept its value
         // (by the merge policy) not freed, or, when its record could not be applied, blocking the records that
         // would take its value (they are set aside with it). Each round settles one more row.
-        for _ in 0...held.count {
+        // Each failed round keeps one more row as it is (`Rounds`): a round that would add none cannot fail.
+        var rounds = Rounds<[Set<String>]>()
+        while rounds.another([applier.keptRows, applier.blockedRows]) {
             do {
                 try db.transaction {
                     let freed = try applier.freeMovingUniqueValues(held)
@@ -401,9 +419,12 @@ struct Orphans {
     /// `setAside` receives the records of children whose parent is not here yet: they wait, reported.
     func resolve(setAside: (CloudRecord, RecordProblem) throws -> Void = { _, _ in }) throws -> Int {
         var handled = 0
-        for _ in 0..<16 {
+        // Each round takes the orphans the last one made (the children of the rows it deleted), down a tree of
+        // any depth; a round that meets the same orphans again has made no progress (`Rounds`).
+        var rounds = Rounds<Set<String>>()
+        while true {
             let rows = try orphanRows()
-            if rows.isEmpty { break }
+            if rows.isEmpty || !rounds.another(Set(rows.map { $0.0.name + "\u{0}" + $0.2 })) { break }
             for (child, fk, pk, parentGone) in rows {
                 if parentGone {
                     try HistoryTracker(db: db).transaction(author: MirrorState.cascadeAuthor) { _ in
@@ -445,7 +466,9 @@ struct Orphans {
                 continue
             }
             var gone = false
-            for _ in 0..<8 {
+            // Down the chain of merges, to its end or to a name met before (`Rounds`).
+            var rounds = Rounds<String>()
+            while rounds.another(target) {
                 // What the import fetched; a target it does not know keeps the row waiting for the next import.
                 let known = try lookups.lookup(target)
                 guard case .found(let record) = known else {
@@ -453,8 +476,7 @@ struct Orphans {
                     break
                 }
                 guard record.deleted else { break }
-                guard let next = try db.scalar("SELECT json_extract(?1, '$.\"$alias\"') WHERE json_valid(?1)",
-                                               [record.fields])?.string, next != target
+                guard let next = try RecordApplier.aliasTarget(db, tombstone: record.fields, of: target)
                 else { gone = true; break }
                 target = next
             }

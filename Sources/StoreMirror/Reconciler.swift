@@ -337,10 +337,8 @@ struct Reconciler {
                         report.records += 1
                     }
                 }
-                try importer.applyHeldBack(applier, report: &applied)
-                _ = try applier.retryPending(zone: options.zone) { record, problem in try importer.setAside(record, problem) }
-                _ = try Orphans(db: db, lookups: staging, zone: options.zone, entities: byName, applier: applier)
-                    .resolve { record, problem in try importer.setAside(record, problem) }
+                try importer.drainInbox(applier, staging: staging, entities: byName, report: &applied,
+                                        stopsAtConflicts: false)
                 if exported > token { try keepUnsavedChanges(after: token, upTo: exported, lookups: staging) }
             }
             try MirrorState.setMeta(db, .exportSerial, String(max(try MirrorState.exportSerial(db), state.mark.serial)))

@@ -989,9 +989,15 @@ final class RecordApplier {
 
     /// Where a tombstone says its record went (`{"$alias": "WINNER"}`: merged as a duplicate), or nil for a deletion.
     func aliasTarget(of record: CloudRecord) throws -> String? {
-        guard record.deleted, record.fields.utf8.count > 2 else { return nil }
-        let target = try db.scalar("SELECT json_extract(?1, '$.\"$alias\"') WHERE json_valid(?1)", [record.fields])?.string
-        return target == record.recordName ? nil : target
+        guard record.deleted else { return nil }
+        return try Self.aliasTarget(db, tombstone: record.fields, of: record.recordName)
+    }
+
+    /// Where the tombstone fields `fields` of record `name` say it went, or nil for a deletion.
+    static func aliasTarget(_ db: Connection, tombstone fields: String, of name: String) throws -> String? {
+        guard fields.utf8.count > 2 else { return nil }
+        let target = try db.scalar("SELECT json_extract(?1, '$.\"$alias\"') WHERE json_valid(?1)", [fields])?.string
+        return target == name ? nil : target
     }
 
     func alias(_ name: String, to target: String, entity: EntityMap) throws {
@@ -1372,11 +1378,17 @@ final class RecordApplier {
     /// Progress is a record that settles: applied, merged, skipped (a local delete wins, a version already in).
     /// Such a record leaves the parked list. A conflict under `merge_policy: error` (which the caller reports)
     /// is no progress and stays parked: trying it again changes nothing.
+    ///
+    /// The rounds follow the engine's retry rule (`Rounds`): another round runs while the parked records are ones
+    /// no round has met yet; after a round that settles none, the cycles are broken once before it gives up.
     func retryPending(zone: String, onProblem: (CloudRecord, RecordProblem) throws -> Void) throws -> Int {
-        var cycleRound = false
+        var rounds = Rounds<[String]>()
+        var cyclesBroken = false
         while true {
             let parked = try parkedRecords(zone: zone)
             if parked.isEmpty { return 0 }
+            let state = parked.map { $0.recordName + "\u{0}" + $0.changeTag } + [cyclesBroken ? "\u{0}cycles" : ""]
+            guard rounds.another(state) else { return parked.count }
             var progress = false
             for record in parked {
                 do {
@@ -1394,10 +1406,9 @@ final class RecordApplier {
                     progress = true
                 }
             }
-            if progress { cycleRound = false; continue }
-            if cycleRound { return parked.count }
-            cycleRound = true
-            if try !breakCycles(parked) { return parked.count }
+            if progress { cyclesBroken = false; continue }
+            guard !cyclesBroken, try breakCycles(parked) else { return parked.count }
+            cyclesBroken = true
         }
     }
 
