@@ -227,6 +227,24 @@ final class RecordApplier {
         return side
     }
 
+    /// The local changes of a row that meets a record of the cloud, without the columns whose value here is the
+    /// base's (`base`: the fields as last synced): their history may be older than the base (a save of an
+    /// interrupted export, adopted since: `Reconciler`), or a value was changed and changed back. Nil when no
+    /// change is left. The export narrows its side the same way (`Exporter.resolve`), so the two directions agree.
+    func localChanges(_ entity: EntityMap, pk: String, against base: Value?) throws -> MergeSide? {
+        guard var local = try localChanges(entity, pk: pk) else { return nil }
+        guard let base, !local.deleted, !local.recreated, !local.changed.isEmpty else { return local }
+        let statement = try db.cached("""
+            SELECT \(entity.fieldsJSON("t", extra: "r.extra")) FROM main.\(entity.quotedName) t
+            LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = ?2 WHERE \(entity.pkMatches("t", json: "?2"))
+            """)
+        var fields: String?
+        try statement.forEach([entity.name, pk]) { row in fields = row.string(0) }
+        guard let fields else { return local }
+        local.changed.formIntersection(try codec.differing(base: base, fields, columns: local.changed.sorted()))
+        return local.changed.isEmpty ? nil : local
+    }
+
     /// The last history seq an export's rename of a reused rowid looked at for this key (`_storectl_renamed`).
     private func renamedUpTo(_ entity: EntityMap, pk: String) throws -> Int64? {
         try RecordMap(db).renamedUpTo(entity: entity.name, pk: pk)
@@ -327,7 +345,9 @@ final class RecordApplier {
         }
         // The columns to take from the record; nil: the record is not applied to the row (local delete wins).
         var take: Set<String>? = Set(decoded.values.keys)
-        if respectLocalChanges, !allocated, let pk, let local = try localChanges(entity, pk: pk), exists || local.deleted,
+        if respectLocalChanges, !allocated, let pk,
+           let local = try localChanges(entity, pk: pk, against: entry?.pk == pk ? entry?.base : nil),
+           exists || local.deleted,
            try !(local.deleted && entry == nil && keyStoodForAnotherRecord(entity, pk: pk, name: record.recordName))
         {
             let server = MergeSide(deleted: false,
@@ -580,7 +600,7 @@ final class RecordApplier {
         }
         guard let entry else { return .skipped }
         let exists = try rowExists(entity, pk: entry.pk)
-        let local = exists && respectLocalChanges ? try localChanges(entity, pk: entry.pk) : nil
+        let local = exists && respectLocalChanges ? try localChanges(entity, pk: entry.pk, against: entry.base) : nil
         if exists, respectLocalChanges, local?.deleted != true,
            try local?.recreated == true || reinsertedInLaterSelfsExport(entity, pk: entry.pk)
         {
