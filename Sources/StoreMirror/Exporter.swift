@@ -840,6 +840,14 @@ struct Exporter {
                             // tombstone goes to `target`, and meets it as any delete meets a live record: the merge
                             // policy decides.
                             try applier.alias(item.save.recordName, to: target, entity: item.entity)
+                            if work.contains(where: { $0.save.recordName == target })
+                                || retry.contains(where: { $0.save.recordName == target })
+                            {
+                                // The batch saves `target` already (its own row's change here, or another merged
+                                // copy's delete): that save says what becomes of it, and this record is done.
+                                try markSaved(item, tag: server.changeTag, base: nil, extra: nil, deleted: true)
+                                continue
+                            }
                             var again = item
                             again.save.recordName = target
                             again.save.expectedTag = nil

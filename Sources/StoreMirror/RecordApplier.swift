@@ -571,67 +571,79 @@ final class RecordApplier {
         }
     }
 
+    /// Applies a tombstone: reads what the decision needs (`tombstoneFacts`), decides (`TombstoneAction.decide`),
+    /// and executes the action.
     private func applyDeletion(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?,
                                respectLocalChanges: Bool) throws -> Outcome
     {
         if hasParked { try Inbox(db).remove(record.recordName, from: .waiting) }
-        if let target = try aliasTarget(of: record) {
-            // A duplicate merged into `target` elsewhere: its name now stands for the winner. A local row still
-            // mapped to it gives its children to the winner's row and goes, when the winner is here; otherwise it is
-            // merged when the winner arrives (the same rule picks the same winner here).
+        let facts = try tombstoneFacts(record, entity: entity, entry: entry, respectLocalChanges: respectLocalChanges)
+        if let target = facts.aliasTarget {
+            // A duplicate merged into `target` elsewhere: its name now stands for the winner, whatever happens here.
             try alias(record.recordName, to: target, entity: entity)
             hasParked = true
-            if let entry, try rowExists(entity, pk: entry.pk) {
-                let winner = try db.scalar("""
-                    SELECT pk FROM _storectl_records WHERE record_name = ? AND entity = ? AND deleted = 0
-                    """, [target, entity.name])?.string
-                if let winner, winner != entry.pk, try rowExists(entity, pk: winner) {
-                    try repoint(entity, from: entry.pk, to: winner)
-                    try deleteRow(entity, pk: entry.pk)
-                    try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag,
-                               base: nil, extra: nil, deleted: true)
-                    return .deleted
-                }
-                try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag,
-                           base: entry.base, extra: nil, deleted: false)
-                try note(entity, pk: entry.pk)
-                return .skipped
-            }
         }
         guard let entry else { return .skipped }
-        let exists = try rowExists(entity, pk: entry.pk)
-        let local = exists && respectLocalChanges ? try localChanges(entity, pk: entry.pk, against: entry.base) : nil
-        if exists, respectLocalChanges, local?.deleted != true,
-           try local?.recreated == true || reinsertedInLaterSelfsExport(entity, pk: entry.pk)
-        {
-            // The row this record stood for was deleted here too (since the last export, or, on a restored copy,
-            // before it was copied), and the row at its rowid now is a new one (it gets a name of its own on
-            // export): both sides deleted the record, and the new row stays.
-            try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag,
-                       base: nil, extra: nil, deleted: true)
+        let action = TombstoneAction.decide(facts, policy: policy, columns: entity.fieldColumns)
+        func mark(deleted: Bool, base: Value? = nil) throws {
+            try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag, base: base,
+                       extra: nil, deleted: deleted)
+        }
+        switch action {
+        case .nothing:
             return .skipped
+        case .mergeIntoWinner(let winner):
+            try repoint(entity, from: entry.pk, to: winner)
+            try deleteRow(entity, pk: entry.pk)
+            try mark(deleted: true)
+            return .deleted
+        case .waitForWinner:
+            // Merged when the winner arrives (the same rule picks the same winner here).
+            try mark(deleted: false, base: entry.base)
+            try note(entity, pk: entry.pk)
+            return .skipped
+        case .bothDeleted:
+            try mark(deleted: true)
+            return .skipped
+        case .keepLocal:
+            try mark(deleted: false)
+            return .skipped
+        case .conflict(let columns):
+            conflicts.append(ConflictReport(entity: entity.name, recordName: record.recordName, localColumns: columns,
+                                            serverDeleted: true))
+            return .conflict
+        case .delete:
+            if facts.rowExists { try deleteRow(entity, pk: entry.pk) }
+            try mark(deleted: true)
+            return facts.rowExists ? .deleted : .skipped
         }
-        if exists, respectLocalChanges, let local, !local.deleted {
-            switch policy.decide(local: local, server: MergeSide(deleted: true, changed: []),
-                                 columns: entity.fieldColumns)
+    }
+
+    /// What the store knows of a tombstone's record, for `TombstoneAction.decide`.
+    private func tombstoneFacts(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?,
+                                respectLocalChanges: Bool) throws -> TombstoneFacts
+    {
+        var facts = TombstoneFacts(aliasTarget: try aliasTarget(of: record), mapped: entry != nil, rowExists: false,
+                                   respectLocalChanges: respectLocalChanges)
+        guard let entry else { return facts }
+        facts.rowExists = try rowExists(entity, pk: entry.pk)
+        guard facts.rowExists else { return facts }
+        if let target = facts.aliasTarget {
+            if let winner = try db.scalar("""
+                SELECT pk FROM _storectl_records WHERE record_name = ? AND entity = ? AND deleted = 0
+                """, [target, entity.name])?.string, try winner == entry.pk || rowExists(entity, pk: winner)
             {
-            case .fail:
-                conflicts.append(ConflictReport(entity: entity.name, recordName: record.recordName,
-                                                localColumns: local.changed.sorted(), serverDeleted: true))
-                return .conflict
-            case .live:
-                // Keep the row; the next export saves it over the tombstone.
-                try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag,
-                           base: nil, extra: nil, deleted: false)
-                return .skipped
-            case .deleted:
-                break
+                facts.winnerPK = winner
+                facts.isWinner = winner == entry.pk
             }
+            return facts
         }
-        if exists { try deleteRow(entity, pk: entry.pk) }
-        try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag, base: nil,
-                   extra: nil, deleted: true)
-        return exists ? .deleted : .skipped
+        guard respectLocalChanges else { return facts }
+        facts.local = try localChanges(entity, pk: entry.pk, against: entry.base)
+        if facts.local?.deleted != true, facts.local?.recreated != true {
+            facts.reinsertedInLaterSelfsExport = try reinsertedInLaterSelfsExport(entity, pk: entry.pk)
+        }
+        return facts
     }
 
     /// Deletes a local row for the cloud. What the schema's `ON DELETE` actions change in other tracked rows is a
