@@ -151,7 +151,7 @@ struct Exporter {
 
         try collectChanges(baseline: baseline, after: after, upto: upto)
         try renameReusedKeys(ordered, baseline: baseline)
-        try checkMassDelete(ordered, baseline: baseline)
+        try checkMassDelete(ordered, baseline: baseline, after: after)
 
         let total = baseline
             ? try ordered.reduce(0) { $0 + Int(try db.scalar("SELECT count(*) FROM main.\($1.quotedName)")?.int64 ?? 0) }
@@ -295,10 +295,10 @@ struct Exporter {
     /// The mass-delete breaker: an export that deletes more than `max_delete_fraction` of the zone's live records
     /// and more than `max_delete_count` records, or that would push an empty store over a zone that holds more
     /// than `max_delete_count` records, stops before it sends anything.
-    private func checkMassDelete(_ ordered: [EntityMap], baseline: Bool) throws {
+    private func checkMassDelete(_ ordered: [EntityMap], baseline: Bool, after: Int64) throws {
         var deletes = 0
         for e in ordered {
-            deletes += Int(try db.scalar(deletionCountSQL(e, baseline: baseline))?.int64 ?? 0)
+            deletes += Int(try db.scalar(deletionCountSQL(e, baseline: baseline, after: after))?.int64 ?? 0)
         }
         guard deletes > options.maxDeleteCount, !options.allowMassDelete,
               let zone = try cloud.zoneInfo(options.zone), zone.liveRecords > 0 else { return }
@@ -311,7 +311,7 @@ struct Exporter {
         }
     }
 
-    private func deletionCountSQL(_ e: EntityMap, baseline: Bool) -> String {
+    private func deletionCountSQL(_ e: EntityMap, baseline: Bool, after: Int64) -> String {
         if baseline {
             return """
                 SELECT count(*) FROM _storectl_records r WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 0
@@ -320,11 +320,16 @@ struct Exporter {
                 """
         }
         // CROSS JOIN keeps the changes as the outer loop: the cost follows the changes, not the record map.
+        // Rows deleted by the orphan rule (author `import-cascade`: the children of a row another device deleted)
+        // are no deletion made here: the breaker counts the rows some other author deleted.
         return """
             SELECT count(*) FROM temp._storectl_changes c CROSS JOIN _storectl_records r
             WHERE c.entity = \(quoteLiteral(e.name)) AND r.entity = c.entity AND r.pk = c.pk AND r.deleted = 0
               AND r.change_tag IS NOT NULL
               AND NOT EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "c.pk")))
+              AND EXISTS (SELECT 1 FROM main._storectl_history h WHERE h.entity = c.entity AND h.pk = c.pk
+                          AND h.seq > \(after) AND h.op = 'D'
+                          AND h.author NOT IN (\(quoteLiteral(MirrorState.cascadeAuthor)), \(quoteLiteral(MirrorState.importAuthor))))
             """
     }
 

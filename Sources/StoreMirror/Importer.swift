@@ -417,14 +417,18 @@ struct Orphans {
 
     /// Resolves every orphan that this import made or brought; returns how many rows and records it handled.
     /// `setAside` receives the records of children whose parent is not here yet: they wait, reported.
+    ///
+    /// Each round takes the orphan rows (the children of the rows the last round deleted, down a tree of any
+    /// depth), then the waiting records whose parent is gone for good, then the merged duplicates whose winner
+    /// came; the rows those delete have children too, so the rounds go on until one handles nothing, or meets a
+    /// state it met before (`Rounds`).
     func resolve(setAside: (CloudRecord, RecordProblem) throws -> Void = { _, _ in }) throws -> Int {
         var handled = 0
-        // Each round takes the orphans the last one made (the children of the rows it deleted), down a tree of
-        // any depth; a round that meets the same orphans again has made no progress (`Rounds`).
         var rounds = Rounds<Set<String>>()
         while true {
             let rows = try orphanRows()
-            if rows.isEmpty || !rounds.another(Set(rows.map { $0.0.name + "\u{0}" + $0.2 })) { break }
+            let waiting = try applier.parkedRecords(zone: zone).map(\.recordName)
+            guard rounds.another(Set(rows.map { $0.0.name + "\u{0}" + $0.2 } + waiting.map { "\u{1}" + $0 })) else { break }
             for (child, fk, pk, parentGone) in rows {
                 if parentGone {
                     try HistoryTracker(db: db).transaction(author: MirrorState.cascadeAuthor) { _ in
@@ -433,11 +437,11 @@ struct Orphans {
                 } else {
                     try wait(child, fk: fk, pk: pk, setAside: setAside)
                 }
-                handled += 1
             }
+            let more = rows.count + (try parkedOrphans()) + (try strandedDuplicates())
+            if more == 0 { break }
+            handled += more
         }
-        handled += try parkedOrphans()
-        handled += try strandedDuplicates()
         return handled
     }
 
@@ -642,6 +646,9 @@ struct Orphans {
     private func parentIsGone(_ name: String, type: String, absentIsGone: Bool) throws -> Bool {
         if try db.scalar("SELECT 1 FROM _storectl_aliases WHERE record_name = ?", [name]) != nil { return false }
         if try Inbox(db).holds(name, in: [.setAside, .waiting]) { return false }
+        // A waiting record this import sent after its own deleted parent (`parkedOrphans`): gone too, so that a
+        // chain of waiting records follows its head in one import, not one level per sync.
+        if try Outgoing(db).holdsDelete(name, reason: .parentDeleted) { return true }
         if let deleted = try db.scalar("SELECT deleted FROM _storectl_records WHERE record_name = ?", [name])?.int64 {
             if deleted == 1 { return true }
         }

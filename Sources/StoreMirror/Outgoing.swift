@@ -45,6 +45,12 @@ struct Outgoing {
         }
     }
 
+    /// Whether the queue holds the delete of record `name` for `reason`.
+    func holdsDelete(_ name: String, reason: Reason) throws -> Bool {
+        try db.scalar("SELECT 1 FROM _storectl_outgoing WHERE record_name = ? AND kind = 'delete' AND reason = ?",
+                      [name, reason.rawValue]) != nil
+    }
+
     /// Takes the delete of record `name` out of the queue (sent, or no longer needed).
     func remove(_ name: String) throws {
         try db.run("DELETE FROM _storectl_outgoing WHERE record_name = ? AND kind = 'delete'", [name])

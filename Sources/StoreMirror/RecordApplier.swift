@@ -1451,31 +1451,43 @@ final class RecordApplier {
 
     /// Inserts the parked records whose missing parents are all parked too (or are themselves), with those
     /// references NULL; returns whether any was inserted. A NOT NULL reference cannot wait as NULL: such a
-    /// record stays parked.
+    /// record stays parked. A record that waits, directly or down a chain of parked records, for a parent that is
+    /// not parked is in no cycle: it stays parked too (it would be a row no device wrote, with a NULL parent).
     private func breakCycles(_ parked: [CloudRecord]) throws -> Bool {
         let parkedNames = Set(parked.map(\.recordName))
-        var inserted: [(CloudRecord, [String: String])] = []
+        var candidates: [(record: CloudRecord, entity: EntityMap, stripped: [String: FieldValue], missing: Set<String>,
+                          nullable: Bool)] = []
+        var unreachable: Set<String> = []
         for record in parked {
             guard let entity = entities[record.recordType] else { continue }
             let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
-            var missing: [String: String] = [:]
-            var cyclic = true
+            var missing: Set<String> = []
+            var nullable = true
             var stripped = decoded.values
             for (column, value) in decoded.values {
                 guard case .ref(let name?) = value, let ref = entity.reference(for: column),
                       try parentKey(parent: ref.parent, recordName: name) == nil else { continue }
-                if !parkedNames.contains(name) || entity.notNullColumns.contains(column) { cyclic = false }
-                missing[column] = name
+                if !parkedNames.contains(name) { unreachable.insert(record.recordName) }
+                if entity.notNullColumns.contains(column) { nullable = false }
+                missing.insert(name)
                 stripped[column] = .value(.null)
             }
-            guard cyclic, !missing.isEmpty else { continue }
+            if !missing.isEmpty { candidates.append((record, entity, stripped, missing, nullable)) }
+        }
+        // Down the chains of parked records, to a fixpoint (`Rounds`).
+        var rounds = Rounds<Set<String>>()
+        while rounds.another(unreachable) {
+            for c in candidates where !c.missing.isDisjoint(with: unreachable) { unreachable.insert(c.record.recordName) }
+        }
+        var inserted: [CloudRecord] = []
+        for (record, _, stripped, _, nullable) in candidates where nullable && !unreachable.contains(record.recordName) {
             let fields = try codec.encode(stripped)
             var placeholder = record
             placeholder.fields = fields
             placeholder.changeTag = ""  // not the real tag: the second pass applies the whole record
-            if try apply(placeholder) == .applied { inserted.append((record, missing)) }
+            if try apply(placeholder) == .applied { inserted.append(record) }
         }
-        for (record, _) in inserted {
+        for record in inserted {
             try Inbox(db).put(record, .waiting)
             hasParked = true
         }
