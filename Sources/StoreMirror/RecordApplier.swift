@@ -268,7 +268,7 @@ final class RecordApplier {
             try Inbox(db).remove(record.recordName, from: .held)
         }
         guard let entity = entities[record.recordType] else { return .unknownType }
-        var entry = try mapEntry(name: record.recordName)
+        let entry = try mapEntry(name: record.recordName)
         if let entry, entry.entity != record.recordType {
             throw RecordProblem(reason: "record '\(record.recordName)' was a '\(entry.entity)' record and is now "
                                     + "a '\(record.recordType)' record; a record keeps its type for good",
@@ -291,6 +291,14 @@ final class RecordApplier {
         {
             return .applied
         }
+        return try applyLive(record, entity: entity, entry: entry, respectLocalChanges: respectLocalChanges)
+    }
+
+    /// Applies a live record: finds its row (`rowKey`), reads what the decision needs (`liveFacts`), decides
+    /// (`LiveAction.decide`), and executes the action.
+    private func applyLive(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, respectLocalChanges: Bool)
+        throws -> Outcome
+    {
         let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
         guard let references = try resolveReferences(decoded, of: record, entity: entity) else {
             try park(record)
@@ -298,39 +306,8 @@ final class RecordApplier {
         }
         var resolved = references.values
         let selfReferences = references.selfReferences
-        // Which local row is it?
-        var pk: String?
-        if let entry, !(entry.deleted && entity.isSurrogate) {
-            // A deleted surrogate-keyed row's rowid may belong to a new, unrelated row by now.
-            pk = entry.pk
-        } else if entity.isSurrogate {
-            pk = try ownRowID(entity, name: record.recordName).map { "[\($0)]" }
-        }
-        if pk == nil && !entity.isSurrogate {
-            for column in entity.primaryKey where resolved[column] == nil {
-                throw RecordProblem(reason: "the record has no value for key column '\(column)' of '\(entity.name)'",
-                                    hint: "a record of '\(entity.name)' must carry its whole primary key ("
-                                        + entity.primaryKey.joined(separator: ", ") + ")")
-            }
-            for column in entity.primaryKey where decoded.objects.contains(column) {
-                throw RecordProblem(reason: "key column '\(column)' of '\(entity.name)' holds a JSON object or array, "
-                                        + "not a value", hint: "a key is a number, a text or a blob")
-            }
-            pk = try canonicalKey(entity, values: entity.primaryKey.map { resolved[$0] ?? .null })
-            if entry == nil, entity.references.allSatisfy({ !entity.primaryKey.contains($0.column) }) {
-                // A natural key names its record: a record whose fields say another key is not what its name says.
-                // (A key that holds a reference keeps its name when the parent is merged into another: not checked.)
-                let parts: [Value] = entity.primaryKey.map { resolved[$0] ?? .null }
-                let params = parts.indices.map { EntityMap.jsonValue("?\($0 + 1)") }.joined(separator: ", ")
-                let expected = entity.name + ":" + (try db.scalar("SELECT json_array(\(params))", parts)?.string ?? "")
-                if expected != record.recordName {
-                    throw RecordProblem(reason: "its fields hold the key \(expected.dropFirst(entity.name.count + 1)) "
-                                            + "but its name says \(record.recordName)",
-                                        hint: "the device that saved it wrote a record whose name and key disagree; "
-                                            + "delete the record in the cloud, or save the row again from its store")
-                }
-            }
-        }
+        var entry = entry
+        var pk = try rowKey(record, entity: entity, entry: entry, decoded: decoded, resolved: resolved)
         let allocated = !selfReferences.isEmpty && pk == nil
         if !selfReferences.isEmpty {
             pk = try pointAtItself(entity, pk: pk, columns: selfReferences, values: &resolved)
@@ -343,51 +320,33 @@ final class RecordApplier {
             case .won(let other): entry = other
             }
         }
-        // The columns to take from the record; nil: the record is not applied to the row (local delete wins).
-        var take: Set<String>? = Set(decoded.values.keys)
-        if respectLocalChanges, !allocated, let pk,
-           let local = try localChanges(entity, pk: pk, against: entry?.pk == pk ? entry?.base : nil),
-           exists || local.deleted,
-           try !(local.deleted && entry == nil && keyStoodForAnotherRecord(entity, pk: pk, name: record.recordName))
-        {
-            let server = MergeSide(deleted: false,
-                                   changed: Set(try codec.differing(base: entry?.base, record.fields,
-                                                                    columns: entity.fieldColumns)))
-            let holdsLocal = try !local.deleted && exists
-                && rowHolds(entity, pk: pk, values: resolved, columns: local.changed)
-            let unique = Set(entity.uniqueKeys.joined()).union(uniqueRules[entity.name]?.columns ?? [])
-            switch policy.decide(local: local, server: server, columns: entity.fieldColumns,
-                                 serverHoldsLocalValues: holdsLocal, uniqueColumns: unique) {
-            case .fail:
-                conflicts.append(ConflictReport(entity: entity.name, recordName: record.recordName,
-                                                localColumns: local.changed.sorted(), serverDeleted: false))
-                return .conflict
-            case .deleted:
-                take = nil
-            case .live(let columns):
-                take = exists ? columns.intersection(decoded.values.keys) : Set(decoded.values.keys)
-            }
-        }
-        guard let take else {
-            // The local delete wins: keep the row deleted; the export sends the tombstone over this record.
+        let facts = try liveFacts(record, entity: entity, entry: entry, pk: allocated ? nil : pk, exists: exists,
+                                  decoded: decoded, resolved: resolved, respectLocalChanges: respectLocalChanges)
+        let unique = Set(entity.uniqueKeys.joined()).union(uniqueRules[entity.name]?.columns ?? [])
+        let finalPK: String
+        switch LiveAction.decide(facts, policy: policy, columns: entity.fieldColumns, uniqueColumns: unique) {
+        case .conflict(let columns):
+            return conflict(record, entity: entity, columns: columns, serverDeleted: false)
+        case .keepLocalDelete:
+            // The row stays deleted; the export sends the tombstone over this record.
             try setMap(entity: entity.name, pk: pk ?? "[]", name: record.recordName, tag: record.changeTag,
                        base: .text(record.fields), extra: decoded.extra, deleted: false)
             return .skipped
-        }
-        var values = resolved.filter { take.contains($0.key) }
-        var finalPK: String
-        if exists, let pk {
+        case .update(let columns):
+            guard let pk else { preconditionFailure("an update of a row that has no key") }
             if let merged = try resolveUnique(entity, record: record, values: resolved, target: pk) {
                 return merged
             }
+            let values = resolved.filter { columns.contains($0.key) }
             if !values.isEmpty { try update(entity, pk: pk, values: values) }
             finalPK = pk
-        } else {
+        case .insert(let columns):
             if let merged = try resolveUnique(entity, record: record, values: resolved, target: nil,
                                               selfReferences: selfReferences)
             {
                 return merged
             }
+            var values = resolved.filter { columns.contains($0.key) }
             if entity.isSurrogate, let pk, let rowid = Self.rowID(pk) {
                 values[entity.primaryKey[0]] = .integer(rowid)  // an own record's row comes back at its rowid
             }
@@ -395,6 +354,66 @@ final class RecordApplier {
         }
         try finish(record, entity: entity, entry: entry, pk: finalPK, extra: decoded.extra)
         return .applied
+    }
+
+    /// Reports a conflict under `merge_policy: error`: the record changes nothing.
+    private func conflict(_ record: CloudRecord, entity: EntityMap, columns: [String], serverDeleted: Bool) -> Outcome {
+        conflicts.append(ConflictReport(entity: entity.name, recordName: record.recordName, localColumns: columns,
+                                        serverDeleted: serverDeleted))
+        return .conflict
+    }
+
+    /// The key of the row a live record stands for: the record map's (unless a deleted surrogate row's rowid, which
+    /// may belong to a new, unrelated row by now), the rowid of an own record's name, or the natural key its fields
+    /// hold. Nil for a new row of a surrogate-keyed table.
+    /// - Throws: `RecordProblem` for a natural key missing, not a value, or not the one the record's name says.
+    private func rowKey(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, decoded: DecodedFields,
+                        resolved: [String: Value]) throws -> String?
+    {
+        if let entry, !(entry.deleted && entity.isSurrogate) { return entry.pk }
+        if entity.isSurrogate { return try ownRowID(entity, name: record.recordName).map { "[\($0)]" } }
+        for column in entity.primaryKey where resolved[column] == nil {
+            throw RecordProblem(reason: "the record has no value for key column '\(column)' of '\(entity.name)'",
+                                hint: "a record of '\(entity.name)' must carry its whole primary key ("
+                                    + entity.primaryKey.joined(separator: ", ") + ")")
+        }
+        for column in entity.primaryKey where decoded.objects.contains(column) {
+            throw RecordProblem(reason: "key column '\(column)' of '\(entity.name)' holds a JSON object or array, "
+                                    + "not a value", hint: "a key is a number, a text or a blob")
+        }
+        let parts: [Value] = entity.primaryKey.map { resolved[$0] ?? .null }
+        if entry == nil, entity.references.allSatisfy({ !entity.primaryKey.contains($0.column) }) {
+            // A natural key names its record: a record whose fields say another key is not what its name says.
+            // (A key that holds a reference keeps its name when the parent is merged into another: not checked.)
+            let params = parts.indices.map { EntityMap.jsonValue("?\($0 + 1)") }.joined(separator: ", ")
+            let expected = entity.name + ":" + (try db.scalar("SELECT json_array(\(params))", parts)?.string ?? "")
+            if expected != record.recordName {
+                throw RecordProblem(reason: "its fields hold the key \(expected.dropFirst(entity.name.count + 1)) "
+                                        + "but its name says \(record.recordName)",
+                                    hint: "the device that saved it wrote a record whose name and key disagree; "
+                                        + "delete the record in the cloud, or save the row again from its store")
+            }
+        }
+        return try canonicalKey(entity, values: parts)
+    }
+
+    /// What `LiveAction.decide` needs to know of a live record and its row at `pk` (nil: a row new here, or a key
+    /// allocated just now, which no local change can have touched).
+    private func liveFacts(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, pk: String?, exists: Bool,
+                           decoded: DecodedFields, resolved: [String: Value], respectLocalChanges: Bool) throws
+        -> LiveFacts
+    {
+        var facts = LiveFacts(recordColumns: Set(decoded.values.keys), rowExists: exists)
+        guard respectLocalChanges, let pk,
+              let local = try localChanges(entity, pk: pk, against: entry?.pk == pk ? entry?.base : nil),
+              exists || local.deleted,
+              try !(local.deleted && entry == nil && keyStoodForAnotherRecord(entity, pk: pk, name: record.recordName))
+        else { return facts }
+        facts.local = local
+        facts.serverChanged = Set(try codec.differing(base: entry?.base, record.fields, columns: entity.fieldColumns))
+        facts.serverHoldsLocalValues = try !local.deleted && exists
+            && rowHolds(entity, pk: pk, values: resolved, columns: local.changed)
+        return facts
     }
 
     /// The record's values with each reference resolved to the parent row's local key, and the columns that
@@ -609,9 +628,7 @@ final class RecordApplier {
             try mark(deleted: false)
             return .skipped
         case .conflict(let columns):
-            conflicts.append(ConflictReport(entity: entity.name, recordName: record.recordName, localColumns: columns,
-                                            serverDeleted: true))
-            return .conflict
+            return conflict(record, entity: entity, columns: columns, serverDeleted: true)
         case .delete:
             if facts.rowExists { try deleteRow(entity, pk: entry.pk) }
             try mark(deleted: true)

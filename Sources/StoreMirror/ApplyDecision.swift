@@ -1,3 +1,7 @@
+/// What applying one cloud record does here, decided without the database: the store's facts are read first
+/// (`TombstoneFacts`, `LiveFacts`), the decision is a pure function of them (`TombstoneAction.decide`,
+/// `LiveAction.decide`), and `RecordApplier` executes what it says.
+
 /// What a tombstone from the cloud does here: a pure decision from what the store knows of the record, executed by
 /// `RecordApplier.applyDeletion`. The facts are read first (`TombstoneFacts`), the decision is made without the
 /// database (`TombstoneAction.decide`), and the executor only writes what it says.
@@ -59,6 +63,60 @@ extension TombstoneAction {
         case .fail: return .conflict(columns: local.changed.sorted())
         case .live: return .keepLocal
         case .deleted: return .delete
+        }
+    }
+}
+
+/// What the store knows of a live record from the cloud once its row is found (`RecordApplier.liveFacts`): the
+/// input of `LiveAction.decide`.
+struct LiveFacts: Equatable {
+    /// The columns the record carries a value for.
+    var recordColumns: Set<String>
+    /// Whether the row the record stands for exists here.
+    var rowExists: Bool
+    /// The local side of a merge: the row's changes since the last export, narrowed to the columns whose value
+    /// differs from the record's last synced version. Nil when there is nothing to merge with: no local change,
+    /// local changes not respected (the export brings a row to a merge it saved), a row key allocated for the
+    /// record just now, or a local delete of another record's row at the same key.
+    var local: MergeSide?
+    /// The columns the record changed since the version this store last synced (every column of a record new here).
+    var serverChanged: Set<String> = []
+    /// Whether the local row already holds the record's values in every column the local side changed.
+    var serverHoldsLocalValues = false
+}
+
+/// What applying a live record does to its row.
+enum LiveAction: Equatable {
+    /// Under `merge_policy: error`, a local change meets the record: reported, nothing changes.
+    case conflict(columns: [String])
+    /// The local delete wins: the row stays deleted, and the record map takes the record's version so that the
+    /// next export sends the tombstone over it.
+    case keepLocalDelete
+    /// The row takes these columns of the record (none: only the record map takes the new version).
+    case update(columns: Set<String>)
+    /// The row is inserted (new here, or re-created over a local delete) with these columns of the record.
+    case insert(columns: Set<String>)
+}
+
+extension LiveAction {
+    /// The decision for a live record of a table with `columns` (`uniqueColumns`: those under a UNIQUE constraint
+    /// or a `unique:` rule), under `policy`.
+    static func decide(_ facts: LiveFacts, policy: MergePolicy, columns: [String], uniqueColumns: Set<String>)
+        -> LiveAction
+    {
+        guard let local = facts.local else {
+            return facts.rowExists ? .update(columns: facts.recordColumns) : .insert(columns: facts.recordColumns)
+        }
+        switch policy.decide(local: local, server: MergeSide(deleted: false, changed: facts.serverChanged),
+                             columns: columns, serverHoldsLocalValues: facts.serverHoldsLocalValues,
+                             uniqueColumns: uniqueColumns) {
+        case .fail:
+            return .conflict(columns: local.changed.sorted())
+        case .deleted:
+            return .keepLocalDelete
+        case .live(let takeServer):
+            return facts.rowExists ? .update(columns: takeServer.intersection(facts.recordColumns))
+                : .insert(columns: facts.recordColumns)
         }
     }
 }
