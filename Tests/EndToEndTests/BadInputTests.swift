@@ -6,7 +6,7 @@ import XCTest
 /// Bad input, faults and mistakes: each gives a clear error with a sysexits code, and nothing is modified.
 final class BadInputTests: XCTestCase {
     /// Every file under the test folder (without SQLite's -shm files, which readers rewrite), by path.
-    func snapshot(_ s: SharedStores) throws -> [String: Data] {
+    func snapshot(_ s: Fleet) throws -> [String: Data] {
         var files: [String: Data] = [:]
         let e = FileManager.default.enumerator(atPath: s.dir.path)
         while let f = e?.nextObject() as? String {
@@ -20,7 +20,7 @@ final class BadInputTests: XCTestCase {
     }
 
     /// Moves every WAL into its database file, so that a byte comparison sees only real changes.
-    func settle(_ s: SharedStores) throws {
+    func settle(_ s: Fleet) throws {
         for store in s.stores where FileManager.default.fileExists(atPath: s.dir.file("data/\(store).sqlite")) {
             _ = try? Binary.run("/usr/bin/sqlite3", [s.dir.file("data/\(store).sqlite"), "PRAGMA wal_checkpoint(TRUNCATE)"],
                                 in: s.dir.path)
@@ -37,7 +37,7 @@ final class BadInputTests: XCTestCase {
     var exercised = 0
 
     /// Runs `args` and checks the exit code, that stderr says `message`, and that no file changed.
-    func expectRefusal(_ s: SharedStores, _ store: String?, _ args: [String], codes: Set<Int32>, message: String,
+    func expectRefusal(_ s: Fleet, _ store: String?, _ args: [String], codes: Set<Int32>, message: String,
                        env: [String: String] = [:], runAs: [String] = [], file: StaticString = #filePath,
                        line: UInt = #line) throws
     {
@@ -62,8 +62,8 @@ final class BadInputTests: XCTestCase {
     }
 
     /// Two stores in cloud mode with a few rows each way.
-    func synced(extra: String = "") throws -> SharedStores {
-        let s = try SharedStores(extra: extra, label: "storectl-bad")
+    func synced(extra: String = "") throws -> Fleet {
+        let s = try Fleet.notes(extra: extra, label: "storectl-bad")
         try s.run("a", ["mode", "local"])
         try s.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two'), ('n3', 'three'), "
                   + "('n4', 'four'), ('n5', 'five'), ('n6', 'six'), ('n7', 'seven'), ('n8', 'eight'), "
@@ -110,7 +110,7 @@ final class BadInputTests: XCTestCase {
     }
 
     func testCorruptOrForeignContainersAreRefusedAndLeftAlone() throws {
-        let s = try SharedStores(label: "storectl-bad")
+        let s = try Fleet.notes(label: "storectl-bad")
         try s.run("a", ["mode", "local"])
         try s.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one')")
         let container = s.dir.file("cloud/shared.container")
@@ -129,12 +129,12 @@ final class BadInputTests: XCTestCase {
         // Another container's file.
         try remove()
         _ = try FileCloudDatabase.create(path: container, container: "iCloud.com.example.other", account: "demo",
-                                         secret: SharedStores.secret, iterations: 1)
+                                         secret: Fleet.notesSecret, iterations: 1)
         try expectRefusal(s, "a", ["mode", "cloud"], codes: [65, 69], message: "iCloud.com.example.other")
         // A real container whose header was overwritten.
         try remove()
         _ = try FileCloudDatabase.create(path: container, container: "iCloud.com.example.notes", account: "demo",
-                                         secret: SharedStores.secret, iterations: 1)
+                                         secret: Fleet.notesSecret, iterations: 1)
         try settle(s)
         var bytes = try Data(contentsOf: URL(fileURLWithPath: container))
         bytes.replaceSubrange(0..<16, with: Data("garbage!garbage!".utf8))
@@ -179,7 +179,7 @@ final class BadInputTests: XCTestCase {
             INSERT INTO notes(uuid, title, body) SELECT 'bulk-' || i, 'bulk', hex(zeroblob(100)) FROM c
             """)
         try s.run("a", ["sync"])
-        let before = try s.rows("b")
+        let before = try s.noteRows("b")
         // ulimit -f counts 512-byte blocks in dash: b may not grow any file past 256 KiB.
         try settle(s)
         let r = try Binary.run("/bin/sh", ["-c", "ulimit -f 512; exec \"$0\" \"$@\"", Binary.storectl, "--store", "b",
@@ -188,17 +188,17 @@ final class BadInputTests: XCTestCase {
         XCTAssertTrue([73, 74].contains(r.status), "expected an I/O error\n\(r)")
         XCTAssertNotEqual(r.status, 128 + 25, "killed by SIGXFSZ\n\(r)")
         XCTAssertTrue(r.stderr.contains("error: "), "\(r)")
-        XCTAssertEqual(try s.rows("b"), before, "a failed import changed the store")
+        XCTAssertEqual(try s.noteRows("b"), before, "a failed import changed the store")
         XCTAssertEqual(try s.integrity().values.filter { $0 != "ok" }, [])
         // With space again, the same sync completes.
         try s.run("b", ["sync"])
-        XCTAssertEqual(try s.rows("b"), try s.rows("a"))
+        XCTAssertEqual(try s.noteRows("b"), try s.noteRows("a"))
     }
 
     // MARK: Config mistakes
 
     func testAnUnreadableConfigIsAClearError() throws {
-        let s = try SharedStores(label: "storectl-bad")
+        let s = try Fleet.notes(label: "storectl-bad")
         chmod(s.dir.path, 0o755)
         chmod(s.dir.file("config.yaml"), 0o000)
         try expectRefusal(s, "a", ["mode", "cloud"], codes: [77], message: "config.yaml", runAs: asNobody)
@@ -212,7 +212,7 @@ final class BadInputTests: XCTestCase {
     }
 
     func testTwoStoresOnOneFileAreAConfigError() throws {
-        let s = try SharedStores(label: "storectl-bad")
+        let s = try Fleet.notes(label: "storectl-bad")
         let yaml = s.configText(s.modes).replacingOccurrences(of: "path: data/b.sqlite",
                                                               with: "path: ./data/../data/a.sqlite")
         try s.dir.write("config.yaml", yaml)
@@ -221,14 +221,14 @@ final class BadInputTests: XCTestCase {
     }
 
     func testALiteralSecretInAConfigOthersCanReadIsWarnedAbout() throws {
-        let s = try SharedStores(label: "storectl-bad")
+        let s = try Fleet.notes(label: "storectl-bad")
         chmod(s.dir.file("config.yaml"), 0o644)
         let r = try s.run("a", ["mode"])
         // One warning for the file, naming each store's literal secret.
         XCTAssertTrue(r.stderr.contains("warning: stores.a.cloud.secret and stores.b.cloud.secret are written in "
                                         + "config.yaml, which other users can read; use 'secret: ${VARIABLE}' or run "
                                         + "'chmod 600 config.yaml'"), r.stderr)
-        XCTAssertFalse(r.stderr.contains(SharedStores.secret), r.stderr)
+        XCTAssertFalse(r.stderr.contains(Fleet.notesSecret), r.stderr)
         chmod(s.dir.file("config.yaml"), 0o600)
         XCTAssertFalse(try s.run("a", ["mode"]).stderr.contains("warning"))
         // A secret taken from the environment is fine in a readable file.
@@ -241,7 +241,7 @@ final class BadInputTests: XCTestCase {
     // MARK: Names that need quoting
 
     func testQuotesSpacesAndSQLInNamesSyncEndToEnd() throws {
-        let s = try SharedStores(label: "storectl-bad")
+        let s = try Fleet.notes(label: "storectl-bad")
         let schema = #"""
             CREATE TABLE IF NOT EXISTS "we""ird tab; DROP TABLE canary;--"(
                 "id;" INTEGER PRIMARY KEY, "col ""q"" 'x'" TEXT, "select * from" TEXT, "[br]" INTEGER);
@@ -294,8 +294,8 @@ final class BadInputTests: XCTestCase {
 
 /// Guards against mistakes: the mass-delete breaker, a zone purged elsewhere, an account change.
 final class MistakeGuardTests: XCTestCase {
-    func synced() throws -> SharedStores {
-        let s = try SharedStores(label: "storectl-guard")
+    func synced() throws -> Fleet {
+        let s = try Fleet.notes(label: "storectl-guard")
         try s.run("a", ["mode", "local"])
         var sql = ""
         for i in 1...10 { sql += "INSERT INTO notes(uuid, title) VALUES ('n\(i)', 'note \(i)');" }
@@ -308,7 +308,7 @@ final class MistakeGuardTests: XCTestCase {
         return s
     }
 
-    func liveCloudNotes(_ s: SharedStores) throws -> String {
+    func liveCloudNotes(_ s: Fleet) throws -> String {
         try s.sqlFile(s.dir.file("cloud/shared.container"),
                       "SELECT count(*) FROM records WHERE record_type = 'notes' AND deleted = 0")
     }
@@ -329,7 +329,7 @@ final class MistakeGuardTests: XCTestCase {
         try s.run("a", ["sync", "--allow-mass-delete"])
         XCTAssertEqual(try liveCloudNotes(s), "4\n")
         try s.run("b", ["sync"])
-        XCTAssertEqual(try s.rows("b"), try s.rows("a"))
+        XCTAssertEqual(try s.noteRows("b"), try s.noteRows("a"))
         // A small delete passes without the flag.
         try s.sql("a", "DELETE FROM notes WHERE uuid = 'n7'")
         try s.run("a", ["sync"])
@@ -354,12 +354,12 @@ final class MistakeGuardTests: XCTestCase {
         let s = try synced()
         try s.sql("a", "INSERT INTO notes(uuid, title) VALUES ('pending', 'not yet exported')")
         try s.run("b", ["cloud", "purge", "--yes"])
-        let before = try s.rows("a")
+        let before = try s.noteRows("a")
         let r = try s.run("a", ["sync"], expect: 65)
         XCTAssertTrue(r.stderr.hasPrefix("error: zone 'default' was purged or recreated in the cloud since this store "
                                          + "last synced; no local row was deleted"), r.stderr)
         XCTAssertTrue(r.stderr.contains("'storectl --store a sync --reupload'"), r.stderr)
-        XCTAssertEqual(try s.rows("a"), before)
+        XCTAssertEqual(try s.noteRows("a"), before)
         let doctor = try s.run("a", ["doctor"], expect: 69)
         XCTAssertTrue(doctor.stdout.contains("fix: storectl --store a sync --reupload"), doctor.stdout)
         try s.run("a", ["sync", "--reupload"])
@@ -367,8 +367,8 @@ final class MistakeGuardTests: XCTestCase {
         // b sees the same, and re-uploading from b too duplicates nothing.
         try s.run("b", ["sync", "--reupload"])
         try s.run("a", ["sync"])
-        XCTAssertEqual(try s.rows("b"), before)
-        XCTAssertEqual(try s.rows("a"), before)
+        XCTAssertEqual(try s.noteRows("b"), before)
+        XCTAssertEqual(try s.noteRows("a"), before)
         XCTAssertEqual(try liveCloudNotes(s), "11\n")
     }
 
@@ -383,21 +383,21 @@ final class MistakeGuardTests: XCTestCase {
             .replacingOccurrences(of: "account: demo", with: "account: other")
             .replacingOccurrences(of: "secret: demo-secret", with: "secret: other-secret")
         try s.dir.write("config.yaml", moved)
-        let before = try s.rows("a")
+        let before = try s.noteRows("a")
         let refused = try s.run("a", ["sync"], expect: 78)
         XCTAssertTrue(refused.stderr.contains("is bound to account 'demo'"), refused.stderr)
         XCTAssertTrue(refused.stderr.contains("--rebind"), refused.stderr)
         let doctor = try s.run("a", ["--json", "doctor"], expect: 69)
         XCTAssertTrue(doctor.stdout.contains("sync --rebind"), doctor.stdout)
-        XCTAssertEqual(try s.rows("a"), before)
+        XCTAssertEqual(try s.noteRows("a"), before)
         try s.run("a", ["sync", "--rebind"])
-        XCTAssertEqual(try s.rows("a"), before)
+        XCTAssertEqual(try s.noteRows("a"), before)
         let cloud = try s.sqlFile(s.dir.file("cloud/other.container"), """
             SELECT json_extract(fields, '$.uuid') || '|' || json_extract(fields, '$.body') FROM records
             WHERE deleted = 0 AND json_extract(fields, '$.uuid') IN ('pending', 'n1') ORDER BY 1
             """)
         XCTAssertEqual(cloud, "n1|edited\npending|\n")
         try s.run("b", ["sync", "--rebind"])
-        XCTAssertEqual(try s.rows("b"), before)
+        XCTAssertEqual(try s.noteRows("b"), before)
     }
 }

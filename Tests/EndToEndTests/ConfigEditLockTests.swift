@@ -6,7 +6,7 @@ import XCTest
 /// the read to the rename, and the second re-reads what the first wrote.
 final class ConfigEditLockTests: XCTestCase {
     /// Runs the two argument lists as two processes at once, and returns both results.
-    func together(_ s: SharedStores, _ first: [String], _ second: [String]) -> [ProcessResult?] {
+    func together(_ s: Fleet, _ first: [String], _ second: [String]) -> [ProcessResult?] {
         let results = ResultsBox(count: 2)
         let directory = s.dir.path
         DispatchQueue.concurrentPerform(iterations: 2) { i in
@@ -16,7 +16,7 @@ final class ConfigEditLockTests: XCTestCase {
     }
 
     func testConcurrentConfigSetsNeverLoseAnEdit() throws {
-        let s = try SharedStores(label: "storectl-lock")
+        let s = try Fleet.notes(label: "storectl-lock")
         let rounds = 60
         for round in 1...rounds {
             let results = together(s, ["config", "set", "stores.a.history.author", "a-\(round)"],
@@ -35,7 +35,7 @@ final class ConfigEditLockTests: XCTestCase {
     }
 
     func testConcurrentModeSwitchesOnTwoStoresKeepBothModes() throws {
-        let s = try SharedStores(label: "storectl-lock")
+        let s = try Fleet.notes(label: "storectl-lock")
         try s.run("a", ["mode", "local"])
         try s.run("b", ["mode", "local"])
         for round in 1...12 {

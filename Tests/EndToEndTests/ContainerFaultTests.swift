@@ -7,13 +7,13 @@ import XCTest
 /// names the file and the fix; nothing is lost, and nothing more is written into a damaged container.
 final class ContainerFaultTests: XCTestCase {
     func testAFullContainerFileSystemIsExit74AndLosesNothing() throws {
-        let s = try SharedStores(label: "storectl-fault")
+        let s = try Fleet.notes(label: "storectl-fault")
         try s.run("a", ["mode", "cloud"])
         try s.sql("a", """
             WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 3000)
             INSERT INTO notes(uuid, title, body) SELECT 'bulk-' || i, 'bulk', hex(zeroblob(200)) FROM c
             """)
-        let before = try s.rows("a")
+        let before = try s.noteRows("a")
         // One save batch holds every row, so the container outgrows the limit before the store writes anything:
         // no file may grow past 512 KiB.
         let r = try Binary.run("/bin/sh", ["-c", "ulimit -f 1024; exec \"$0\" \"$@\"", Binary.storectl, "--store", "a",
@@ -22,16 +22,16 @@ final class ContainerFaultTests: XCTestCase {
         XCTAssertTrue(r.stderr.contains("shared.container"), r.stderr)
         XCTAssertTrue(r.stderr.contains("hint: "), r.stderr)
         XCTAssertFalse(r.stderr.contains("SQLite error"), "a raw SQLite message\n\(r)")
-        XCTAssertEqual(try s.rows("a"), before)
+        XCTAssertEqual(try s.noteRows("a"), before)
         XCTAssertEqual(try s.integrity().values.filter { $0 != "ok" }, [])
         // With room again, the same sync completes and b gets every row.
         try s.run("a", ["sync"])
         try s.run("b", ["mode", "cloud"])
-        XCTAssertEqual(try s.rows("b"), try s.rows("a"))
+        XCTAssertEqual(try s.noteRows("b"), try s.noteRows("a"))
     }
 
     func testADamagedContainerIsRefusedFromTheFirstDamagedPageOn() throws {
-        let s = try SharedStores(label: "storectl-fault")
+        let s = try Fleet.notes(label: "storectl-fault")
         try s.run("a", ["mode", "cloud"])
         try s.sql("a", """
             WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 2000)

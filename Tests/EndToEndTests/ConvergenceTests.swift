@@ -25,16 +25,7 @@ final class ConvergenceTests: XCTestCase {
                                          label TEXT NOT NULL, PRIMARY KEY (note_id, label));
         """
 
-    enum Backend: CustomStringConvertible {
-        case file
-        case postgres(url: String)
-        var description: String {
-            switch self {
-            case .file: return "file"
-            case .postgres: return "postgres"
-            }
-        }
-    }
+    typealias Backend = FleetBackend
 
     static var environment: [String: String] { ProcessInfo.processInfo.environment }
 
@@ -82,44 +73,15 @@ final class ConvergenceTests: XCTestCase {
 
     private func converge(_ seed: UInt64, backend: Backend, replay: String) throws -> Bool {
         var rng = SplitMix64(seed: seed)
-        let dir = try TempDirectory("storectl-converge")
-        try dir.write("schema.sql", Self.schema)
-        let containerID = "test.convergence.\(seed).\(UInt32.random(in: 0...UInt32.max))"
-        var pgContainer: PostgresCloudDatabase?
-        defer { try? pgContainer?.deleteContainer() }
-        let cloudYAML: String
-        switch backend {
-        case .file:
-            _ = try FileCloudDatabase.create(path: dir.file("cloud/shared.container"), container: containerID,
-                                             account: "demo", secret: "demo-secret", iterations: 1)
-            cloudYAML = "url: file:cloud/shared.container\n      account: demo\n      secret: demo-secret"
-        case .postgres(let url):
-            let pg = try PostgresCloudDatabase(url: url, container: containerID)
-            _ = try pg.initializeContainer()
-            pgContainer = pg
-            let role = pg.role ?? "postgres"
-            cloudYAML = "url: '\(url)'\n      account: \(role)\n      secret: unused-with-trust"
-        }
-        var yaml = "version: 1\nstores:\n"
-        for name in Self.stores {
-            yaml += """
-                  \(name):
-                    path: data/\(name).sqlite
-                    schema: schema.sql
-                    mode: local
-                    entities:
-                      notes:
-                        unique: [uuid]
-                      settings: {}
-                      links: {}
-                    cloud:
-                      container: \(containerID)
-                      \(cloudYAML)
-
-                """
-        }
-        let configPath = try dir.write("config.yaml", yaml)
-        chmod(configPath, 0o600)
+        let fleet = try Fleet(stores: Self.stores, backend: backend, schema: Self.schema, storeYAML: """
+                entities:
+                  notes:
+                    unique: [uuid]
+                  settings: {}
+                  links: {}
+            """, label: "storectl-converge", container: "test.convergence.\(seed).\(UInt32.random(in: 0...UInt32.max))")
+        let dir = fleet.dir
+        let configPath = fleet.configPath
         func handle(_ store: String) throws -> StoreHandle {
             let config = try ConfigLoader.load(path: configPath, environment: [:])
             return try StoreHandle(config: config, storeName: store, environment: [:])

@@ -3,138 +3,6 @@ import StoreCloud
 import TestSupport
 import XCTest
 
-/// Stores that share one container file, driven through the real binary and plain `sqlite3`, with the checks the
-/// reliability tests share: integrity, rows by natural values in every store and in the cloud, config bytes.
-final class SharedStores {
-    static let schema = """
-        CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT NOT NULL DEFAULT '',
-                                         body TEXT NOT NULL DEFAULT '');
-        CREATE TABLE IF NOT EXISTS tags(id INTEGER PRIMARY KEY, name TEXT NOT NULL);
-        CREATE TABLE IF NOT EXISTS note_tags(note_id INTEGER NOT NULL REFERENCES notes(id) ON DELETE CASCADE,
-                                             tag_id INTEGER NOT NULL REFERENCES tags(id) ON DELETE CASCADE,
-                                             PRIMARY KEY (note_id, tag_id));
-        CREATE TABLE IF NOT EXISTS settings(key TEXT PRIMARY KEY, value TEXT);
-        """
-    static let secret = "demo-secret"
-
-    let dir: TempDirectory
-    let stores: [String]
-    var modes: [String: String]
-    /// Extra YAML under each store (entities:, seed:), indented by four spaces.
-    let extra: String
-
-    init(stores: [String] = ["a", "b"], extra: String = "", label: String = "storectl-shared") throws {
-        dir = try TempDirectory(label)
-        self.stores = stores
-        self.extra = extra
-        modes = Dictionary(uniqueKeysWithValues: stores.map { ($0, "local") })
-        try dir.write("schema.sql", Self.schema)
-        try dir.write("config.yaml", configText(modes))
-        // A container whose secret hash takes one PBKDF2 round, so that every command stays quick in a debug build.
-        try FileManager.default.createDirectory(atPath: dir.file("cloud"), withIntermediateDirectories: true)
-        _ = try FileCloudDatabase.create(path: dir.file("cloud/shared.container"), container: "iCloud.com.example.notes",
-                                         account: "demo", secret: Self.secret, iterations: 1)
-        chmod(dir.file("config.yaml"), 0o600)
-    }
-
-    /// The exact bytes of config.yaml with these modes.
-    func configText(_ modes: [String: String]) -> String {
-        var yaml = "# reliability test config\nversion: 1\nstores:\n"
-        for name in stores {
-            yaml += """
-                  \(name):
-                    path: data/\(name).sqlite   # the store file
-                    schema: schema.sql
-                    mode: \(modes[name] ?? "local")
-                    history:
-                      author: app-\(name)
-                    cloud:
-                      container: iCloud.com.example.notes
-                      url: file:cloud/shared.container
-                      account: demo
-                      secret: demo-secret
-
-                """
-            yaml += extra
-        }
-        return yaml
-    }
-
-    var config: String { (try? dir.read("config.yaml")) ?? "" }
-
-    @discardableResult
-    func run(_ store: String?, _ args: [String], env: [String: String] = [:], expect: Int32? = 0,
-             file: StaticString = #filePath, line: UInt = #line) throws -> ProcessResult
-    {
-        let r = try Binary.storectl((store.map { ["--store", $0] } ?? []) + args, in: dir.path, environment: env)
-        if let expect {
-            XCTAssertEqual(r.status, expect, "storectl \(args.joined(separator: " ")) on \(store ?? "-")\n\(r)",
-                           file: file, line: line)
-        }
-        return r
-    }
-
-    /// Runs SQL on a store file with the sqlite3 shell, as an external writer would.
-    @discardableResult
-    func sql(_ store: String, _ statement: String, file: StaticString = #filePath, line: UInt = #line) throws
-        -> String
-    {
-        try sqlFile(dir.file("data/\(store).sqlite"), statement, file: file, line: line)
-    }
-
-    @discardableResult
-    func sqlFile(_ path: String, _ statement: String, file: StaticString = #filePath, line: UInt = #line) throws
-        -> String
-    {
-        let r = try Binary.run("/usr/bin/sqlite3", ["-cmd", ".timeout 5000", path, statement], in: dir.path)
-        XCTAssertEqual(r.status, 0, "\(statement)\n\(r)", file: file, line: line)
-        return r.stdout
-    }
-
-    /// `PRAGMA integrity_check` of every store and of the container: "ok" each.
-    func integrity() throws -> [String: String] {
-        var out: [String: String] = [:]
-        for s in stores where FileManager.default.fileExists(atPath: dir.file("data/\(s).sqlite")) {
-            out[s] = try sql(s, "PRAGMA integrity_check").trimmingCharacters(in: .whitespacesAndNewlines)
-        }
-        out["cloud"] = try sqlFile(dir.file("cloud/shared.container"), "PRAGMA integrity_check")
-            .trimmingCharacters(in: .whitespacesAndNewlines)
-        return out
-    }
-
-    /// A store's rows by natural values, one line per row (duplicates show as repeated lines).
-    func rows(_ store: String) throws -> [String] {
-        let text = try sql(store, """
-            SELECT 'note|' || uuid || '|' || title || '|' || body FROM notes;
-            SELECT 'tag|' || name FROM tags;
-            SELECT 'link|' || n.uuid || '|' || t.name FROM note_tags nt JOIN notes n ON n.id = nt.note_id
-              JOIN tags t ON t.id = nt.tag_id;
-            SELECT 'setting|' || key || '|' || coalesce(value, '~') FROM settings;
-            SELECT 'dangling-link|' || count(*) FROM note_tags
-              WHERE note_id NOT IN (SELECT id FROM notes) OR tag_id NOT IN (SELECT id FROM tags) HAVING count(*) > 0;
-            """)
-        return text.split(separator: "\n").map(String.init).sorted()
-    }
-
-    /// The cloud's live records by natural values, in the same form as `rows`.
-    func cloudRows() throws -> [String] {
-        let ref = { (col: String) in "json_extract(l.fields, '$.\(col).\"$ref\"')" }
-        let text = try sqlFile(dir.file("cloud/shared.container"), """
-            SELECT 'note|' || json_extract(fields, '$.uuid') || '|' || json_extract(fields, '$.title') || '|'
-                   || json_extract(fields, '$.body') FROM records WHERE record_type = 'notes' AND deleted = 0;
-            SELECT 'tag|' || json_extract(fields, '$.name') FROM records WHERE record_type = 'tags' AND deleted = 0;
-            SELECT 'link|' || coalesce(json_extract(n.fields, '$.uuid'), '?') || '|'
-                   || coalesce(json_extract(t.fields, '$.name'), '?')
-              FROM records l LEFT JOIN records n ON n.record_name = \(ref("note_id")) AND n.deleted = 0
-              LEFT JOIN records t ON t.record_name = \(ref("tag_id")) AND t.deleted = 0
-              WHERE l.record_type = 'note_tags' AND l.deleted = 0;
-            SELECT 'setting|' || json_extract(fields, '$.key') || '|' || coalesce(json_extract(fields, '$.value'), '~')
-              FROM records WHERE record_type = 'settings' AND deleted = 0;
-            """)
-        return text.split(separator: "\n").map(String.init).sorted()
-    }
-}
-
 /// Lost rows (expected, missing) and unexpected rows (duplicated or resurrected), as multisets.
 func compareRows(expected: [String], actual: [String]) -> (lost: [String], extra: [String]) {
     var counts: [String: Int] = [:]
@@ -284,7 +152,7 @@ final class CrashTests: XCTestCase {
     /// Sets up two stores, runs `op` on store a with the failpoint armed, checks the kill, reruns, syncs every
     /// store twice, and checks integrity, rows and config bytes.
     func crashAndResume(failpoint: String, op: Operation, file: StaticString = #filePath, line: UInt = #line) throws {
-        let s = try SharedStores(extra: Self.extra, label: "storectl-crash")
+        let s = try Fleet.notes(extra: Self.extra, label: "storectl-crash")
         let what = "\(failpoint) during \(op.rawValue)"
         var model = Model()
         // Base rows, made on a before it ever synced.
@@ -412,7 +280,7 @@ final class CrashTests: XCTestCase {
 
         XCTAssertEqual(try s.integrity().values.filter { $0 != "ok" }, [], what, file: file, line: line)
         let expected = model.rows
-        for (name, actual) in [("a", try s.rows("a")), ("b", try s.rows("b")), ("cloud", try s.cloudRows())] {
+        for (name, actual) in [("a", try s.noteRows("a")), ("b", try s.noteRows("b")), ("cloud", try s.cloudNoteRows())] {
             let (lost, extra) = compareRows(expected: expected, actual: actual)
             totals.lost += lost.count
             totals.extra += extra.count

@@ -20,70 +20,29 @@ final class MigrationPair {
         ALTER TABLE items_new RENAME TO items;
         """
 
-    let dir: TempDirectory
-    let backend: Backend
-    private var pg: PostgresCloudDatabase?
+    let fleet: Fleet
+    var dir: TempDirectory { fleet.dir }
+    var backend: Backend { fleet.backend }
 
     init(_ backend: Backend, stores: [String] = ["a", "b"]) throws {
-        self.backend = backend
-        dir = try TempDirectory("storectl-data-migration")
-        try dir.write("schema.sql", Self.schema)
+        fleet = try Fleet(stores: stores, backend: backend, schema: Self.schema, label: "storectl-data-migration",
+                          container: "test.migration.\(UInt32.random(in: 0...UInt32.max))")
         try FileManager.default.createDirectory(atPath: dir.file("migrations"), withIntermediateDirectories: true)
         try dir.write("migrations/0002-price.sql", Self.migration)
-        let container = "test.migration.\(UInt32.random(in: 0...UInt32.max))"
-        let cloud: String
-        switch backend {
-        case .file:
-            try FileManager.default.createDirectory(atPath: dir.file("cloud"), withIntermediateDirectories: true)
-            _ = try FileCloudDatabase.create(path: dir.file("cloud/shared.container"), container: container,
-                                             account: "demo", secret: "demo-secret", iterations: 1)
-            cloud = "url: file:cloud/shared.container\n      account: demo\n      secret: demo-secret"
-        case .postgres(let url):
-            let db = try PostgresCloudDatabase(url: url, container: container)
-            _ = try db.initializeContainer()
-            pg = db
-            cloud = "url: '\(url)'\n      account: \(db.role ?? "postgres")\n      secret: unused-with-trust"
-        }
-        var yaml = "version: 1\nstores:\n"
-        for name in stores {
-            yaml += """
-                  \(name):
-                    path: data/\(name).sqlite
-                    schema: schema.sql
-                    mode: local
-                    history:
-                      author: app-\(name)
-                    cloud:
-                      container: \(container)
-                      \(cloud)
-
-                """
-        }
-        chmod(try dir.write("config.yaml", yaml), 0o600)
     }
-
-    deinit { try? pg?.deleteContainer() }
 
     @discardableResult
     func run(_ store: String, _ args: [String], expect: Int32? = 0, file: StaticString = #filePath,
              line: UInt = #line) throws -> ProcessResult
     {
-        let r = try Binary.storectl(["--store", store] + args, in: dir.path)
-        if let expect {
-            XCTAssertEqual(r.status, expect, "[\(backend)] storectl \(args.joined(separator: " ")) on \(store)\n\(r)",
-                           file: file, line: line)
-        }
-        return r
+        try fleet.run(store, args, expect: expect, file: file, line: line)
     }
 
     @discardableResult
     func sql(_ store: String, _ statement: String, file: StaticString = #filePath, line: UInt = #line) throws
         -> String
     {
-        let r = try Binary.run("/usr/bin/sqlite3", ["-cmd", ".timeout 5000", dir.file("data/\(store).sqlite"),
-                                                    statement], in: dir.path)
-        XCTAssertEqual(r.status, 0, "\(statement)\n\(r)", file: file, line: line)
-        return r.stdout
+        try fleet.sql(store, statement, foreignKeys: false, file: file, line: line)
     }
 
     func migrate(_ store: String, file: StaticString = #filePath, line: UInt = #line) throws {
@@ -258,7 +217,7 @@ final class DataMigrationTests: XCTestCase {
             let refused = try p.run("c", ["mode", "cloud"], expect: 75)
             XCTAssertTrue(refused.stderr.contains("migrate --sql migrations/0002-price.sql --schema-version 2"),
                           refused.stderr)
-            XCTAssertTrue(try p.dir.read("config.yaml").contains("path: data/c.sqlite\n    schema: schema.sql\n"
+            XCTAssertTrue(try p.dir.read("config.yaml").contains("path: data/c.sqlite   # the store file\n    schema: schema.sql\n"
                                                                   + "    mode: local"))
             XCTAssertEqual(try p.items("c"), "cup=real:3.25")
             try p.migrate("c")

@@ -7,13 +7,13 @@ import XCTest
 /// member, a disabled account and an unregistered one are refused, and the container keeps every record.
 final class DestructiveOperationTests: XCTestCase {
     func testEveryRoleButTheOwnerIsRefused() throws {
-        let s = try SharedStores(label: "storectl-roles")
+        let s = try Fleet.notes(label: "storectl-roles")
         try s.run("a", ["mode", "cloud"])
         try s.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two')")
         try s.run("a", ["sync"])
         let owner = try FileCloudDatabase.open(path: s.dir.file("cloud/shared.container"),
                                                container: "iCloud.com.example.notes", account: "demo",
-                                               secret: SharedStores.secret)
+                                               secret: Fleet.notesSecret)
         try owner.addAccount(id: "bob", secret: "bob-secret", role: .member)
         try owner.addAccount(id: "carol", secret: "carol-secret", role: .member)
         try owner.disableAccount(id: "carol")

@@ -15,8 +15,8 @@ final class DoctorTests: XCTestCase {
 
         """
 
-    func synced() throws -> SharedStores {
-        let s = try SharedStores(extra: Self.extra, label: "storectl-doctor")
+    func synced() throws -> Fleet {
+        let s = try Fleet.notes(extra: Self.extra, label: "storectl-doctor")
         try s.run("a", ["mode", "local"])
         try s.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two')")
         try s.run("a", ["mode", "cloud"])
@@ -32,7 +32,7 @@ final class DoctorTests: XCTestCase {
     }
 
     /// Runs `doctor --json` on store a and returns its exit status and findings, checking the document's shape.
-    func doctor(_ s: SharedStores, store: String = "a", env: [String: String] = [:], file: StaticString = #filePath,
+    func doctor(_ s: Fleet, store: String = "a", env: [String: String] = [:], file: StaticString = #filePath,
                 line: UInt = #line) throws -> (Int32, [Finding])
     {
         let r = try s.run(store, ["--json", "doctor"], env: env, expect: nil)

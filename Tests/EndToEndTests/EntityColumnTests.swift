@@ -12,7 +12,7 @@ final class EntityColumnTests: XCTestCase {
             ("notes: {unique: [uuid], keep: oldest(titel)}", "stores.a.entities.notes.keep: table notes has no column 'titel'"),
         ]
         for (entity, message) in cases {
-            let s = try SharedStores(extra: "    entities:\n      \(entity)\n      tags: {}\n      note_tags: {}\n"
+            let s = try Fleet.notes(extra: "    entities:\n      \(entity)\n      tags: {}\n      note_tags: {}\n"
                                          + "      settings: {}\n", label: "storectl-entity")
             // The store exists: the columns can be checked.
             try s.run("a", ["init"])
@@ -28,7 +28,7 @@ final class EntityColumnTests: XCTestCase {
             XCTAssertEqual(try s.run("a", ["mode"]).stdout, "local\n")
         }
         // The hint suggests the near column.
-        let s = try SharedStores(extra: "    entities:\n      notes: {unique: [uuid], keep: newest(titel)}\n",
+        let s = try Fleet.notes(extra: "    entities:\n      notes: {unique: [uuid], keep: newest(titel)}\n",
                                  label: "storectl-entity")
         try s.run("a", ["init"])
         let r = try s.run("a", ["cloud", "check"], expect: 78)

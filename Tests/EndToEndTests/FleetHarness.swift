@@ -284,11 +284,12 @@ enum JSONDoc {
 }
 
 /// Stores that share one container, driven through the real `storectl` binary and the `sqlite3` shell, with the
-/// checks every resilience test makes: integrity, rows by value on every store, in the cloud and on a store that
-/// joins last, and what `status` and `doctor` say.
+/// checks every multi-store test makes: integrity, rows by value on every store, in the cloud and on a store that
+/// joins last, and what `status` and `doctor` say. It is the one harness of the multi-store end-to-end tests:
+/// `Fleet.notes` is the notes schema the reliability tests share, and any other schema is a parameter.
 ///
-/// Every fleet has one more store than asked for, `late`: it stays uninitialised until `joinLate()` brings it to
-/// cloud mode from nothing, so that it receives exactly what the cloud holds live.
+/// A fleet has one more store than asked for, `late` (unless `late: false`): it stays uninitialised until
+/// `joinLate()` brings it to cloud mode from nothing, so that it receives exactly what the cloud holds live.
 final class Fleet {
     static let secret = "fleet-secret"
     static let lateStore = "late"
@@ -296,42 +297,68 @@ final class Fleet {
     let dir: TempDirectory
     let backend: FleetBackend
     let containerID: String
+    /// The container file's secret (file backend).
+    let secret: String
     /// The stores asked for, without `late`.
     let stores: [String]
+    /// Whether the config has the `late` store.
+    let hasLate: Bool
+    /// Each store's `mode:` as the harness last wrote it (`configText` writes these).
+    var modes: [String: String]
+    /// Whether `sql` turns foreign keys on unless told (the app's connection); the notes fleet's tests write as a
+    /// plain `sqlite3` shell does, without them.
+    var foreignKeysByDefault = true
     private var pgContainer: PostgresCloudDatabase?
     private(set) var cloudYAML = ""
+    private let storeYAML: String
+    private let cloudExtra: String
 
     /// - Parameters:
     ///   - schema: the SQL every store's `init` runs.
     ///   - storeYAML: extra YAML under each store (`entities:`, `seed:`), indented by four spaces.
     ///   - cloudExtra: extra YAML under each store's `cloud:`, indented by six spaces.
+    ///   - container: the container's identifier (a random one unless given).
+    ///   - late: whether the config has the `late` store.
     init(stores: [String] = ["a", "b"], backend: FleetBackend, schema: String, storeYAML: String = "",
-         cloudExtra: String = "", label: String = "storectl-fleet") throws
+         cloudExtra: String = "", label: String = "storectl-fleet", container: String? = nil,
+         secret: String = Fleet.secret, late: Bool = true) throws
     {
         dir = try TempDirectory(label)
         self.backend = backend
         self.stores = stores
-        containerID = "test.fleet.\(UInt32.random(in: 0...UInt32.max))"
+        self.secret = secret
+        self.storeYAML = storeYAML
+        self.cloudExtra = cloudExtra
+        hasLate = late
+        containerID = container ?? "test.fleet.\(UInt32.random(in: 0...UInt32.max))"
+        modes = Dictionary(uniqueKeysWithValues: (stores + (late ? [Self.lateStore] : [])).map { ($0, "local") })
         try dir.write("schema.sql", schema)
         switch backend {
         case .file:
             try FileManager.default.createDirectory(atPath: dir.file("cloud"), withIntermediateDirectories: true)
             _ = try FileCloudDatabase.create(path: dir.file("cloud/shared.container"), container: containerID,
-                                             account: "demo", secret: Self.secret, iterations: 1)
-            cloudYAML = "url: file:cloud/shared.container\n      account: demo\n      secret: \(Self.secret)"
+                                             account: "demo", secret: secret, iterations: 1)
+            cloudYAML = "url: file:cloud/shared.container\n      account: demo\n      secret: \(secret)"
         case .postgres(let url):
             let pg = try PostgresCloudDatabase(url: url, container: containerID)
             _ = try pg.initializeContainer()
             pgContainer = pg
             cloudYAML = "url: '\(url)'\n      account: \(pg.role ?? "postgres")\n      secret: unused-with-trust"
         }
-        var yaml = "version: 1\nstores:\n"
-        for name in stores + [Self.lateStore] {
+        let config = try dir.write("config.yaml", configText(modes))
+        chmod(config, 0o600)
+        try FileManager.default.createDirectory(atPath: dir.file("data"), withIntermediateDirectories: true)
+    }
+
+    /// The exact bytes of the fleet's config.yaml with these modes (a store not named is `local`).
+    func configText(_ modes: [String: String]) -> String {
+        var yaml = "# reliability test config\nversion: 1\nstores:\n"
+        for name in stores + (hasLate ? [Self.lateStore] : []) {
             yaml += """
                   \(name):
-                    path: data/\(name).sqlite
+                    path: data/\(name).sqlite   # the store file
                     schema: schema.sql
-                    mode: local
+                    mode: \(modes[name] ?? "local")
                     history:
                       author: app-\(name)
                     cloud:
@@ -342,10 +369,11 @@ final class Fleet {
             if !cloudExtra.isEmpty { yaml += cloudExtra.hasSuffix("\n") ? cloudExtra : cloudExtra + "\n" }
             if !storeYAML.isEmpty { yaml += storeYAML.hasSuffix("\n") ? storeYAML : storeYAML + "\n" }
         }
-        let config = try dir.write("config.yaml", yaml)
-        chmod(config, 0o600)
-        try FileManager.default.createDirectory(atPath: dir.file("data"), withIntermediateDirectories: true)
+        return yaml
     }
+
+    /// The config file as it is now.
+    var config: String { (try? dir.read("config.yaml")) ?? "" }
 
     deinit { try? pgContainer?.deleteContainer() }
 
@@ -376,10 +404,10 @@ final class Fleet {
 
     /// Runs SQL on a store with the `sqlite3` shell, as the app would (foreign keys on, unless asked otherwise).
     @discardableResult
-    func sql(_ store: String, _ statement: String, foreignKeys: Bool = true, file: StaticString = #filePath,
+    func sql(_ store: String, _ statement: String, foreignKeys: Bool? = nil, file: StaticString = #filePath,
              line: UInt = #line) throws -> String
     {
-        let text = (foreignKeys ? "PRAGMA foreign_keys = ON;\n" : "") + statement
+        let text = (foreignKeys ?? foreignKeysByDefault ? "PRAGMA foreign_keys = ON;\n" : "") + statement
         let r = try Binary.run("/usr/bin/sqlite3", ["-cmd", ".timeout 5000", path(store), text], in: dir.path)
         if r.status != 0 { XCTFail("[\(backend)] sqlite3 on \(store): \(statement)\n\(r)", file: file, line: line) }
         return r.stdout
@@ -422,7 +450,7 @@ final class Fleet {
         switch backend {
         case .file:
             return try FileCloudDatabase.open(path: dir.file("cloud/shared.container"), container: containerID,
-                                              account: "demo", secret: Self.secret)
+                                              account: "demo", secret: secret)
         case .postgres(let url):
             return try PostgresCloudDatabase(url: url, container: containerID)
         }

@@ -7,8 +7,8 @@ import XCTest
 /// place without losing any.
 final class LeanRecordMapTests: XCTestCase {
     /// Two stores in the cloud with five notes that have bodies.
-    func synced() throws -> SharedStores {
-        let s = try SharedStores(label: "storectl-lean-map")
+    func synced() throws -> Fleet {
+        let s = try Fleet.notes(label: "storectl-lean-map")
         try s.run("a", ["mode", "local"])
         var sql = ""
         for i in 1...5 { sql += "INSERT INTO notes(uuid, title, body) VALUES ('n\(i)', 'note \(i)', 'body \(i)');" }
@@ -26,12 +26,12 @@ final class LeanRecordMapTests: XCTestCase {
         ALTER TABLE notes_new RENAME TO notes;
         """
 
-    func bodies(_ s: SharedStores, _ store: String) throws -> [String] {
+    func bodies(_ s: Fleet, _ store: String) throws -> [String] {
         try s.sql(store, "SELECT uuid || '|' || title || '|' || body FROM notes ORDER BY uuid")
             .split(separator: "\n").map(String.init)
     }
 
-    func cloudNotes(_ s: SharedStores) throws -> [String] {
+    func cloudNotes(_ s: Fleet) throws -> [String] {
         try s.sqlFile(s.dir.file("cloud/shared.container"), """
             SELECT json_extract(fields, '$.uuid') || '|' || json_extract(fields, '$.title') || '|'
                    || coalesce(json_extract(fields, '$.body'), '<none>')
@@ -40,7 +40,7 @@ final class LeanRecordMapTests: XCTestCase {
     }
 
     /// Each base is a blob of 12 bytes a field, and no base holds a value.
-    func assertHashed(_ s: SharedStores, _ store: String, fields: Int, file: StaticString = #filePath,
+    func assertHashed(_ s: Fleet, _ store: String, fields: Int, file: StaticString = #filePath,
                       line: UInt = #line) throws
     {
         let shapes = try s.sql(store, """

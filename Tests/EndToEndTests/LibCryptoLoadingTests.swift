@@ -16,7 +16,7 @@ final class LibCryptoLoadingTests: XCTestCase {
     }
 
     func testAMissingLibcryptoStopsOnlyWhatNeedsIt() throws {
-        let s = try SharedStores(label: "storectl-crypto")
+        let s = try Fleet.notes(label: "storectl-crypto")
         let env = ["STORECTL_LIBCRYPTO": missing, "STORECTL_CREDENTIAL_CACHE": "off"]
         // Commands that hash nothing work.
         try s.run("a", ["mode", "local"], env: env)

@@ -7,13 +7,13 @@ import XCTest
 /// `storectl migrate --cloud`: moving a store's sync target, through the real binary.
 final class MigrateCloudTests: XCTestCase {
     /// Two stores in cloud mode on one container file, with rows, and a change on a not exported yet.
-    func synced(label: String = "storectl-cloud-move") throws -> SharedStores {
-        let s = try SharedStores.inTheCloud(label: label)
+    func synced(label: String = "storectl-cloud-move") throws -> Fleet {
+        let s = try Fleet.notesInTheCloud(label: label)
         try s.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n3', 'pending on a')")
         return s
     }
 
-    func notes(_ s: SharedStores, _ store: String) throws -> String {
+    func notes(_ s: Fleet, _ store: String) throws -> String {
         try s.sql(store, "SELECT uuid || '|' || title FROM notes ORDER BY uuid")
     }
 
@@ -61,7 +61,7 @@ final class MigrateCloudTests: XCTestCase {
         XCTAssertEqual(try s.sql("a", "SELECT title FROM notes WHERE uuid = 'n4'"), "from b via PostgreSQL\n")
         try s.run("a", ["verify"])
         try s.run("b", ["verify"])
-        XCTAssertEqual(try s.rows("a"), try s.rows("b"))
+        XCTAssertEqual(try s.noteRows("a"), try s.noteRows("b"))
 
         // And back to the container file, which holds an older copy: nothing newer is lost.
         let back = ["migrate", "--cloud", "file:cloud/shared.container", "--container", "iCloud.com.example.notes",
@@ -70,8 +70,8 @@ final class MigrateCloudTests: XCTestCase {
         try s.run("b", back)
         try s.run("a", ["sync"])
         XCTAssertEqual(try notes(s, "a"), expected + "n4|from b via PostgreSQL\n")
-        XCTAssertEqual(try s.rows("a"), try s.rows("b"))
-        XCTAssertEqual(try s.cloudRows(), try s.rows("a").filter { !$0.hasPrefix("dangling") })
+        XCTAssertEqual(try s.noteRows("a"), try s.noteRows("b"))
+        XCTAssertEqual(try s.cloudNoteRows(), try s.noteRows("a").filter { !$0.hasPrefix("dangling") })
         try s.run("a", ["verify"])
     }
 
@@ -269,7 +269,7 @@ final class MigrateCloudTests: XCTestCase {
             for store in ["a", "b", "a"] { try s.run(store, ["sync"]) }
             try s.run("a", ["verify"])
             try s.run("b", ["verify"])
-            XCTAssertEqual(try s.rows("a"), try s.rows("b"), failpoint)
+            XCTAssertEqual(try s.noteRows("a"), try s.noteRows("b"), failpoint)
             XCTAssertEqual(try notes(s, "b"), "n1|one\nn2|two\nn3|pending on a\n", failpoint)
             XCTAssertEqual(try s.sql("b", "SELECT value FROM settings WHERE key = 'after the kill'"), "yes\n",
                            failpoint)

@@ -5,13 +5,13 @@ import XCTest
 /// `storectl migrate --to`: moving and copying a store file, through the real binary.
 final class MigrateMoveTests: XCTestCase {
     /// Two stores in cloud mode sharing a container, with rows on a that b has, and a history consumer on a.
-    func synced() throws -> SharedStores {
-        let s = try SharedStores.inTheCloud(label: "storectl-move")
+    func synced() throws -> Fleet {
+        let s = try Fleet.notesInTheCloud(label: "storectl-move")
         try s.run("a", ["history", "consumer", "add", "search-index"])
         return s
     }
 
-    func meta(_ s: SharedStores, _ path: String, _ key: String) throws -> String {
+    func meta(_ s: Fleet, _ path: String, _ key: String) throws -> String {
         try s.sqlFile(path, "SELECT value FROM _storectl_meta WHERE key = '\(key)'")
             .trimmingCharacters(in: .whitespacesAndNewlines)
     }
@@ -226,7 +226,7 @@ final class MigrateMoveTests: XCTestCase {
             let expected = "after the kill\nafter the rerun\nn1\nn2\n"
             XCTAssertEqual(try s.sqlFile(new, "SELECT uuid FROM notes ORDER BY uuid"), expected, failpoint)
             XCTAssertEqual(try s.sql("b", "SELECT uuid FROM notes ORDER BY uuid"), expected, failpoint)
-            XCTAssertEqual(try s.cloudRows().filter { $0.hasPrefix("note|") }.count, 4, failpoint)
+            XCTAssertEqual(try s.cloudNoteRows().filter { $0.hasPrefix("note|") }.count, 4, failpoint)
         }
     }
 
@@ -257,10 +257,10 @@ final class MigrateMoveTests: XCTestCase {
     }
 }
 
-extension SharedStores {
+extension Fleet {
     /// Stores a and b in cloud mode on one container file, with notes, a tag, a link and a setting made on a.
-    static func inTheCloud(label: String) throws -> SharedStores {
-        let s = try SharedStores(label: label)
+    static func notesInTheCloud(label: String) throws -> Fleet {
+        let s = try Fleet.notes(label: label)
         try s.run("a", ["mode", "local"])
         try s.sql("a", """
             INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two');

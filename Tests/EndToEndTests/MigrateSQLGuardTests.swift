@@ -6,8 +6,8 @@ import XCTest
 /// move are retries, through the real binary.
 final class MigrateSQLGuardTests: XCTestCase {
     /// Two stores in the cloud with notes, tags and settings.
-    func synced() throws -> SharedStores {
-        let s = try SharedStores(label: "storectl-migrate-guard")
+    func synced() throws -> Fleet {
+        let s = try Fleet.notes(label: "storectl-migrate-guard")
         try s.run("a", ["mode", "local"])
         var sql = "INSERT INTO tags(name) VALUES ('red'), ('blue');"
         for i in 1...5 { sql += "INSERT INTO notes(uuid, title) VALUES ('n\(i)', 'note \(i)');" }
@@ -20,9 +20,9 @@ final class MigrateSQLGuardTests: XCTestCase {
     }
 
     /// Everything in the store file, storectl's tables included.
-    func dump(_ s: SharedStores, _ store: String) throws -> String { try s.sql(store, ".dump") }
+    func dump(_ s: Fleet, _ store: String) throws -> String { try s.sql(store, ".dump") }
 
-    func cloudCounts(_ s: SharedStores) throws -> String {
+    func cloudCounts(_ s: Fleet) throws -> String {
         try s.sqlFile(s.dir.file("cloud/shared.container"),
                       "SELECT record_type, sum(deleted = 0), sum(deleted = 1) FROM records GROUP BY 1 ORDER BY 1")
     }
@@ -76,7 +76,7 @@ final class MigrateSQLGuardTests: XCTestCase {
         XCTAssertTrue(doctor.stdout.contains("healthy"), "\(doctor)")
         try s.run("a", ["sync"])
         try s.run("b", ["sync"])
-        XCTAssertEqual(try s.rows("a"), try s.rows("b"))
+        XCTAssertEqual(try s.noteRows("a"), try s.noteRows("b"))
     }
 
     /// TEMP objects a file makes for its own use are allowed, and gone when it ends; the file's changes sync.
@@ -176,7 +176,7 @@ final class MigrateSQLGuardTests: XCTestCase {
         try s.run("a", ["sync"])
         try s.run("b", ["sync"])
         XCTAssertEqual(try cloudCounts(s), cloudBefore)
-        XCTAssertEqual(try s.rows("a"), try s.rows("b"))
+        XCTAssertEqual(try s.noteRows("a"), try s.noteRows("b"))
         XCTAssertEqual(try s.sql("b", "SELECT count(*) FROM settings"), "2\n")
     }
 

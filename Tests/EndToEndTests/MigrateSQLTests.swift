@@ -5,8 +5,8 @@ import XCTest
 /// `storectl migrate --sql`: schema changes ALTER TABLE cannot make, through the real binary.
 final class MigrateSQLTests: XCTestCase {
     /// Two stores in the cloud with notes, tags, links and settings; `settings.value` holds numbers as text.
-    func synced() throws -> SharedStores {
-        let s = try SharedStores(label: "storectl-migrate-sql")
+    func synced() throws -> Fleet {
+        let s = try Fleet.notes(label: "storectl-migrate-sql")
         try s.run("a", ["mode", "local"])
         var sql = "INSERT INTO tags(name) VALUES ('red'), ('blue');"
         for i in 1...30 { sql += "INSERT INTO notes(uuid, title) VALUES ('n\(i)', 'note \(i)');" }
@@ -22,7 +22,7 @@ final class MigrateSQLTests: XCTestCase {
     }
 
     /// Record name of each row by natural value: what other devices know a row by.
-    func names(_ s: SharedStores, _ store: String) throws -> String {
+    func names(_ s: Fleet, _ store: String) throws -> String {
         try s.sql(store, """
             SELECT 'note|' || n.uuid || '|' || r.record_name FROM notes n JOIN _storectl_records r
               ON r.entity = 'notes' AND r.pk = json_array(n.id) ORDER BY n.uuid;
@@ -31,7 +31,7 @@ final class MigrateSQLTests: XCTestCase {
             """)
     }
 
-    func cloudCounts(_ s: SharedStores) throws -> String {
+    func cloudCounts(_ s: Fleet) throws -> String {
         try s.sqlFile(s.dir.file("cloud/shared.container"),
                       "SELECT record_type, sum(deleted = 0), sum(deleted = 1) FROM records GROUP BY 1 ORDER BY 1")
     }
@@ -82,8 +82,8 @@ final class MigrateSQLTests: XCTestCase {
         // b runs the same file, then syncs: the same rows, the same links, the same names, nothing deleted.
         try s.run("b", ["migrate", "--sql", "0001-rebuild.sql", "--schema-version", "1"])
         for store in ["b", "a", "b"] { try s.run(store, ["sync"]) }
-        XCTAssertEqual(try s.rows("a"), try s.rows("b"))
-        XCTAssertEqual(try s.cloudRows(), try s.rows("a"))
+        XCTAssertEqual(try s.noteRows("a"), try s.noteRows("b"))
+        XCTAssertEqual(try s.cloudNoteRows(), try s.noteRows("a"))
         XCTAssertEqual(try cloudCounts(s), cloudBefore)
         XCTAssertEqual(try s.sql("b", "SELECT value || typeof(value) FROM settings WHERE key = 'limit'"), "40integer\n")
         try s.run("b", ["verify"])
@@ -125,12 +125,12 @@ final class MigrateSQLTests: XCTestCase {
         try s.run("a", ["sync"])
         try s.run("a", ["verify"])
         try s.run("b", ["verify"])
-        XCTAssertEqual(try s.cloudRows(), try s.rows("a"))
+        XCTAssertEqual(try s.cloudNoteRows(), try s.noteRows("a"))
     }
 
     func testStatementsTheFileMayNotRunAreRefusedAndNothingChanges() throws {
         let s = try synced()
-        let before = try s.rows("a")
+        let before = try s.noteRows("a")
         let schema = try s.sql("a", "SELECT group_concat(sql, ';') FROM sqlite_master")
         let cases: [(String, String, String)] = [
             ("tx.sql", "BEGIN; UPDATE settings SET value = 'x'; COMMIT;", "one transaction of its own"),
@@ -146,7 +146,7 @@ final class MigrateSQLTests: XCTestCase {
             let r = try s.run("a", ["migrate", "--sql", file], expect: 65)
             XCTAssertTrue(r.stderr.contains(message), "\(file): \(r.stderr)")
             XCTAssertTrue(r.stderr.contains("nothing was changed"), "\(file): \(r.stderr)")
-            XCTAssertEqual(try s.rows("a"), before, file)
+            XCTAssertEqual(try s.noteRows("a"), before, file)
             XCTAssertEqual(try s.sql("a", "SELECT group_concat(sql, ';') FROM sqlite_master"), schema, file)
             XCTAssertEqual(try s.sql("a", "SELECT count(*) FROM _storectl_meta WHERE key = 'schema_version'"), "0\n")
         }
@@ -159,7 +159,7 @@ final class MigrateSQLTests: XCTestCase {
 
     func testAKillBeforeTheCommitChangesNothing() throws {
         let s = try synced()
-        let before = try s.rows("a")
+        let before = try s.noteRows("a")
         let schema = try s.sql("a", "SELECT group_concat(sql, ';') FROM sqlite_master")
         try s.dir.write("0001.sql", """
             CREATE TABLE settings_new(key TEXT PRIMARY KEY, value INTEGER);
@@ -169,7 +169,7 @@ final class MigrateSQLTests: XCTestCase {
             """)
         try s.run("a", ["migrate", "--sql", "0001.sql"], env: ["STORECTL_FAILPOINT": "schema.before-commit"],
                   expect: 137)
-        XCTAssertEqual(try s.rows("a"), before)
+        XCTAssertEqual(try s.noteRows("a"), before)
         XCTAssertEqual(try s.sql("a", "SELECT group_concat(sql, ';') FROM sqlite_master"), schema)
         XCTAssertEqual(try s.integrity().values.filter { $0 != "ok" }, [])
         try s.run("a", ["sync"])

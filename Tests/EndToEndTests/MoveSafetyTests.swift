@@ -6,8 +6,8 @@ import XCTest
 /// new file before the rerun, and targets that are (or make) a store's files. Through the real binary.
 final class MoveSafetyTests: XCTestCase {
     /// Stores a and b in local mode, with notes n1 and n2 on a.
-    func stores() throws -> SharedStores {
-        let s = try SharedStores(label: "storectl-move-safety")
+    func stores() throws -> Fleet {
+        let s = try Fleet.notes(label: "storectl-move-safety")
         try s.run("a", ["mode", "local"])
         try s.run("b", ["mode", "local"])
         try s.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'), ('n2', 'two')")
@@ -15,12 +15,12 @@ final class MoveSafetyTests: XCTestCase {
     }
 
     /// An app's write with the sqlite3 shell: whether it committed, and what it said.
-    func appWrite(_ s: SharedStores, _ path: String, _ uuid: String) throws -> ProcessResult {
+    func appWrite(_ s: Fleet, _ path: String, _ uuid: String) throws -> ProcessResult {
         try Binary.run("/usr/bin/sqlite3", ["-cmd", ".timeout 5000", path,
                                             "INSERT INTO notes(uuid, title) VALUES ('\(uuid)', 'app')"], in: s.dir.path)
     }
 
-    func count(_ s: SharedStores, _ path: String, _ uuid: String) throws -> String {
+    func count(_ s: Fleet, _ path: String, _ uuid: String) throws -> String {
         try s.sqlFile(path, "SELECT count(*) FROM notes WHERE uuid = '\(uuid)'")
             .trimmingCharacters(in: .whitespacesAndNewlines)
     }
@@ -28,7 +28,7 @@ final class MoveSafetyTests: XCTestCase {
     func bytes(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
 
     /// The failpoints of `migrate --to`, as `storectl debug failpoints` lists them.
-    func moveFailpoints(_ s: SharedStores) throws -> [String] {
+    func moveFailpoints(_ s: Fleet) throws -> [String] {
         let r = try s.run(nil, ["--json", "debug", "failpoints"])
         let doc = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any])
         let all = try XCTUnwrap(doc["failpoints"] as? [[String: Any]]).compactMap { $0["name"] as? String }

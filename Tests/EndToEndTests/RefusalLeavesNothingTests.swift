@@ -113,7 +113,7 @@ final class RefusalLeavesNothingTests: XCTestCase {
 
     /// Read-only commands open the store read-only: a store its user may only read can still be inspected.
     func testHistoryAndDoctorReadAReadOnlyStore() throws {
-        let s = try SharedStores(label: "storectl-readonly")
+        let s = try Fleet.notes(label: "storectl-readonly")
         try s.run("a", ["mode", "cloud"])
         try s.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one')")
         try s.run("a", ["sync"])

@@ -95,7 +95,7 @@ final class SwitchPlanTests: XCTestCase {
                    (SELECT group_concat(name || '=' || token) FROM _storectl_consumers)
             """
         let before = try s.sql("a", state)
-        let rows = try s.rows("a")
+        let rows = try s.noteRows("a")
         let config = s.config
         let r = try s.run("a", ["mode", "cloud"], expect: 70)
         XCTAssertTrue(r.stderr.contains("differ: 1 row(s) that no pending change explains"), r.stderr)
@@ -103,7 +103,7 @@ final class SwitchPlanTests: XCTestCase {
                       r.stderr)
         XCTAssertTrue(r.stderr.contains("restored to its state before the switch"), r.stderr)
         XCTAssertEqual(try s.sql("a", state), before)
-        XCTAssertEqual(try s.rows("a"), rows)
+        XCTAssertEqual(try s.noteRows("a"), rows)
         XCTAssertEqual(s.config, config)
         XCTAssertEqual(try s.sql("a", "PRAGMA integrity_check"), "ok\n")
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: s.dir.file("data"))
@@ -120,8 +120,8 @@ final class SwitchPlanTests: XCTestCase {
     }
 
     /// Two stores in the cloud, then a local, with a record changed in the container behind storectl's back.
-    func tampered() throws -> SharedStores {
-        let s = try SharedStores(label: "storectl-switch")
+    func tampered() throws -> Fleet {
+        let s = try Fleet.notes(label: "storectl-switch")
         try s.run("a", ["mode", "local"])
         try s.sql("a", "INSERT INTO notes(uuid, title) VALUES ('n1', 'one'); INSERT INTO settings VALUES ('theme', 'dark')")
         try s.run("a", ["mode", "cloud"])
@@ -142,11 +142,11 @@ final class SwitchPlanTests: XCTestCase {
                 try s.sql("a", "UPDATE settings SET value = 'dark again' WHERE key = 'theme'")
             }
             let config = s.config
-            let rows = try s.rows("a")
+            let rows = try s.noteRows("a")
             try s.run("a", ["mode", "cloud"], env: ["STORECTL_FAILPOINT": failpoint], expect: 137)
             XCTAssertEqual(s.config, config, failpoint)
             XCTAssertEqual(try s.sql("a", "SELECT value FROM _storectl_meta WHERE key = 'mode'"), "local\n", failpoint)
-            XCTAssertEqual(try s.rows("a"), rows, failpoint)
+            XCTAssertEqual(try s.noteRows("a"), rows, failpoint)
             XCTAssertEqual(try s.integrity().values.filter { $0 != "ok" }, [], failpoint)
             // The store keeps working locally; the next switch (once the row is fixed) goes through and leaves no
             // copy behind.
@@ -155,7 +155,7 @@ final class SwitchPlanTests: XCTestCase {
             try s.run("a", ["mode", "cloud"])
             try s.run("a", ["verify"])
             try s.run("b", ["sync"])
-            XCTAssertEqual(try s.rows("a"), try s.rows("b"), failpoint)
+            XCTAssertEqual(try s.noteRows("a"), try s.noteRows("b"), failpoint)
             XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: s.dir.file("data"))
                 .filter { $0.contains("storectl") }, [], failpoint)
         }

@@ -54,7 +54,7 @@ final class UnsettledReportTests: XCTestCase {
         try f.run("a", ["sync"])
         // b tracks notes only.
         let config = try f.dir.read("config.yaml")
-        let marker = "  b:\n    path: data/b.sqlite\n"
+        let marker = "  b:\n    path: data/b.sqlite   # the store file\n"
         XCTAssertTrue(config.contains(marker), config)
         _ = try f.dir.write("config.yaml", config.replacingOccurrences(
             of: marker, with: marker + "    entities:\n      notes: {}\n"))
