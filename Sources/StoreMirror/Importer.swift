@@ -32,6 +32,21 @@ public struct ImportReport: Sendable, Codable, Equatable {
     public var waitingRecords: [UnsettledReport.Waiting] = []
 
     public init() {}
+
+    /// Adds what an earlier import of the same sync did (`Mirror.sync` imports before and after its export under
+    /// `merge_policy: error`): the records it applied, deleted, skipped and merged. What is still waiting or set
+    /// aside, and the token, are this report's: they describe the store after the later import.
+    public mutating func absorb(_ earlier: ImportReport) {
+        applied += earlier.applied
+        deleted += earlier.deleted
+        skipped += earlier.skipped
+        unknownType += earlier.unknownType
+        recovered += earlier.recovered
+        orphans += earlier.orphans
+        dedup.groups = earlier.dedup.groups + dedup.groups
+        dedup.deleted += earlier.dedup.deleted
+        dedup.repointed += earlier.dedup.repointed
+    }
 }
 
 /// A record set aside: it cannot be applied as it is, so it waits in the inbox (`Inbox`), tried again on every
