@@ -6,16 +6,22 @@ import XCTest
 /// and saves neither half (a batch is saved whole or not at all under this policy), so no store ever sees two
 /// records with one value, and no row is deleted anywhere. Once the conflict is resolved, both edits land.
 final class ErrorPolicySwapTests: XCTestCase {
-    /// - Parameters:
-    ///   - batchSize: `STORECTL_BATCH_SIZE` of a's syncs: with "1", each half of the swap is a batch of its own.
-    ///   - renamed: the item b renames (x, the first batch's row, or y, the second's).
-    func halfASwapConflicts(_ backend: FleetBackend, batchSize: String? = nil, renamed: String = "x") throws {
+    /// Stores a and b in the cloud under `merge_policy: error`, holding x, y and z at positions 1, 2 and 3.
+    func threeItems(_ backend: FleetBackend, label: String) throws -> Fleet {
         let f = try Fleet(backend: backend, schema: LocalWinsUniqueTests.schema, cloudExtra: "      merge_policy: error",
-                          label: "storectl-error-swap")
+                          label: label)
         try f.cloudMode("a")
         try f.cloudMode("b")
         try f.sql("a", "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z')")
         try f.syncRounds(2, ["a", "b"])
+        return f
+    }
+
+    /// - Parameters:
+    ///   - batchSize: `STORECTL_BATCH_SIZE` of a's syncs: with "1", each half of the swap is a batch of its own.
+    ///   - renamed: the item b renames (x, the first batch's row, or y, the second's).
+    func halfASwapConflicts(_ backend: FleetBackend, batchSize: String? = nil, renamed: String = "x") throws {
+        let f = try threeItems(backend, label: "storectl-error-swap")
         // a swaps x and y; b, before it sees the swap, renames one of them, and syncs first.
         try f.sql("a", LocalWinsUniqueTests.swapXY)
         try f.sql("b", "UPDATE items SET title = '\(renamed) renamed' WHERE title = '\(renamed)'")
@@ -69,12 +75,7 @@ final class ErrorPolicySwapTests: XCTestCase {
     /// `mode local`'s final export under `error` sends no half of a swap either: it refuses, and the store stays in
     /// cloud mode with its swap.
     func testAFinalExportSendsNoHalfOfASwap() throws {
-        let f = try Fleet(backend: .file, schema: LocalWinsUniqueTests.schema, cloudExtra: "      merge_policy: error",
-                          label: "storectl-error-swap-final")
-        try f.cloudMode("a")
-        try f.cloudMode("b")
-        try f.sql("a", "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z')")
-        try f.syncRounds(2, ["a", "b"])
+        let f = try threeItems(.file, label: "storectl-error-swap-final")
         try f.sql("a", LocalWinsUniqueTests.swapXY)
         try f.sql("b", "UPDATE items SET title = 'y renamed' WHERE title = 'y'")
         try f.run("b", ["sync"])
@@ -92,12 +93,7 @@ final class ErrorPolicySwapTests: XCTestCase {
 
     /// `mode cloud` of a store that swapped while local sends no half of the swap under `error` either.
     func testAReturnToTheCloudSendsNoHalfOfASwap() throws {
-        let f = try Fleet(backend: .file, schema: LocalWinsUniqueTests.schema, cloudExtra: "      merge_policy: error",
-                          label: "storectl-error-swap-return")
-        try f.cloudMode("a")
-        try f.cloudMode("b")
-        try f.sql("a", "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z')")
-        try f.syncRounds(2, ["a", "b"])
+        let f = try threeItems(.file, label: "storectl-error-swap-return")
         try f.run("a", ["mode", "local"])
         try f.sql("a", LocalWinsUniqueTests.swapXY)
         try f.sql("b", "UPDATE items SET title = 'y renamed' WHERE title = 'y'")
