@@ -51,8 +51,6 @@ extension StoreHandle {
         var mirror: Mirror?
         var report: SyncReport?
         var exported: ExportReport?
-        /// What the import before the export applied (`Mirror.importBeforeExport`, under `merge_policy: error`).
-        var importedFirst = ImportReport()
         var verified: VerifyReport?
         /// The copy of the store taken before the first step that changes its sync state.
         var snapshot: String?
@@ -127,7 +125,6 @@ extension StoreHandle {
                     : "\(p.export.rows) row(s) with pending changes"
             }, run: { r in
                 guard !r.options.noSync, let mirror = r.mirror else { return "skipped (--no-sync)" }
-                r.importedFirst = try mirror.importBeforeExport { r.progress("import", $0, $1) }
                 let exported = try mirror.exportChanges { r.progress("export", $0, $1) }
                 r.exported = exported
                 return exported.baseline ? "baseline: \(exported.saved) record(s) saved"
@@ -140,8 +137,7 @@ extension StoreHandle {
                     + "\(p.expectedConflicts) expected conflict(s)"
             }, run: { r in
                 guard !r.options.noSync, let mirror = r.mirror, let exported = r.exported else { return "skipped (--no-sync)" }
-                var imported = try mirror.importChanges { r.progress("import", $0, $1) }
-                imported.absorb(r.importedFirst)
+                let imported = try mirror.importChanges { r.progress("import", $0, $1) }
                 try MirrorState.setMeta(try self.database(), .lastSyncAt,
                                         String(Int64(Date().timeIntervalSince1970 * 1000)))
                 r.report = SyncReport(exported: exported, imported: imported)

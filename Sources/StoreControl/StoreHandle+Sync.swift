@@ -224,10 +224,9 @@ extension StoreHandle {
         if wasCloud && !options.noFinalSync {
             _ = try requireAvailableAccount()
             let mirror = try openMirror(options)
-            let imported = try mirror.importBeforeExport { progress("import", $0, $1) }
             let exported = try mirror.exportChanges { progress("export", $0, $1) }
             step("export", "final export: \(exported.saved) saved, \(exported.deleted) deleted")
-            report = SyncReport(exported: exported, imported: imported)
+            report = SyncReport(exported: exported, imported: ImportReport())
         } else if wasCloud {
             step("export", "skipped (--no-final-sync); pending changes stay in history for the next sync")
         }

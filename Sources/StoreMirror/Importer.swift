@@ -32,21 +32,6 @@ public struct ImportReport: Sendable, Codable, Equatable {
     public var waitingRecords: [UnsettledReport.Waiting] = []
 
     public init() {}
-
-    /// Adds what an earlier import of the same sync did (`Mirror.sync` imports before and after its export under
-    /// `merge_policy: error`): the records it applied, deleted, skipped and merged. What is still waiting or set
-    /// aside, and the token, are this report's: they describe the store after the later import.
-    public mutating func absorb(_ earlier: ImportReport) {
-        applied += earlier.applied
-        deleted += earlier.deleted
-        skipped += earlier.skipped
-        unknownType += earlier.unknownType
-        recovered += earlier.recovered
-        orphans += earlier.orphans
-        dedup.groups = earlier.dedup.groups + dedup.groups
-        dedup.deleted += earlier.dedup.deleted
-        dedup.repointed += earlier.dedup.repointed
-    }
 }
 
 /// A record set aside: it cannot be applied as it is, so it waits in the inbox (`Inbox`), tried again on every
@@ -236,30 +221,6 @@ struct Importer {
             report.setAside += 1
         }
         report.waitingForParent = Int(try Inbox(db).counts()[.waiting] ?? 0)
-        if stopsAtConflicts {
-            try conflictsNotApplied(applier, entities: entities)
-            try stopAtConflicts()
-        }
-    }
-
-    /// Under `merge_policy: error`, a record that waits for its parent or is set aside while the row it stands
-    /// for has local changes is a conflict too: it was not applied, so the merge never weighed it, and the export
-    /// would send the local row over it, refused by the cloud in the middle of the export, after the batches
-    /// before it were saved (half of a swap, a parent's delete without its child's move).
-    private func conflictsNotApplied(_ applier: RecordApplier, entities: [String: EntityMap]) throws {
-        guard options.mergePolicy == .error else { return }
-        let inbox = Inbox(db)
-        for state in [Inbox.State.waiting, .setAside] {
-            for record in try inbox.records(state, zone: options.zone) {
-                guard let entry = try applier.mapEntry(name: record.recordName), entry.tag != record.changeTag,
-                      let entity = entities[entry.entity],
-                      let local = try applier.localChanges(entity, pk: entry.pk, against: entry.base)
-                else { continue }
-                applier.conflicts.append(ConflictReport(entity: entity.name, recordName: record.recordName,
-                                                        localColumns: local.changed.sorted(),
-                                                        serverDeleted: record.deleted))
-            }
-        }
     }
 
     /// Settles the held-back records (`RecordApplier.defersUntilSettled`) together (docs/sync-guarantees.md,

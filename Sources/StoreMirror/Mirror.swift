@@ -275,27 +275,12 @@ public final class Mirror {
         }
     }
 
-    /// Under `merge_policy: error`, the import an export must run first (an empty report under other policies).
-    ///
-    /// The export saves batch by batch, each whole or not at all: a conflict met in a later batch would leave the
-    /// earlier ones saved (half of a swap of UNIQUE values, one row's edit without the other's). Every conflict the
-    /// export could meet is a record the cloud changed since this store last imported it, so the import meets it
-    /// first and refuses (`ConflictError`, exit 65) before anything is sent. Only a save another device makes
-    /// between this import and the export can still stop the export between two batches.
-    public func importBeforeExport(progress: (Int, Int?) -> Void = { _, _ in }) throws -> ImportReport {
-        // A baseline export has no import of this zone to start from: it is the store's first word there.
-        guard options.mergePolicy == .error, try !needsBaseline() else { return ImportReport() }
-        return try importChanges(progress: progress)
-    }
-
-    /// One round: export, then import. Under `merge_policy: error` the import also runs first
-    /// (`importBeforeExport`).
+    /// One round: export, then import.
     /// - Throws: see `exportChanges` and `importChanges`.
     public func sync(progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws -> SyncReport {
         var exported = ExportReport()
         var importFirst = false
         var notSent: RowsNotSentError?
-        let before = try importBeforeExport { progress("import", $0, $1) }
         do {
             exported = try exportChanges { progress("export", $0, $1) }
         } catch is ImportFirstError {
@@ -307,8 +292,7 @@ public final class Mirror {
             // too (a row too large here must not stop the other devices' changes from arriving).
             notSent = error
         }
-        var imported = try importChanges { progress("import", $0, $1) }
-        imported.absorb(before)
+        let imported = try importChanges { progress("import", $0, $1) }
         if try importFirst || MirrorState.pendingExportCount(db) > 0 || MirrorState.unsettledCounts(db).outbox > 0 {
             // What the import changed locally (dedup's deletes and re-points, the children of deleted parents,
             // losers of a UNIQUE constraint) is exported in this same round, so that the other devices see it
