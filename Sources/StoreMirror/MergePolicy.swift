@@ -52,7 +52,7 @@ extension MergePolicy {
     /// | policy | local deleted | server deleted | both live |
     /// |---|---|---|---|
     /// | error | fail | fail | fail (the server's record when it holds the local values already) |
-    /// | server-wins | server's record | deleted | every column from the server |
+    /// | server-wins | server's record | deleted | every column from the server, but a UNIQUE column the local side changed and the server did not |
     /// | local-wins | deleted | local row | every column from the local row, but a UNIQUE column the server changed and the local side did not |
     /// | property-local-wins | deleted | local row | the server's value where the local side did not change it |
     /// | property-server-wins | server's record | deleted | the server's value where it changed it, or where the local side did not |
@@ -67,8 +67,10 @@ extension MergePolicy {
     ///
     /// `uniqueColumns`: the columns of the table's UNIQUE keys (constraints and `unique:` rules). A value the
     /// server moved between rows in them (a swap, a reorder) is never put back by a row-level `local-wins` whose
-    /// side did not touch that column: the old value would then be held by two records, and the rows merged as
-    /// duplicates. The property policies decide per column already.
+    /// side did not touch that column, and a value the local side moved is never put back by a row-level
+    /// `server-wins` whose side did not touch it (the other half of the local swap may be saved already): the old
+    /// value would then be held by two records, and the rows merged as duplicates. The property policies decide
+    /// per column already.
     func decide(local: MergeSide, server: MergeSide, columns: [String],
                 serverHoldsLocalValues: Bool = false, uniqueColumns: Set<String> = []) -> MergeDecision {
         let all = Set(columns)
@@ -77,7 +79,9 @@ extension MergePolicy {
             if local.derived && !local.deleted { return server.deleted ? .deleted : .live(takeServer: all) }
             return serverHoldsLocalValues && !local.deleted && !server.deleted ? .live(takeServer: all) : .fail
         case .serverWins:
-            return server.deleted ? .deleted : .live(takeServer: all)
+            if server.deleted { return .deleted }
+            if local.deleted { return .live(takeServer: all) }
+            return .live(takeServer: all.subtracting(uniqueColumns.intersection(local.changed).subtracting(server.changed)))
         case .localWins:
             if local.deleted { return .deleted }
             if server.deleted { return .live(takeServer: []) }

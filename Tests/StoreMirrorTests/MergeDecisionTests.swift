@@ -71,6 +71,22 @@ final class MergeDecisionTests: XCTestCase {
                        .live(takeServer: []))
     }
 
+    func testServerWinsKeepsAUniqueValueTheLocalSideMoved() {
+        let p = MergePolicy.serverWins
+        let all = Set(columns)
+        // A UNIQUE column the local side changed (its half of a swap) and the server did not: the local value.
+        XCTAssertEqual(p.decide(local: live(["body"]), server: live(["title"]), columns: columns,
+                                uniqueColumns: ["body"]), .live(takeServer: all.subtracting(["body"])))
+        XCTAssertEqual(p.decide(local: live(["body"]), server: live(["body"]), columns: columns,
+                                uniqueColumns: ["body"]), .live(takeServer: all), "the server moved it too: the server's")
+        XCTAssertEqual(p.decide(local: live(["title"]), server: live(["body"]), columns: columns,
+                                uniqueColumns: ["body"]), .live(takeServer: all), "not a UNIQUE column: the server's")
+        XCTAssertEqual(p.decide(local: deleted, server: live(["body"]), columns: columns, uniqueColumns: ["body"]),
+                       .live(takeServer: all), "a local delete: the server's record comes back whole")
+        XCTAssertEqual(p.decide(local: live(["body"]), server: deleted, columns: columns, uniqueColumns: ["body"]),
+                       .deleted)
+    }
+
     func testPropertyLocalWins() {
         let p = MergePolicy.propertyLocalWins
         // Both changed the title, only the server the body: the local title, the server's body.
