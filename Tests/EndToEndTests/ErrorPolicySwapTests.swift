@@ -7,12 +7,7 @@ import XCTest
 /// records with one value, and no row is deleted anywhere. Once the conflict is resolved, both edits land.
 final class ErrorPolicySwapTests: XCTestCase {
     func halfASwapConflicts(_ backend: FleetBackend, batchSize: String? = nil) throws {
-        let f = try Fleet(backend: backend, schema: LocalWinsUniqueTests.schema, cloudExtra: "      merge_policy: error",
-                          label: "storectl-error-swap")
-        try f.cloudMode("a")
-        try f.cloudMode("b")
-        try f.sql("a", "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z')")
-        try f.syncRounds(2, ["a", "b"])
+        let f = try LocalWinsUniqueTests.threeItems(backend, policy: "error", label: "storectl-error-swap")
         // a swaps x and y; b, before it sees the swap, renames x, and syncs first.
         try f.sql("a", LocalWinsUniqueTests.swapXY)
         try f.sql("b", "UPDATE items SET title = 'x renamed' WHERE id = 1")

@@ -13,13 +13,18 @@ final class LocalWinsUniqueTests: XCTestCase {
     static let swapXY = "BEGIN; UPDATE items SET pos = -1 WHERE id = 1; UPDATE items SET pos = 1 WHERE id = 2; "
         + "UPDATE items SET pos = 2 WHERE id = 1; COMMIT;"
 
-    func swapMeetsAnEdit(_ backend: FleetBackend, editorSyncsFirst: Bool) throws {
-        let f = try Fleet(backend: backend, schema: Self.schema, cloudExtra: "      merge_policy: local-wins",
-                          label: "storectl-local-wins-unique")
+    /// Stores a and b in the cloud under `policy`, both holding x, y and z at positions 1, 2 and 3.
+    static func threeItems(_ backend: FleetBackend, policy: String, label: String) throws -> Fleet {
+        let f = try Fleet(backend: backend, schema: schema, cloudExtra: "      merge_policy: \(policy)", label: label)
         try f.cloudMode("a")
         try f.cloudMode("b")
         try f.sql("a", "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z')")
         try f.syncRounds(2, ["a", "b"])
+        return f
+    }
+
+    func swapMeetsAnEdit(_ backend: FleetBackend, editorSyncsFirst: Bool) throws {
+        let f = try Self.threeItems(backend, policy: "local-wins", label: "storectl-local-wins-unique")
         // a swaps x and y; b, before it sees the swap, renames x.
         try f.sql("a", Self.swapXY)
         try f.sql("b", "UPDATE items SET title = 'x renamed' WHERE title = 'x'")

@@ -9,12 +9,7 @@ import XCTest
 /// lost on every store.
 final class ServerWinsUniqueTests: XCTestCase {
     func swapMeetsAnEdit(_ backend: FleetBackend, editorSyncsFirst: Bool, batchSize: String? = nil) throws {
-        let f = try Fleet(backend: backend, schema: LocalWinsUniqueTests.schema,
-                          cloudExtra: "      merge_policy: server-wins", label: "storectl-server-wins-unique")
-        try f.cloudMode("a")
-        try f.cloudMode("b")
-        try f.sql("a", "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z')")
-        try f.syncRounds(2, ["a", "b"])
+        let f = try LocalWinsUniqueTests.threeItems(backend, policy: "server-wins", label: "storectl-server-wins-unique")
         // a swaps x and y; b, before it sees the swap, renames x.
         try f.sql("a", LocalWinsUniqueTests.swapXY)
         try f.sql("b", "UPDATE items SET title = 'x renamed' WHERE title = 'x'")
