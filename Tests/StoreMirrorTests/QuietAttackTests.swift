@@ -233,12 +233,15 @@ final class QuietAttackTests: XCTestCase {
     /// The descriptors this process holds on files of the test's folder (the stores, the container, their `-wal`
     /// and `-shm` files): what a connection kept between rounds holds. Other descriptors of the test process
     /// (the runner's pipes, the runtime's) come and go on their own.
-    private func openDescriptors() -> Int {
+    private func openDescriptors() -> Int { openFiles().count }
+
+    /// The files of the test's folder this process holds open, one entry per descriptor.
+    private func openFiles() -> [String] {
         let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
-        return fds.filter { fd in
-            ((try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + fd)) ?? "")
-                .hasPrefix(dir.path + "/")
-        }.count
+        return fds.compactMap { fd in
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + fd))
+                .flatMap { $0.hasPrefix(dir.path + "/") ? String($0.dropFirst(dir.path.count + 1)) : nil }
+        }.sorted()
     }
 
     /// Many full rounds (each after another connection's commit) and quiet rounds on one handle: the file
@@ -262,8 +265,12 @@ final class QuietAttackTests: XCTestCase {
             XCTAssertTrue(try syncIsQuiet(a).quiet)
         }
         XCTAssertGreaterThan(start, 0, "the store's own connection holds its files")
-        // A connection kept per round would hold 200 more.
-        XCTAssertLessThanOrEqual(openDescriptors(), start, "descriptors after 200 full and 200 quiet rounds")
+        // A connection kept per round would hold 200 more. SQLite's unix VFS keeps a closed connection's
+        // descriptor open while another connection of the process holds a lock on the same file (it may not drop
+        // that connection's POSIX locks), so the count moves by a connection's files (the database, its `-wal`
+        // and `-shm`) with the timing of the rounds: on a loaded machine the warm-up's peak missed four of them.
+        XCTAssertLessThanOrEqual(openDescriptors(), start + 6,
+                                 "descriptors after 200 full and 200 quiet rounds: \(openFiles())")
         a.close()
     }
 
