@@ -99,9 +99,9 @@ enum LiveAction: Equatable {
 }
 
 extension LiveAction {
-    /// The decision for a live record of a table with `columns` (`uniqueColumns`: those under a UNIQUE constraint
-    /// or a `unique:` rule), under `policy`.
-    static func decide(_ facts: LiveFacts, policy: MergePolicy, columns: [String], uniqueColumns: Set<String>)
+    /// The decision for a live record of a table with `columns` (`uniqueKeys`: its UNIQUE constraints and its
+    /// `unique:` rule, each a set of columns), under `policy`.
+    static func decide(_ facts: LiveFacts, policy: MergePolicy, columns: [String], uniqueKeys: [Set<String>])
         -> LiveAction
     {
         guard let local = facts.local else {
@@ -109,7 +109,7 @@ extension LiveAction {
         }
         switch policy.decide(local: local, server: MergeSide(deleted: false, changed: facts.serverChanged),
                              columns: columns, serverHoldsLocalValues: facts.serverHoldsLocalValues,
-                             uniqueColumns: uniqueColumns) {
+                             uniqueKeys: uniqueKeys) {
         case .fail:
             return .conflict(columns: local.changed.sorted())
         case .deleted:

@@ -34,6 +34,8 @@ public struct EntityMap: Sendable, Equatable {
     /// columns, not partial): the cloud has no unique constraints, so a record that would break one is merged with
     /// the local row that holds the value, like a `unique:` key.
     public var uniqueKeys: [[String]] = []
+    /// The table's UNIQUE keys with its `unique:` rule, if it has one: the keys the merge policies decide whole.
+    func uniqueKeys(with rule: UniqueRule?) -> [[String]] { uniqueKeys + (rule.map { [$0.columns] } ?? []) }
     /// The columns declared NOT NULL.
     public var notNullColumns: Set<String> = []
     /// Whether the table was declared WITHOUT ROWID (its key columns are then never NULL).

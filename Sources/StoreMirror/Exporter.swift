@@ -669,7 +669,7 @@ struct Exporter {
     /// and `unique:` rules); NULLs never collide.
     private func heldUniqueValue(of record: CloudRecord) throws -> Bool {
         guard let e = entities.first(where: { $0.name == record.recordType }) else { return false }
-        let keys = e.uniqueKeys + (options.uniqueRules[e.name].map { [$0.columns] } ?? [])
+        let keys = e.uniqueKeys(with: options.uniqueRules[e.name])
         guard !keys.isEmpty else { return false }
         let decoded = try FieldCodec(db: db).decodeRecord(record.fields, columns: e.fieldColumns)
         for key in keys {
@@ -944,9 +944,9 @@ struct Exporter {
             Set(try codec.differing(base: item.base, server.fields, columns: e.fieldColumns)))
         let holdsLocal = try !local.deleted && !server.deleted && !item.save.deleted
             && codec.differing(item.save.fields, server.fields, columns: local.changed.sorted()).isEmpty
-        let unique = Set(e.uniqueKeys.joined()).union(options.uniqueRules[e.name]?.columns ?? [])
+        let unique = e.uniqueKeys(with: options.uniqueRules[e.name]).map(Set.init)
         switch options.mergePolicy.decide(local: local, server: serverSide, columns: e.fieldColumns,
-                                          serverHoldsLocalValues: holdsLocal, uniqueColumns: unique) {
+                                          serverHoldsLocalValues: holdsLocal, uniqueKeys: unique) {
         case .fail:
             return .failed(ConflictReport(entity: e.name, recordName: item.save.recordName,
                                           localColumns: local.changed.sorted(), serverDeleted: server.deleted))

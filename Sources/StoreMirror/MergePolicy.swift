@@ -52,10 +52,10 @@ extension MergePolicy {
     /// | policy | local deleted | server deleted | both live |
     /// |---|---|---|---|
     /// | error | fail | fail | fail (the server's record when it holds the local values already) |
-    /// | server-wins | server's record | deleted | every column from the server, but a UNIQUE column the local side changed and the server did not |
-    /// | local-wins | deleted | local row | every column from the local row, but a UNIQUE column the server changed and the local side did not |
-    /// | property-local-wins | deleted | local row | the server's value where the local side did not change it |
-    /// | property-server-wins | server's record | deleted | the server's value where it changed it, or where the local side did not |
+    /// | server-wins | server's record | deleted | every column from the server, but the columns of a UNIQUE key the local side changed and the server did not |
+    /// | local-wins | deleted | local row | every column from the local row, but the columns of a UNIQUE key the server changed and the local side did not |
+    /// | property-local-wins | deleted | local row | the server's value where the local side did not change it (a UNIQUE key counts whole) |
+    /// | property-server-wins | server's record | deleted | the server's value where it changed it, or where the local side did not (a UNIQUE key counts whole) |
     ///
     /// `serverHoldsLocalValues`: both sides are live and the server's record has, in every column the local side
     /// changed, the value the local row holds (two devices made the same change, such as re-pointing a child at
@@ -65,15 +65,26 @@ extension MergePolicy {
     /// device made differently (at another step of the same chain of duplicates), is no user's edit; the
     /// server's record stands (a deletion too), and the merges the import brings re-point the row again.
     ///
-    /// `uniqueColumns`: the columns of the table's UNIQUE keys (constraints and `unique:` rules). A value the
-    /// server moved between rows in them (a swap, a reorder) is never put back by a row-level `local-wins` whose
-    /// side did not touch that column, and a value the local side moved is never put back by a row-level
-    /// `server-wins` whose side did not touch it (the other half of the local swap may be saved already): the old
-    /// value would then be held by two records, and the rows merged as duplicates. The property policies decide
-    /// per column already.
+    /// `uniqueKeys`: the table's UNIQUE keys (constraints and `unique:` rules), each a set of columns. A value the
+    /// server moved between rows (a swap, a reorder) is never put back by a row-level `local-wins` whose side did
+    /// not touch that key, and a value the local side moved is never put back by a row-level `server-wins` whose
+    /// side did not touch it (the other half of the local swap may be saved already): the old value would then be
+    /// held by two records, and the rows merged as duplicates. A key is decided whole: a key of several columns
+    /// (`UNIQUE(list, pos)`) takes all its columns from one side, under every policy, the property policies too:
+    /// one column from each side makes a value neither side had, which another row may hold. A side that changed
+    /// one column of a key counts as having changed the whole key.
     func decide(local: MergeSide, server: MergeSide, columns: [String],
-                serverHoldsLocalValues: Bool = false, uniqueColumns: Set<String> = []) -> MergeDecision {
+                serverHoldsLocalValues: Bool = false, uniqueKeys: [Set<String>] = []) -> MergeDecision {
         let all = Set(columns)
+        /// The columns `side` changed, each UNIQUE key it touched counted whole.
+        func widened(_ side: MergeSide) -> Set<String> {
+            side.changed.union(uniqueKeys.filter { !$0.isDisjoint(with: side.changed) }.joined()).intersection(all)
+        }
+        let (localChanged, serverChanged) = (widened(local), widened(server))
+        /// The columns of the UNIQUE keys `mover` changed and `other` did not.
+        func moved(_ mover: Set<String>, not other: Set<String>) -> Set<String> {
+            mover.intersection(uniqueKeys.joined()).subtracting(other)
+        }
         switch self {
         case .error:
             if local.derived && !local.deleted { return server.deleted ? .deleted : .live(takeServer: all) }
@@ -81,19 +92,19 @@ extension MergePolicy {
         case .serverWins:
             if server.deleted { return .deleted }
             if local.deleted { return .live(takeServer: all) }
-            return .live(takeServer: all.subtracting(uniqueColumns.intersection(local.changed).subtracting(server.changed)))
+            return .live(takeServer: all.subtracting(moved(localChanged, not: serverChanged)))
         case .localWins:
             if local.deleted { return .deleted }
             if server.deleted { return .live(takeServer: []) }
-            return .live(takeServer: uniqueColumns.intersection(all).intersection(server.changed).subtracting(local.changed))
+            return .live(takeServer: moved(serverChanged, not: localChanged))
         case .propertyLocalWins:
             if local.deleted { return .deleted }
             if server.deleted { return .live(takeServer: []) }
-            return .live(takeServer: all.subtracting(local.changed))
+            return .live(takeServer: all.subtracting(localChanged))
         case .propertyServerWins:
             if server.deleted { return .deleted }
             if local.deleted { return .live(takeServer: all) }
-            return .live(takeServer: all.subtracting(local.changed.subtracting(server.changed)))
+            return .live(takeServer: all.subtracting(localChanged.subtracting(serverChanged)))
         }
     }
 }

@@ -322,9 +322,9 @@ final class RecordApplier {
         }
         let facts = try liveFacts(record, entity: entity, entry: entry, pk: allocated ? nil : pk, exists: exists,
                                   decoded: decoded, resolved: resolved, respectLocalChanges: respectLocalChanges)
-        let unique = Set(entity.uniqueKeys.joined()).union(uniqueRules[entity.name]?.columns ?? [])
+        let unique = entity.uniqueKeys(with: uniqueRules[entity.name]).map(Set.init)
         let finalPK: String
-        switch LiveAction.decide(facts, policy: policy, columns: entity.fieldColumns, uniqueColumns: unique) {
+        switch LiveAction.decide(facts, policy: policy, columns: entity.fieldColumns, uniqueKeys: unique) {
         case .conflict(let columns):
             return conflict(record, entity: entity, columns: columns, serverDeleted: false)
         case .keepLocalDelete:

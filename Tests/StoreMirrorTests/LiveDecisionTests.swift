@@ -5,7 +5,7 @@ import XCTest
 /// knows, decided without a database.
 final class LiveDecisionTests: XCTestCase {
     let columns = ["title", "body", "name"]
-    let unique: Set<String> = ["name"]
+    let unique: [Set<String>] = [["name"]]
 
     func facts(record: Set<String> = ["title", "body", "name"], exists: Bool = true, local: MergeSide? = nil,
                server: Set<String> = [], holds: Bool = false) -> LiveFacts
@@ -15,7 +15,7 @@ final class LiveDecisionTests: XCTestCase {
     }
 
     func decide(_ f: LiveFacts, _ policy: MergePolicy = .propertyLocalWins) -> LiveAction {
-        LiveAction.decide(f, policy: policy, columns: columns, uniqueColumns: unique)
+        LiveAction.decide(f, policy: policy, columns: columns, uniqueKeys: unique)
     }
 
     func testWithoutALocalChangeTheRecordIsTakenWhole() {

@@ -62,12 +62,12 @@ final class MergeDecisionTests: XCTestCase {
         XCTAssertEqual(p.decide(local: deleted, server: live(["body"]), columns: columns), .deleted)
         // A UNIQUE column the server changed (a value moved between rows) and the local side did not: the server's.
         XCTAssertEqual(p.decide(local: live(["title"]), server: live(["body"]), columns: columns,
-                                uniqueColumns: ["body"]), .live(takeServer: ["body"]))
+                                uniqueKeys: [["body"]]), .live(takeServer: ["body"]))
         XCTAssertEqual(p.decide(local: live(["title", "body"]), server: live(["body"]), columns: columns,
-                                uniqueColumns: ["body"]), .live(takeServer: []), "a UNIQUE column changed here stays")
+                                uniqueKeys: [["body"]]), .live(takeServer: []), "a UNIQUE column changed here stays")
         XCTAssertEqual(p.decide(local: live(["title"]), server: live(["title"]), columns: columns,
-                                uniqueColumns: ["body"]), .live(takeServer: []), "a UNIQUE column nobody changed")
-        XCTAssertEqual(p.decide(local: live(["title"]), server: deleted, columns: columns, uniqueColumns: ["body"]),
+                                uniqueKeys: [["body"]]), .live(takeServer: []), "a UNIQUE column nobody changed")
+        XCTAssertEqual(p.decide(local: live(["title"]), server: deleted, columns: columns, uniqueKeys: [["body"]]),
                        .live(takeServer: []))
     }
 
@@ -76,15 +76,45 @@ final class MergeDecisionTests: XCTestCase {
         let all = Set(columns)
         // A UNIQUE column the local side changed (its half of a swap) and the server did not: the local value.
         XCTAssertEqual(p.decide(local: live(["body"]), server: live(["title"]), columns: columns,
-                                uniqueColumns: ["body"]), .live(takeServer: all.subtracting(["body"])))
+                                uniqueKeys: [["body"]]), .live(takeServer: all.subtracting(["body"])))
         XCTAssertEqual(p.decide(local: live(["body"]), server: live(["body"]), columns: columns,
-                                uniqueColumns: ["body"]), .live(takeServer: all), "the server moved it too: the server's")
+                                uniqueKeys: [["body"]]), .live(takeServer: all), "the server moved it too: the server's")
         XCTAssertEqual(p.decide(local: live(["title"]), server: live(["body"]), columns: columns,
-                                uniqueColumns: ["body"]), .live(takeServer: all), "not a UNIQUE column: the server's")
-        XCTAssertEqual(p.decide(local: deleted, server: live(["body"]), columns: columns, uniqueColumns: ["body"]),
+                                uniqueKeys: [["body"]]), .live(takeServer: all), "not a UNIQUE column: the server's")
+        XCTAssertEqual(p.decide(local: deleted, server: live(["body"]), columns: columns, uniqueKeys: [["body"]]),
                        .live(takeServer: all), "a local delete: the server's record comes back whole")
-        XCTAssertEqual(p.decide(local: live(["body"]), server: deleted, columns: columns, uniqueColumns: ["body"]),
+        XCTAssertEqual(p.decide(local: live(["body"]), server: deleted, columns: columns, uniqueKeys: [["body"]]),
                        .deleted)
+    }
+
+    /// A key of several columns (`UNIQUE(list, pos)`) is decided whole: one column from each side would make a
+    /// value neither side had, which another row may hold.
+    func testAUniqueKeyOfSeveralColumnsIsDecidedWhole() {
+        let all = Set(columns)
+        let key: [Set<String>] = [["body", "done"]]
+        // The local side moved the row to another list (body), the server to another position (done).
+        let split = (local: live(["body"]), server: live(["done", "title"]))
+        XCTAssertEqual(MergePolicy.serverWins.decide(local: split.local, server: split.server, columns: columns,
+                                                     uniqueKeys: key), .live(takeServer: all),
+                       "server-wins: the server changed the key, so the whole key is the server's")
+        XCTAssertEqual(MergePolicy.localWins.decide(local: split.local, server: split.server, columns: columns,
+                                                    uniqueKeys: key), .live(takeServer: []),
+                       "local-wins: the local side changed the key, so the whole key is the local row's")
+        XCTAssertEqual(MergePolicy.propertyLocalWins.decide(local: split.local, server: split.server,
+                                                            columns: columns, uniqueKeys: key),
+                       .live(takeServer: ["title"]), "property-local-wins: the local side touched the key")
+        XCTAssertEqual(MergePolicy.propertyServerWins.decide(local: split.local, server: split.server,
+                                                             columns: columns, uniqueKeys: key),
+                       .live(takeServer: all), "property-server-wins: the server touched the key")
+        // Only one side touched the key: that side's whole key.
+        XCTAssertEqual(MergePolicy.serverWins.decide(local: live(["body"]), server: live(["title"]), columns: columns,
+                                                     uniqueKeys: key), .live(takeServer: ["title"]))
+        XCTAssertEqual(MergePolicy.localWins.decide(local: live(["title"]), server: live(["done"]), columns: columns,
+                                                    uniqueKeys: key), .live(takeServer: ["body", "done"]))
+        // Two keys: each is decided on its own.
+        XCTAssertEqual(MergePolicy.serverWins.decide(local: live(["body", "done"]), server: live(["done"]),
+                                                     columns: columns, uniqueKeys: [["body"], ["done"]]),
+                       .live(takeServer: all.subtracting(["body"])))
     }
 
     func testPropertyLocalWins() {

@@ -1,0 +1,69 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// A UNIQUE key of several columns (`UNIQUE(list, pos)`, or `unique: [list, pos]`) is one value: when one store
+/// moves a row to another list and another store moves the same row to another position, no merge policy builds
+/// the mix of the two (the new list at the new position), which a third row may hold. Before, the row-level and
+/// property policies decided column by column: the mix met the third row, and the two were merged as duplicates
+/// (one row lost on every store), or the record was set aside on every sync for good.
+final class UniqueKeyOfSeveralColumnsTests: XCTestCase {
+    static let constraintSchema = """
+        CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, list TEXT NOT NULL, pos INTEGER NOT NULL,
+                                         title TEXT, UNIQUE(list, pos));
+        """
+    static let ruleSchema = """
+        CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, list TEXT NOT NULL, pos INTEGER NOT NULL,
+                                         title TEXT);
+        """
+    static let rule = """
+            entities:
+              items:
+                unique: [list, pos]
+        """
+
+    /// x at (L1, 1), y at (L1, 2), z at (L2, 5). a moves x to L2; b moves x to position 5 (and renames it);
+    /// `first` syncs first. (L2, 5) is z's.
+    func splitKeyEdit(_ backend: FleetBackend, policy: String, first: String, byRule: Bool) throws {
+        let what = "[\(backend)] \(policy), \(first) first, " + (byRule ? "unique: rule" : "SQL UNIQUE")
+        let f = try Fleet(backend: backend, schema: byRule ? Self.ruleSchema : Self.constraintSchema,
+                          storeYAML: byRule ? Self.rule : "", cloudExtra: "      merge_policy: \(policy)",
+                          label: "storectl-unique-key-columns")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO items VALUES (1, 'L1', 1, 'x'), (2, 'L1', 2, 'y'), (3, 'L2', 5, 'z')")
+        try f.syncRounds(2, ["a", "b"])
+        try f.sql("a", "UPDATE items SET list = 'L2' WHERE id = 1")
+        try f.sql("b", "UPDATE items SET pos = 5, title = 'x renamed' WHERE title = 'x'")
+        let second = first == "a" ? "b" : "a"
+        try f.syncRounds(3, [first, second])
+        let rows = try f.rows("a")
+        XCTAssertEqual(rows.count, 3, "\(what): no row lost or merged: \(rows)")
+        XCTAssertTrue(rows.contains("items|list=t:'L2'|pos=i:5|title=t:'z'"), "\(what): z kept its place: \(rows)")
+        XCTAssertTrue(rows.contains("items|list=t:'L1'|pos=i:2|title=t:'y'"), "\(what): y untouched: \(rows)")
+        // x's key comes whole from one side: a's (L2, 1) or b's (L1, 5), never the mix.
+        XCTAssertTrue(rows.contains { $0.hasPrefix("items|list=t:'L2'|pos=i:1|") || $0.hasPrefix("items|list=t:'L1'|pos=i:5|") },
+                      "\(what): x at a's or b's place: \(rows)")
+        XCTAssertEqual(try f.rows("b"), rows, "\(what): the stores agree")
+        for s in f.stores { try f.assertHealthy(s, what) }
+        XCTAssertEqual(try f.liveCloudCounts()["items"] ?? 0, 3, "\(what): one live record per row")
+    }
+
+    func testASplitEditOfAKeyOfSeveralColumnsLosesNoRowFile() throws {
+        for byRule in [false, true] {
+            for policy in ["server-wins", "local-wins", "property-local-wins", "property-server-wins"] {
+                for first in ["a", "b"] {
+                    try splitKeyEdit(.file, policy: policy, first: first, byRule: byRule)
+                }
+            }
+        }
+    }
+
+    func testASplitEditOfAKeyOfSeveralColumnsLosesNoRowPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        for byRule in [false, true] {
+            try splitKeyEdit(pg, policy: "server-wins", first: "b", byRule: byRule)
+            try splitKeyEdit(pg, policy: "property-local-wins", first: "a", byRule: byRule)
+        }
+    }
+}
