@@ -334,10 +334,18 @@ final class RecordApplier {
             return .skipped
         case .update(let columns):
             guard let pk else { preconditionFailure("an update of a row that has no key") }
-            if let merged = try resolveUnique(entity, record: record, values: resolved, target: pk) {
+            let values = resolved.filter { columns.contains($0.key) }
+            // The row meets other rows with the values it will hold: the record's in the columns it takes, its own
+            // in the others. A UNIQUE value the merge policy keeps here (a swap made here) is the row's, and the
+            // record's old value in that column, held by the swap's other row now, is no collision.
+            var after = values
+            let kept = Set(entity.uniqueKeys.joined()).subtracting(values.keys).sorted()
+            if !kept.isEmpty {
+                for (column, value) in zip(kept, try currentValues(entity, pk: pk, columns: kept)) { after[column] = value }
+            }
+            if let merged = try resolveUnique(entity, record: record, values: after, target: pk) {
                 return merged
             }
-            let values = resolved.filter { columns.contains($0.key) }
             if !values.isEmpty { try update(entity, pk: pk, values: values) }
             finalPK = pk
         case .insert(let columns):

@@ -1,0 +1,53 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// A swap of UNIQUE values made here, not sent yet, meets the import of another store's edit of a swapped row
+/// (the export left a row to the import first, or the import runs before the export): the merge policy keeps the
+/// swapped value here, and the row meets the other rows with that value, not with the record's old one, which the
+/// swap's other row holds now. Before, the import compared the record's whole values: the old value met the
+/// other swapped row, and the two rows were merged as duplicates (one lost on every store).
+final class SwapMeetsImportTests: XCTestCase {
+    /// x, y, z, w at positions 1 to 4. b swaps z and w and renames x, and syncs. a swaps x and y and renames z
+    /// (which b moved: a's export leaves it to the import first), then syncs.
+    func swapMeetsAnImportedEdit(_ backend: FleetBackend, policy: String) throws {
+        let what = "[\(backend)] \(policy)"
+        let f = try Fleet(backend: backend, schema: LocalWinsUniqueTests.schema,
+                          cloudExtra: "      merge_policy: \(policy)", label: "storectl-swap-meets-import")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z'), (4, 4, 'w')")
+        try f.syncRounds(2, ["a", "b"])
+        try f.sql("b", "BEGIN; UPDATE items SET pos = -1 WHERE id = 3; UPDATE items SET pos = 3 WHERE id = 4; "
+                     + "UPDATE items SET pos = 4 WHERE id = 3; UPDATE items SET title = 'x by b' WHERE id = 1; COMMIT;")
+        try f.run("b", ["sync"])
+        try f.sql("a", LocalWinsUniqueTests.swapXY)
+        try f.sql("a", "UPDATE items SET title = 'z by a' WHERE id = 3")
+        try f.syncRounds(3, ["a", "b"])
+        let rows = try f.rows("a")
+        XCTAssertEqual(rows.count, 4, "\(what): no row lost or merged: \(rows)")
+        // a's swap and b's swap both stand; the titles go by the policy.
+        let positions = rows.compactMap { row -> String? in
+            guard let pos = row.split(separator: "|").first(where: { $0.hasPrefix("pos=") }),
+                  let title = row.split(separator: "|").first(where: { $0.hasPrefix("title=") }) else { return nil }
+            return "\(pos.dropFirst(4)) \(title.dropFirst(6))"
+        }.sorted()
+        XCTAssertTrue(positions.count == 4 && positions[0].hasPrefix("i:1 t:'y'") && positions[1].hasPrefix("i:2 t:'x")
+                      && positions[2].hasPrefix("i:3 t:'w'") && positions[3].hasPrefix("i:4 t:'z"),
+                      "\(what): both swaps stand: \(positions)")
+        XCTAssertEqual(try f.rows("b"), rows, "\(what): the stores agree")
+        for s in f.stores { try f.assertHealthy(s, what) }
+        XCTAssertEqual(try f.liveCloudCounts()["items"] ?? 0, 4, "\(what): one live record per row")
+    }
+
+    func testASwapMeetsAnImportedEditFile() throws {
+        for policy in ["local-wins", "server-wins", "property-local-wins", "property-server-wins"] {
+            try swapMeetsAnImportedEdit(.file, policy: policy)
+        }
+    }
+
+    func testASwapMeetsAnImportedEditPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try swapMeetsAnImportedEdit(pg, policy: "local-wins")
+    }
+}
