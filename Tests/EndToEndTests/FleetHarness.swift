@@ -503,6 +503,19 @@ final class Fleet {
         try run(store, ["mode", "cloud"], file: file, line: line)
     }
 
+    /// Stores a and b in the cloud under `merge_policy: policy`, both holding the rows `rows` inserts on a.
+    static func pair(_ backend: FleetBackend, schema: String, policy: String, storeYAML: String = "", rows: String,
+                     label: String) throws -> Fleet
+    {
+        let f = try Fleet(backend: backend, schema: schema, storeYAML: storeYAML,
+                          cloudExtra: "      merge_policy: \(policy)", label: label)
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", rows)
+        try f.syncRounds(2, ["a", "b"])
+        return f
+    }
+
     /// Initialises `store` in local mode.
     func initialise(_ store: String, file: StaticString = #filePath, line: UInt = #line) throws {
         try run(store, ["init"], file: file, line: line)

@@ -15,12 +15,8 @@ final class LocalWinsUniqueTests: XCTestCase {
 
     /// Stores a and b in the cloud under `policy`, both holding x, y and z at positions 1, 2 and 3.
     static func threeItems(_ backend: FleetBackend, policy: String, label: String) throws -> Fleet {
-        let f = try Fleet(backend: backend, schema: schema, cloudExtra: "      merge_policy: \(policy)", label: label)
-        try f.cloudMode("a")
-        try f.cloudMode("b")
-        try f.sql("a", "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z')")
-        try f.syncRounds(2, ["a", "b"])
-        return f
+        try Fleet.pair(backend, schema: schema, policy: policy,
+                       rows: "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z')", label: label)
     }
 
     func swapMeetsAnEdit(_ backend: FleetBackend, editorSyncsFirst: Bool) throws {

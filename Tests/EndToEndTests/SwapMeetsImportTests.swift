@@ -12,12 +12,9 @@ final class SwapMeetsImportTests: XCTestCase {
     /// (which b moved: a's export leaves it to the import first), then syncs.
     func swapMeetsAnImportedEdit(_ backend: FleetBackend, policy: String) throws {
         let what = "[\(backend)] \(policy)"
-        let f = try Fleet(backend: backend, schema: LocalWinsUniqueTests.schema,
-                          cloudExtra: "      merge_policy: \(policy)", label: "storectl-swap-meets-import")
-        try f.cloudMode("a")
-        try f.cloudMode("b")
-        try f.sql("a", "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z'), (4, 4, 'w')")
-        try f.syncRounds(2, ["a", "b"])
+        let f = try Fleet.pair(backend, schema: LocalWinsUniqueTests.schema, policy: policy,
+                               rows: "INSERT INTO items VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z'), (4, 4, 'w')",
+                               label: "storectl-swap-meets-import")
         try f.sql("b", "BEGIN; UPDATE items SET pos = -1 WHERE id = 3; UPDATE items SET pos = 3 WHERE id = 4; "
                      + "UPDATE items SET pos = 4 WHERE id = 3; UPDATE items SET title = 'x by b' WHERE id = 1; COMMIT;")
         try f.run("b", ["sync"])

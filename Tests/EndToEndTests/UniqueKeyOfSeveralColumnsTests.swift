@@ -26,13 +26,10 @@ final class UniqueKeyOfSeveralColumnsTests: XCTestCase {
     /// `first` syncs first. (L2, 5) is z's.
     func splitKeyEdit(_ backend: FleetBackend, policy: String, first: String, byRule: Bool) throws {
         let what = "[\(backend)] \(policy), \(first) first, " + (byRule ? "unique: rule" : "SQL UNIQUE")
-        let f = try Fleet(backend: backend, schema: byRule ? Self.ruleSchema : Self.constraintSchema,
-                          storeYAML: byRule ? Self.rule : "", cloudExtra: "      merge_policy: \(policy)",
-                          label: "storectl-unique-key-columns")
-        try f.cloudMode("a")
-        try f.cloudMode("b")
-        try f.sql("a", "INSERT INTO items VALUES (1, 'L1', 1, 'x'), (2, 'L1', 2, 'y'), (3, 'L2', 5, 'z')")
-        try f.syncRounds(2, ["a", "b"])
+        let f = try Fleet.pair(backend, schema: byRule ? Self.ruleSchema : Self.constraintSchema, policy: policy,
+                               storeYAML: byRule ? Self.rule : "",
+                               rows: "INSERT INTO items VALUES (1, 'L1', 1, 'x'), (2, 'L1', 2, 'y'), (3, 'L2', 5, 'z')",
+                               label: "storectl-unique-key-columns")
         try f.sql("a", "UPDATE items SET list = 'L2' WHERE id = 1")
         try f.sql("b", "UPDATE items SET pos = 5, title = 'x renamed' WHERE title = 'x'")
         let second = first == "a" ? "b" : "a"
