@@ -71,20 +71,10 @@ extension MergePolicy {
     /// side did not touch it (the other half of the local swap may be saved already): the old value would then be
     /// held by two records, and the rows merged as duplicates. A key is decided whole: a key of several columns
     /// (`UNIQUE(list, pos)`) takes all its columns from one side, under every policy, the property policies too:
-    /// one column from each side makes a value neither side had, which another row may hold. A side that changed
-    /// one column of a key counts as having changed the whole key.
+    /// one column from each side makes a value neither side had, which another row may hold (`keysWhole`).
     func decide(local: MergeSide, server: MergeSide, columns: [String],
                 serverHoldsLocalValues: Bool = false, uniqueKeys: [Set<String>] = []) -> MergeDecision {
         let all = Set(columns)
-        /// The columns `side` changed, each UNIQUE key it touched counted whole.
-        func widened(_ side: MergeSide) -> Set<String> {
-            side.changed.union(uniqueKeys.filter { !$0.isDisjoint(with: side.changed) }.joined()).intersection(all)
-        }
-        let (localChanged, serverChanged) = (widened(local), widened(server))
-        /// The columns of the UNIQUE keys `mover` changed and `other` did not.
-        func moved(_ mover: Set<String>, not other: Set<String>) -> Set<String> {
-            mover.intersection(uniqueKeys.joined()).subtracting(other)
-        }
         switch self {
         case .error:
             if local.derived && !local.deleted { return server.deleted ? .deleted : .live(takeServer: all) }
@@ -92,20 +82,64 @@ extension MergePolicy {
         case .serverWins:
             if server.deleted { return .deleted }
             if local.deleted { return .live(takeServer: all) }
-            return .live(takeServer: all.subtracting(moved(localChanged, not: serverChanged)))
+            return .live(takeServer: keysWhole(all, local: local.changed, server: server.changed, uniqueKeys: uniqueKeys,
+                                               prefersServer: true))
         case .localWins:
             if local.deleted { return .deleted }
             if server.deleted { return .live(takeServer: []) }
-            return .live(takeServer: moved(serverChanged, not: localChanged))
+            return .live(takeServer: keysWhole([], local: local.changed, server: server.changed, uniqueKeys: uniqueKeys,
+                                               prefersServer: false))
         case .propertyLocalWins:
             if local.deleted { return .deleted }
             if server.deleted { return .live(takeServer: []) }
-            return .live(takeServer: all.subtracting(localChanged))
+            return .live(takeServer: keysWhole(all.subtracting(local.changed), local: local.changed,
+                                               server: server.changed, uniqueKeys: uniqueKeys, prefersServer: false))
         case .propertyServerWins:
             if server.deleted { return .deleted }
             if local.deleted { return .live(takeServer: all) }
-            return .live(takeServer: all.subtracting(localChanged.subtracting(serverChanged)))
+            return .live(takeServer: keysWhole(all.subtracting(local.changed.subtracting(server.changed)),
+                                               local: local.changed, server: server.changed, uniqueKeys: uniqueKeys,
+                                               prefersServer: true))
         }
+    }
+
+    /// `take` (the columns the policy takes from the server, column by column), with each UNIQUE key's value
+    /// taken whole from one side: the merged row's key is a value the local row or the server's record holds,
+    /// never a mix of the two.
+    ///
+    /// A key only one side changed is that side's: the other side holds the key's old value, which a swap or a
+    /// reorder on the changing side may have given to another row already. A key both sides changed goes by the
+    /// policy (`prefersServer`), unless it shares a changed column with a key that is one side's by the rule
+    /// above (or by this one): then it follows that key, so the shared column is decided once. Only a chain of
+    /// keys where the two rules meet (a key only the local side changed, through a key both changed, to a key only
+    /// the server changed) leaves the middle key mixed.
+    private func keysWhole(_ take: Set<String>, local: Set<String>, server: Set<String>, uniqueKeys: [Set<String>],
+                           prefersServer: Bool) -> Set<String>
+    {
+        // Each key's columns that differ between the sides, and the side it must take (nil: either).
+        var keys: [(differing: Set<String>, server: Bool?)] = uniqueKeys.compactMap { key in
+            let (l, s) = (!key.isDisjoint(with: local), !key.isDisjoint(with: server))
+            guard l || s else { return nil }
+            return (key.intersection(local.union(server)), l && s ? nil : s)
+        }
+        // Keys both sides changed follow a decided key they share a changed column with, until nothing changes.
+        var changed = true
+        while changed {
+            changed = false
+            for i in keys.indices where keys[i].server == nil {
+                if let j = keys.indices.first(where: { keys[$0].server != nil
+                                                       && !keys[$0].differing.isDisjoint(with: keys[i].differing) })
+                {
+                    keys[i].server = keys[j].server
+                    changed = true
+                }
+            }
+        }
+        var take = take
+        for key in keys {
+            if key.server ?? prefersServer { take.formUnion(key.differing) } else { take.subtract(key.differing) }
+        }
+        return take
     }
 }
 

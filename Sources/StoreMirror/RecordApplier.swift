@@ -337,9 +337,10 @@ final class RecordApplier {
             let values = resolved.filter { columns.contains($0.key) }
             // The row meets other rows with the values it will hold: the record's in the columns it takes, its own
             // in the others. A UNIQUE value the merge policy keeps here (a swap made here) is the row's, and the
-            // record's old value in that column, held by the swap's other row now, is no collision.
+            // record's old value in that column, held by the swap's other row now, is no collision; a duplicate's
+            // winner is chosen by the row's values too (a `keep: newest(col)` column kept here).
             var after = values
-            let kept = Set(entity.uniqueKeys.joined()).subtracting(values.keys).sorted()
+            let kept = Set(entity.fieldColumns).subtracting(values.keys).sorted()
             if !kept.isEmpty {
                 for (column, value) in zip(kept, try currentValues(entity, pk: pk, columns: kept)) { after[column] = value }
             }

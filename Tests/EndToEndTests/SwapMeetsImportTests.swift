@@ -37,6 +37,48 @@ final class SwapMeetsImportTests: XCTestCase {
         XCTAssertEqual(try f.liveCloudCounts()["items"] ?? 0, 4, "\(what): one live record per row")
     }
 
+    /// The import picks a duplicate's winner by the values the row will hold too. `notes.uuid` is UNIQUE and the
+    /// `unique:` rule keeps the newest (or oldest) `updated_at`. b moves note 1 to uuid u9; a, before it sees
+    /// that, inserts note 3 at u9 and edits note 1 (title, updated_at 300). The merge keeps a's `updated_at` on
+    /// note 1; the rule must weigh that one, as the store that meets the duplicate from the other side does.
+    /// Before, the kept column was missing from what the import weighed: the stores chose different winners, each
+    /// record's tombstone named the other, and the cloud held no note at all while `status` said healthy.
+    func duplicateWinner(_ backend: FleetBackend, policy: String, keep: String) throws {
+        let what = "[\(backend)] \(policy), keep: \(keep)"
+        let f = try Fleet.pair(backend, schema: """
+                CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, title TEXT,
+                                                 updated_at INTEGER);
+                """, policy: policy, storeYAML: """
+                    entities:
+                      notes:
+                        unique: [uuid]
+                        keep: \(keep)
+                """, rows: "INSERT INTO notes VALUES (1, 'u1', 't1', 100)", label: "storectl-duplicate-winner")
+        try f.sql("b", "UPDATE notes SET uuid = 'u9', updated_at = 200 WHERE uuid = 'u1'")
+        try f.run("b", ["sync"])
+        try f.sql("a", "INSERT INTO notes VALUES (3, 'u9', 'n3', 150); "
+                     + "UPDATE notes SET title = 't1 by a', updated_at = 300 WHERE id = 1")
+        try f.syncRounds(3, ["a", "b"])
+        let winner = keep.hasPrefix("newest") ? "notes|title=t:'t1 by a'|updated_at=i:300|uuid=t:'u9'"
+            : "notes|title=t:'n3'|updated_at=i:150|uuid=t:'u9'"
+        try f.assertRows([winner], what)
+        for s in f.stores { try f.assertHealthy(s, what) }
+        XCTAssertEqual(try f.liveCloudCounts()["notes"] ?? 0, 1, "\(what): one live record")
+    }
+
+    func testADuplicatesWinnerIsChosenByTheMergedRowFile() throws {
+        for policy in ["property-local-wins", "local-wins"] {
+            for keep in ["newest(updated_at)", "oldest(updated_at)"] {
+                try duplicateWinner(.file, policy: policy, keep: keep)
+            }
+        }
+    }
+
+    func testADuplicatesWinnerIsChosenByTheMergedRowPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try duplicateWinner(pg, policy: "property-local-wins", keep: "newest(updated_at)")
+    }
+
     func testASwapMeetsAnImportedEditFile() throws {
         for policy in ["local-wins", "server-wins", "property-local-wins", "property-server-wins"] {
             try swapMeetsAnImportedEdit(.file, policy: policy)

@@ -46,6 +46,68 @@ final class UniqueKeyOfSeveralColumnsTests: XCTestCase {
         XCTAssertEqual(try f.liveCloudCounts()["items"] ?? 0, 3, "\(what): one live record per row")
     }
 
+    /// Two keys that share a column (`UNIQUE(list, pos)`, `UNIQUE(list, title)`) are one group: a renames x, b
+    /// moves x to (L2, 2). Taking `list` with the rename's key and `pos` with the move's put x at (L1, 2), y's
+    /// place, and y was merged into it.
+    func overlappingKeys(_ backend: FleetBackend, policy: String, first: String) throws {
+        let what = "[\(backend)] overlapping keys, \(policy), \(first) first"
+        let f = try Fleet.pair(backend, schema: Self.overlappingSchema, policy: policy,
+                               rows: "INSERT INTO items VALUES (1, 'L1', 1, 'x'), (2, 'L1', 2, 'y'), (3, 'L2', 5, 'z')",
+                               label: "storectl-overlapping-keys")
+        try f.sql("a", "UPDATE items SET title = 'x2' WHERE id = 1")
+        try f.sql("b", "UPDATE items SET list = 'L2', pos = 2 WHERE title = 'x'")
+        try f.syncRounds(3, first == "a" ? ["a", "b"] : ["b", "a"])
+        let rows = try f.rows("a")
+        XCTAssertEqual(rows.count, 3, "\(what): no row lost or merged: \(rows)")
+        XCTAssertTrue(rows.contains("items|list=t:'L1'|pos=i:2|title=t:'y'"), "\(what): y kept its place: \(rows)")
+        XCTAssertTrue(rows.contains { $0.hasPrefix("items|list=t:'L2'|pos=i:2|") || $0.hasPrefix("items|list=t:'L1'|pos=i:1|") },
+                      "\(what): x at a's or b's place: \(rows)")
+        XCTAssertEqual(try f.rows("b"), rows, "\(what): the stores agree")
+        for s in f.stores { try f.assertHealthy(s, what) }
+        XCTAssertEqual(try f.liveCloudCounts()["items"] ?? 0, 3, "\(what): one live record per row")
+    }
+
+    static let overlappingSchema = """
+        CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, list TEXT NOT NULL, pos INTEGER NOT NULL,
+                                         title TEXT, UNIQUE(list, pos), UNIQUE(list, title));
+        """
+
+    func testKeysThatShareAColumnAreMergedAsOneFile() throws {
+        for policy in ["server-wins", "local-wins", "property-local-wins", "property-server-wins"] {
+            for first in ["a", "b"] { try overlappingKeys(.file, policy: policy, first: first) }
+        }
+    }
+
+    /// The same keys: a moves three rows round two lists (r4 to r2's place, r2 to r1's, r1 to r4's); b renames r1
+    /// and syncs first. Under the server policies r1 took the cloud's `list` and a's `pos`: r2's new place.
+    func testARotationAcrossListsMeetingARenameLosesNoRowFile() throws {
+        for policy in ["server-wins", "property-server-wins", "local-wins", "property-local-wins"] {
+            let what = "rotation across lists, \(policy)"
+            let f = try Fleet.pair(.file, schema: Self.overlappingSchema, policy: policy, rows: """
+                INSERT INTO items(id, list, pos, title) VALUES (1, 'L1', 1, 'r1'), (2, 'L1', 2, 'r2'), (3, 'L1', 3, 'r3'),
+                  (4, 'L2', 1, 'r4'), (5, 'L2', 2, 'r5'), (6, 'L2', 3, 'r6')
+                """, label: "storectl-overlapping-rotation")
+            try f.sql("a", """
+                BEGIN; UPDATE items SET pos = -100 WHERE id = 4; UPDATE items SET pos = -101 WHERE id = 2;
+                UPDATE items SET pos = -102 WHERE id = 1; UPDATE items SET list = 'L1', pos = 2 WHERE id = 4;
+                UPDATE items SET list = 'L1', pos = 1 WHERE id = 2; UPDATE items SET list = 'L2', pos = 1 WHERE id = 1;
+                COMMIT;
+                """)
+            try f.sql("b", "UPDATE items SET title = 'r1 by b' WHERE id = 1")
+            try f.syncRounds(4, ["b", "a"])
+            let rows = try f.rows("a")
+            XCTAssertEqual(rows.count, 6, "\(what): no row lost or merged: \(rows)")
+            XCTAssertEqual(try f.rows("b"), rows, "\(what): the stores agree")
+            for s in f.stores { try f.assertHealthy(s, what) }
+            XCTAssertEqual(try f.liveCloudCounts()["items"] ?? 0, 6, "\(what): one live record per row")
+        }
+    }
+
+    func testKeysThatShareAColumnAreMergedAsOnePostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try overlappingKeys(pg, policy: "property-local-wins", first: "b")
+    }
+
     func testASplitEditOfAKeyOfSeveralColumnsLosesNoRowFile() throws {
         for byRule in [false, true] {
             for policy in ["server-wins", "local-wins", "property-local-wins", "property-server-wins"] {

@@ -106,11 +106,22 @@ final class MergeDecisionTests: XCTestCase {
         XCTAssertEqual(MergePolicy.propertyServerWins.decide(local: split.local, server: split.server,
                                                              columns: columns, uniqueKeys: key),
                        .live(takeServer: all), "property-server-wins: the server touched the key")
-        // Only one side touched the key: that side's whole key.
+        // Only one side touched the key: that side's value (the column nobody changed is the same on both).
         XCTAssertEqual(MergePolicy.serverWins.decide(local: live(["body"]), server: live(["title"]), columns: columns,
-                                                     uniqueKeys: key), .live(takeServer: ["title"]))
+                                                     uniqueKeys: key), .live(takeServer: ["title", "done"]))
         XCTAssertEqual(MergePolicy.localWins.decide(local: live(["title"]), server: live(["done"]), columns: columns,
-                                                    uniqueKeys: key), .live(takeServer: ["body", "done"]))
+                                                    uniqueKeys: key), .live(takeServer: ["done"]))
+        // Keys that share a changed column: a key both sides changed follows the key only one side changed, so
+        // the shared column comes from one side (list = body, pos = done, title).
+        XCTAssertEqual(MergePolicy.serverWins.decide(local: live(["body", "done"]), server: live(["title"]),
+                                                     columns: columns, uniqueKeys: [["body", "done"], ["body", "title"]]),
+                       .live(takeServer: []),
+                       "the local side moved (list, pos) alone: its move stands, and (list, title) follows it")
+        XCTAssertEqual(MergePolicy.propertyLocalWins.decide(local: live(["title"]), server: live(["body", "done"]),
+                                                            columns: columns,
+                                                            uniqueKeys: [["body", "title"], ["done", "body"]]),
+                       .live(takeServer: all),
+                       "the server moved (list, pos) alone: its move stands, and (list, title) follows it")
         // Two keys: each is decided on its own.
         XCTAssertEqual(MergePolicy.serverWins.decide(local: live(["body", "done"]), server: live(["done"]),
                                                      columns: columns, uniqueKeys: [["body"], ["done"]]),
