@@ -516,6 +516,20 @@ final class Fleet {
         return f
     }
 
+    /// a's rows of `table`, after checking that they are `count` rows, that b holds the same, that every store is
+    /// healthy and that the cloud holds one live record per row.
+    func settledRows(_ table: String, count: Int, _ what: String, file: StaticString = #filePath,
+                     line: UInt = #line) throws -> [String]
+    {
+        let rows = try self.rows("a")
+        XCTAssertEqual(rows.count, count, "\(what): no row lost or merged: \(rows)", file: file, line: line)
+        XCTAssertEqual(try self.rows("b"), rows, "\(what): the stores agree", file: file, line: line)
+        for s in stores { try assertHealthy(s, what, file: file, line: line) }
+        XCTAssertEqual(try liveCloudCounts()[table] ?? 0, count, "\(what): one live record per row", file: file,
+                       line: line)
+        return rows
+    }
+
     /// Initialises `store` in local mode.
     func initialise(_ store: String, file: StaticString = #filePath, line: UInt = #line) throws {
         try run(store, ["init"], file: file, line: line)
