@@ -122,6 +122,7 @@ extension MergePolicy {
             guard l || s else { return nil }
             return (key.intersection(local.union(server)), l && s ? nil : s)
         }
+        let forced = keys.map { $0.server != nil }
         // Keys both sides changed follow a decided key they share a changed column with, until nothing changes.
         var changed = true
         while changed {
@@ -135,8 +136,9 @@ extension MergePolicy {
                 }
             }
         }
+        // The keys one side alone changed go last: in a chain, the key in the middle is the one left mixed.
         var take = take
-        for key in keys {
+        for key in zip(keys, forced).sorted(by: { !$0.1 && $1.1 }).map(\.0) {
             if key.server ?? prefersServer { take.formUnion(key.differing) } else { take.subtract(key.differing) }
         }
         return take

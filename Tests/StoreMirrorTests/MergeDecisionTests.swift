@@ -128,6 +128,70 @@ final class MergeDecisionTests: XCTestCase {
                        .live(takeServer: all.subtracting(["body"])))
     }
 
+    /// Randomized: random keys over five columns, random changes on each side, every policy but `error`. The merged
+    /// row's value of every key is one side's (a side's value of a column: what it changed it to, or the base),
+    /// a key only one side changed is that side's, and a column in no key goes by the policy column by column.
+    /// The one allowed mix is the documented chain: a key only the local side changed and a key only the server
+    /// changed, joined through keys both changed.
+    func testEveryMergedKeyIsOneSidesValue() {
+        let columns = ["a", "b", "c", "d", "e"]
+        var generator = SystemRandomNumberGenerator()
+        func some(_ n: ClosedRange<Int>) -> Set<String> {
+            Set(columns.shuffled(using: &generator).prefix(Int.random(in: n, using: &generator)))
+        }
+        var checked = 0
+        for _ in 0..<5000 {
+            let keys = (0..<Int.random(in: 1...3, using: &generator)).map { _ in some(1...3) }
+            let (local, server) = (some(0...3), some(0...3))
+            let differing = keys.map { $0.intersection(local.union(server)) }
+            let onlyLocal = keys.map { !$0.isDisjoint(with: local) && $0.isDisjoint(with: server) }
+            let onlyServer = keys.map { $0.isDisjoint(with: local) && !$0.isDisjoint(with: server) }
+            // Keys joined by shared differing columns: a group holding a key of each kind may keep a mix.
+            var group = Array(keys.indices)
+            for _ in keys.indices {
+                for i in keys.indices {
+                    for j in keys.indices where !differing[i].isDisjoint(with: differing[j]) {
+                        group[i] = min(group[i], group[j])
+                    }
+                }
+            }
+            for policy in MergePolicy.allCases where policy != .error {
+                guard case .live(let take) = policy.decide(local: live(local), server: live(server), columns: columns,
+                                                           uniqueKeys: keys) else {
+                    XCTFail("\(policy): no live decision")
+                    continue
+                }
+                let what = "\(policy), keys \(keys), local \(local), server \(server): takes \(take)"
+                func merged(_ column: String) -> String {
+                    take.contains(column) ? (server.contains(column) ? "S" : "B") : (local.contains(column) ? "L" : "B")
+                }
+                for (i, key) in keys.enumerated() {
+                    let value = key.sorted().map(merged)
+                    let localValue = key.sorted().map { local.contains($0) ? "L" : "B" }
+                    let serverValue = key.sorted().map { server.contains($0) ? "S" : "B" }
+                    if onlyLocal[i] { XCTAssertEqual(value, localValue, "\(what): key \(key) only the local side changed") }
+                    if onlyServer[i] { XCTAssertEqual(value, serverValue, "\(what): key \(key) only the server changed") }
+                    let chain = keys.indices.contains { group[$0] == group[i] && onlyLocal[$0] }
+                        && keys.indices.contains { group[$0] == group[i] && onlyServer[$0] }
+                    if !chain {
+                        XCTAssertTrue(value == localValue || value == serverValue, "\(what): key \(key) is a mix \(value)")
+                        checked += 1
+                    }
+                }
+                let inKeys = Set(keys.joined())
+                let perColumn: Set<String>
+                switch policy {
+                case .serverWins: perColumn = Set(columns)
+                case .localWins: perColumn = []
+                case .propertyLocalWins: perColumn = Set(columns).subtracting(local)
+                default: perColumn = Set(columns).subtracting(local.subtracting(server))
+                }
+                XCTAssertEqual(take.subtracting(inKeys), perColumn.subtracting(inKeys), "\(what): a column in no key")
+            }
+        }
+        XCTAssertGreaterThan(checked, 10_000, "the random keys were checked")
+    }
+
     func testPropertyLocalWins() {
         let p = MergePolicy.propertyLocalWins
         // Both changed the title, only the server the body: the local title, the server's body.
