@@ -1142,23 +1142,29 @@ final class RecordApplier {
         avoid = []
         for record in records where !record.deleted {
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty else { continue }
-            let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
-            var values: [String: Value] = [:]
-            for (column, value) in decoded.values {
-                switch value {
-                case .value(let v): values[column] = v
-                case .ref(nil): values[column] = .null
-                case .ref(let name?):
-                    if let ref = entity.reference(for: column),
-                       let key = try parentKey(parent: ref.parent, recordName: name) { values[column] = key }
-                }
-            }
+            let values = try keyValues(of: codec.decodeRecord(record.fields, columns: entity.fieldColumns), entity: entity)
             takers.append((entity, values))
             for key in entity.uniqueKeys {
                 for column in key { if let v = values[column] { avoid.insert(Self.avoidKey(entity.name, column, v)) } }
             }
         }
         return takers
+    }
+
+    /// A record's values with its references resolved to the parent's key here (a reference to a parent not here
+    /// is left out): what the row holds once the record is applied, as UNIQUE keys compare it.
+    private func keyValues(of decoded: DecodedFields, entity: EntityMap) throws -> [String: Value] {
+        var values: [String: Value] = [:]
+        for (column, value) in decoded.values {
+            switch value {
+            case .value(let v): values[column] = v
+            case .ref(nil): values[column] = .null
+            case .ref(let name?):
+                if let ref = entity.reference(for: column),
+                   let key = try parentKey(parent: ref.parent, recordName: name) { values[column] = key }
+            }
+        }
+        return values
     }
 
     /// A tombstone's row frees its values by its deletion, applied first; but a value a live record takes is freed
@@ -1212,15 +1218,19 @@ final class RecordApplier {
                   try rowExists(entity, pk: entry.pk)
             else { continue }
             freedRecords[entity.name + "\u{0}" + entry.pk] = record.recordName
-            let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
+            let values = try keyValues(of: codec.decodeRecord(record.fields, columns: entity.fieldColumns),
+                                       entity: entity)
             var freedHere: Set<String> = []
             for key in entity.uniqueKeys where key.allSatisfy({ !entity.primaryKey.contains($0) }) {
                 // A key that shares a column already freed in this row is free too (the placeholder is unique).
                 if key.contains(where: freedHere.contains) { continue }
                 let current = try currentValues(entity, pk: entry.pk, columns: key)
                 if current.count != key.count || current.contains(where: \.isNull) { continue }
-                // A key the record leaves out, or moves to NULL, frees nothing (NULLs never collide).
-                guard let incoming = decoded.keyValues(key), current != incoming else { continue }
+                // A key the record leaves out, or moves to NULL, frees nothing (NULLs never collide); a reference
+                // counts as the parent's key here.
+                let incoming = key.compactMap { values[$0] }
+                guard incoming.count == key.count, !incoming.contains(where: \.isNull), current != incoming
+                else { continue }
                 let columns = key.enumerated().map { ($1, current[$0]) }
                 if let one = try free(entity, pk: entry.pk, columns: columns,
                                       name: record.recordName, serial: freed.count)

@@ -521,9 +521,9 @@ final class Fleet {
     func settledRows(_ table: String, count: Int, _ what: String, file: StaticString = #filePath,
                      line: UInt = #line) throws -> [String]
     {
-        let rows = try self.rows("a")
+        let rows = try self.rows("a", tables: [table])
         XCTAssertEqual(rows.count, count, "\(what): no row lost or merged: \(rows)", file: file, line: line)
-        XCTAssertEqual(try self.rows("b"), rows, "\(what): the stores agree", file: file, line: line)
+        XCTAssertEqual(try self.rows("b", tables: [table]), rows, "\(what): the stores agree", file: file, line: line)
         for s in stores { try assertHealthy(s, what, file: file, line: line) }
         XCTAssertEqual(try liveCloudCounts()[table] ?? 0, count, "\(what): one live record per row", file: file,
                        line: line)

@@ -36,6 +36,37 @@ final class UniqueMoveTests: XCTestCase {
         if let pg = FleetBackend.postgres() { try swap(pg, policy: nil) }
     }
 
+    /// A UNIQUE key holding a reference (`UNIQUE(list_id, pos)`, `list_id REFERENCES lists`): a swaps two items'
+    /// positions; b, which changed nothing, keeps both. Before, the import compared the reference's record name
+    /// with the parent's key here, freed nothing, and merged the first item it applied with the other one.
+    func swapInAKeyWithAReference(_ backend: FleetBackend, policy: String) throws {
+        let what = "[\(backend)] a swap in UNIQUE(list_id, pos), \(policy)"
+        let f = try Fleet.pair(backend, schema: """
+            CREATE TABLE IF NOT EXISTS lists(id INTEGER PRIMARY KEY, name TEXT);
+            CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY, list_id INTEGER NOT NULL REFERENCES lists(id),
+                                             pos INTEGER NOT NULL, title TEXT, UNIQUE(list_id, pos));
+            """, policy: policy, rows: "INSERT INTO lists VALUES (1, 'L1'); "
+                + "INSERT INTO items VALUES (1, 1, 1, 'p'), (2, 1, 2, 'q'), (3, 1, 3, 'r')",
+            label: "storectl-unique-move-reference")
+        try f.sql("a", "BEGIN; UPDATE items SET pos = -1 WHERE title = 'p'; UPDATE items SET pos = 1 WHERE title = 'q'; "
+                     + "UPDATE items SET pos = 2 WHERE title = 'p'; COMMIT;")
+        try f.syncRounds(3, ["a", "b"])
+        try f.assertRows(["lists|name=t:'L1'", "items|list_id=->lists{name=t:'L1'}|pos=i:1|title=t:'q'",
+                          "items|list_id=->lists{name=t:'L1'}|pos=i:2|title=t:'p'",
+                          "items|list_id=->lists{name=t:'L1'}|pos=i:3|title=t:'r'"], what)
+        _ = try f.settledRows("items", count: 3, what)
+    }
+
+    func testASwapInAKeyWithAReferenceFile() throws {
+        for policy in ["property-local-wins", "server-wins", "local-wins", "error"] {
+            try swapInAKeyWithAReference(.file, policy: policy)
+        }
+    }
+
+    func testASwapInAKeyWithAReferencePostgres() throws {
+        if let pg = FleetBackend.postgres() { try swapInAKeyWithAReference(pg, policy: "property-local-wins") }
+    }
+
     /// A list with a UNIQUE NOT NULL position column; the last item moves to the front, every other slot shifts
     /// by one (a cycle: each new slot is held by the row whose own record moves it on).
     func reorder(_ backend: FleetBackend) throws {
