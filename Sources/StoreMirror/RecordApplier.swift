@@ -337,14 +337,14 @@ final class RecordApplier {
             let values = resolved.filter { columns.contains($0.key) }
             // The row meets other rows with the values it will hold: the record's in the columns it takes, its own
             // in the others. A UNIQUE value the merge policy keeps here (a swap made here) is the row's, and the
-            // record's old value in that column, held by the swap's other row now, is no collision; a duplicate's
-            // winner is chosen by the row's values too (a `keep: newest(col)` column kept here).
+            // record's old value in that column, held by the swap's other row now, is no collision. A duplicate's
+            // winner is weighed by the record's values, which every store sees alike.
             var after = values
-            let kept = Set(entity.fieldColumns).subtracting(values.keys).sorted()
+            let kept = Set(entity.uniqueKeys.joined()).subtracting(values.keys).sorted()
             if !kept.isEmpty {
                 for (column, value) in zip(kept, try currentValues(entity, pk: pk, columns: kept)) { after[column] = value }
             }
-            if let merged = try resolveUnique(entity, record: record, values: after, target: pk) {
+            if let merged = try resolveUnique(entity, record: record, values: after, target: pk, weighed: resolved) {
                 return merged
             }
             if !values.isEmpty { try update(entity, pk: pk, values: values) }
@@ -816,8 +816,10 @@ final class RecordApplier {
     /// constraint is hit (apply the record normally), else the outcome.
     /// `selfReferences`: the columns that reference the record itself; when the record is merged into a row that
     /// holds its UNIQUE value, they name that row.
+    /// `weighed`: the values the `unique:` rule weighs for the incoming side (default `values`): the record's, as
+    /// every store sees them, so that every store picks the same winner.
     private func resolveUnique(_ entity: EntityMap, record: CloudRecord, values: [String: Value], target: String?,
-                               selfReferences: [String] = []) throws -> Outcome?
+                               selfReferences: [String] = [], weighed: [String: Value]? = nil) throws -> Outcome?
     {
         guard !entity.uniqueKeys.isEmpty else { return nil }
         for columns in entity.uniqueKeys {
@@ -860,7 +862,7 @@ final class RecordApplier {
                 return try recreate(entity, record: record, values: values, as: holderPK, mapped: holderName,
                                     tag: holder[3].int64 == 1 ? nil : holder[2].string)
             }
-            let incomingWins = try wins(entity, columns: columns, incoming: (record.recordName, values),
+            let incomingWins = try wins(entity, columns: columns, incoming: (record.recordName, weighed ?? values),
                                         holder: (holderName, holderPK))
             if incomingWins {
                 // The local holder loses: its children follow the incoming record's row, then it goes.

@@ -33,14 +33,15 @@ final class SwapMeetsImportTests: XCTestCase {
                       "\(what): both swaps stand: \(positions)")
     }
 
-    /// The import picks a duplicate's winner by the values the row will hold too. `notes.uuid` is UNIQUE and the
-    /// `unique:` rule keeps the newest (or oldest) `updated_at`. b moves note 1 to uuid u9; a, before it sees
-    /// that, inserts note 3 at u9 and edits note 1 (title, updated_at 300). The merge keeps a's `updated_at` on
-    /// note 1; the rule must weigh that one, as the store that meets the duplicate from the other side does.
-    /// Before, the kept column was missing from what the import weighed: the stores chose different winners, each
-    /// record's tombstone named the other, and the cloud held no note at all while `status` said healthy.
-    func duplicateWinner(_ backend: FleetBackend, policy: String, keep: String) throws {
-        let what = "[\(backend)] \(policy), keep: \(keep)"
+    /// Every store picks the same winner of a duplicate. `notes.uuid` is UNIQUE and the `unique:` rule keeps the
+    /// newest (or oldest) `updated_at`. b moves note 1 to uuid u9 (updated_at 200) and syncs; a, before it sees
+    /// that, inserts note 3 at u9 (150) and edits note 1 (title, updated_at `edit`). a weighs note 1's record, as
+    /// b, which meets the duplicate from the other side, weighs note 1's row: both see updated_at 200. Before, a
+    /// weighed its own merged row: with `edit` 120 the two stores chose different winners, each deleted the
+    /// other's record, and the cloud held no note while `status` said healthy (with a first fix, `edit` 300 did
+    /// the same: the rule read the column as NULL).
+    func duplicateWinner(_ backend: FleetBackend, policy: String, keep: String, edit: Int) throws {
+        let what = "[\(backend)] \(policy), keep: \(keep), a's edit at \(edit)"
         let f = try Fleet.pair(backend, schema: """
                 CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, title TEXT,
                                                  updated_at INTEGER);
@@ -53,26 +54,26 @@ final class SwapMeetsImportTests: XCTestCase {
         try f.sql("b", "UPDATE notes SET uuid = 'u9', updated_at = 200 WHERE uuid = 'u1'")
         try f.run("b", ["sync"])
         try f.sql("a", "INSERT INTO notes VALUES (3, 'u9', 'n3', 150); "
-                     + "UPDATE notes SET title = 't1 by a', updated_at = 300 WHERE id = 1")
+                     + "UPDATE notes SET title = 't1 by a', updated_at = \(edit) WHERE id = 1")
         try f.syncRounds(3, ["a", "b"])
-        let winner = keep.hasPrefix("newest") ? "notes|title=t:'t1 by a'|updated_at=i:300|uuid=t:'u9'"
+        // Note 1 (200 in the cloud) is newer than note 3 (150): it wins under newest, with a's edit merged in.
+        let winner = keep.hasPrefix("newest") ? "notes|title=t:'t1 by a'|updated_at=i:\(edit)|uuid=t:'u9'"
             : "notes|title=t:'n3'|updated_at=i:150|uuid=t:'u9'"
         try f.assertRows([winner], what)
-        for s in f.stores { try f.assertHealthy(s, what) }
-        XCTAssertEqual(try f.liveCloudCounts()["notes"] ?? 0, 1, "\(what): one live record")
+        _ = try f.settledRows("notes", count: 1, what)
     }
 
-    func testADuplicatesWinnerIsChosenByTheMergedRowFile() throws {
+    func testADuplicatesWinnerIsTheSameOnEveryStoreFile() throws {
         for policy in ["property-local-wins", "local-wins"] {
             for keep in ["newest(updated_at)", "oldest(updated_at)"] {
-                try duplicateWinner(.file, policy: policy, keep: keep)
+                for edit in [300, 120] { try duplicateWinner(.file, policy: policy, keep: keep, edit: edit) }
             }
         }
     }
 
-    func testADuplicatesWinnerIsChosenByTheMergedRowPostgres() throws {
+    func testADuplicatesWinnerIsTheSameOnEveryStorePostgres() throws {
         guard let pg = FleetBackend.postgres() else { return }
-        try duplicateWinner(pg, policy: "property-local-wins", keep: "newest(updated_at)")
+        try duplicateWinner(pg, policy: "property-local-wins", keep: "newest(updated_at)", edit: 120)
     }
 
     func testASwapMeetsAnImportedEditFile() throws {
