@@ -91,6 +91,30 @@ final class UniqueKeyOfSeveralColumnsTests: XCTestCase {
         }
     }
 
+    /// Three keys in a chain, `UNIQUE(a, b)`, `UNIQUE(b, c)`, `UNIQUE(c, d)`: a changes X's a and b, b changes X's
+    /// c and d. (a, b) is a's alone and (c, d) b's alone, so (b, c) could only be a mix, which Y holds: the whole
+    /// chain goes by the policy instead. Before, Y was merged into X on every store.
+    func testAChainOfKeysLosesNoRowFile() throws {
+        for policy in ["server-wins", "local-wins", "property-local-wins", "property-server-wins"] {
+            for first in ["a", "b"] {
+                let what = "chain of keys, \(policy), \(first) first"
+                let f = try Fleet.pair(.file, schema: """
+                    CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, name TEXT, a TEXT, b TEXT, c TEXT, d TEXT,
+                                                 UNIQUE(a, b), UNIQUE(b, c), UNIQUE(c, d));
+                    """, policy: policy, rows: "INSERT INTO t VALUES (1, 'X', 'x1', 'B0', 'C0', 'x4'), "
+                        + "(2, 'Y', 'y1', 'B1', 'C1', 'y4')", label: "storectl-key-chain")
+                try f.sql("a", "UPDATE t SET a = 'xa', b = 'B1' WHERE name = 'X'")
+                try f.sql("b", "UPDATE t SET c = 'C1', d = 'xd' WHERE name = 'X'")
+                try f.syncRounds(3, first == "a" ? ["a", "b"] : ["b", "a"])
+                let rows = try f.settledRows("t", count: 2, what)
+                XCTAssertTrue(rows.contains("t|a=t:'y1'|b=t:'B1'|c=t:'C1'|d=t:'y4'|name=t:'Y'"), "\(what): Y kept: \(rows)")
+                XCTAssertTrue(rows.contains("t|a=t:'xa'|b=t:'B1'|c=t:'C0'|d=t:'x4'|name=t:'X'")
+                              || rows.contains("t|a=t:'x1'|b=t:'B0'|c=t:'C1'|d=t:'xd'|name=t:'X'"),
+                              "\(what): X is a's or b's: \(rows)")
+            }
+        }
+    }
+
     func testKeysThatShareAColumnAreMergedAsOnePostgres() throws {
         guard let pg = FleetBackend.postgres() else { return }
         try overlappingKeys(pg, policy: "property-local-wins", first: "b")
