@@ -65,6 +65,7 @@ struct StoreModel {
         "links": ["label", "note_id"],
         "words": ["lang", "n", "w"],
         "folders": ["name", "parent"],
+        "slots": ["folder", "label", "pos"],
     ]
 
     static func table(_ identity: String) -> String { String(identity.prefix { $0 != "|" }) }
@@ -79,9 +80,12 @@ struct StoreModel {
             for key in rows.keys where key.hasPrefix("links|\(uuid)|") { set(key, nil, by: store) }
         }
         if row == nil, Self.table(identity) == "folders", let name = identity.split(separator: "|").last {
-            // ON DELETE CASCADE down the tree (and around a cycle).
+            // ON DELETE CASCADE down the tree (and around a cycle), and to the folder's slots.
             for (key, child) in rows where key.hasPrefix("folders|") && child["parent"] == .str(String(name)) {
                 if rows[key] != nil { set(key, nil, by: store) }
+            }
+            for (key, slot) in rows where key.hasPrefix("slots|") && slot["folder"] == .str(String(name)) {
+                set(key, nil, by: store)
             }
         }
     }
@@ -115,7 +119,9 @@ struct StoreModel {
         let table = Self.table(identity)
         var parts = [table]
         for c in columns(table, addedThere: addedThere) {
-            if table == "folders" && c == "parent" {
+            if table == "slots" && c == "folder", case .text(let b)? = row["folder"] {
+                parts.append("folder=->folders{name=\(MV.text(b).cell)}")
+            } else if table == "folders" && c == "parent" {
                 if case .text(let b)? = row["parent"] {
                     parts.append("parent=->folders{name=\(MV.text(b).cell)}")
                 } else {
@@ -174,6 +180,9 @@ final class ModelConvergenceTests: XCTestCase {
                                          PRIMARY KEY (w, lang)) WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS folders(id INTEGER PRIMARY KEY, name TEXT NOT NULL,
                                            parent INTEGER REFERENCES folders(id) ON DELETE CASCADE);
+        CREATE TABLE IF NOT EXISTS slots(id INTEGER PRIMARY KEY,
+                                         folder INTEGER NOT NULL REFERENCES folders(id) ON DELETE CASCADE,
+                                         pos INTEGER NOT NULL, label TEXT NOT NULL, UNIQUE(folder, pos));
         """
     /// The columns a schedule may add, one store at a time: (table, column, SQL type, default).
     static let schemaChanges: [(table: String, column: String, type: String, defaultValue: MV)] = [
@@ -357,8 +366,10 @@ final class ModelRun {
     /// One random write by `store` on rows it owns, or a new row. With `focus` (the rows of a batch that was in
     /// flight when storectl was killed), most writes update, delete or re-insert one of those rows.
     func randomWrite(_ store: String, focus: [String] = []) throws {
-        let tables = ["notes", "notes", "events", "ranks", "settings", "readings", "links", "words", "folders"]
+        let tables = ["notes", "notes", "events", "ranks", "settings", "readings", "links", "words", "folders",
+                      "slots", "slots", "slots"]
         var table = tables[rng.below(tables.count)]
+        if table == "slots" && without.contains("slots") { return }
         let restrictedToInserts = restored.contains(store)
         let inFlight = focus.filter { model.owner[$0] == store && model.rows[$0] != nil && !$0.hasPrefix("links|") }
         var mine = restrictedToInserts ? [] : owned(store, table)
@@ -503,6 +514,8 @@ final class ModelRun {
                 try write(store, [("DELETE FROM folders WHERE name = ?1", [.text(name)])])
                 model.set(id, nil, by: store)
             }
+        case "slots":
+            try slotWrite(store, mine: mine, insert: insert)
         default:
             // links, on a note this store owns.
             if restrictedToInserts { return }
@@ -523,6 +536,73 @@ final class ModelRun {
                                    [.text(uuid), .text(label)])])
                 model.set(key, nil, by: store)
             }
+        }
+    }
+
+    /// The positions of a folder's slots, `UNIQUE(folder, pos)` with `folder` a reference: a slot is added at the
+    /// end, two slots swap places through a temporary position, a slot moves to another folder, or goes.
+    func slotWrite(_ store: String, mine: [String], insert: Bool) throws {
+        if restored.contains(store) { return }
+        let folders = owned(store, "folders").map { String($0.dropFirst(8)) }
+        let slots = owned(store, "slots")
+        func folder(_ id: String) -> String? {
+            if case .text(let b)? = model.rows[id]?["folder"] { return String(decoding: b, as: UTF8.self) }
+            return nil
+        }
+        func pos(_ id: String) -> Int64? {
+            if case .int(let p)? = model.rows[id]?["pos"] { return p }
+            return nil
+        }
+        func end(_ name: String) -> Int64 {
+            (slots.filter { folder($0) == name }.compactMap(pos).max() ?? 0) + 1
+        }
+        if insert || mine.isEmpty || slots.count < 2 {
+            guard let name = pick(folders) else {
+                // A folder of this store's own first, at the root.
+                let name = fresh("\(store)-f")
+                note("  \(store): INSERT folder '\(name)' for slots")
+                try write(store, [("INSERT INTO folders(name) VALUES (?1)", [.text(name)])])
+                model.set("folders|\(name)", ["name": .str(name), "parent": .null], by: store)
+                model.owner["folders|\(name)"] = store
+                return
+            }
+            let label = fresh("\(store)-s")
+            let at = end(name)
+            note("  \(store): slot '\(label)' at \(at) of folder '\(name)'")
+            try write(store, [("INSERT INTO slots(folder, pos, label) SELECT id, ?2, ?3 FROM folders WHERE name = ?1",
+                               [.text(name), .integer(at), .text(label)])])
+            model.set("slots|\(label)", ["folder": .str(name), "pos": .int(at), "label": .str(label)], by: store)
+            model.owner["slots|\(label)"] = store
+            return
+        }
+        guard let id = pick(mine), var row = model.rows[id], let name = folder(id), let at = pos(id) else { return }
+        let label = String(id.dropFirst(6))
+        switch rng.below(6) {
+        case 0, 1, 2, 3:
+            guard let other = pick(slots.filter { $0 != id && folder($0) == name }), var otherRow = model.rows[other],
+                  let otherAt = pos(other) else { return }
+            let otherLabel = String(other.dropFirst(6))
+            note("  \(store): swap slots '\(label)' (\(at)) and '\(otherLabel)' (\(otherAt)) of folder '\(name)'")
+            try write(store, [("UPDATE slots SET pos = -1 WHERE label = ?1", [.text(label)]),
+                              ("UPDATE slots SET pos = ?2 WHERE label = ?1", [.text(otherLabel), .integer(at)]),
+                              ("UPDATE slots SET pos = ?2 WHERE label = ?1", [.text(label), .integer(otherAt)])])
+            row["pos"] = .int(otherAt)
+            otherRow["pos"] = .int(at)
+            model.set(id, row, by: store)
+            model.set(other, otherRow, by: store)
+        case 4:
+            guard let target = pick(folders.filter { $0 != name }) else { return }
+            let to = end(target)
+            note("  \(store): move slot '\(label)' to \(to) of folder '\(target)'")
+            try write(store, [("UPDATE slots SET folder = (SELECT id FROM folders WHERE name = ?2), pos = ?3 WHERE label = ?1",
+                               [.text(label), .text(target), .integer(to)])])
+            row["folder"] = .str(target)
+            row["pos"] = .int(to)
+            model.set(id, row, by: store)
+        default:
+            note("  \(store): DELETE slot '\(label)'")
+            try write(store, [("DELETE FROM slots WHERE label = ?1", [.text(label)])])
+            model.set(id, nil, by: store)
         }
     }
 
@@ -676,6 +756,7 @@ final class ModelRun {
                                     links: {}
                                     words: {}
                                     folders: {}
+                                    slots: {}
                               """ : "",
                           cloudExtra: "      merge_policy: \(policy)", label: "storectl-model")
         fleet = f
