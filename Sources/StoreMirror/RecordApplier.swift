@@ -322,9 +322,9 @@ final class RecordApplier {
         }
         let facts = try liveFacts(record, entity: entity, entry: entry, pk: allocated ? nil : pk, exists: exists,
                                   decoded: decoded, resolved: resolved, respectLocalChanges: respectLocalChanges)
-        let unique = entity.uniqueKeys(with: uniqueRules[entity.name]).map(Set.init)
         let finalPK: String
-        switch LiveAction.decide(facts, policy: policy, columns: entity.fieldColumns, uniqueKeys: unique) {
+        switch LiveAction.decide(facts, policy: policy, columns: entity.fieldColumns,
+                                 uniqueKeys: entity.uniqueKeys(with: uniqueRules[entity.name]).map(Set.init)) {
         case .conflict(let columns):
             return conflict(record, entity: entity, columns: columns, serverDeleted: false)
         case .keepLocalDelete:
@@ -335,15 +335,7 @@ final class RecordApplier {
         case .update(let columns):
             guard let pk else { preconditionFailure("an update of a row that has no key") }
             let values = resolved.filter { columns.contains($0.key) }
-            // The row meets other rows with the values it will hold: the record's in the columns it takes, its own
-            // in the others. A UNIQUE value the merge policy keeps here (a swap made here) is the row's, and the
-            // record's old value in that column, held by the swap's other row now, is no collision. A duplicate's
-            // winner is weighed by the record's values, which every store sees alike.
-            var after = values
-            let kept = Set(entity.uniqueKeys.joined()).subtracting(values.keys).sorted()
-            if !kept.isEmpty {
-                for (column, value) in zip(kept, try currentValues(entity, pk: pk, columns: kept)) { after[column] = value }
-            }
+            let after = try uniqueValues(entity, pk: pk, taking: values)
             if let merged = try resolveUnique(entity, record: record, values: after, target: pk, weighed: resolved) {
                 return merged
             }
@@ -363,6 +355,19 @@ final class RecordApplier {
         }
         try finish(record, entity: entity, entry: entry, pk: finalPK, extra: decoded.extra)
         return .applied
+    }
+
+    /// The values of the row at `pk`'s UNIQUE columns once it takes `values`: those, and its own in the columns it
+    /// keeps, with which it meets other rows. A UNIQUE value the merge policy keeps here (a swap made here) is the
+    /// row's, and the record's old value in that column, which the swap's other row holds now, is no collision. (A
+    /// duplicate's winner is still weighed by the record's values, which every store sees alike.)
+    private func uniqueValues(_ entity: EntityMap, pk: String, taking values: [String: Value]) throws -> [String: Value] {
+        var after = values
+        let kept = Set(entity.uniqueKeys.joined()).subtracting(values.keys).sorted()
+        if !kept.isEmpty {
+            for (column, value) in zip(kept, try currentValues(entity, pk: pk, columns: kept)) { after[column] = value }
+        }
+        return after
     }
 
     /// Reports a conflict under `merge_policy: error`: the record changes nothing.
