@@ -110,9 +110,10 @@ extension MergePolicy {
     /// A key only one side changed is that side's: the other side holds the key's old value, which a swap or a
     /// reorder on the changing side may have given to another row already. A key both sides changed goes by the
     /// policy (`prefersServer`), unless it shares a changed column with a key that is one side's by the rule
-    /// above (or by this one): then it follows that key, so the shared column is decided once. In a chain where
-    /// the two rules meet (a key only the local side changed, through a key both changed, to a key only the server
-    /// changed), no choice keeps every key whole but one: every key of the chain goes by the policy.
+    /// above (or by this one): then it follows that key, so the shared column is decided once. Only a chain of
+    /// keys where the two rules meet (a key only the local side changed, through a key both changed, to a key only
+    /// the server changed) leaves the middle key mixed: each end keeps its side, which a move may have handed on.
+    /// (`RecordApplier.resolveUnique` never takes such a mix for a duplicate of the row that holds it.)
     private func keysWhole(_ take: Set<String>, local: Set<String>, server: Set<String>, uniqueKeys: [Set<String>],
                            prefersServer: Bool) -> Set<String>
     {
@@ -122,6 +123,7 @@ extension MergePolicy {
             guard l || s else { return nil }
             return (key.intersection(local.union(server)), l && s ? nil : s)
         }
+        let forced = keys.map { $0.server != nil }
         // Keys both sides changed follow a decided key they share a changed column with, until nothing changes.
         var changed = true
         while changed {
@@ -135,18 +137,12 @@ extension MergePolicy {
                 }
             }
         }
+        // The keys one side alone changed go last: in a chain, the key in the middle is the one left mixed.
         var take = take
-        for key in keys {
+        for key in zip(keys, forced).sorted(by: { !$0.1 && $1.1 }).map(\.0) {
             if key.server ?? prefersServer { take.formUnion(key.differing) } else { take.subtract(key.differing) }
         }
-        // A chain where the two rules meet: every key joined to a mixed one by changed columns goes by the policy.
-        var chain = Set(keys.filter { !$0.differing.isSubset(of: take) && !$0.differing.isDisjoint(with: take) }
-            .flatMap(\.differing))
-        guard !chain.isEmpty else { return take }
-        while let key = keys.first(where: { !$0.differing.isDisjoint(with: chain) && !$0.differing.isSubset(of: chain) }) {
-            chain.formUnion(key.differing)
-        }
-        return prefersServer ? take.union(chain) : take.subtracting(chain)
+        return take
     }
 }
 

@@ -848,6 +848,17 @@ final class RecordApplier {
             }
             if holderName == record.recordName { continue }
             if defersUntilSettled { return try deferUntilSettled(record) }
+            if let target, let weighed, keyValues != columns.map({ weighed[$0] ?? .null }),
+               try keyValues != currentValues(entity, pk: target, columns: columns)
+            {
+                // A chain of keys the merge policy could not keep whole: the merged key is neither side's, and it
+                // is no duplicate of the row that holds it.
+                throw RecordProblem(reason: "merged with this store's changes, its value of UNIQUE "
+                                        + "(\(columns.joined(separator: ", "))) is one neither side wrote, and the row "
+                                        + "of record \(holderName) holds it",
+                                    hint: "change that key of one of the two rows on either store, then run "
+                                        + "'storectl sync' again")
+            }
             if unfreeableRows.contains(entity.name + "\u{0}" + holderPK) {
                 throw RecordProblem(reason: "its value of UNIQUE (\(columns.joined(separator: ", "))) is held by the row "
                                         + "of record \(holderName), whose own record moves it away, but the table "

@@ -92,8 +92,9 @@ final class UniqueKeyOfSeveralColumnsTests: XCTestCase {
     }
 
     /// Three keys in a chain, `UNIQUE(a, b)`, `UNIQUE(b, c)`, `UNIQUE(c, d)`: a changes X's a and b, b changes X's
-    /// c and d. (a, b) is a's alone and (c, d) b's alone, so (b, c) could only be a mix, which Y holds: the whole
-    /// chain goes by the policy instead. Before, Y was merged into X on every store.
+    /// c and d. (a, b) is a's alone and (c, d) b's alone, so (b, c) can only be a mix, and Y holds that mix. It is
+    /// no duplicate of Y: the store that meets it keeps both rows and reports the record (not healthy), rather
+    /// than merge Y away. Before, Y was merged into X on every store while `status` said healthy.
     func testAChainOfKeysLosesNoRowFile() throws {
         for policy in ["server-wins", "local-wins", "property-local-wins", "property-server-wins"] {
             for first in ["a", "b"] {
@@ -105,12 +106,49 @@ final class UniqueKeyOfSeveralColumnsTests: XCTestCase {
                         + "(2, 'Y', 'y1', 'B1', 'C1', 'y4')", label: "storectl-key-chain")
                 try f.sql("a", "UPDATE t SET a = 'xa', b = 'B1' WHERE name = 'X'")
                 try f.sql("b", "UPDATE t SET c = 'C1', d = 'xd' WHERE name = 'X'")
+                let order = first == "a" ? ["a", "b"] : ["b", "a"]
+                var exits: [Int32] = []
+                for _ in 0..<3 { for s in order { exits.append(try f.run(s, ["sync"], expect: nil).status) } }
+                for s in f.stores {
+                    let rows = try f.rows(s, tables: ["t"])
+                    XCTAssertEqual(rows.count, 2, "\(what): \(s) keeps both rows: \(rows)")
+                    XCTAssertTrue(rows.contains("t|a=t:'y1'|b=t:'B1'|c=t:'C1'|d=t:'y4'|name=t:'Y'"), "\(what): \(s) keeps Y: \(rows)")
+                }
+                XCTAssertEqual(try f.liveCloudCounts()["t"] ?? 0, 2, "\(what): two live records")
+                if exits.suffix(2).allSatisfy({ $0 == 0 }) {
+                    XCTAssertEqual(try f.rows("a", tables: ["t"]), try f.rows("b", tables: ["t"]),
+                                   "\(what): stores whose syncs pass agree")
+                }
+                if exits.contains(where: { $0 != 0 }) {
+                    // The record that cannot be merged is reported until a user changes one of the rows.
+                    let unhealthy = try f.stores.filter { try f.run($0, ["status"], expect: nil).status != 0 }
+                    XCTAssertFalse(unhealthy.isEmpty, "\(what): a store that cannot sync is not called healthy")
+                }
+            }
+        }
+    }
+
+    /// The same chain, each store moving another row into the place it moved X from: a moves X's (c, d) and gives
+    /// W X's old (c, d); b moves X's (a, b) and gives Z X's old (a, b). Each one-sided key stays with its side, so X
+    /// never takes back a value W or Z holds now (when the whole chain went by the policy, one was merged away).
+    func testAChainOfKeysEachMovedAwayKeepsEveryRowFile() throws {
+        for policy in ["server-wins", "local-wins", "property-local-wins", "property-server-wins"] {
+            for first in ["a", "b"] {
+                let what = "chain of keys with moves, \(policy), \(first) first"
+                let f = try Fleet.pair(.file, schema: """
+                    CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, name TEXT, a TEXT NOT NULL, b TEXT NOT NULL,
+                                                 c TEXT NOT NULL, d TEXT NOT NULL, UNIQUE(a, b), UNIQUE(b, c), UNIQUE(c, d));
+                    """, policy: policy, rows: "INSERT INTO t(name, a, b, c, d) VALUES ('X', 'x1', 'B0', 'C0', 'x4'), "
+                        + "('W', 'w1', 'BW', 'CW', 'w4'), ('Z', 'z1', 'BZ', 'CZ', 'z4')", label: "storectl-key-chain-moves")
+                try f.sql("a", "BEGIN; UPDATE t SET c = 'C1', d = 'xd' WHERE name = 'X'; "
+                             + "UPDATE t SET c = 'C0', d = 'x4' WHERE name = 'W'; COMMIT;")
+                try f.sql("b", "BEGIN; UPDATE t SET a = 'xa', b = 'B1' WHERE name = 'X'; "
+                             + "UPDATE t SET a = 'x1', b = 'B0' WHERE name = 'Z'; COMMIT;")
                 try f.syncRounds(3, first == "a" ? ["a", "b"] : ["b", "a"])
-                let rows = try f.settledRows("t", count: 2, what)
-                XCTAssertTrue(rows.contains("t|a=t:'y1'|b=t:'B1'|c=t:'C1'|d=t:'y4'|name=t:'Y'"), "\(what): Y kept: \(rows)")
-                XCTAssertTrue(rows.contains("t|a=t:'xa'|b=t:'B1'|c=t:'C0'|d=t:'x4'|name=t:'X'")
-                              || rows.contains("t|a=t:'x1'|b=t:'B0'|c=t:'C1'|d=t:'xd'|name=t:'X'"),
-                              "\(what): X is a's or b's: \(rows)")
+                let rows = try f.settledRows("t", count: 3, what)
+                for name in ["W", "X", "Z"] {
+                    XCTAssertTrue(rows.contains { $0.hasSuffix("|name=t:'\(name)'") }, "\(what): \(name) kept: \(rows)")
+                }
             }
         }
     }
