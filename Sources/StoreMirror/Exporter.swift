@@ -1032,7 +1032,10 @@ struct Exporter {
                 case .value(let v): values.append(v)
                 case .ref(let name):
                     guard let name, let ref = e.reference(for: column) else { values.append(.null); continue }
-                    values.append(try applier.parentKey(parent: ref.parent, recordName: name) ?? .null)
+                    // A parent this store has not imported yet (a list made with the move): the import brings it,
+                    // and the row takes the whole key then, never the rest of it alone.
+                    guard let key = try applier.parentKey(parent: ref.parent, recordName: name) else { return true }
+                    values.append(key)
                 }
             }
             if values.contains(where: \.isNull) || values == local { continue }

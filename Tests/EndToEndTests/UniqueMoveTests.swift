@@ -63,6 +63,45 @@ final class UniqueMoveTests: XCTestCase {
         }
     }
 
+    /// The same key: a swaps p and q; b, before it sees that, makes a list L2 and moves q into it, and syncs first.
+    /// a's export meets q's record, which names L2, not here yet: the row waits for the import, which brings L2,
+    /// and takes its whole key then. Before, the export gave q the record's position under its old list (the
+    /// list could not be set yet), which p held after the swap: every sync of a failed with exit 65 under
+    /// `server-wins` (and the stores had differed silently before that).
+    func moveToANewList(_ backend: FleetBackend, policy: String) throws {
+        let what = "[\(backend)] a move into a list made with it meets a swap, \(policy)"
+        let f = try Fleet.pair(backend, schema: """
+            CREATE TABLE IF NOT EXISTS lists(id INTEGER PRIMARY KEY, name TEXT);
+            CREATE TABLE IF NOT EXISTS items(id INTEGER PRIMARY KEY,
+                                             list_id INTEGER NOT NULL REFERENCES lists(id) ON DELETE CASCADE,
+                                             pos INTEGER NOT NULL, title TEXT, UNIQUE(list_id, pos));
+            """, policy: policy, rows: "INSERT INTO lists VALUES (1, 'L1'); "
+                + "INSERT INTO items VALUES (1, 1, 1, 'p'), (2, 1, 2, 'q'), (3, 1, 3, 'r')",
+            label: "storectl-unique-move-new-list")
+        try f.sql("a", "BEGIN; UPDATE items SET pos = -1 WHERE title = 'p'; UPDATE items SET pos = 1 WHERE title = 'q'; "
+                     + "UPDATE items SET pos = 2 WHERE title = 'p'; COMMIT;")
+        try f.sql("b", "INSERT INTO lists VALUES (2, 'L2'); UPDATE items SET list_id = 2 WHERE title = 'q'")
+        try f.syncRounds(3, ["b", "a"])
+        let rows = try f.settledRows("items", count: 3, what)
+        XCTAssertTrue(rows.contains("items|list_id=->lists{name=t:'L1'}|pos=i:2|title=t:'p'"), "\(what): \(rows)")
+        // q's key is one value, changed on both sides: the cloud's (L2) under the server policies, a's (its swap
+        // in L1) under the local ones.
+        let serverWins = policy.hasSuffix("server-wins")
+        XCTAssertTrue(rows.contains { serverWins ? $0.hasPrefix("items|list_id=->lists{name=t:'L2'}|") && $0.hasSuffix("|title=t:'q'")
+                                                 : $0 == "items|list_id=->lists{name=t:'L1'}|pos=i:1|title=t:'q'" },
+                      "\(what): q: \(rows)")
+    }
+
+    func testAMoveToANewListMeetingASwapFile() throws {
+        for policy in ["server-wins", "property-server-wins", "local-wins", "property-local-wins"] {
+            try moveToANewList(.file, policy: policy)
+        }
+    }
+
+    func testAMoveToANewListMeetingASwapPostgres() throws {
+        if let pg = FleetBackend.postgres() { try moveToANewList(pg, policy: "server-wins") }
+    }
+
     func testASwapInAKeyWithAReferencePostgres() throws {
         if let pg = FleetBackend.postgres() { try swapInAKeyWithAReference(pg, policy: "property-local-wins") }
     }
