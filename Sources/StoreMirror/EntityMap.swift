@@ -197,6 +197,15 @@ public struct EntityMap: Sendable, Equatable {
         }.joined(separator: ", ") + ")"
     }
 
+    /// The base entries (`FieldHashes`) of `columns` of the row aliased `alias`, as `fieldsBase` hashes them; NULL
+    /// when one of them is NULL (a NULL never collides).
+    func keyBase(_ columns: [String], _ alias: String) -> String {
+        let nulls = columns.map { "\(alias).\(quoteIdentifier($0)) IS NULL" }.joined(separator: " OR ")
+        return "CASE WHEN \(nulls) THEN NULL ELSE storectl_field_hashes_of(" + columns.map {
+            "json_quote(\(quoteLiteral($0))), json_quote(\(fieldValue($0, alias)))"
+        }.joined(separator: ", ") + ") END"
+    }
+
     /// One field's value in `fieldsJSON`: SQL, with JSON subtype where it is an object or a real.
     private func fieldValue(_ column: String, _ alias: String) -> String {
         let col = "\(alias).\(quoteIdentifier(column))"

@@ -191,7 +191,7 @@ struct Exporter {
     /// that an earlier export could not send (too large then).
     private func collectChanges(baseline: Bool, after: Int64, upto: Int64) throws {
         try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_changes(entity TEXT NOT NULL, pk TEXT NOT NULL, "
-                       + "PRIMARY KEY (entity, pk)) WITHOUT ROWID")
+                       + "together INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (entity, pk)) WITHOUT ROWID")
         try db.execute("DELETE FROM temp._storectl_changes")
         if !baseline {
             try db.run("""
@@ -337,29 +337,34 @@ struct Exporter {
     private func exportEntity(_ e: EntityMap, baseline: Bool, serial: Int64, report: inout ExportReport,
                               progress: (Int) -> Void) throws
     {
-        var lastKey: [Value]? = nil
         // Two batches are in progress at once: while the cloud saves one (on a thread of its own, through the
         // container's own connection), this thread reads the next page and records the previous batch's
         // outcomes in the store. The saves stay in order, one at a time; only the local work overlaps them.
         var inFlight: SaveFlight? = nil
         defer { inFlight?.wait() }
-        while true {
-            let tPage = Trace.start()
-            let (batch, nextKey) = try page(e, baseline: baseline, after: lastKey, report: &report)
-            Trace.add("export.page", tPage)
-            if batch.isEmpty && nextKey == nil { break }
-            if atomic, let previous = inFlight {
-                // One batch at a time: a conflict in the previous one stops the export before this one is sent.
-                inFlight = nil
-                try finish(previous, next: nil, serial: serial, report: &report)
+        // The rows that move UNIQUE values among themselves go last, in one batch (`markMovesTogether`).
+        let passes = try !baseline && markMovesTogether(e) ? [false, true] : [false]
+        for together in passes {
+            var lastKey: [Value]? = nil
+            while true {
+                let tPage = Trace.start()
+                let (batch, nextKey) = try page(e, baseline: baseline, after: lastKey, together: together,
+                                                report: &report)
+                Trace.add("export.page", tPage)
+                if batch.isEmpty && nextKey == nil { break }
+                if atomic, let previous = inFlight {
+                    // One batch at a time: a conflict in the previous one stops the export before this one is sent.
+                    inFlight = nil
+                    try finish(previous, next: nil, serial: serial, report: &report)
+                }
+                let flight = batch.isEmpty ? nil : startSave(batch, serial: serial)
+                let previous = inFlight
+                inFlight = flight  // waited for by the defer if what follows throws
+                if let previous { try finish(previous, next: flight, serial: serial, report: &report) }
+                progress(batch.count)
+                guard let nextKey else { break }
+                lastKey = nextKey
             }
-            let flight = batch.isEmpty ? nil : startSave(batch, serial: serial)
-            let previous = inFlight
-            inFlight = flight  // waited for by the defer if what follows throws
-            if let previous { try finish(previous, next: flight, serial: serial, report: &report) }
-            progress(batch.count)
-            guard let nextKey else { break }
-            lastKey = nextKey
         }
         if let previous = inFlight {
             inFlight = nil
@@ -388,11 +393,12 @@ struct Exporter {
         }
     }
 
-    /// One page of rows to export, and the key to continue after (nil at the end).
-    private func page(_ e: EntityMap, baseline: Bool, after: [Value]?, report: inout ExportReport) throws
-        -> ([Pending], [Value]?)
+    /// One page of rows to export, and the key to continue after (nil at the end). With `together`, every changed
+    /// row marked by `markMovesTogether`, in one page; without, the other changed rows.
+    private func page(_ e: EntityMap, baseline: Bool, after: [Value]?, together: Bool = false,
+                      report: inout ExportReport) throws -> ([Pending], [Value]?)
     {
-        let limit = options.batchSize
+        let limit = together ? Int.max : options.batchSize
         // Read before the rows, so that it is never later than what they hold.
         let historySeq = try MirrorState.lastHistorySeq(db)
         // The base of what is sent: from the columns, or (a row with fields the table lacks) from its JSON.
@@ -431,7 +437,8 @@ struct Exporter {
                 FROM temp._storectl_changes c
                 LEFT JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
                 LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = c.pk
-                WHERE c.entity = ?1 \(whereClause) ORDER BY c.pk LIMIT \(limit)
+                WHERE c.entity = ?1 AND c.together = \(together ? 1 : 0) \(whereClause) ORDER BY c.pk
+                LIMIT \(together ? -1 : limit)
                 """)
         }
         var batch: [Pending] = []
@@ -502,6 +509,54 @@ struct Exporter {
             report.unsent += unsent.map(\.row)
         }
         return (batch, rows < limit ? nil : lastKey)
+    }
+
+    /// Marks, among `e`'s changed rows, the ones that take a UNIQUE value (a SQL UNIQUE key or the `unique:` rule)
+    /// that another changed row held in the cloud, and the rows they take it from: a swap, a value handed from a
+    /// deleted row to a new one, a shift along a chain. They go in one batch after the table's other rows, and the
+    /// cloud saves a batch in one transaction: split over two batches, an export stopped between them (or a
+    /// conflict in the second under `merge_policy: error`) would leave two live records at one value in the cloud,
+    /// which another store's import takes for duplicates and merges. Returns whether any row was marked.
+    private func markMovesTogether(_ e: EntityMap) throws -> Bool {
+        let keys = e.uniqueKeys(with: options.uniqueRules[e.name]).filter { $0.allSatisfy(e.fieldColumns.contains) }
+        guard !keys.isEmpty else { return false }
+        let hasher = FieldHashes.Hasher()
+        let names = try keys.map { key in
+            try key.map { Array((try db.scalar("SELECT json_quote(?)", [$0])?.string ?? "").utf8) }
+        }
+        let present = e.withoutRowID ? "t.\(quoteIdentifier(e.primaryKey[0])) IS NOT NULL" : "t.rowid IS NOT NULL"
+        // Per key: the value each changed row's record holds in the cloud (from the map's base), when it moves.
+        var held: [[[UInt8]: String]] = Array(repeating: [:], count: keys.count)
+        var taking: [(key: Int, value: [UInt8], pk: String)] = []
+        for row in try db.query("""
+            SELECT c.pk, CASE WHEN r.deleted = 0 THEN r.base END,
+                   \(keys.map { "CASE WHEN \(present) THEN \(e.keyBase($0, "t")) END" }.joined(separator: ", "))
+            FROM temp._storectl_changes c
+            LEFT JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
+            LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = c.pk
+            WHERE c.entity = ?1
+            """, [e.name])
+        {
+            guard let pk = row[0].string else { continue }
+            let base: [UInt8]? = if case .blob(let bytes) = row[1] { bytes } else { nil }
+            for k in keys.indices {
+                let now: [UInt8]? = if case .blob(let bytes) = row[2 + k] { bytes } else { nil }
+                let was = try base.flatMap { try hasher.entries(in: $0, names: names[k]) }
+                guard now != was else { continue }  // the key stays where it was
+                if let was { held[k][was] = pk }
+                if let now { taking.append((k, now, pk)) }
+            }
+        }
+        var together: Set<String> = []
+        for (k, value, pk) in taking {
+            guard let from = held[k][value], from != pk else { continue }
+            together.insert(pk)
+            together.insert(from)
+        }
+        for pk in together {
+            try db.run("UPDATE temp._storectl_changes SET together = 1 WHERE entity = ?1 AND pk = ?2", [e.name, pk])
+        }
+        return !together.isEmpty
     }
 
     /// Sends the tombstones of records that no local row stands for (the outgoing deletes): rows deleted here whose

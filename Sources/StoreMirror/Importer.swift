@@ -106,7 +106,9 @@ struct Importer {
                 for page in 0..<staging.pages {
                     let tApply = Trace.start()
                     if page == 0 { Failpoint.hit("import.before-apply") }
+                    let tRead = Trace.start()
                     let staged = try staging.records(page: page, zone: options.zone)
+                    Trace.add("import.page.read", tRead)
                     var records: [CloudRecord] = []
                     for record in staged {
                         if byName[record.recordType] == nil {

@@ -92,6 +92,7 @@ final class PageApplier {
         var counts = Counts()
         var staged = [Bool](repeating: false, count: records.count)
         var types: Set<String> = []
+        let tStage = Trace.start()
         do {
             let insert = try db.cached("""
                 INSERT INTO temp._storectl_page(i, record_name, record_type, fields, change_tag, deleted)
@@ -122,6 +123,7 @@ final class PageApplier {
             return counts
         }
         defer { try? db.execute("DELETE FROM temp._storectl_page; DELETE FROM temp._storectl_page_kind;") }
+        Trace.add("import.page.stage", tStage)
         // A newer version of a record held back earlier in the import supersedes it.
         try applier.forgetDeferred(namesIn: "temp._storectl_page")
         // Parents first: a child resolves a reference to a parent new in the same run through the parent's
@@ -134,13 +136,17 @@ final class PageApplier {
             if !entities.isEmpty && lo + 1 < hi {
                 // Decisions of an earlier run past its end are stale: a reference must not find them.
                 try db.run("DELETE FROM temp._storectl_page_kind WHERE i > ?1", [lo])
+                let tClassify = Trace.start()
                 for entity in entities { try classify(entity, after: lo, before: hi, pageSize: records.count) }
+                Trace.add("import.page.classify", tClassify)
                 if let rest = try db.scalar("""
                     SELECT min(i) FROM temp._storectl_page_kind WHERE i > ?1 AND i < ?2 AND kind = 'rest'
                     """, [lo, hi])?.int64 {
                     hi = Int(rest)
                 }
+                let tRun = Trace.start()
                 for entity in entities { try applyRun(entity, after: lo, before: hi, counts: &counts) }
+                Trace.add("import.page.run", tRun)
             }
             if hi < records.count { try other(records[hi]) }
             lo = hi
@@ -439,6 +445,7 @@ final class PageApplier {
             counts.applied += updates
         }
         if let inserts = kinds["new"], inserts > 0 {
+            let tInsert = Trace.start()
             try db.run(sql("insert", entity) {
                 let names = (entity.isSurrogate ? [key] : []) + columns.map(quoteIdentifier)
                 let values = (entity.isSurrogate ? ["k.local"] : []) + columns.map { Self.value(entity, $0) }
@@ -447,9 +454,12 @@ final class PageApplier {
                     SELECT \(values.joined(separator: ", ")) FROM \(staged) WHERE \(range) AND k.kind = 'new' ORDER BY k.i
                     """
             }, bounds)
+            Trace.add("import.page.run.insert", tInsert)
+            let tMap = Trace.start()
             try db.run(sql("insertMap", entity) {
                 RecordMap.pageSQL(.inserts, entity: entity.name, columns: columns, source: staged, filter: range)
             }, bounds)
+            Trace.add("import.page.run.insert-map", tMap)
             counts.applied += inserts
         }
         let applied = (kinds["new"] ?? 0) + (kinds["update"] ?? 0)

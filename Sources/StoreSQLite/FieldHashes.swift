@@ -98,6 +98,18 @@ public enum FieldHashes {
             return result
         }
 
+        /// The entries `base` holds for the fields `names` (JSON strings), as `storectl_field_hashes_of` makes them
+        /// from those fields' values; nil when it lacks one of them or holds two values for one.
+        public func entries(in base: [UInt8], names: [[UInt8]]) throws -> [UInt8]? {
+            var entries: [(UInt32, UInt64)] = []
+            for name in names {
+                let hashes = try base.withUnsafeBytes { b in try name.withUnsafeBytes { try valueHashes(in: b, name: $0) } }
+                guard hashes.count == 1 else { return nil }
+                entries.append((try name.withUnsafeBytes { try nameHash($0) }, hashes[0]))
+            }
+            return Self.blob(entries)
+        }
+
         /// Whether `base` has `value` (JSON) for the field `name`; nil when it lacks the field.
         public func holds(in base: UnsafeRawBufferPointer, name: UnsafeRawBufferPointer,
                           value: UnsafeRawBufferPointer) throws -> Bool? {

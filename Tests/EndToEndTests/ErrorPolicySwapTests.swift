@@ -43,4 +43,13 @@ final class ErrorPolicySwapTests: XCTestCase {
         guard let pg = FleetBackend.postgres() else { return }
         try halfASwapConflicts(pg)
     }
+
+    /// Batches of one record: the swap's two halves still go in one batch (`Exporter.markMovesTogether`), so the
+    /// half that conflicts keeps the other half out of the cloud.
+    func testHalfASwapConflictsInBatchesOfOneFile() throws { try halfASwapConflicts(.file, batchSize: "1") }
+
+    func testHalfASwapConflictsInBatchesOfOnePostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try halfASwapConflicts(pg, batchSize: "1")
+    }
 }
