@@ -263,9 +263,17 @@ struct Exporter {
     /// When the parent was deleted and a new parent inserted at its rowid (so it has a record name of its own, see
     /// above), a child deleted and inserted again at the same key, or brought back over its tombstone, is a child
     /// of the new parent: a new record under the name its key gives now. The old record, when live, is deleted
-    /// through the outbox. (Called parent first, so the parent's new name is in the map already. A child moved to
-    /// another parent changes its key, and is not concerned; a child of a merged duplicate keeps its name.)
+    /// through the outbox. So is a changed child whose parent this export (or an interrupted one) renamed: a child
+    /// inserted under a parent that was deleted and inserted again at its rowid before it was ever saved, whose
+    /// record an interrupted export saved under the parent's old name. (Called parent first, so the parent's new
+    /// name is in the map already. A child moved to another parent changes its key, and is not concerned; a child
+    /// of a merged duplicate keeps its name.)
     private func renameReusedReferenceKeys(_ e: EntityMap) throws {
+        let parentRenamed = e.primaryKey.compactMap { column -> String? in
+            guard let ref = e.reference(for: column) else { return nil }
+            return "EXISTS (SELECT 1 FROM _storectl_renamed x WHERE x.entity = \(quoteLiteral(ref.parent))"
+                + " AND x.pk = json_array(t.\(quoteIdentifier(column))))"
+        }
         // As for the parents: history an interrupted export already renamed the key for is not looked at again.
         let rows = try db.query("""
             SELECT m.pk, m.record_name, m.change_tag, m.deleted, \(e.naturalName("t")) AS wanted,
@@ -275,7 +283,7 @@ struct Exporter {
             JOIN _storectl_records m ON m.entity = c.entity AND m.pk = c.pk
             JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
             WHERE c.entity = ?1 AND m.record_name IS NOT wanted
-              AND (m.deleted = 1 OR (SELECT min(CASE WHEN h.op = 'D' THEN h.seq END)
+              AND (m.deleted = 1 OR \((parentRenamed + [""]).joined(separator: " OR ")) (SELECT min(CASE WHEN h.op = 'D' THEN h.seq END)
                                              < max(CASE WHEN h.op = 'I' THEN h.seq END)
                                      FROM _storectl_history h
                                      WHERE h.seq > ?2 AND h.entity = c.entity AND h.pk = c.pk AND h.author <> ?3

@@ -36,3 +36,43 @@ final class ReusedParentRowidTests: XCTestCase {
             """, rootParent: { "\($0)" })
     }
 }
+
+/// A note inserted, deleted and inserted again at its rowid, then linked, all before the first sync; that sync is
+/// killed once the link's record is saved and before the store records it. The resumed export renames the note
+/// (its rowid was reused after the name was given) and must rename the link with it: the link's name holds the
+/// note's. Before, the link was sent again under the note's old name with a reference to the new one, and every
+/// store's `doctor` found the link keyed to the note's other identity.
+final class RenamedParentOfAKilledExportTests: XCTestCase {
+    static let schema = """
+        CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, title TEXT);
+        CREATE TABLE IF NOT EXISTS links(note_id INTEGER NOT NULL REFERENCES notes(id) ON DELETE CASCADE,
+                                         label TEXT NOT NULL, PRIMARY KEY (note_id, label));
+        """
+
+    func linkOfARenamedNote(_ backend: FleetBackend) throws {
+        let f = try Fleet(backend: backend, schema: Self.schema, label: "storectl-renamed-parent")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", """
+            INSERT INTO notes VALUES (1, 'n1', 'first');
+            DELETE FROM notes WHERE id = 1;
+            INSERT INTO notes VALUES (1, 'n1', 'again');
+            INSERT INTO links VALUES (1, 'l1');
+            """)
+        // The notes' batch is saved and recorded, the links' saved and not recorded.
+        try f.run("a", ["sync"], env: ["STORECTL_FAILPOINT": "export.after-save:2"], expect: 137)
+        try f.run("b", ["sync"])
+        try f.run("a", ["sync"])
+        try f.syncRounds(2, ["b", "a"])
+        try f.assertRows(["links|label=t:'l1'|note_id=->notes{title=t:'again',uuid=t:'n1'}", "notes|title=t:'again'|uuid=t:'n1'"],
+                         "a link of a note renamed by a resumed export")
+        for s in f.stores { try f.assertHealthy(s, "a link of a note renamed by a resumed export") }
+    }
+
+    func testALinkFollowsItsNoteRenamedByAResumedExportFile() throws { try linkOfARenamedNote(.file) }
+
+    func testALinkFollowsItsNoteRenamedByAResumedExportPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try linkOfARenamedNote(pg)
+    }
+}
