@@ -729,14 +729,19 @@ struct Exporter {
     }
 
     /// Whether a local row holds the values `record` has for one of its table's UNIQUE keys (schema constraints
-    /// and `unique:` rules); NULLs never collide.
+    /// and `unique:` rules), a reference compared as the parent's key here (`RecordApplier.keyValues`); NULLs
+    /// never collide, and a reference to a parent not here matches no row.
     private func heldUniqueValue(of record: CloudRecord) throws -> Bool {
         guard let e = entities.first(where: { $0.name == record.recordType }) else { return false }
         let keys = e.uniqueKeys(with: options.uniqueRules[e.name])
         guard !keys.isEmpty else { return false }
         let decoded = try FieldCodec(db: db).decodeRecord(record.fields, columns: e.fieldColumns)
+        let applier = try RecordApplier(db: db, entities: Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) }),
+                                        policy: options.mergePolicy)
+        let resolved = try applier.keyValues(of: decoded, entity: e)
         for key in keys {
-            guard let values = decoded.keyValues(key) else { continue }
+            let values = key.compactMap { resolved[$0] }
+            guard values.count == key.count, !values.contains(where: \.isNull) else { continue }
             let match = key.map { "t.\(quoteIdentifier($0)) = ?" }.joined(separator: " AND ")
             if try db.scalar("SELECT 1 FROM main.\(e.quotedName) t WHERE \(match) LIMIT 1",
                              values.map { $0 as any SQLBindable }) != nil

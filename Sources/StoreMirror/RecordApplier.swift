@@ -1171,7 +1171,7 @@ final class RecordApplier {
 
     /// A record's values with its references resolved to the parent's key here (a reference to a parent not here
     /// is left out): what the row holds once the record is applied, as UNIQUE keys compare it.
-    private func keyValues(of decoded: DecodedFields, entity: EntityMap) throws -> [String: Value] {
+    func keyValues(of decoded: DecodedFields, entity: EntityMap) throws -> [String: Value] {
         var values: [String: Value] = [:]
         for (column, value) in decoded.values {
             switch value {
