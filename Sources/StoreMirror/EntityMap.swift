@@ -34,6 +34,9 @@ public struct EntityMap: Sendable, Equatable {
     /// columns, not partial): the cloud has no unique constraints, so a record that would break one is merged with
     /// the local row that holds the value, like a `unique:` key.
     public var uniqueKeys: [[String]] = []
+    /// The UNIQUE keys of `uniqueKeys` whose values can be equal with different bytes: a collation other than
+    /// BINARY (`COLLATE NOCASE`), or a column without affinity (the integer 2 and the real 2.0).
+    public var looseUniqueKeys: [[String]] = []
     /// The table's UNIQUE keys with its `unique:` rule, if it has one: the keys the merge policies decide whole.
     func uniqueKeys(with rule: UniqueRule?) -> [[String]] { uniqueKeys + (rule.map { [$0.columns] } ?? []) }
     /// The columns declared NOT NULL.
@@ -73,15 +76,29 @@ public struct EntityMap: Sendable, Equatable {
             }
         }
         var unique: [[String]] = []
+        var loose: [[String]] = []
         for index in try db.query("""
             SELECT name FROM pragma_index_list(?) WHERE "unique" = 1 AND origin <> 'pk' AND partial = 0
             """, [table]) {
             guard let name = index[0].string else { continue }
-            let parts = try db.query("SELECT cid, name FROM pragma_index_info(?) ORDER BY seqno", [name])
+            let parts = try db.query("SELECT cid, name, coll FROM pragma_index_xinfo(?) WHERE key = 1 ORDER BY seqno",
+                                     [name])
             // An index on an expression has a part with cid -2: its values are not columns that travel.
             guard !parts.isEmpty, parts.allSatisfy({ ($0[0].int64 ?? -1) >= 0 }) else { continue }
             let columns = parts.compactMap { $0[1].string }
-            if columns.sorted() != pk.map(\.name).sorted() && !unique.contains(columns) { unique.append(columns) }
+            if columns.sorted() != pk.map(\.name).sorted() && !unique.contains(columns) {
+                unique.append(columns)
+                // Equal under the index's collation, or as numbers in a column without affinity (2 and 2.0).
+                let affinityless = columns.contains { column in
+                    let declared = info.first { $0.name == column }?.declaredType.uppercased() ?? ""
+                    return !declared.contains("INT") && !declared.contains("CHAR") && !declared.contains("CLOB")
+                        && !declared.contains("TEXT") && !declared.contains("REA") && !declared.contains("FLOA")
+                        && !declared.contains("DOUB") && (declared.contains("BLOB") || declared.isEmpty)
+                }
+                if affinityless || parts.contains(where: { ($0[2].string ?? "BINARY").uppercased() != "BINARY" }) {
+                    loose.append(columns)
+                }
+            }
         }
         let storeID = try StoreMeta.value(db, .storeID) ?? ""
         var map = EntityMap(name: table, columns: info.map(\.name), declaredTypes: info.map(\.declaredType),
@@ -89,6 +106,7 @@ public struct EntityMap: Sendable, Equatable {
                             namePrefix: String(storeID.filter(\.isHexDigit).prefix(16)))
         map.foreignKeys = keys
         map.uniqueKeys = unique
+        map.looseUniqueKeys = loose
         map.notNullColumns = Set(info.filter(\.notNull).map(\.name))
         map.withoutRowID = try db.scalar("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?",
                                          [table])?.int64 == 1

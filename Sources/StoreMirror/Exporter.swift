@@ -524,10 +524,16 @@ struct Exporter {
     /// deleted row to a new one, a shift along a chain. They go in one batch after the table's other rows, and the
     /// cloud saves a batch in one transaction: split over two batches, an export stopped between them (or a
     /// conflict in the second under `merge_policy: error`) would leave two live records at one value in the cloud,
-    /// which another store's import takes for duplicates and merges. Returns whether any row was marked.
+    /// which another store's import takes for duplicates and merges. Values are matched by their fingerprints; in a
+    /// key whose values can be equal with other bytes (`EntityMap.looseUniqueKeys`), every row whose key moves goes
+    /// in the batch as soon as one takes a value and another gives one up. A table whose changes fit in one batch
+    /// is not looked at. Returns whether any row was marked.
     private func markMovesTogether(_ e: EntityMap) throws -> Bool {
         let keys = e.uniqueKeys(with: options.uniqueRules[e.name]).filter { $0.allSatisfy(e.fieldColumns.contains) }
-        guard !keys.isEmpty else { return false }
+        guard !keys.isEmpty,
+              try db.scalar("SELECT count(*) FROM temp._storectl_changes WHERE entity = ?", [e.name])?.int64 ?? 0
+                > Int64(options.batchSize)
+        else { return false }
         let hasher = FieldHashes.Hasher()
         let names = try keys.map { key in
             try key.map { Array((try db.scalar("SELECT json_quote(?)", [$0])?.string ?? "").utf8) }
@@ -557,9 +563,13 @@ struct Exporter {
         }
         var together: Set<String> = []
         for (k, value, pk) in taking {
-            guard let from = held[k][value], from != pk else { continue }
-            together.insert(pk)
-            together.insert(from)
+            if e.looseUniqueKeys.contains(keys[k]) {
+                let givers = Set(held[k].values)
+                if givers.contains(where: { $0 != pk }) { together.formUnion(givers); together.insert(pk) }
+            } else if let from = held[k][value], from != pk {
+                together.insert(pk)
+                together.insert(from)
+            }
         }
         for pk in together {
             try db.run("UPDATE temp._storectl_changes SET together = 1 WHERE entity = ?1 AND pk = ?2", [e.name, pk])

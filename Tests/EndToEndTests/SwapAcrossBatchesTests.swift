@@ -98,4 +98,34 @@ final class SwapAcrossBatchesTests: XCTestCase {
         guard let pg = FleetBackend.postgres() else { return }
         try secondHalfConflicts(pg)
     }
+
+    /// A swap in a `COLLATE NOCASE` column that also changes the values' case: the values are equal to the ones
+    /// the other rows held, though not byte for byte.
+    func noCaseSwap(_ backend: FleetBackend) throws {
+        let f = try Fleet.pair(backend, schema: """
+            CREATE TABLE IF NOT EXISTS users(id INTEGER PRIMARY KEY, email TEXT NOT NULL UNIQUE COLLATE NOCASE,
+                                             name TEXT);
+            """, policy: "property-local-wins",
+            rows: "INSERT INTO users VALUES (1, 'x@a', 'x'), (2, 'y@a', 'y'), (3, 'z@a', 'z')",
+            label: "storectl-swap-batches")
+        try f.sql("a", """
+            BEGIN; UPDATE users SET email = 'tmp' WHERE id = 1; UPDATE users SET email = 'X@A' WHERE id = 2;
+            UPDATE users SET email = 'Y@A' WHERE id = 1; COMMIT;
+            """)
+        try syncKilledBetweenBatches(f, "[\(backend)] a swap under NOCASE")
+        try f.run("b", ["sync"])
+        try f.run("a", ["sync"], env: ["STORECTL_BATCH_SIZE": "1"])
+        try f.syncRounds(2, ["b", "a"])
+        try f.assertRows(["users|email=t:'X@A'|name=t:'y'", "users|email=t:'Y@A'|name=t:'x'",
+                          "users|email=t:'z@a'|name=t:'z'"], "[\(backend)] a swap under NOCASE, killed between batches")
+        XCTAssertEqual(try f.liveCloudCounts()["users"] ?? 0, 3, "[\(backend)] one live record per row")
+        for s in f.stores { try f.assertHealthy(s, "a swap under NOCASE") }
+    }
+
+    func testASwapUnderNoCaseIsNeverSentHalfFile() throws { try noCaseSwap(.file) }
+
+    func testASwapUnderNoCaseIsNeverSentHalfPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try noCaseSwap(pg)
+    }
 }
