@@ -250,11 +250,31 @@ struct Exporter {
                 let changed = baseline ? "" : "c.entity = \(quoteLiteral(e.name)) AND \(e.pkMatches("t", json: "c.pk")) AND"
                 try map.nameRowsWhoseNameIsTaken(e, source: source, changed: changed)
             }
+            if !baseline { try reexportChildrenOfRenamedParents(ordered) }
             // After every parent with a rowid has its name.
             for e in ordered where !e.isSurrogate && !baseline
                 && e.primaryKey.contains(where: { e.reference(for: $0) != nil })
             {
                 try renameReusedReferenceKeys(e)
+            }
+        }
+    }
+
+    /// The rows that still reference a parent renamed by this export or an interrupted one (a row deleted and
+    /// another, or the same, inserted at its rowid while the references stayed: foreign keys off, or deferred and
+    /// the parent inserted again in the same transaction) are exported too, though unchanged: their records name
+    /// the old record, whose tombstone goes out, and every other store would delete them with it. A surrogate-keyed
+    /// row is sent with its reference to the new name; a row whose key holds the reference is renamed
+    /// (`renameReusedReferenceKeys`).
+    private func reexportChildrenOfRenamedParents(_ ordered: [EntityMap]) throws {
+        for child in ordered {
+            for ref in child.references {
+                try db.run("""
+                    INSERT OR IGNORE INTO temp._storectl_changes(entity, pk)
+                    SELECT ?1, \(child.pkJSON("t")) FROM main.\(child.quotedName) t
+                    WHERE t.\(quoteIdentifier(ref.column)) IN (SELECT json_extract(x.pk, '$[0]') FROM _storectl_renamed x
+                                                              WHERE x.entity = ?2)
+                    """, [child.name, ref.parent])
             }
         }
     }

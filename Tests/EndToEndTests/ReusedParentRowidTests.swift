@@ -76,3 +76,45 @@ final class RenamedParentOfAKilledExportTests: XCTestCase {
         try linkOfARenamedNote(pg)
     }
 }
+
+/// A note deleted and inserted again at its rowid in one transaction, its rows that reference it kept (a deferred
+/// foreign key without an action): the note gets a new record name, and every row that still references it is
+/// sent again, changed or not, under the new name. Before, an unchanged link and an unchanged comment kept
+/// records that named the old note, whose tombstone made every store delete them.
+final class ChildrenOfARenamedParentTests: XCTestCase {
+    static let schema = """
+        CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, title TEXT);
+        CREATE TABLE IF NOT EXISTS links(note_id INTEGER NOT NULL REFERENCES notes(id) DEFERRABLE INITIALLY DEFERRED,
+                                         label TEXT NOT NULL, weight INTEGER, PRIMARY KEY (note_id, label));
+        CREATE TABLE IF NOT EXISTS comments(id INTEGER PRIMARY KEY,
+                                            note_id INTEGER REFERENCES notes(id) DEFERRABLE INITIALLY DEFERRED,
+                                            body TEXT);
+        """
+
+    func childrenStay(_ backend: FleetBackend) throws {
+        let f = try Fleet.pair(backend, schema: Self.schema, policy: "property-local-wins", rows: """
+            INSERT INTO notes VALUES (1, 'u1', 'one'), (2, 'u2', 'two');
+            INSERT INTO links VALUES (1, 'p', 1), (1, 'q', 1), (2, 'r', 1);
+            INSERT INTO comments VALUES (10, 1, 'on one');
+            """, label: "storectl-children-renamed-parent")
+        try f.sql("a", """
+            BEGIN; DELETE FROM notes WHERE id = 1; INSERT INTO notes VALUES (1, 'u1', 'one again');
+            UPDATE links SET weight = 2 WHERE note_id = 1 AND label = 'p'; COMMIT;
+            """, foreignKeys: true)
+        try f.syncRounds(3, ["a", "b"])
+        let one = "->notes{title=t:'one again',uuid=t:'u1'}"
+        try f.assertRows(["comments|body=t:'on one'|note_id=\(one)",
+                          "links|label=t:'p'|note_id=\(one)|weight=i:2", "links|label=t:'q'|note_id=\(one)|weight=i:1",
+                          "links|label=t:'r'|note_id=->notes{title=t:'two',uuid=t:'u2'}|weight=i:1",
+                          "notes|title=t:'one again'|uuid=t:'u1'", "notes|title=t:'two'|uuid=t:'u2'"],
+                         "[\(backend)] the rows that still reference a note inserted again at its rowid")
+        for s in f.stores { try f.assertHealthy(s, "the rows of a note inserted again at its rowid") }
+    }
+
+    func testTheRowsOfANoteInsertedAgainAtItsRowidStayFile() throws { try childrenStay(.file) }
+
+    func testTheRowsOfANoteInsertedAgainAtItsRowidStayPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try childrenStay(pg)
+    }
+}
