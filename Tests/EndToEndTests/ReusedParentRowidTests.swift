@@ -38,10 +38,11 @@ final class ReusedParentRowidTests: XCTestCase {
 }
 
 /// A note inserted, deleted and inserted again at its rowid, then linked, all before the first sync; that sync is
-/// killed once the link's record is saved and before the store records it. The resumed export renames the note
-/// (its rowid was reused after the name was given) and must rename the link with it: the link's name holds the
-/// note's. Before, the link was sent again under the note's old name with a reference to the new one, and every
-/// store's `doctor` found the link keyed to the note's other identity.
+/// killed once the link's record is saved and before the store records it. The note is new, not a reused rowid:
+/// the name the first export gave it covers that history. Before, the resumed export took it for a reused rowid
+/// and renamed it, and sent the link again under the note's old name with a reference to the new one: every
+/// store's `doctor` found the link keyed to the note's other identity (and, once the link was renamed with its
+/// note, another store's edit of the link made meanwhile was lost).
 final class RenamedParentOfAKilledExportTests: XCTestCase {
     static let schema = """
         CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, title TEXT);
@@ -70,6 +71,41 @@ final class RenamedParentOfAKilledExportTests: XCTestCase {
     }
 
     func testALinkFollowsItsNoteRenamedByAResumedExportFile() throws { try linkOfARenamedNote(.file) }
+
+    /// The same, and b edits the link between the killed sync and its resume: the note was new, not a reused
+    /// rowid (the delete and the insert came before its name was given), so nothing is renamed, and b's edit of a
+    /// column a never changed stays under `property-local-wins`.
+    func editOfTheLinkMeanwhile(_ backend: FleetBackend) throws {
+        let f = try Fleet(backend: backend, schema: """
+            CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, title TEXT);
+            CREATE TABLE IF NOT EXISTS links(note_id INTEGER NOT NULL REFERENCES notes(id) ON DELETE CASCADE,
+                                             label TEXT NOT NULL, weight INTEGER, PRIMARY KEY (note_id, label));
+            """, label: "storectl-renamed-parent")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", """
+            INSERT INTO notes VALUES (1, 'n1', 'first');
+            DELETE FROM notes WHERE id = 1;
+            INSERT INTO notes VALUES (1, 'n1', 'again');
+            INSERT INTO links VALUES (1, 'l1', 1);
+            """)
+        try f.run("a", ["sync"], env: ["STORECTL_FAILPOINT": "export.after-save:2"], expect: 137)
+        try f.run("b", ["sync"])
+        try f.sql("b", "UPDATE links SET weight = 7 WHERE label = 'l1'")
+        try f.run("b", ["sync"])
+        try f.run("a", ["sync"])
+        try f.syncRounds(2, ["b", "a"])
+        try f.assertRows(["links|label=t:'l1'|note_id=->notes{title=t:'again',uuid=t:'n1'}|weight=i:7",
+                          "notes|title=t:'again'|uuid=t:'n1'"], "[\(backend)] b's edit of the link of a new note")
+        for s in f.stores { try f.assertHealthy(s, "b's edit of the link of a new note") }
+    }
+
+    func testAnEditOfTheLinkOfANewNoteMeetingAResumedExportStaysFile() throws { try editOfTheLinkMeanwhile(.file) }
+
+    func testAnEditOfTheLinkOfANewNoteMeetingAResumedExportStaysPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try editOfTheLinkMeanwhile(pg)
+    }
 
     func testALinkFollowsItsNoteRenamedByAResumedExportPostgres() throws {
         guard let pg = FleetBackend.postgres() else { return }
