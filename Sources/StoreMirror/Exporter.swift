@@ -223,14 +223,7 @@ struct Exporter {
                     // A row deleted and inserted again at a rowid no record names yet is simply new: the name this
                     // export derives for it covers that history, so that an export resumed after this one saved the
                     // row (and the record map took the name) does not take the row for a reused rowid.
-                    try db.run("""
-                        INSERT OR REPLACE INTO _storectl_renamed(entity, pk, upto)
-                        SELECT h.entity, h.pk, max(h.seq) FROM _storectl_history h
-                        WHERE h.seq > ?1 AND h.entity = ?2 AND h.author <> ?3 AND \(RecordMap.notRenamedFor)
-                          AND NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = h.entity AND r.pk = h.pk)
-                        GROUP BY h.pk
-                        HAVING min(CASE WHEN h.op = 'D' THEN h.seq END) < max(CASE WHEN h.op = 'I' THEN h.seq END)
-                        """, [try MirrorState.exportToken(db), e.name, MirrorState.importAuthor])
+                    try map.markReinsertedNewRows(entity: e.name, after: try MirrorState.exportToken(db))
                     // A row deleted and then another inserted at its rowid before this export: the new row is not
                     // the old record (which other devices may know merged into another, or link children to). The
                     // old record's tombstone goes through the outbox, and the new row gets a new name.

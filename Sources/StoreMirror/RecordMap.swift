@@ -179,6 +179,20 @@ public struct RecordMap {
         try db.run("INSERT OR REPLACE INTO _storectl_renamed(entity, pk, upto) VALUES (?, ?, ?)", [entity, pk, upto])
     }
 
+    /// Marks the keys of `entity` that no record names yet and whose history after `token` deletes a row and
+    /// inserts one again: the name an export derives for such a row covers that history, so that a resumed export
+    /// does not take the row for a reused rowid once the map holds that name.
+    func markReinsertedNewRows(entity: String, after token: Int64) throws {
+        try db.run("""
+            INSERT OR REPLACE INTO _storectl_renamed(entity, pk, upto)
+            SELECT h.entity, h.pk, max(h.seq) FROM _storectl_history h
+            WHERE h.seq > ?1 AND h.entity = ?2 AND h.author <> ?3 AND \(Self.notRenamedFor)
+              AND NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = h.entity AND r.pk = h.pk)
+            GROUP BY h.pk
+            HAVING min(CASE WHEN h.op = 'D' THEN h.seq END) < max(CASE WHEN h.op = 'I' THEN h.seq END)
+            """, [token, entity, MirrorState.importAuthor])
+    }
+
     /// Forgets the rename marks whose history the export token has passed.
     func forgetRenames(upTo token: Int64) throws {
         try db.run("DELETE FROM _storectl_renamed WHERE upto <= ?", [token])
