@@ -47,40 +47,13 @@ final class RenamedParentOfAKilledExportTests: XCTestCase {
     static let schema = """
         CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, title TEXT);
         CREATE TABLE IF NOT EXISTS links(note_id INTEGER NOT NULL REFERENCES notes(id) ON DELETE CASCADE,
-                                         label TEXT NOT NULL, PRIMARY KEY (note_id, label));
+                                         label TEXT NOT NULL, weight INTEGER, PRIMARY KEY (note_id, label));
         """
 
-    func linkOfARenamedNote(_ backend: FleetBackend) throws {
+    /// With `editMeanwhile`, b edits the link between the killed sync and its resume: nothing is renamed, and b's
+    /// edit of a column a never changed stays under `property-local-wins`.
+    func linkOfANewNote(_ backend: FleetBackend, editMeanwhile: Bool) throws {
         let f = try Fleet(backend: backend, schema: Self.schema, label: "storectl-renamed-parent")
-        try f.cloudMode("a")
-        try f.cloudMode("b")
-        try f.sql("a", """
-            INSERT INTO notes VALUES (1, 'n1', 'first');
-            DELETE FROM notes WHERE id = 1;
-            INSERT INTO notes VALUES (1, 'n1', 'again');
-            INSERT INTO links VALUES (1, 'l1');
-            """)
-        // The notes' batch is saved and recorded, the links' saved and not recorded.
-        try f.run("a", ["sync"], env: ["STORECTL_FAILPOINT": "export.after-save:2"], expect: 137)
-        try f.run("b", ["sync"])
-        try f.run("a", ["sync"])
-        try f.syncRounds(2, ["b", "a"])
-        try f.assertRows(["links|label=t:'l1'|note_id=->notes{title=t:'again',uuid=t:'n1'}", "notes|title=t:'again'|uuid=t:'n1'"],
-                         "a link of a note renamed by a resumed export")
-        for s in f.stores { try f.assertHealthy(s, "a link of a note renamed by a resumed export") }
-    }
-
-    func testALinkFollowsItsNoteRenamedByAResumedExportFile() throws { try linkOfARenamedNote(.file) }
-
-    /// The same, and b edits the link between the killed sync and its resume: the note was new, not a reused
-    /// rowid (the delete and the insert came before its name was given), so nothing is renamed, and b's edit of a
-    /// column a never changed stays under `property-local-wins`.
-    func editOfTheLinkMeanwhile(_ backend: FleetBackend) throws {
-        let f = try Fleet(backend: backend, schema: """
-            CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, title TEXT);
-            CREATE TABLE IF NOT EXISTS links(note_id INTEGER NOT NULL REFERENCES notes(id) ON DELETE CASCADE,
-                                             label TEXT NOT NULL, weight INTEGER, PRIMARY KEY (note_id, label));
-            """, label: "storectl-renamed-parent")
         try f.cloudMode("a")
         try f.cloudMode("b")
         try f.sql("a", """
@@ -89,27 +62,35 @@ final class RenamedParentOfAKilledExportTests: XCTestCase {
             INSERT INTO notes VALUES (1, 'n1', 'again');
             INSERT INTO links VALUES (1, 'l1', 1);
             """)
+        // The notes' batch is saved and recorded, the links' saved and not recorded.
         try f.run("a", ["sync"], env: ["STORECTL_FAILPOINT": "export.after-save:2"], expect: 137)
         try f.run("b", ["sync"])
-        try f.sql("b", "UPDATE links SET weight = 7 WHERE label = 'l1'")
-        try f.run("b", ["sync"])
+        if editMeanwhile {
+            try f.sql("b", "UPDATE links SET weight = 7 WHERE label = 'l1'")
+            try f.run("b", ["sync"])
+        }
         try f.run("a", ["sync"])
         try f.syncRounds(2, ["b", "a"])
-        try f.assertRows(["links|label=t:'l1'|note_id=->notes{title=t:'again',uuid=t:'n1'}|weight=i:7",
-                          "notes|title=t:'again'|uuid=t:'n1'"], "[\(backend)] b's edit of the link of a new note")
-        for s in f.stores { try f.assertHealthy(s, "b's edit of the link of a new note") }
+        let what = "[\(backend)] the link of a new note, \(editMeanwhile ? "edited by b meanwhile" : "no other edit")"
+        try f.assertRows(["links|label=t:'l1'|note_id=->notes{title=t:'again',uuid=t:'n1'}|weight=i:\(editMeanwhile ? 7 : 1)",
+                          "notes|title=t:'again'|uuid=t:'n1'"], what)
+        for s in f.stores { try f.assertHealthy(s, what) }
     }
 
-    func testAnEditOfTheLinkOfANewNoteMeetingAResumedExportStaysFile() throws { try editOfTheLinkMeanwhile(.file) }
+    func testTheLinkOfANewNoteSavedByAKilledSyncKeepsMatchingNamesFile() throws { try linkOfANewNote(.file, editMeanwhile: false) }
+
+    func testTheLinkOfANewNoteSavedByAKilledSyncKeepsMatchingNamesPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try linkOfANewNote(pg, editMeanwhile: false)
+    }
+
+    func testAnEditOfTheLinkOfANewNoteMeetingAResumedExportStaysFile() throws {
+        try linkOfANewNote(.file, editMeanwhile: true)
+    }
 
     func testAnEditOfTheLinkOfANewNoteMeetingAResumedExportStaysPostgres() throws {
         guard let pg = FleetBackend.postgres() else { return }
-        try editOfTheLinkMeanwhile(pg)
-    }
-
-    func testALinkFollowsItsNoteRenamedByAResumedExportPostgres() throws {
-        guard let pg = FleetBackend.postgres() else { return }
-        try linkOfARenamedNote(pg)
+        try linkOfANewNote(pg, editMeanwhile: true)
     }
 }
 
