@@ -75,6 +75,25 @@ public struct EntityMap: Sendable, Equatable {
                 refs.append(Reference(column: fk.columns[0], parent: fk.parentTable))
             }
         }
+        let (unique, loose) = try uniqueKeys(db, table: table, primaryKey: pk.map(\.name), columns: info)
+        let storeID = try StoreMeta.value(db, .storeID) ?? ""
+        var map = EntityMap(name: table, columns: info.map(\.name), declaredTypes: info.map(\.declaredType),
+                            primaryKey: pk.map(\.name), isSurrogate: surrogate, references: refs, parents: parents,
+                            namePrefix: String(storeID.filter(\.isHexDigit).prefix(16)))
+        map.foreignKeys = keys
+        map.uniqueKeys = unique
+        map.looseUniqueKeys = loose
+        map.notNullColumns = Set(info.filter(\.notNull).map(\.name))
+        map.withoutRowID = try db.scalar("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?",
+                                         [table])?.int64 == 1
+        return map
+    }
+
+    /// The column sets of `table`'s UNIQUE constraints and plain unique indexes other than the primary key, and
+    /// those of them whose values can be equal with other bytes (`looseUniqueKeys`).
+    private static func uniqueKeys(_ db: Connection, table: String, primaryKey: [String], columns info: [ColumnInfo])
+        throws -> ([[String]], [[String]])
+    {
         var unique: [[String]] = []
         var loose: [[String]] = []
         for index in try db.query("""
@@ -86,7 +105,7 @@ public struct EntityMap: Sendable, Equatable {
             // An index on an expression has a part with cid -2: its values are not columns that travel.
             guard !parts.isEmpty, parts.allSatisfy({ ($0[0].int64 ?? -1) >= 0 }) else { continue }
             let columns = parts.compactMap { $0[1].string }
-            if columns.sorted() != pk.map(\.name).sorted() && !unique.contains(columns) {
+            if columns.sorted() != primaryKey.sorted() && !unique.contains(columns) {
                 unique.append(columns)
                 // Equal under the index's collation, or as numbers in a column without affinity (2 and 2.0).
                 let affinityless = columns.contains { column in
@@ -100,17 +119,7 @@ public struct EntityMap: Sendable, Equatable {
                 }
             }
         }
-        let storeID = try StoreMeta.value(db, .storeID) ?? ""
-        var map = EntityMap(name: table, columns: info.map(\.name), declaredTypes: info.map(\.declaredType),
-                            primaryKey: pk.map(\.name), isSurrogate: surrogate, references: refs, parents: parents,
-                            namePrefix: String(storeID.filter(\.isHexDigit).prefix(16)))
-        map.foreignKeys = keys
-        map.uniqueKeys = unique
-        map.looseUniqueKeys = loose
-        map.notNullColumns = Set(info.filter(\.notNull).map(\.name))
-        map.withoutRowID = try db.scalar("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?",
-                                         [table])?.int64 == 1
-        return map
+        return (unique, loose)
     }
 
     /// Whether `table`'s primary key is an alias of the rowid: a single column declared exactly `INTEGER`, in a
