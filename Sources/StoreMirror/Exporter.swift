@@ -549,7 +549,8 @@ struct Exporter {
     /// cloud saves a batch in one transaction: split over two batches, an export stopped between them (or a
     /// conflict in the second under `merge_policy: error`) would leave two live records at one value in the cloud,
     /// which another store's import takes for duplicates and merges. Values are matched by their fingerprints; in a
-    /// key whose values can be equal with other bytes (`EntityMap.looseUniqueKeys`), every row whose key moves goes
+    /// key whose values can be equal with other bytes (`EntityMap.looseUniqueKeys`, and a `unique:` rule, which
+    /// compares as its columns' collations do), every row whose key moves goes
     /// in the batch as soon as one takes a value and another gives one up. A table whose changes fit in one batch
     /// is not looked at. Returns whether any row was marked.
     private func markMovesTogether(_ e: EntityMap) throws -> Bool {
@@ -587,7 +588,8 @@ struct Exporter {
         }
         var together: Set<String> = []
         for (k, value, pk) in taking {
-            if e.looseUniqueKeys.contains(keys[k]) {
+            // A `unique:` rule compares as the column does, whose collation the fingerprints cannot tell.
+            if e.looseUniqueKeys.contains(keys[k]) || options.uniqueRules[e.name]?.columns == keys[k] {
                 let givers = Set(held[k].values)
                 if givers.contains(where: { $0 != pk }) { together.formUnion(givers); together.insert(pk) }
             } else if let from = held[k][value], from != pk {

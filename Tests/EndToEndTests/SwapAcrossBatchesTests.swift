@@ -101,11 +101,16 @@ final class SwapAcrossBatchesTests: XCTestCase {
 
     /// A swap in a `COLLATE NOCASE` column that also changes the values' case: the values are equal to the ones
     /// the other rows held, though not byte for byte.
-    func noCaseSwap(_ backend: FleetBackend) throws {
+    /// With `rule`, the key is a `unique:` rule on a NOCASE column, and the table has no UNIQUE constraint.
+    func noCaseSwap(_ backend: FleetBackend, rule: Bool = false) throws {
         let f = try Fleet.pair(backend, schema: """
-            CREATE TABLE IF NOT EXISTS users(id INTEGER PRIMARY KEY, email TEXT NOT NULL UNIQUE COLLATE NOCASE,
-                                             name TEXT);
-            """, policy: "property-local-wins",
+            CREATE TABLE IF NOT EXISTS users(id INTEGER PRIMARY KEY,
+                                             email TEXT NOT NULL \(rule ? "" : "UNIQUE ")COLLATE NOCASE, name TEXT);
+            """, policy: "property-local-wins", storeYAML: rule ? """
+                    entities:
+                      users:
+                        unique: [email]
+                """ : "",
             rows: "INSERT INTO users VALUES (1, 'x@a', 'x'), (2, 'y@a', 'y'), (3, 'z@a', 'z')",
             label: "storectl-swap-batches")
         try f.sql("a", """
@@ -123,6 +128,8 @@ final class SwapAcrossBatchesTests: XCTestCase {
     }
 
     func testASwapUnderNoCaseIsNeverSentHalfFile() throws { try noCaseSwap(.file) }
+
+    func testASwapUnderAUniqueRuleOnANoCaseColumnIsNeverSentHalfFile() throws { try noCaseSwap(.file, rule: true) }
 
     func testASwapUnderNoCaseIsNeverSentHalfPostgres() throws {
         guard let pg = FleetBackend.postgres() else { return }
