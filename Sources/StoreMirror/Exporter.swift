@@ -271,8 +271,11 @@ struct Exporter {
     /// row is sent with its reference to the new name; a row whose key holds the reference is renamed
     /// (`renameReusedReferenceKeys`).
     private func reexportChildrenOfRenamedParents(_ ordered: [EntityMap]) throws {
+        // Almost always none: then no child table is read.
+        let renamed = Set(try db.query("SELECT DISTINCT entity FROM _storectl_renamed").compactMap { $0[0].string })
+        guard !renamed.isEmpty else { return }
         for child in ordered {
-            for ref in child.references {
+            for ref in child.references where renamed.contains(ref.parent) {
                 try db.run("""
                     INSERT OR IGNORE INTO temp._storectl_changes(entity, pk)
                     SELECT ?1, \(child.pkJSON("t")) FROM main.\(child.quotedName) t
