@@ -23,6 +23,9 @@ extension PostgresCloudDatabase {
             return AccountStatusReport(status: .noAccount, reason: "no PostgreSQL role is configured: set "
                 + "cloud.account, or put the user in cloud.url (postgres://USER@HOST/DATABASE)", account: nil)
         }
+        // Once per session: a watcher's rounds ask again only on a new connection, after a refused statement, or
+        // when the check is `sessionCheckLimit` old (`SessionCheck`).
+        if let standing = standingSession { return standing.report }
         let c: PGConnection
         do {
             close()
@@ -33,7 +36,12 @@ extension PostgresCloudDatabase {
             return AccountStatusReport(status: .couldNotDetermine, reason: "\(error)", account: role)
         }
         do {
-            return try privilegeStatus(c, role: role)
+            let (report, owner) = try privilegeStatus(c, role: role)
+            if report.status == .available, !report.containerMissing {
+                // The checked connection becomes the session's, when it reaches the container.
+                try? adopt(c, check: SessionCheck(report: report, owner: owner, at: Self.monotonicSeconds()))
+            }
+            return report
         } catch let error as PGError {
             if error.connectionLost || error.sqlStateClass == "08" || error.sqlState == "57P01" {
                 return AccountStatusReport(status: .temporarilyUnavailable,
@@ -81,9 +89,13 @@ extension PostgresCloudDatabase {
     }
 
     /// Checks, on a live connection, whether the server accepts writes and the role holds what it needs.
-    private func privilegeStatus(_ c: PGConnection, role: String) throws -> AccountStatusReport {
-        func report(_ status: AccountStatus, _ reason: String, missing: Bool = false) -> AccountStatusReport {
-            AccountStatusReport(status: status, reason: reason, account: role, containerMissing: missing)
+    private func privilegeStatus(_ c: PGConnection, role: String) throws
+        -> (AccountStatusReport, owner: (owner: String, isMember: Bool)?)
+    {
+        func report(_ status: AccountStatus, _ reason: String, missing: Bool = false)
+            -> (AccountStatusReport, owner: (owner: String, isMember: Bool)?)
+        {
+            (AccountStatusReport(status: status, reason: reason, account: role, containerMissing: missing), nil)
         }
         let state = try c.execute("""
             SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'), current_user,
@@ -138,8 +150,9 @@ extension PostgresCloudDatabase {
             return report(.available, "role \(user) can log in at \(displayURL) and use container \(container)")
         }
         let whose = owner.isMember ? " (its owner)" : ", which role \(owner.owner) owns"
-        return AccountStatusReport(status: .available, reason: "role \(user) can log in at \(displayURL) and use "
-                                       + "container \(container)" + whose, account: role, owner: owner.owner)
+        return (AccountStatusReport(status: .available, reason: "role \(user) can log in at \(displayURL) and use "
+                                        + "container \(container)" + whose, account: role, owner: owner.owner),
+                (owner.owner, owner.isMember))
     }
 
     /// On the open session: the account checks a full round makes (`privilegeStatus`: the server writable, the
@@ -149,7 +162,8 @@ extension PostgresCloudDatabase {
     public func quietState(zone: String, known: QuietState?) throws -> QuietState? {
         guard let role else { return nil }
         return try run("cannot read the state of zone \(zone) of \(container)") { c in
-            let status = try privilegeStatus(c, role: role)
+            // A standing session was checked when it began; only the zone is read again.
+            let status = try standingSession?.report ?? privilegeStatus(c, role: role).0
             guard status.status == .available else { return nil }
             let r = try c.execute("SELECT epoch, last_seq FROM \(s).zones WHERE name = $1", [zone])
             let seen = [status.reason, status.owner ?? ""].joined(separator: "\n")
@@ -162,7 +176,8 @@ extension PostgresCloudDatabase {
     /// container does not exist.
     /// - Throws: `CloudError` when the server cannot be asked.
     public func ownership() throws -> (owner: String, isOwner: Bool)? {
-        try run("cannot read the owner of container \(container)") { c in
+        if let owner = standingSession?.owner { return (owner.owner, owner.isMember) }
+        return try run("cannot read the owner of container \(container)") { c in
             try containerOwner(c).map { ($0.owner, $0.isMember) }
         }
     }

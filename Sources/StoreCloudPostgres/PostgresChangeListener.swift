@@ -9,7 +9,7 @@ import Darwin
 
 /// Wakes a watcher as soon as another device saves to the container: `LISTEN` on the container's channel.
 ///
-/// Every save to a PostgreSQL container sends `pg_notify(channel, {"zone": ..., "device": ...})` in its own
+/// Every save to a PostgreSQL container sends `pg_notify(channel, {"zone", "device", "epoch", "seq"})` in its own
 /// transaction, so the notification arrives when the save commits (and never for a save that rolled back). The
 /// channel is the container's schema name. A notification only says "look now": the change feed stays the truth,
 /// and a watcher still polls at its interval, so a lost notification (a dropped connection) costs one interval.
@@ -17,7 +17,7 @@ import Darwin
 /// The listener holds its own connection, apart from the one that syncs. Not Sendable: one owner at a time.
 ///
 ///     let listener = try cloud.changeListener()
-///     let zones = try listener.wait(timeout: 0.2, excludingDevice: storeID)
+///     let wakes = try listener.wait(timeout: 0.2, excludingDevice: storeID)
 public final class PostgresChangeListener {
     private let connection: PGConnection
     /// The channel listened on: the container's schema name.
@@ -36,31 +36,58 @@ public final class PostgresChangeListener {
         }
     }
 
-    /// The statement a save adds to its transaction to wake the listeners of `channel`.
-    static func notifyQuery(channel: String, zone: String, device: String) -> PGQuery {
-        PGQuery("SELECT pg_notify($1, json_build_object('zone', $2::text, 'device', $3::text)::text)",
-                [channel, zone, device])
+    /// The statement a save adds to its transaction to wake the listeners of `channel`: the zone, the saving
+    /// device, and the zone's epoch and last seq as the save left them (read under the zone's lock, which the
+    /// save holds), so that a listener that already has that seq starts no round.
+    static func notifyQuery(channel: String, schema: String, zone: String, device: String) -> PGQuery {
+        PGQuery("""
+            SELECT pg_notify($1, json_build_object('zone', $2::text, 'device', $3::text, 'epoch', z.epoch,
+                                                   'seq', z.last_seq)::text)
+            FROM \(schema).zones z WHERE z.name = $2
+            """, [channel, zone, device])
+    }
+
+    /// One save another device made, as its notification tells it.
+    public struct Wake: Sendable, Equatable {
+        public var zone: String
+        /// Where the save left the zone; nil from a notification that does not say (an older storectl's).
+        public var token: ServerChangeToken?
+
+        public init(zone: String, token: ServerChangeToken?) {
+            self.zone = zone
+            self.token = token
+        }
+
+        /// Whether a store whose server token is `known` has anything to fetch after this save: a save at or
+        /// before its token (in the same epoch) brought it nothing new. Another epoch, or no token on either side,
+        /// always does.
+        public func isNew(after known: ServerChangeToken?) -> Bool {
+            guard let token, let known, token.epoch == known.epoch else { return true }
+            return token.seq > known.seq
+        }
     }
 
     private struct Payload: Decodable {
         var zone: String
         var device: String?
+        var epoch: String?
+        var seq: Int64?
     }
 
-    /// Waits up to `timeout` seconds for notifications, and returns the zones that devices other than
-    /// `excludingDevice` saved to (empty when the time ran out first).
+    /// Waits up to `timeout` seconds for notifications, and returns the saves that devices other than
+    /// `excludingDevice` made (empty when the time ran out first).
     /// - Throws: `CloudError(.temporary)` when the connection was lost; make a new listener then.
-    public func wait(timeout: Double, excludingDevice: String?) throws -> Set<String> {
-        var zones = Set<String>()
-        try collect(into: &zones, excludingDevice: excludingDevice)
-        if !zones.isEmpty { return zones }
+    public func wait(timeout: Double, excludingDevice: String?) throws -> [Wake] {
+        var wakes: [Wake] = []
+        try collect(into: &wakes, excludingDevice: excludingDevice)
+        if !wakes.isEmpty { return wakes }
         var fd = pollfd(fd: connection.socket, events: Int16(POLLIN), revents: 0)
         let ready = poll(&fd, 1, Int32(max(0, timeout) * 1000))
-        if ready > 0 { try collect(into: &zones, excludingDevice: excludingDevice) }
-        return zones
+        if ready > 0 { try collect(into: &wakes, excludingDevice: excludingDevice) }
+        return wakes
     }
 
-    private func collect(into zones: inout Set<String>, excludingDevice: String?) throws {
+    private func collect(into wakes: inout [Wake], excludingDevice: String?) throws {
         let received: [(channel: String, payload: String)]
         do {
             received = try connection.notifications()
@@ -71,9 +98,13 @@ public final class PostgresChangeListener {
         for note in received where note.channel == channel {
             guard let payload = try? JSONDecoder().decode(Payload.self, from: Data(note.payload.utf8)) else { continue }
             if let excludingDevice, payload.device == excludingDevice { continue }
-            zones.insert(payload.zone)
+            let token = payload.epoch.flatMap { epoch in payload.seq.map { ServerChangeToken(epoch: epoch, seq: $0) } }
+            wakes.append(Wake(zone: payload.zone, token: token))
         }
     }
+
+    /// Whether the listening connection is still up, as libpq last saw it.
+    public var isHealthy: Bool { connection.isHealthy }
 }
 
 extension PostgresCloudDatabase {

@@ -62,9 +62,47 @@ public final class PostgresCloudDatabase: CloudDatabase {
     private let account: String?
     private let password: String?
     private let timeout: Double
-    private var connection: PGConnection?
+    private var connection: PGConnection? {
+        // A new session is checked and registered again: the role may have lost a privilege, its password or its
+        // LOGIN while no session was open.
+        didSet { if connection == nil { session = nil } }
+    }
+    /// What the account check found on the open connection (`accountStatus()`), while that connection lives.
+    var session: SessionCheck?
     /// The quoted schema name, ready for SQL.
     let s: String
+
+    /// The account check of one session, and what the session wrote once: a watcher's rounds ask the server
+    /// nothing of this again until the connection is replaced, a statement is refused for want of a privilege, or
+    /// `sessionCheckLimit` seconds pass.
+    struct SessionCheck {
+        var report: AccountStatusReport
+        /// The container's owner and whether the role is it or a member of it, as the check read them.
+        var owner: (owner: String, isMember: Bool)?
+        /// When the check was made (monotonic seconds).
+        var at: Double
+        /// The device `registerDevice` wrote in this session, and the name it gave.
+        var device: (storeID: String, name: String)?
+    }
+
+    /// The longest one account check stands, in seconds: then the next `accountStatus()` logs in again and checks
+    /// everything (a password changed, a role disabled, a grant revoked on a table not yet written), and the next
+    /// `registerDevice` refreshes the device's `last_seen`. The idle heartbeat of a `storectl watch`.
+    public static let sessionCheckLimit = 300.0
+
+    /// The session's account check, when it still stands.
+    var standingSession: SessionCheck? {
+        guard let session, let connection, connection.isHealthy,
+              Self.monotonicSeconds() - session.at < Self.sessionCheckLimit
+        else { return nil }
+        return session
+    }
+
+    static func monotonicSeconds() -> Double {
+        var t = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &t)
+        return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9
+    }
 
     /// Test hook: seconds to sleep inside each save transaction before taking the zone lock and after assigning
     /// seqs, to make concurrent transactions start and commit in different orders.
@@ -182,6 +220,25 @@ public final class PostgresCloudDatabase: CloudDatabase {
         if let connection, connection.isHealthy { return connection }
         connection = nil
         let c = try connectOrExplain()
+        try checkContainer(c)
+        connection = c
+        return c
+    }
+
+    /// Makes `c`, on which the account was just checked, the session's connection, once it reaches the container.
+    /// - Throws: `CloudError` when it does not (the container missing or at another version): then nothing changes,
+    ///   and the next call meets the error on a connection of its own.
+    func adopt(_ c: PGConnection, check: SessionCheck) throws {
+        try checkContainer(c)
+        connection = c
+        session = check
+    }
+
+    /// Reads the container's meta on `c`: its id and schema version. An older container is migrated in place by
+    /// the first storectl that may (the migrations are one transaction: all or nothing); a role that may not gets
+    /// the error that names `cloud init`.
+    /// - Throws: `CloudError`.
+    private func checkContainer(_ c: PGConnection, migrated: Bool = false) throws {
         let meta: PGResult
         do {
             meta = try c.execute("SELECT key, value FROM \(s).meta WHERE key IN ('schema_version', 'container')")
@@ -197,21 +254,17 @@ public final class PostgresCloudDatabase: CloudDatabase {
         for row in 0..<meta.rowCount {
             if let key = meta.string(row, 0) { values[key] = meta.string(row, 1) }
         }
-        if let version = values["schema_version"].flatMap({ Int($0) }), version < PostgresSchema.currentVersion,
-           values["container"] == nil || values["container"] == container
+        if !migrated, let version = values["schema_version"].flatMap({ Int($0) }),
+           version < PostgresSchema.currentVersion, values["container"] == nil || values["container"] == container
         {
-            // An older container is migrated in place by the first storectl that may (the migrations are one
-            // transaction: all or nothing); a role that may not gets the error that names `cloud init`.
             do {
                 _ = try initializeContainer()
-                return try database()
+                return try checkContainer(c, migrated: true)
             } catch let error as CloudError where error.kind == .permission {
                 try checkMeta(values)
             }
         }
         try checkMeta(values)
-        connection = c
-        return c
     }
 
     /// Checks the container's meta: its id and schema version.
@@ -235,6 +288,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
             return try body(c)
         } catch let error as PGError {
             if error.connectionLost || !c.isHealthy { connection = nil }
+            // A privilege revoked during the session: the next round checks the account again, and says so.
+            if error.sqlState == "42501" { session = nil }
             throw cloudError(error, what())
         }
     }
@@ -710,7 +765,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         let firstStatement = queries.count
         queries += statements
         // Wakes the `storectl watch` processes listening on the container (delivered when the save commits).
-        queries.append(PostgresChangeListener.notifyQuery(channel: schemaName, zone: zone, device: device))
+        queries.append(PostgresChangeListener.notifyQuery(channel: schemaName, schema: s, zone: zone, device: device))
         if let delays = saveDelays, delays.beforeCommit > 0 {
             queries.append(PGQuery("SELECT pg_sleep($1::float8)", [String(delays.beforeCommit)]))
         }
@@ -1035,8 +1090,12 @@ public final class PostgresCloudDatabase: CloudDatabase {
 
     // MARK: - Devices
 
+    /// Writes the device's row once per checked session (see `SessionCheck`): a watcher's rounds do not write it
+    /// again unless its name changed, so `last_seen` is when the session began, refreshed every
+    /// `sessionCheckLimit` seconds.
     public func registerDevice(storeID: String, name: String) throws {
         try CloudContract.checkDevice(storeID)
+        if let device = standingSession?.device, device == (storeID, name) { return }
         try run("cannot register device \(storeID) in \(container)") { c in
             try c.execute("""
                 INSERT INTO \(s).devices AS d (store_id, name, account, first_seen, last_seen)
@@ -1046,6 +1105,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                     name = excluded.name, account = excluded.account, last_seen = excluded.last_seen
                 """, [storeID, name])
         }
+        session?.device = (storeID, name)
     }
 
     public func devices() throws -> [DeviceInfo] {

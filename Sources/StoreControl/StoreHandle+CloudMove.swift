@@ -150,11 +150,6 @@ extension StoreHandle {
         return zone.epoch == token.epoch
     }
 
-    /// Records the target the store now syncs with (next to `bound_account`, `bound_container`, `bound_zone`).
-    func recordBoundURL(db: Connection, cloud: CloudSettings) throws {
-        try MirrorState.setMeta(db, .boundURL, Redaction.connectionString(cloud.url))
-    }
-
     /// `storectl migrate --cloud URL`: moves the store's sync target (another backend, container or zone).
     ///
     /// The steps, each of which leaves the old setup working when it fails (or is killed):

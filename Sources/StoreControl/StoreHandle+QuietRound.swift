@@ -22,6 +22,10 @@ import StoreSQLite
 ///   rounds would read old `-wal` and `-shm` files removed meanwhile, and delete the new WAL on closing. A
 ///   PostgreSQL session is kept.
 ///
+/// Under `storectl watch` on PostgreSQL, a round whose mark was taken while the watcher's `LISTEN` connection was
+/// already listening does not read the container either (`SyncOptions.listeningSince`): every save since would
+/// have been heard, and a heard save makes the round a full one. It asks the server nothing.
+///
 /// A round with options (`--reupload`, `--rebind`, `--accept-owner`), one after a failure, after a round that
 /// left anything unsettled (a change not exported, a record set aside or waiting for its parent, an outbox entry,
 /// an unsent row, a seed marker to claim), or `quietRoundLimit` seconds after the last full round, is a full one.
@@ -33,6 +37,8 @@ struct QuietMark {
     var local: LocalState
     /// When the full round that took this mark ended (monotonic seconds).
     var since: Double
+    /// When the container's state in `state` was read (monotonic seconds, just before the read).
+    var stateReadAt: Double
     /// The export token and server token the full round left, for the reports of quiet rounds.
     var exportToken: Int64
 
@@ -76,10 +82,16 @@ extension StoreHandle {
         else { return nil }
         do {
             guard try QuietMark.LocalState.read(db, path: settings.path) == mark.local else { return nil }
-            guard let cloud = try mark.cloud
-                    ?? CloudConnector.openForQuietRound(settings: try cloudSettings(), environment: environment),
-                  try cloud.quietState(zone: zone, known: mark.state) == mark.state
-            else { return nil }
+            // A container heard since before its state was read has not changed unheard: the server is not asked.
+            if let listening = options.listeningSince, listening < mark.stateReadAt {
+            } else {
+                let readAt = monotonicNow()
+                guard let cloud = try mark.cloud
+                        ?? CloudConnector.openForQuietRound(settings: try cloudSettings(), environment: environment),
+                      try cloud.quietState(zone: zone, known: mark.state) == mark.state
+                else { return nil }
+                mark.stateReadAt = readAt
+            }
             try db.transaction { try MirrorState.setMeta(db, .lastSyncAt, String(WatchTime.nowMilliseconds())) }
             mark.local.totalChanges = db.totalChanges
         } catch {
@@ -100,6 +112,7 @@ extension StoreHandle {
               report.exported.unsent.isEmpty, report.imported.setAside == 0, report.imported.waitingForParent == 0
         else { return }
         let db = mirror.db
+        let readAt = monotonicNow()
         do {
             let unsettled = try MirrorState.unsettledCounts(db)
             guard unsettled == (0, 0, 0, 0), try MirrorState.pendingExportCount(db) == 0,
@@ -109,7 +122,8 @@ extension StoreHandle {
             else { return }
             quietMark = QuietMark(cloud: mirror.cloud is FileCloudDatabase ? nil : mirror.cloud, state: state,
                                   local: try .read(db, path: settings.path, dataVersion: dataVersion),
-                                  since: monotonicNow(), exportToken: try MirrorState.exportToken(db))
+                                  since: monotonicNow(), stateReadAt: readAt,
+                                  exportToken: try MirrorState.exportToken(db))
         } catch {
             quietMark = nil
         }

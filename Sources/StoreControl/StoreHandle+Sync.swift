@@ -4,7 +4,9 @@ import Glibc
 #endif
 import StoreBase
 import StoreCloud
+import StoreCloudPostgres
 import StoreConfig
+import StoreHistory
 import StoreMirror
 import StoreSQLite
 
@@ -24,6 +26,10 @@ public struct SyncOptions: Sendable {
     public var reupload = false
     /// PostgreSQL: sync into a container that this role does not own, owned by this role (`--accept-owner ROLE`).
     public var acceptOwner: String?
+    /// `storectl watch`: since when (monotonic seconds) a `LISTEN` connection has heard every save to the
+    /// container. A round with nothing to do locally, whose last full round read the container after that, need not
+    /// read it again: any save since would have been heard.
+    public var listeningSince: Double?
 
     public init() {}
 }
@@ -118,7 +124,10 @@ extension StoreHandle {
         }
         checkedCloud = nil
         // The container the check opens is kept for the openMirror() that follows, rather than opened again.
-        let (report, opened) = CloudConnector.accountStatusAndContainer(settings: cloud, environment: environment)
+        // A PostgreSQL session is kept from round to round, and its account check with it (`SessionCheck`).
+        let (report, opened) = sessionCloud.map { ($0.accountStatus(), $0) }
+            ?? CloudConnector.accountStatusAndContainer(settings: cloud, environment: environment)
+        sessionCloud = report.status == .available ? opened as? PostgresCloudDatabase : nil
         // A bound store's container that is gone is said as such, whatever the account could do.
         if report.containerMissing, boundContainer() != nil { throw boundContainerMissingError(cloud) }
         if report.status != .available { throw AccountUnavailableError(report: report, storeName: settings.name) }
@@ -191,11 +200,13 @@ extension StoreHandle {
             }
             try db.transaction { try MirrorState.resetSyncState(db, zone: cloud.zone) }
         }
-        try db.transaction {
-            try MirrorState.setMeta(db, .boundAccount, account)
-            try MirrorState.setMeta(db, .boundContainer, cloud.container)
-            try MirrorState.setMeta(db, .boundZone, cloud.zone)
-            try recordBoundURL(db: db, cloud: cloud)
+        // Written when something changed: a round that writes nothing takes no write lock from the app.
+        let binding: [(MetaKey, String)] = [(.boundAccount, account), (.boundContainer, cloud.container),
+                                            (.boundZone, cloud.zone), (.boundURL, Redaction.connectionString(cloud.url))]
+        if try binding.contains(where: { try MirrorState.meta(db, $0.0) != $0.1 }) {
+            try db.transaction {
+                for (key, value) in binding { try MirrorState.setMeta(db, key, value) }
+            }
         }
     }
 

@@ -4,6 +4,7 @@ import Glibc
 #endif
 import StoreBase
 import StoreCloud
+import StoreCloudPostgres
 import StoreConfig
 import StoreHistory
 import StoreMirror
@@ -39,6 +40,9 @@ public final class StoreHandle {
     /// Where the store and its container stood after the last full sync round that left nothing to do
     /// (`StoreHandle+QuietRound`).
     var quietMark: QuietMark?
+    /// The PostgreSQL container the last sync round used, with its open session and account check, for the next
+    /// round (`storectl watch`): a round asks the server only what changed.
+    var sessionCloud: PostgresCloudDatabase?
     /// Where notes for the user go (a format upgrade, say); the CLI prints them on stderr.
     public var log: (String) -> Void = { _ in }
 
@@ -170,5 +174,6 @@ public final class StoreHandle {
         connection = nil
         checkedCloud = nil
         quietMark = nil
+        sessionCloud = nil
     }
 }

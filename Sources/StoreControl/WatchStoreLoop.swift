@@ -1,5 +1,6 @@
 import FoundationEssentials
 import StoreBase
+import StoreCloud
 import StoreCloudPostgres
 import StoreConfig
 import StoreHistory
@@ -40,7 +41,11 @@ final class StoreLoop {
     private var backoff: WatchBackoff
     private var retryAt: Double?
     private var failing = false
-    private var listener: PostgresChangeListener?
+    private var listener: PostgresChangeListener? {
+        didSet { if listener == nil { listeningSince = nil } }
+    }
+    /// When the listener began hearing every save to the container (monotonic seconds).
+    private var listeningSince: Double?
     private var listenerRetryAt = 0.0
     private var device: String?
     /// Where the store moved, while config.yaml still names this file (the move did not finish): no round runs.
@@ -119,15 +124,27 @@ final class StoreLoop {
             return
         }
         do {
-            let zones = try listener.wait(timeout: options.checkEvery, excludingDevice: device)
-            if let zone = handle.settings.cloud?.zone, zones.contains(zone) {
-                remoteWake = remoteWake ?? monotonicNow()
+            let wakes = try listener.wait(timeout: options.checkEvery, excludingDevice: device)
+            // A save to another zone, or one this store has already fetched past, starts no round.
+            if let zone = handle.settings.cloud?.zone, remoteWake == nil,
+               case let saves = wakes.filter({ $0.zone == zone }), !saves.isEmpty
+            {
+                let known = serverToken(zone: zone)
+                if saves.contains(where: { $0.isNew(after: known) }) { remoteWake = monotonicNow() }
             }
         } catch {
             output.log(.warning, store: store, "stopped listening for changes (\(WatchErrorBody(error, store: store).message));"
                        + " polling every \(WatchTime.seconds(options.interval)) until the next round succeeds")
             self.listener = nil
         }
+    }
+
+    /// The server token the store's last import recorded for `zone`; nil when it cannot be read (then every wake-up
+    /// is taken as news).
+    private func serverToken(zone: String) -> ServerChangeToken? {
+        guard let db = try? handle.database() else { return nil }
+        guard let raw = (try? MirrorState.serverToken(db, zone: zone)) ?? nil else { return nil }
+        return ServerChangeToken(rawValue: raw)
     }
 
     /// Opens the PostgreSQL listener after a successful round, when the container is PostgreSQL.
@@ -139,6 +156,7 @@ final class StoreLoop {
             let db = try PostgresCloudDatabase(url: url, container: cloud.container, account: cloud.account,
                                                password: cloud.secret?.value, environment: handle.environment)
             listener = try db.changeListener()
+            listeningSince = monotonicNow()
         } catch {
             listenerRetryAt = monotonicNow() + options.interval
             output.log(.warning, store: store, "cannot listen for changes (\(WatchErrorBody(error, store: store).message));"
@@ -268,7 +286,7 @@ final class StoreLoop {
         if now >= nextPoll { return true }
         if let burst, now - burst.last >= options.debounce || now - burst.first >= options.maxDebounce { return true }
         // A few batches of one export each notify: waiting a debounce takes them in one round.
-        if let remoteWake, now - remoteWake >= options.debounce { return true }
+        if let remoteWake, now - remoteWake >= options.remoteDebounce { return true }
         return false
     }
 
@@ -277,6 +295,13 @@ final class StoreLoop {
     /// One sync round, reported: events for what it exported and imported, or an error and a retry.
     private func round() {
         confinement.check("a store's watch loop")
+        // A round for a save heard, or after a failure, reads the container; a poll while listening need not.
+        var syncOptions = SyncOptions()
+        if remoteWake == nil, retryAt == nil, let listener, listener.isHealthy {
+            syncOptions.listeningSince = listeningSince
+        }
+        // A save heard is news: the round need not first ask whether the container changed.
+        if remoteWake != nil { handle.quietMark = nil }
         burst = nil
         remoteWake = nil
         retryAt = nil
@@ -287,7 +312,7 @@ final class StoreLoop {
         var seconds = 0.0
         let result: String
         do {
-            let report = try handle.sync(SyncOptions())
+            let report = try handle.sync(syncOptions)
             seconds = monotonicNow() - started
             result = ExitCode.ok.kind
             succeeded(report, historyBefore: before)

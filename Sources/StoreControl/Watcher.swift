@@ -34,11 +34,14 @@ public struct WatchOptions: Sendable {
     public var initialBackoff = 1.0
     public var maxBackoff = 300.0
     /// A local change starts a round once the store has been quiet this long...
-    public var debounce = 0.3
+    public var debounce = 0.1
     /// ...or this long after the first change of a burst, whichever comes first.
     public var maxDebounce = 3.0
+    /// A save another device made (a PostgreSQL notification) starts an import this long after it was heard, so
+    /// that the few batches of one export are taken in one round.
+    public var remoteDebounce = 0.05
     /// How often the store is checked for local changes (`PRAGMA data_version`, one read of the WAL index).
-    public var checkEvery = 0.2
+    public var checkEvery = 0.05
     /// Seconds a running `on_remote_change` command may still take when the watcher stops.
     public var hookGrace = 5.0
     /// At most this many changes are listed in one `import` event (`count` is always the whole number).

@@ -224,8 +224,12 @@ public final class Mirror {
     /// Fetches the cloud's changes and applies them in ONE local transaction with author `cloud-import`; the
     /// server token advances in that same transaction (`Importer`).
     /// - Throws: `ZoneResetError`, `ConflictError`, `CloudError`, `SQLiteError`.
-    public func importChanges(progress: (Int, Int?) -> Void = { _, _ in }) throws -> ImportReport {
-        try prepare()
+    /// - Parameter prepared: the caller's export ran `prepare()` moments ago, in this round (`sync`): it is not run
+    ///   again.
+    public func importChanges(prepared: Bool = false, progress: (Int, Int?) -> Void = { _, _ in }) throws
+        -> ImportReport
+    {
+        if !prepared { try prepare() }
         return try Importer(db: db, cloud: cloud, options: options, entities: entities, device: device)
             .run(progress: progress)
     }
@@ -292,7 +296,8 @@ public final class Mirror {
             // too (a row too large here must not stop the other devices' changes from arriving).
             notSent = error
         }
-        let imported = try importChanges { progress("import", $0, $1) }
+        // The export prepared the store (every error of `prepare` is thrown above): the round prepares once.
+        let imported = try importChanges(prepared: true) { progress("import", $0, $1) }
         if try importFirst || MirrorState.pendingExportCount(db) > 0 || MirrorState.unsettledCounts(db).outbox > 0 {
             // What the import changed locally (dedup's deletes and re-points, the children of deleted parents,
             // losers of a UNIQUE constraint) is exported in this same round, so that the other devices see it

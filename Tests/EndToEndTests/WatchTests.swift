@@ -17,7 +17,24 @@ class WatchTestCase: XCTestCase {
                 isPostgres: false)
     }
 
-    fileprivate var cachedBackend: Backend?
+    /// A container of the test's own on the test server (`STORECTL_TEST_PG_URL`).
+    static func postgresBackend() throws -> Backend {
+        let env = ProcessInfo.processInfo.environment
+        guard let url = env["STORECTL_TEST_PG_URL"], !url.isEmpty else {
+            if env["STORECTL_REQUIRE_PG"] == "1" {
+                XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set: start PostgreSQL (see .ci/run)")
+            }
+            throw XCTSkip("no PostgreSQL server (set STORECTL_TEST_PG_URL)")
+        }
+        let suffix = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        let container = "iCloud.com.example.watch\(suffix)"
+        // The test's own sessions carry its container as their application name, so that a test that ends
+        // sessions ends only its own (tests run side by side on one server).
+        return Backend(url: url + (url.contains("?") ? "&" : "?") + "application_name=\(container)",
+                       account: env["PGUSER"] ?? "postgres", container: container, isPostgres: true)
+    }
+
+    var cachedBackend: Backend?
     private var watchers: [BackgroundProcess] = []
 
     override func tearDown() {
@@ -519,21 +536,7 @@ class WatchTests: WatchTestCase {
 
 /// The same scenarios with the stores sharing a PostgreSQL container (which also wakes watchers with NOTIFY).
 final class PostgresWatchTests: WatchTests {
-    override func backend() throws -> Backend {
-        let env = ProcessInfo.processInfo.environment
-        guard let url = env["STORECTL_TEST_PG_URL"], !url.isEmpty else {
-            if env["STORECTL_REQUIRE_PG"] == "1" {
-                XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set: start PostgreSQL (see .ci/run)")
-            }
-            throw XCTSkip("no PostgreSQL server (set STORECTL_TEST_PG_URL)")
-        }
-        let suffix = String(UInt64.random(in: 0...UInt64.max), radix: 16)
-        let container = "iCloud.com.example.watch\(suffix)"
-        // The test's own sessions carry its container as their application name, so that a test that ends
-        // sessions ends only its own (tests run side by side on one server).
-        return Backend(url: url + (url.contains("?") ? "&" : "?") + "application_name=\(container)",
-                       account: env["PGUSER"] ?? "postgres", container: container, isPostgres: true)
-    }
+    override func backend() throws -> Backend { try Self.postgresBackend() }
 
     override func testASqliteWriteOnOneStoreReachesTheOtherThroughTwoWatchers() throws {
         try super.testASqliteWriteOnOneStoreReachesTheOtherThroughTwoWatchers()
