@@ -17,6 +17,8 @@ final class PostgresStandby {
     var logPath: String { directory + "/log" }
     var url: String { "postgresql://postgres@/postgres?host=\(directory)&port=\(port)" }
     private let logStatements: Bool
+    /// The primary's settings a standby must not have lower, as `-c name=value` options.
+    private let settings: String
     private var running = false
 
     /// Nil (after failing the test when PostgreSQL is required) without a server or its binaries.
@@ -43,19 +45,32 @@ final class PostgresStandby {
             }
             return nil
         }
-        return try PostgresStandby(bin: bin, primarySocket: socket, logStatements: logStatements)
+        guard let primary = env["STORECTL_TEST_PG_URL"], !primary.isEmpty else {
+            if required { XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set", file: file, line: line) }
+            return nil
+        }
+        // A standby refuses to start with a lower setting of these than its primary's (a server started with
+        // `-c max_connections=...` does not have it in the postgresql.conf that pg_basebackup copies).
+        let names = ["max_connections", "max_worker_processes", "max_wal_senders", "max_prepared_transactions",
+                     "max_locks_per_transaction"]
+        let values = try psql(url: primary, "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) "
+                                  + "FROM pg_settings WHERE name IN ('\(names.joined(separator: "', '"))')",
+                              in: "/tmp", file: file, line: line)
+        let settings = values.split(separator: " ").map { "-c \($0)" }.joined(separator: " ")
+        return try PostgresStandby(bin: bin, primarySocket: socket, settings: settings, logStatements: logStatements)
     }
 
-    private init(bin: String, primarySocket: String, logStatements: Bool) throws {
+    private init(bin: String, primarySocket: String, settings: String, logStatements: Bool) throws {
         self.bin = bin
+        self.settings = settings
         self.logStatements = logStatements
         var template = Array("/tmp/storectl-standby-XXXXXX".utf8CString)
         let made = template.withUnsafeMutableBufferPointer { buf in buf.baseAddress.map { mkdtemp($0) != nil } ?? false }
         guard made else { throw CocoaError(.fileWriteUnknown) }
         directory = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         if getuid() == 0, let pw = getpwnam("postgres") { chown(directory, pw.pointee.pw_uid, pw.pointee.pw_gid) }
-        try run(bin + "/pg_basebackup", ["-D", directory + "/data", "-R", "-X", "stream", "-h", primarySocket,
-                                         "-U", "postgres"])
+        try run(bin + "/pg_basebackup", ["-D", directory + "/data", "-R", "-X", "stream", "-c", "fast",
+                                         "-h", primarySocket, "-U", "postgres"])
         try start()
     }
 
@@ -67,7 +82,7 @@ final class PostgresStandby {
     func start() throws {
         let logging = logStatements ? " -c log_statement=all" : ""
         try run(bin + "/pg_ctl", ["-D", directory + "/data", "-l", logPath, "-w", "-t", "60", "-o",
-                                  "-k \(directory) -c listen_addresses='' -c port=\(port) -c fsync=off\(logging)",
+                                  "-k \(directory) -c listen_addresses='' -c port=\(port) -c fsync=off \(settings)\(logging)",
                                   "start"])
         running = true
     }
