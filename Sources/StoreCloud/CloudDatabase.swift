@@ -477,6 +477,30 @@ public protocol CloudDatabase: AnyObject {
     /// need not check again. The default is nil: every round is then a full one.
     /// - Throws: `CloudError` met while reading.
     func quietState(zone: String, known: QuietState?) throws -> QuietState?
+
+    /// What the backend worked around since the last call, for the user to hear of (a read replica that could not
+    /// be reached, or is not a replica), each once; the list is emptied. The default is none.
+    func takeWarnings() -> [String]
+
+    /// How a read replica served the change feed since the last call (the counts restart); nil without one. The
+    /// default is nil.
+    func takeReplicaUse() -> ReplicaUse?
+}
+
+/// How a read replica (a PostgreSQL hot standby, `cloud.replica_url`) served the change feed.
+public struct ReplicaUse: Sendable, Equatable, Codable {
+    /// Pages of changes read on the replica.
+    public var pages = 0
+    /// Pages read on the primary because the replica had not replayed what the primary already showed.
+    public var behind = 0
+    /// Pages read on the primary because the replica could not be reached or is not a replica.
+    public var unavailable = 0
+
+    public init(pages: Int = 0, behind: Int = 0, unavailable: Int = 0) {
+        self.pages = pages
+        self.behind = behind
+        self.unavailable = unavailable
+    }
 }
 
 /// The state of a container as a sync round with nothing to do sees it: a digest of the container's identity,
@@ -498,6 +522,10 @@ extension CloudDatabase {
     public var fetchesConcurrently: Bool { true }
 
     public func quietState(zone: String, known: QuietState?) throws -> QuietState? { nil }
+
+    public func takeWarnings() -> [String] { [] }
+
+    public func takeReplicaUse() -> ReplicaUse? { nil }
 
     /// The zone with its live record count, or nil when it does not exist.
     /// - Throws: `CloudError`.

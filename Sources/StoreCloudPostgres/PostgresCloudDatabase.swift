@@ -61,7 +61,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
     private let url: String
     private let account: String?
     private let password: String?
-    private let timeout: Double
+    let timeout: Double
     private var connection: PGConnection? {
         // A new session is checked and registered again: the role may have lost a privilege, its password or its
         // LOGIN while no session was open.
@@ -71,6 +71,23 @@ public final class PostgresCloudDatabase: CloudDatabase {
     var session: SessionCheck?
     /// The quoted schema name, ready for SQL.
     let s: String
+
+    /// The hot standby that serves the change feed (`cloud.replica_url`), nil without one; see
+    /// `PostgresCloudDatabase+Standby.swift`.
+    let standby: (url: String, displayURL: String)?
+    /// The open connection to the standby.
+    var standbyConnection: PGConnection?
+    /// When the standby may be tried again (monotonic seconds) after it could not be reached; `.infinity` once it
+    /// was found not to be a standby.
+    var standbyRetryAt = 0.0
+    /// Each zone's epoch as the primary last gave it: a standby's page of another epoch is not read.
+    var primaryEpochs: [String: String] = [:]
+    /// Each zone's last seq as the primary last gave it: a standby's page must have replayed that far.
+    var primaryLastSeqs: [String: Int64] = [:]
+    /// How the standby served the change feed since `takeReplicaUse()`.
+    var standbyUse = ReplicaUse()
+    /// What was worked around since the last `takeWarnings()` (the standby down, not a standby).
+    var warnings: [String] = []
 
     /// The account check of one session, and what the session wrote once: a watcher's rounds ask the server
     /// nothing of this again until the connection is replaced, a statement is refused for want of a privilege, or
@@ -119,9 +136,12 @@ public final class PostgresCloudDatabase: CloudDatabase {
     ///   - timeout: seconds to wait for the server to answer a connection, unless the URL sets `connect_timeout`.
     ///   - environment: the caller's environment; its `PGUSER` names the role when neither `account` nor the URL
     ///     does (libpq itself still reads its own variables, `PGPASSWORD`, `PGHOST` and the rest, as it always does).
-    /// - Throws: `CloudError(.invalid)` when `url` is not a valid connection string.
+    ///   - replicaURL: a hot standby of the server at `url` (`cloud.replica_url`), which then serves the change
+    ///     feed (`fetchChanges`) whenever it has replayed what the caller already knows of; it is logged in to
+    ///     with the same role and password.
+    /// - Throws: `CloudError(.invalid)` when `url` or `replicaURL` is not a valid connection string.
     public init(url: String, container: String, account: String? = nil, password: String? = nil,
-                timeout: Double = 10, environment: [String: String] = [:]) throws
+                timeout: Double = 10, environment: [String: String] = [:], replicaURL: String? = nil) throws
     {
         self.url = url
         self.container = container
@@ -139,6 +159,19 @@ public final class PostgresCloudDatabase: CloudDatabase {
             let why = displayURL == url ? ": \(error.message)" : ""
             throw CloudError(.invalid, "\(displayURL) is not a valid PostgreSQL connection URL\(why)",
                              hint: "write it as postgres://USER@HOST:PORT/DATABASE?sslmode=...")
+        }
+        if let replicaURL {
+            let shown = Redaction.connectionString(replicaURL)
+            do {
+                _ = try PGConnInfo.parse(replicaURL)
+            } catch let error as PGError {
+                let why = shown == replicaURL ? ": \(error.message)" : ""
+                throw CloudError(.invalid, "\(shown) is not a valid PostgreSQL connection URL\(why)",
+                                 hint: "write cloud.replica_url as postgres://USER@HOST:PORT/DATABASE?sslmode=...")
+            }
+            self.standby = (replicaURL, shown)
+        } else {
+            self.standby = nil
         }
         if let account, !account.isEmpty {
             self.role = account
@@ -170,14 +203,17 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// The schema version this release creates and expects.
     public static var schemaVersion: Int { PostgresSchema.currentVersion }
 
-    /// Closes the connection; the next call opens a new one.
-    public func close() { connection = nil }
+    /// Closes the connections; the next call opens a new one.
+    public func close() {
+        connection = nil
+        standbyConnection = nil
+    }
 
     // MARK: - Connecting
 
-    /// Opens a new connection, without checking the container.
+    /// Opens a new connection to the primary (or to `target`, the standby), without checking the container.
     /// - Throws: `PGError`.
-    func connect() throws -> PGConnection {
+    func connect(to target: String? = nil, timeout: Double? = nil) throws -> PGConnection {
         guard role != nil else {
             // Rather than log in as whoever libpq would default to (the local user name).
             throw CloudError(.account, "no PostgreSQL role is configured for \(displayURL)",
@@ -187,13 +223,13 @@ public final class PostgresCloudDatabase: CloudDatabase {
         // connection string. If so, it is expanded into the individual connection parameters ... when key words
         // are repeated, the last processed value is retained." So the URL comes first, and what follows overrides.
         var parameters: [(keyword: String, value: String)] = [
-            ("dbname", url),
+            ("dbname", target ?? url),
             ("fallback_application_name", "storectl"),
             ("client_encoding", "UTF8"),
         ]
         if let account, !account.isEmpty { parameters.append(("user", account)) }
         if let password { parameters.append(("password", password)) }
-        let c = try PGConnection(parameters: parameters, timeout: timeout)
+        let c = try PGConnection(parameters: parameters, timeout: timeout ?? self.timeout)
         // Saves rely on READ COMMITTED (a fresh snapshot per statement, after the zone lock is taken), whatever the
         // server's default; a zone lock held too long (a stuck client) surfaces as a temporary failure.
         // JIT compiling takes the server 100 ms and more, and pays off only for long queries over many rows, which
@@ -448,8 +484,11 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 FROM \(s).zones WHERE name = $1
                 """, [zone])
             guard r.rowCount == 1 else { return nil }
-            return ZoneInfo(name: zone, epoch: r.string(0, 1) ?? "", lastSeq: r.int64(0, 2) ?? 0,
-                            liveRecords: r.int64(0, 3) ?? 0)
+            let info = ZoneInfo(name: zone, epoch: r.string(0, 1) ?? "", lastSeq: r.int64(0, 2) ?? 0,
+                                liveRecords: r.int64(0, 3) ?? 0)
+            primaryEpochs[zone] = info.epoch
+            primaryLastSeqs[zone] = info.lastSeq
+            return info
         }
     }
 
@@ -507,7 +546,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         return (owner, r.string(0, 1) ?? (role ?? ""), r.bool(0, 2) == true)
     }
 
-    private func zoneNotFound(_ zone: String) -> CloudError {
+    func zoneNotFound(_ zone: String) -> CloudError {
         CloudError(.zoneNotFound, "zone \(zone) does not exist in container \(container) at \(displayURL)",
                    hint: "it is created on the first sync; if it was deleted on purpose, sync again to recreate it")
     }
@@ -515,10 +554,10 @@ public final class PostgresCloudDatabase: CloudDatabase {
     // MARK: - Records
 
     /// The columns of a record, in the order `record(from:row:at:zone:)` reads them.
-    private static let recordColumns =
+    static let recordColumns =
         "record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at"
 
-    private func record(from r: PGResult, row: Int, at column: Int, zone: String) -> CloudRecord? {
+    func record(from r: PGResult, row: Int, at column: Int, zone: String) -> CloudRecord? {
         guard let name = r.string(row, column) else { return nil }
         return CloudRecord(zone: zone, recordName: name, recordType: r.string(row, column + 1) ?? "",
                            fields: r.string(row, column + 2) ?? "{}", changeTag: r.string(row, column + 3) ?? "",
@@ -530,45 +569,77 @@ public final class PostgresCloudDatabase: CloudDatabase {
         throws -> ChangeBatch
     {
         try CloudContract.checkPageSize(limit)
-        let after = token?.seq ?? 0
-        // One statement, so one snapshot: the zone's last_seq and the records after the token are seen together.
-        // Every transaction that assigned a seq ≤ last_seq is visible in that snapshot (see the type's comment).
-        let r = try run("cannot fetch changes of zone \(zone) of \(container)") { c in
-            // The page must come from walking the (zone, seq) index in order and stopping after `limit + 1` rows.
-            // A table that grew since it was last analysed (or never was) looks tiny to the planner, which then
-            // prefers a bitmap scan of every row of the zone after the token, then a sort: O(zone) per page. So,
-            // for this transaction only, bitmap scans are off; an ordered index scan is then cheaper than anything
-            // that must sort (a plain index scan of the same rows plus a sort, or a scan of the whole table).
-            try c.pipeline([
-                PGQuery("SELECT set_config('enable_bitmapscan', 'off', true)"),
-                PGQuery("""
-                SELECT z.epoch, z.last_seq, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted,
-                       r.modified_by, r.modified_at
-                FROM \(s).zones z
-                LEFT JOIN LATERAL (
-                    SELECT \(Self.recordColumns) FROM \(s).records
-                    WHERE zone = z.name AND seq > $2 AND modified_by IS DISTINCT FROM $4 ORDER BY seq LIMIT $3
-                ) r ON true
-                WHERE z.name = $1
-                ORDER BY r.seq
-                """, [zone, String(after), String(limit + 1), excludingDevice]),
-            ])[1]
+        if standby != nil,
+           let batch = try fetchChangesFromStandby(zone: zone, since: token, limit: limit, excludingDevice: excludingDevice)
+        {
+            return batch
         }
-        guard r.rowCount > 0, let epoch = r.string(0, 0) else { throw zoneNotFound(zone) }
-        try CloudContract.checkToken(token, epoch: epoch, zone: zone, container: container)
-        let lastSeq = r.int64(0, 1) ?? 0
+        let page = try run("cannot fetch changes of zone \(zone) of \(container)") { c in
+            try changePage(c, zone: zone, after: token?.seq ?? 0, limit: limit, excludingDevice: excludingDevice)
+        }
+        guard let page else { throw zoneNotFound(zone) }
+        primaryEpochs[zone] = page.epoch
+        primaryLastSeqs[zone] = page.lastSeq
+        try CloudContract.checkToken(token, epoch: page.epoch, zone: zone, container: container)
+        return page.batch(after: token?.seq ?? 0, limit: limit)
+    }
+
+    /// One page of a zone's change feed as one snapshot shows it, on the primary or on the standby.
+    struct ChangePage {
+        var epoch: String
+        var lastSeq: Int64
+        /// Up to `limit + 1` records after the token, in seq order.
+        var records: [CloudRecord]
+        /// `pg_is_in_recovery()` in the same snapshot: true on a standby.
+        var inRecovery: Bool
+
+        /// The batch of at most `limit` records, with the token after it.
+        func batch(after: Int64, limit: Int) -> ChangeBatch {
+            var records = self.records
+            let moreComing = records.count > limit
+            if moreComing { records.removeLast(records.count - limit) }
+            // A complete page has seen everything up to last_seq, so the token may jump there; a partial page
+            // stops at its last record.
+            return ChangeBatch(records: records,
+                               token: CloudContract.nextToken(epoch: epoch, after: after, zoneLastSeq: lastSeq,
+                                                              page: records, moreComing: moreComing),
+                               moreComing: moreComing)
+        }
+    }
+
+    /// Reads a page of the change feed on `c`; nil when the zone does not exist there.
+    ///
+    /// One statement, so one snapshot: the zone's last_seq and the records after the token are seen together.
+    /// Every transaction that assigned a seq ≤ last_seq is visible in that snapshot (see the type's comment).
+    /// - Throws: `PGError`.
+    func changePage(_ c: PGConnection, zone: String, after: Int64, limit: Int, excludingDevice: String?) throws
+        -> ChangePage?
+    {
+        // The page must come from walking the (zone, seq) index in order and stopping after `limit + 1` rows.
+        // A table that grew since it was last analysed (or never was) looks tiny to the planner, which then
+        // prefers a bitmap scan of every row of the zone after the token, then a sort: O(zone) per page. So,
+        // for this transaction only, bitmap scans are off; an ordered index scan is then cheaper than anything
+        // that must sort (a plain index scan of the same rows plus a sort, or a scan of the whole table).
+        let r = try c.pipeline([
+            PGQuery("SELECT set_config('enable_bitmapscan', 'off', true)"),
+            PGQuery("""
+            SELECT z.epoch, z.last_seq, pg_is_in_recovery(), r.record_name, r.record_type, r.fields, r.change_tag,
+                   r.seq, r.deleted, r.modified_by, r.modified_at
+            FROM \(s).zones z
+            LEFT JOIN LATERAL (
+                SELECT \(Self.recordColumns) FROM \(s).records
+                WHERE zone = z.name AND seq > $2 AND modified_by IS DISTINCT FROM $4 ORDER BY seq LIMIT $3
+            ) r ON true
+            WHERE z.name = $1
+            ORDER BY r.seq
+            """, [zone, String(after), String(limit + 1), excludingDevice]),
+        ])[1]
+        guard r.rowCount > 0, let epoch = r.string(0, 0) else { return nil }
         var records: [CloudRecord] = []
         for row in 0..<r.rowCount {
-            if let record = record(from: r, row: row, at: 2, zone: zone) { records.append(record) }
+            if let record = record(from: r, row: row, at: 3, zone: zone) { records.append(record) }
         }
-        let moreComing = records.count > limit
-        if moreComing { records.removeLast(records.count - limit) }
-        // A complete page has seen everything up to last_seq, so the token may jump there; a partial page stops
-        // at its last record.
-        return ChangeBatch(records: records,
-                           token: CloudContract.nextToken(epoch: epoch, after: after, zoneLastSeq: lastSeq,
-                                                          page: records, moreComing: moreComing),
-                           moreComing: moreComing)
+        return ChangePage(epoch: epoch, lastSeq: r.int64(0, 1) ?? 0, records: records, inRecovery: r.bool(0, 2) ?? false)
     }
 
     public func fetchRecord(zone: String, recordName: String) throws -> CloudRecord? {

@@ -202,6 +202,9 @@ public struct CloudSettings: Sendable, Equatable {
     public var container: String
     /// `file:PATH` (relative to the config's folder) or `postgres://...`.
     public var url: String
+    /// PostgreSQL only: a hot standby of the server at `url`, which serves the change feed when it has replayed
+    /// far enough (`postgres://...`).
+    public var replicaURL: String?
     /// File backend only: create the container on first use.
     public var createIfMissing: Bool = false
     /// The zone the store's records live in.

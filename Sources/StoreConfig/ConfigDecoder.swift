@@ -341,6 +341,9 @@ struct ConfigDecoder {
         }
         let url = try decodeURL(urlPair.value, KeyPath.child(path, "url"))
         var cloud = CloudSettings(container: container, url: url)
+        if let pair = keys["replica_url"], !pair.value.isNull {
+            cloud.replicaURL = try decodeReplicaURL(pair.value, KeyPath.child(path, "replica_url"), url: url)
+        }
         if let pair = keys["create_if_missing"] {
             cloud.createIfMissing = try bool(pair.value, KeyPath.child(path, "create_if_missing"))
         }
@@ -460,6 +463,26 @@ struct ConfigDecoder {
             throw fail(node, path, "unsupported URL scheme '\(url[..<colon])'", hint: hint)
         }
         throw fail(node, path, "expected a URL, got '\(Redaction.text(url))'", hint: hint)
+    }
+
+    /// `cloud.replica_url`: a PostgreSQL connection string, next to a PostgreSQL `cloud.url` only (a container
+    /// file has no standby).
+    private func decodeReplicaURL(_ node: YAMLNode, _ path: String, url: String) throws -> String {
+        let replica = try nonEmpty(node, path, "a PostgreSQL URL")
+        if !skipsFormatCheck(url), !(PostgresConnectionString.isURI(url) || PostgresConnectionString.isKeywordValue(url)) {
+            throw fail(node, path, "replica_url needs a PostgreSQL cloud.url, and cloud.url is "
+                           + "'\(Redaction.text(url))'",
+                       hint: "remove replica_url: a container file has no standby to read from")
+        }
+        if skipsFormatCheck(replica) { return replica }
+        guard PostgresConnectionString.isURI(replica) || PostgresConnectionString.isKeywordValue(replica) else {
+            throw fail(node, path, "expected a PostgreSQL URL, got '\(Redaction.text(replica))'",
+                       hint: "write the hot standby's URL, like postgres://USER@STANDBY-HOST/DATABASE")
+        }
+        if let problem = PostgresConnectionString.problem(in: replica) {
+            throw fail(node, path, Redaction.text(problem.message), hint: problem.hint)
+        }
+        return replica
     }
 
     private func decodeEntity(_ table: String, _ node: YAMLNode, _ path: String) throws -> EntitySettings {

@@ -16,7 +16,8 @@ indirect enum KeyShape: Sendable {
 enum ConfigSchema {
     static let history: [(String, KeyShape)] = [("tracking", .scalar), ("author", .scalar), ("retention", .scalar)]
     static let cloud: [(String, KeyShape)] = [
-        ("container", .scalar), ("url", .scalar), ("create_if_missing", .scalar), ("zone", .scalar),
+        ("container", .scalar), ("url", .scalar), ("replica_url", .scalar), ("create_if_missing", .scalar),
+        ("zone", .scalar),
         ("account", .scalar), ("secret", .scalar), ("merge_policy", .scalar), ("max_delete_fraction", .scalar),
         ("max_delete_count", .scalar), ("max_record_size", .scalar),
         ("remote_change_notifications", .scalar), ("on_remote_change", .scalar), ("on_remote_change_timeout", .scalar),

@@ -110,9 +110,12 @@ extension ConfigValue {
             var c = [
                 Entry("container", .string(cloud.container)),
                 Entry("url", .string(Redaction.connectionString(cloud.url))),
-                Entry("create_if_missing", .bool(cloud.createIfMissing)),
-                Entry("zone", .string(cloud.zone)),
             ]
+            if let replica = cloud.replicaURL {
+                c.append(Entry("replica_url", .string(Redaction.connectionString(replica))))
+            }
+            c.append(Entry("create_if_missing", .bool(cloud.createIfMissing)))
+            c.append(Entry("zone", .string(cloud.zone)))
             if let account = cloud.account { c.append(Entry("account", .string(account))) }
             // A secret that comes from an environment variable shows the variable's name, never its value.
             if let secret = cloud.secret { c.append(Entry("secret", .string(secret.reference ?? redacted))) }
@@ -163,7 +166,7 @@ extension ConfigValue {
             if path.count == 4, path[0] == "stores", path[2] == "cloud", path[3] == "secret", !node.isNull {
                 return .string(redacted)
             }
-            if path.last == "url" { return .string(Redaction.connectionString(text)) }
+            if path.last == "url" || path.last == "replica_url" { return .string(Redaction.connectionString(text)) }
             if let key = path.last, SourceText.secretKeys.contains(key), !node.isNull { return .string(redacted) }
             if node.isNull { return .null }
             guard style == .plain else { return .string(text) }

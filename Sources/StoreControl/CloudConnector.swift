@@ -60,8 +60,24 @@ public enum CloudConnector {
                                               secretCache: VerifiedSecretCache.forUser(environment: environment))
         case .postgres(let url):
             return try PostgresCloudDatabase(url: url, container: settings.container, account: settings.account,
-                                             password: settings.secret?.value, environment: environment)
+                                             password: settings.secret?.value, environment: environment,
+                                             replicaURL: settings.replicaURL)
         }
+    }
+
+    /// What `cloud.replica_url`'s hot standby is doing (`storectl status`); nil without one.
+    public static func replicaStatus(settings: CloudSettings, environment: [String: String]) -> PostgresStandbyStatus? {
+        guard let replica = settings.replicaURL else { return nil }
+        guard case .postgres(let url)? = try? backend(of: settings.url),
+              let db = try? PostgresCloudDatabase(url: url, container: settings.container, account: settings.account,
+                                                  password: settings.secret?.value, environment: environment,
+                                                  replicaURL: replica)
+        else {
+            return PostgresStandbyStatus(url: redacted(replica), state: "down", inUse: false,
+                                         reason: "cloud.url or cloud.replica_url is not a PostgreSQL connection string")
+        }
+        defer { db.close() }
+        return db.standbyStatus(zone: settings.zone)
     }
 
     /// A container file opened for a quiet round's state read only (`FileCloudDatabase.openForQuietState`); nil
@@ -184,7 +200,8 @@ public enum CloudConnector {
         case .postgres(let url):
             guard let cloud = try? PostgresCloudDatabase(url: url, container: settings.container,
                                                          account: settings.account,
-                                                         password: settings.secret?.value, environment: environment)
+                                                         password: settings.secret?.value, environment: environment,
+                                                         replicaURL: settings.replicaURL)
             else { return (accountStatus(settings: settings, environment: environment), nil) }
             return (cloud.accountStatus(), cloud)
         }

@@ -4,6 +4,7 @@ import Glibc
 #endif
 import StoreBase
 import StoreCloud
+import StoreCloudPostgres
 import StoreConfig
 import StoreMirror
 import StoreSQLite
@@ -85,9 +86,12 @@ public struct StatusReport: Sendable, Codable {
         /// False when the check found no container at all (a container file moved away, a PostgreSQL schema
         /// dropped); nil when it was not asked.
         public var containerExists: Bool? = nil
+        /// The hot standby of `cloud.replica_url`, when one is configured and the cloud was checked: whether sync
+        /// reads from it, its lag, or why not.
+        public var replica: PostgresStandbyStatus? = nil
 
         enum CodingKeys: String, CodingKey {
-            case url, container, zone, reachable
+            case url, container, zone, reachable, replica
             case containerExists = "container_exists"
         }
     }
@@ -255,7 +259,8 @@ extension StoreHandle {
             let reachable = !bindingMissing
                 && (report.status == .available || report.status == .noAccount || report.status == .restricted)
             cloud = .init(url: CloudConnector.redacted(settingsCloud.url), container: settingsCloud.container,
-                          zone: settingsCloud.zone, reachable: reachable, containerExists: !report.containerMissing)
+                          zone: settingsCloud.zone, reachable: reachable, containerExists: !report.containerMissing,
+                          replica: CloudConnector.replicaStatus(settings: settingsCloud, environment: environment))
         }
         let sync = try syncState()
         var report = StatusReport(store: settings.name, path: settings.path, exists: exists, mode: mode,

@@ -359,6 +359,7 @@ final class StoreLoop {
             output.log(.info, store: store, "sync works again after \(backoff.attempt) failed attempt(s)")
         }
         backoff.reset()
+        for warning in report.warnings ?? [] { output.log(.warning, store: store, warning) }
         announce(report, historyBefore: historyBefore)
         if device == nil, let db = try? handle.database() { device = try? MirrorState.storeID(db) }
         ensureListener()

@@ -39,10 +39,22 @@ public struct MirrorOptions: Sendable {
 public struct SyncReport: Sendable, Codable, Equatable {
     public var exported: ExportReport
     public var imported: ImportReport
+    /// What the cloud backend worked around during the round (a read replica down, or not a replica); absent
+    /// when nothing was. The round succeeded all the same.
+    public var warnings: [String]?
+    /// How the read replica (`cloud.replica_url`) served the round's fetches; absent without one.
+    public var replica: ReplicaUse?
 
     public init(exported: ExportReport, imported: ImportReport) {
         self.exported = exported
         self.imported = imported
+    }
+
+    /// Takes the cloud's warnings and replica use into the report.
+    mutating func note(_ cloud: any CloudDatabase) {
+        let warnings = cloud.takeWarnings()
+        if !warnings.isEmpty { self.warnings = (self.warnings ?? []) + warnings }
+        if let use = cloud.takeReplicaUse() { replica = use }
     }
 }
 
@@ -309,11 +321,13 @@ public final class Mirror {
             exported.token = more.token
         }
         try MirrorState.setMeta(db, .lastSyncAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
+        var report = SyncReport(exported: exported, imported: imported)
+        report.note(cloud)
         if var notSent {
-            exported.unsent = notSent.rows
-            notSent.report = SyncReport(exported: exported, imported: imported)
+            report.exported.unsent = notSent.rows
+            notSent.report = report
             throw notSent
         }
-        return SyncReport(exported: exported, imported: imported)
+        return report
     }
 }

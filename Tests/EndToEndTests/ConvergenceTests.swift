@@ -60,18 +60,30 @@ final class ConvergenceTests: XCTestCase {
         print("convergence (postgres): \(seeds.count) seed(s), \(failed.count) failed\(failed.isEmpty ? "" : ": \(failed)")")
     }
 
+    /// The PostgreSQL convergence with every store reading the change feed from a hot standby (`replica_url`).
+    func testStoresConvergeOnPostgreSQLWithAHotStandby() throws {
+        guard case .postgres(let url)? = FleetBackend.postgres(), let standby = try PostgresStandby.make() else { return }
+        let seeds = Self.seeds(defaultCount: 1)
+        var failed: [UInt64] = []
+        for seed in seeds where !(try runSeed(seed, backend: .postgres(url: url),
+                                              cloudExtra: "      replica_url: '\(standby.url)'")) {
+            failed.append(seed)
+        }
+        print("convergence (postgres, hot standby): \(seeds.count) seed(s), \(failed.count) failed")
+    }
+
     /// One seeded run. Returns whether every store ended with the same rows (a failure is recorded with the seed).
-    func runSeed(_ seed: UInt64, backend: Backend) throws -> Bool {
+    func runSeed(_ seed: UInt64, backend: Backend, cloudExtra: String = "") throws -> Bool {
         let replay = "replay with STORECTL_CONVERGENCE_SEED=\(seed) swift test --filter ConvergenceTests"
         do {
-            return try converge(seed, backend: backend, replay: replay)
+            return try converge(seed, backend: backend, cloudExtra: cloudExtra, replay: replay)
         } catch {
             XCTFail("convergence seed \(seed) (\(backend)) threw: \(error)\n\(replay)")
             return false
         }
     }
 
-    private func converge(_ seed: UInt64, backend: Backend, replay: String) throws -> Bool {
+    private func converge(_ seed: UInt64, backend: Backend, cloudExtra: String = "", replay: String) throws -> Bool {
         var rng = SplitMix64(seed: seed)
         let fleet = try Fleet(stores: Self.stores, backend: backend, schema: Self.schema, storeYAML: """
                 entities:
@@ -79,7 +91,7 @@ final class ConvergenceTests: XCTestCase {
                     unique: [uuid]
                   settings: {}
                   links: {}
-            """, label: "storectl-converge", container: "test.convergence.\(seed).\(UInt32.random(in: 0...UInt32.max))")
+            """, cloudExtra: cloudExtra, label: "storectl-converge", container: "test.convergence.\(seed).\(UInt32.random(in: 0...UInt32.max))")
         let dir = fleet.dir
         let configPath = fleet.configPath
         func handle(_ store: String) throws -> StoreHandle {

@@ -312,17 +312,20 @@ final class Fleet {
     private(set) var cloudYAML = ""
     private let storeYAML: String
     private let cloudExtra: String
+    private let cloudExtraByStore: [String: String]
 
     /// - Parameters:
     ///   - schema: the SQL every store's `init` runs.
     ///   - storeYAML: extra YAML under each store (`entities:`, `seed:`), indented by four spaces.
     ///   - cloudExtra: extra YAML under each store's `cloud:`, indented by six spaces.
+    ///   - cloudExtraByStore: extra YAML under the `cloud:` of the stores named, after `cloudExtra`.
     ///   - container: the container's identifier (a random one unless given).
     ///   - late: whether the config has the `late` store.
     init(stores: [String] = ["a", "b"], backend: FleetBackend, schema: String, storeYAML: String = "",
-         cloudExtra: String = "", label: String = "storectl-fleet", container: String? = nil,
-         secret: String = Fleet.secret, late: Bool = true) throws
+         cloudExtra: String = "", cloudExtraByStore: [String: String] = [:], label: String = "storectl-fleet",
+         container: String? = nil, secret: String = Fleet.secret, late: Bool = true) throws
     {
+        self.cloudExtraByStore = cloudExtraByStore
         dir = try TempDirectory(label)
         self.backend = backend
         self.stores = stores
@@ -367,6 +370,9 @@ final class Fleet {
 
                 """
             if !cloudExtra.isEmpty { yaml += cloudExtra.hasSuffix("\n") ? cloudExtra : cloudExtra + "\n" }
+            if let extra = cloudExtraByStore[name], !extra.isEmpty {
+                yaml += extra.hasSuffix("\n") ? extra : extra + "\n"
+            }
             if !storeYAML.isEmpty { yaml += storeYAML.hasSuffix("\n") ? storeYAML : storeYAML + "\n" }
         }
         return yaml

@@ -145,6 +145,17 @@ struct StatusCommand: Command {
             rows.append(("cloud", c.url))
             rows.append(("container", "\(c.container), zone \(c.zone)"))
             rows.append(("reachable", c.reachable.map { $0 ? "yes" : "no" } ?? "not checked (local mode)"))
+            if let replica = c.replica {
+                var text = "\(replica.url): \(replica.state == "not_a_standby" ? "not a standby" : replica.state)"
+                if replica.inUse {
+                    text += ", fetches read from it"
+                    if let lag = replica.lagSeconds { text += ", last replayed \((lag * 10).rounded() / 10) s ago" }
+                    if let behind = replica.seqsBehind { text += ", \(behind) seq(s) of the zone behind" }
+                } else if let reason = replica.reason {
+                    text += "; " + reason
+                }
+                rows.append(("replica", text))
+            }
             rows.append(("first import", r.initialSyncComplete ? "done" : "not yet"))
             rows.append(("last export", r.lastExportAt ?? "never"))
             rows.append(("last import", r.lastImportAt ?? "never"))

@@ -33,6 +33,10 @@ struct SyncCommand: Command {
         let progress = SyncProgress(context: context)
         let report = try store.sync(options, progress: progress.update)
         progress.finish()
+        // A read replica that could not be used: the round went through on the primary, and says so.
+        for warning in report.warnings ?? [] {
+            context.console.err(context.console.paint("warning:", "33;1") + " " + warning)
+        }
         if context.global.json {
             context.console.json(report)
         } else {

@@ -1,0 +1,169 @@
+import Foundation
+import TestSupport
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A hot standby of the test PostgreSQL server (`STORECTL_TEST_PG_URL`), of the test's own: made with
+/// `pg_basebackup -R -X stream`, started on a socket folder of its own, stopped and deleted at the end. A test may
+/// pause its replay, stop it or promote it without disturbing any other test.
+final class PostgresStandby {
+    let directory: String
+    let bin: String
+    let port = 5433
+    /// Where the standby writes its log (every statement with `logStatements`).
+    var logPath: String { directory + "/log" }
+    var url: String { "postgresql://postgres@/postgres?host=\(directory)&port=\(port)" }
+    private let logStatements: Bool
+    /// The primary's settings a standby must not have lower, as `-c name=value` options.
+    private let settings: String
+    private var running = false
+
+    /// Nil (after failing the test when PostgreSQL is required) without a server or its binaries.
+    /// - Parameter logStatements: the standby logs every statement it runs (`log_statement = all`), so that a
+    ///   test can tell what was read on it.
+    static func make(logStatements: Bool = false, file: StaticString = #filePath, line: UInt = #line) throws
+        -> PostgresStandby?
+    {
+        let env = ProcessInfo.processInfo.environment
+        let required = env["STORECTL_REQUIRE_PG"] == "1"
+        var bin = env["STORECTL_TEST_PG_BIN"] ?? ""
+        if bin.isEmpty {
+            let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
+            if let newest = versions.compactMap({ Int($0) }).max() { bin = "/usr/lib/postgresql/\(newest)/bin" }
+        }
+        guard let socket = env["STORECTL_TEST_PG_SOCKET_DIR"], !socket.isEmpty,
+              FileManager.default.isExecutableFile(atPath: bin + "/pg_basebackup")
+        else {
+            if required {
+                XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_SOCKET_DIR or the server binaries "
+                    + "(STORECTL_TEST_PG_BIN) are missing", file: file, line: line)
+            } else {
+                print("note: no PostgreSQL server to make a standby of; this test did nothing")
+            }
+            return nil
+        }
+        guard let primary = env["STORECTL_TEST_PG_URL"], !primary.isEmpty else {
+            if required { XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set", file: file, line: line) }
+            return nil
+        }
+        // A standby refuses to start with a lower setting of these than its primary's (a server started with
+        // `-c max_connections=...` does not have it in the postgresql.conf that pg_basebackup copies).
+        let names = ["max_connections", "max_worker_processes", "max_wal_senders", "max_prepared_transactions",
+                     "max_locks_per_transaction"]
+        let values = try psql(url: primary, "SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) "
+                                  + "FROM pg_settings WHERE name IN ('\(names.joined(separator: "', '"))')",
+                              in: "/tmp", file: file, line: line)
+        let settings = values.split(separator: " ").map { "-c \($0)" }.joined(separator: " ")
+        return try PostgresStandby(bin: bin, primarySocket: socket, settings: settings, logStatements: logStatements)
+    }
+
+    private init(bin: String, primarySocket: String, settings: String, logStatements: Bool) throws {
+        self.bin = bin
+        self.settings = settings
+        self.logStatements = logStatements
+        var template = Array("/tmp/storectl-standby-XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { buf in buf.baseAddress.map { mkdtemp($0) != nil } ?? false }
+        guard made else { throw CocoaError(.fileWriteUnknown) }
+        directory = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if getuid() == 0, let pw = getpwnam("postgres") { chown(directory, pw.pointee.pw_uid, pw.pointee.pw_gid) }
+        try run(bin + "/pg_basebackup", ["-D", directory + "/data", "-R", "-X", "stream", "-c", "fast",
+                                         "-h", primarySocket, "-U", "postgres"])
+        try start()
+    }
+
+    deinit {
+        if running { try? run(bin + "/pg_ctl", ["-D", directory + "/data", "-m", "immediate", "stop"]) }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    func start() throws {
+        let logging = logStatements ? " -c log_statement=all" : ""
+        try run(bin + "/pg_ctl", ["-D", directory + "/data", "-l", logPath, "-w", "-t", "60", "-o",
+                                  "-k \(directory) -c listen_addresses='' -c port=\(port) -c fsync=off \(settings)\(logging)",
+                                  "start"])
+        running = true
+    }
+
+    func stop() throws {
+        try run(bin + "/pg_ctl", ["-D", directory + "/data", "-m", "fast", "-w", "stop"])
+        running = false
+    }
+
+    /// Runs SQL on the standby; returns its rows (unaligned, tuples only).
+    @discardableResult
+    func psql(_ sql: String, file: StaticString = #filePath, line: UInt = #line) throws -> String {
+        try Self.psql(url: url, sql, in: directory, file: file, line: line)
+    }
+
+    /// Runs SQL on a server with `psql`; returns its rows (unaligned, tuples only), trimmed.
+    static func psql(url: String, _ sql: String, in directory: String, file: StaticString = #filePath,
+                     line: UInt = #line) throws -> String
+    {
+        let bin = (ProcessInfo.processInfo.environment["STORECTL_TEST_PG_BIN"] ?? "/usr/bin") + "/psql"
+        let r = try Binary.run(bin, ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql],
+                               in: directory)
+        if r.status != 0 { XCTFail("psql: \(sql)\n\(r)", file: file, line: line) }
+        return r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Waits until the standby has replayed everything the primary at `primaryURL` has written so far.
+    func waitForReplay(of primaryURL: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let target = try Self.psql(url: primaryURL, "SELECT pg_current_wal_lsn()", in: directory)
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if try psql("SELECT pg_last_wal_replay_lsn() >= '\(target)'::pg_lsn") == "t" { return }
+            usleep(50_000)
+        }
+        XCTFail("the standby did not replay up to \(target) within 30 s", file: file, line: line)
+    }
+
+    /// Pauses the standby's replay: it keeps answering, with what it had replayed.
+    func pauseReplay() throws {
+        try psql("SELECT pg_wal_replay_pause()")
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline, try psql("SELECT pg_get_wal_replay_pause_state()") != "paused" { usleep(20_000) }
+    }
+
+    func resumeReplay() throws { try psql("SELECT pg_wal_replay_resume()") }
+
+    /// Promotes the standby to a server of its own (`pg_promote()`), and waits until it takes writes.
+    func promote() throws {
+        try psql("SELECT pg_promote(true, 30)")
+    }
+
+    /// How many pages of a change feed the standby was asked for (with `logStatements`): the lines of its log
+    /// that start storectl's change-feed statement.
+    func changeFeedReads() -> Int {
+        let log = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        return log.split(separator: "\n").filter { $0.contains("pg_is_in_recovery(), r.record_name") }.count
+    }
+
+    /// Runs a server program (as `postgres` when the test runs as root), spawned and reaped here: Foundation's
+    /// `Process` does not always see the exit of a `pg_ctl start` that leaves a daemon behind.
+    private func run(_ program: String, _ args: [String]) throws {
+        var argv = [program] + args
+        if getuid() == 0 { argv = ["/usr/sbin/runuser", "-u", "postgres", "--"] + argv }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, directory + "/commands.log", O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        let cArgs = argv.map { strdup($0) } + [nil]
+        defer { for p in cArgs { free(p) } }
+        var pid: pid_t = 0
+        guard posix_spawn(&pid, argv[0], &actions, nil, cArgs, environ) == 0 else {
+            throw CocoaError(.executableNotLoadable)
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        guard status == 0 else {
+            let log = (try? String(contentsOfFile: directory + "/commands.log", encoding: .utf8)) ?? ""
+            XCTFail("\(argv.joined(separator: " ")) failed (status \(status)):\n\(log)")
+            throw CocoaError(.executableLoad)
+        }
+    }
+}
