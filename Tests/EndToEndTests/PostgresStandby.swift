@@ -17,6 +17,9 @@ final class PostgresStandby {
     var logPath: String { directory + "/log" }
     var url: String { "postgresql://postgres@/postgres?host=\(directory)&port=\(port)" }
     private let logStatements: Bool
+    /// The primary's URL, and the replication slot the standby streams through.
+    private let primary: String
+    private let slot: String
     /// The primary's settings a standby must not have lower, as `-c name=value` options.
     private let settings: String
     private var running = false
@@ -57,11 +60,14 @@ final class PostgresStandby {
                                   + "FROM pg_settings WHERE name IN ('\(names.joined(separator: "', '"))')",
                               in: "/tmp", file: file, line: line)
         let settings = values.split(separator: " ").map { "-c \($0)" }.joined(separator: " ")
-        return try PostgresStandby(bin: bin, primarySocket: socket, settings: settings, logStatements: logStatements)
+        return try PostgresStandby(bin: bin, primary: primary, primarySocket: socket, settings: settings,
+                                   logStatements: logStatements)
     }
 
-    private init(bin: String, primarySocket: String, settings: String, logStatements: Bool) throws {
+    private init(bin: String, primary: String, primarySocket: String, settings: String, logStatements: Bool) throws {
         self.bin = bin
+        self.primary = primary
+        self.slot = "storectl_standby_" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
         self.settings = settings
         self.logStatements = logStatements
         var template = Array("/tmp/storectl-standby-XXXXXX".utf8CString)
@@ -69,13 +75,23 @@ final class PostgresStandby {
         guard made else { throw CocoaError(.fileWriteUnknown) }
         directory = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         if getuid() == 0, let pw = getpwnam("postgres") { chown(directory, pw.pointee.pw_uid, pw.pointee.pw_gid) }
-        try run(bin + "/pg_basebackup", ["-D", directory + "/data", "-R", "-X", "stream", "-c", "fast",
-                                         "-h", primarySocket, "-U", "postgres"])
+        // A replication slot of its own keeps the primary's WAL until the standby has it: a standby stopped while
+        // other tests write much WAL catches up when started again, rather than finding its segments recycled.
+        try run(bin + "/pg_basebackup", ["-D", directory + "/data", "-R", "-X", "stream", "-c", "fast", "-C",
+                                         "-S", slot, "-h", primarySocket, "-U", "postgres"])
         try start()
     }
 
     deinit {
         if running { try? run(bin + "/pg_ctl", ["-D", directory + "/data", "-m", "immediate", "stop"]) }
+        // The primary's sender may still hold the slot for a moment after the standby stopped.
+        let psql = (ProcessInfo.processInfo.environment["STORECTL_TEST_PG_BIN"] ?? "/usr/bin") + "/psql"
+        for _ in 0..<50 {
+            let r = try? Binary.run(psql, ["-X", "-q", "-d", primary, "-c", "SELECT pg_drop_replication_slot(slot_name) "
+                                           + "FROM pg_replication_slots WHERE slot_name = '\(slot)'"], in: "/tmp")
+            if r?.status == 0 { break }
+            usleep(100_000)
+        }
         try? FileManager.default.removeItem(atPath: directory)
     }
 
