@@ -743,6 +743,17 @@ final class ModelRun {
         ["property-local-wins", "server-wins", "property-server-wins", "local-wins", "error"][Int(seed % 5)]
     }
 
+    /// On PostgreSQL with the hot standby CI starts (`STORECTL_TEST_PG_REPLICA_URL`), every other store reads the
+    /// change feed from it (`cloud.replica_url`): a standby's lag must cost nothing the model can see.
+    var standbyReaders: [String: String] {
+        guard case .postgres = backend,
+              let url = ProcessInfo.processInfo.environment["STORECTL_TEST_PG_REPLICA_URL"], !url.isEmpty
+        else { return [:] }
+        var readers: [String: String] = [:]
+        for (i, s) in stores.enumerated() where i % 2 == 1 { readers[s] = "      replica_url: '\(url)'" }
+        return readers
+    }
+
     func go() throws {
         let f = try Fleet(stores: stores, backend: backend, schema: ModelConvergenceTests.schema,
                           storeYAML: seed % 2 == 0 ? """
@@ -758,9 +769,11 @@ final class ModelRun {
                                     folders: {}
                                     slots: {}
                               """ : "",
-                          cloudExtra: "      merge_policy: \(policy)", label: "storectl-model")
+                          cloudExtra: "      merge_policy: \(policy)", cloudExtraByStore: standbyReaders,
+                          label: "storectl-model")
         fleet = f
         note("seed \(seed), backend \(backend), merge_policy \(policy), unique: declared \(seed % 2 == 0)"
+             + (standbyReaders.isEmpty ? "" : ", reading from the standby: \(standbyReaders.keys.sorted())")
              + (without.isEmpty ? "" : ", without \(without.sorted())"))
         let listed = try Binary.storectl(["--json", "debug", "failpoints"], in: f.dir.path)
         failpoints = (JSONDoc.get(JSONDoc.parse(listed.stdout), "failpoints") as? [[String: Any]] ?? [])
