@@ -36,8 +36,13 @@ enum FleetBenchmark {
           server CPU   the postmaster and every process it forked (/proc; the server must run on this machine),
                        per change and in % of one core; the same for 5 s before the run, when no client of
                        this benchmark is connected, is the server's background (other clients, housekeeping)
+          sessions CPU the server processes of the watchers' sessions only (application_name set through
+                       PGAPPNAME, read from pg_stat_activity every 0.1 s by one psql session whose own CPU is
+                       taken off the server's; a session shorter than that, and each one's last 0.1 s, can be
+                       missed: a floor of what the watchers cost the server, free of other clients' work),
+                       and the server processes started per change
           transactions pg_stat_database xact_commit + xact_rollback of the database, from the window's start
-                       until the watchers exited, per change (every client of the database counts)
+                       until the watchers exited, less the background's rate, per change
           convergence  the time from the writers' end until the last change reached its last device, and the rows
                        lost, stale, duplicated or unexpected on any store (exit 65 when any)
           floor        pgbench (from --pg-bin) with N clients at R x N transactions a second for S seconds, each a
@@ -133,6 +138,8 @@ enum FleetBenchmark {
 
     static func main(_ argv: [String]) throws {
         guard let options = try parse(argv) else { return }
+        // A child that dies early must not take the benchmark with it when it writes to the child's pipe.
+        signal(SIGPIPE, SIG_IGN)
         let run = try FleetRun(options)
         defer { run.cleanUp() }
         let report = try run.measure()
@@ -243,6 +250,7 @@ final class FleetRun {
     let tracker: FleetTracker
     private var notes: [String] = []
     static let secretVariable = "STORECTL_FLEET_SECRET"
+    let appName = "storectl-fleet-\(getpid())"
 
     init(_ options: FleetBenchmark.Options) throws {
         self.options = options
@@ -358,8 +366,10 @@ final class FleetRun {
             }
         }
         for d in 0..<options.devices {
+            // Each watcher's sessions carry this application_name (libpq reads PGAPPNAME), so that their
+            // server processes can be told from other clients'.
             watchers.append(try WatcherProcess(device: d, argv: [storectl, "--config", config(d), "watch", "--json"],
-                                               environment: [:], log: device(d) + "/watch.log"))
+                                               environment: ["PGAPPNAME": appName], log: device(d) + "/watch.log"))
         }
         let tracker = self.tracker
         let keep = options.keep
@@ -398,12 +408,18 @@ final class FleetRun {
         if server == nil {
             notes.append("the server is not on this machine (or its processes are not visible): no server CPU")
         }
-        // The server's background: its CPU with none of this benchmark's clients connected.
+        // The server's background: its CPU and the database's transactions with none of this benchmark's clients
+        // connected (other clients, the server's own housekeeping), as rates.
         let background: Double?
+        let backgroundTransactions: Double
         do {
+            let x0 = try tools.transactions(), x0At = Mono.now()
+            usleep(300_000)
             let b0 = server?.sample()
             Mono.sleep(until: Mono.now() + 5)
             let b1 = server?.sample()
+            let x1 = try tools.transactions()
+            backgroundTransactions = (x1 - x0) / (Mono.now() - x0At)
             background = b0.flatMap { a in b1.map { ServerTree.cpu(from: a, to: $0) / ($0.at - a.at) } }
         }
         try setUp()
@@ -412,6 +428,12 @@ final class FleetRun {
             + "WHERE name = 'default'), 0)"
         let seqBefore = Double(try tools.query(zoneSeq).first ?? "") ?? .nan
         let transactionsBefore = try tools.transactions()
+        let transactionsBeforeAt = Mono.now()
+        let monitor = try server.map {
+            try SessionMonitor(tree: $0, psql: tools.psql, url: url, appName: appName)
+        }
+        monitor?.start()
+        defer { monitor?.stop() }
         usleep(300_000)
         let t0 = Mono.now() + 0.05
         let t1 = t0 + Double(options.seconds)
@@ -451,13 +473,13 @@ final class FleetRun {
             usleep(1_000_000)
             check = compareStores()
         }
-        let settledAt = Mono.now()
         let seqAfter = Double(try tools.query(zoneSeq).first ?? "") ?? .nan
         var exits: [Int32] = []
         for w in watchers { exits.append(w.stop()) }
         watchers = []
         usleep(500_000)
         let transactionsAfter = try tools.transactions()
+        let transactionsAfterAt = Mono.now()
         let endedBadly = exits.enumerated().filter { $0.element != 0 }
         if !endedBadly.isEmpty {
             notes.append("watchers that did not exit 0 on SIGTERM: "
@@ -473,7 +495,11 @@ final class FleetRun {
         let inWindow = measured.filter { $0.committed >= t0 && $0.committed <= t1 }
         let changes = Double(inWindow.count)
         let storectlCPU = zip(watcherCPU0, watcherCPU1).map { $1 - $0 }.reduce(0, +)
-        let serverCPU = server0.flatMap { a in server1.map { ServerTree.cpu(from: a, to: $0) } }
+        // The monitor's own session is this benchmark's, not the fleet's: taken off the server's CPU.
+        let serverCPU = server0.flatMap { a in
+            server1.map { ServerTree.cpu(from: a, to: $0) - (monitor?.ownCPU(from: a, to: $0) ?? 0) }
+        }
+        let sessionsCPU = server0.flatMap { a in server1.flatMap { monitor?.cpu(from: a, to: $0) } }
         let writes = writerTotals(results)
 
         if options.rate > 0 {
@@ -563,41 +589,72 @@ final class FleetRun {
             let bg = background ?? .nan
             figures.append(Figure(id: "fleet.server_cpu.percent", what: "server CPU, postmaster and children",
                                   value: serverCPU / window, unit: .coreShare, target: nil,
-                                  detail: String(format: "%.2f s CPU in %.1f s; background before the run %.1f%%",
-                                                 serverCPU, window, bg * 100),
+                                  detail: String(format: "%.2f s CPU in %.1f s; the server's background before the "
+                                                 + "run (other clients, housekeeping): %.1f%%", serverCPU, window,
+                                                 bg * 100),
                                   numbers: ["cpu_seconds": serverCPU, "window_seconds": window,
                                             "background_share": bg]))
             if options.rate > 0 {
                 figures.append(Figure(id: "fleet.server_cpu.per_change", what: "server CPU per change",
                                       value: perChange(serverCPU), unit: .milliseconds, target: nil,
-                                      detail: String(format: "less the background: %.2f ms",
+                                      detail: String(format: "the background's rate taken off: %.2f ms",
                                                      perChange(serverCPU - bg * window)),
                                       numbers: ["cpu_ms_per_change": perChange(serverCPU),
                                                 "net_cpu_ms_per_change": perChange(serverCPU - bg * window)]))
             }
         }
+        if let sessionsCPU {
+            figures.append(Figure(id: "fleet.sessions_cpu.percent", what: "server CPU, the watchers' sessions only",
+                                  value: sessionsCPU.cpu / window, unit: .coreShare, target: nil,
+                                  detail: String(format: "%.2f s CPU in %d sessions of the %d watchers; %d server "
+                                                 + "processes started in the window (by any client)",
+                                                 sessionsCPU.cpu, sessionsCPU.sessions, options.devices,
+                                                 sessionsCPU.forks),
+                                  numbers: ["cpu_seconds": sessionsCPU.cpu, "sessions": Double(sessionsCPU.sessions),
+                                            "forks": Double(sessionsCPU.forks)]))
+            if options.rate > 0 {
+                figures.append(Figure(id: "fleet.sessions_cpu.per_change",
+                                      what: "server CPU per change, the watchers' sessions only",
+                                      value: perChange(sessionsCPU.cpu), unit: .milliseconds, target: nil,
+                                      detail: String(format: "server processes only, not the WAL writer, checkpointer "
+                                                     + "or other shared work; %.2f sessions started per change",
+                                                     Double(sessionsCPU.forks) / changes),
+                                      numbers: ["cpu_ms_per_change": perChange(sessionsCPU.cpu),
+                                                "forks_per_change": Double(sessionsCPU.forks) / changes]))
+            }
+        }
         let transactions = transactionsAfter - transactionsBefore
-        let txSpan = settledAt - t0
+        let txSpan = transactionsAfterAt - transactionsBeforeAt
+        let netTransactions = transactions - backgroundTransactions * txSpan
         if options.rate > 0 {
             let total = Double(measured.count)
             figures.append(Figure(id: "fleet.server_transactions.per_change", what: "server transactions per change",
-                                  value: total > 0 ? transactions / total : .nan, unit: .number, target: nil,
-                                  detail: "\(Int(transactions)) transactions from the window's start until the "
-                                      + "watchers exited, for \(measured.count) changes",
+                                  value: total > 0 ? netTransactions / total : .nan, unit: .number, target: nil,
+                                  detail: "\(Int(transactions)) in the database from the window's start until the "
+                                      + "watchers exited (\(String(format: "%.0f", txSpan)) s), less the background's "
+                                      + String(format: "%.1f/s, for %d changes", backgroundTransactions, measured.count),
                                   numbers: ["transactions": transactions, "changes": total,
-                                            "span_seconds": stopped - t0]))
+                                            "span_seconds": txSpan, "background_per_second": backgroundTransactions,
+                                            "raw_per_change": total > 0 ? transactions / total : .nan]))
         } else {
             figures.append(Figure(id: "fleet.server_transactions.rate", what: "server transactions, idle fleet",
-                                  value: transactions / txSpan, unit: .perSecond, target: nil,
-                                  detail: "\(Int(transactions)) from the window's start until the watchers exited",
-                                  numbers: ["transactions": transactions, "span_seconds": txSpan]))
+                                  value: netTransactions / txSpan, unit: .perSecond, target: nil,
+                                  detail: "\(Int(transactions)) in the database from the window's start until the "
+                                      + "watchers exited (\(String(format: "%.0f", txSpan)) s), less the background's "
+                                      + String(format: "%.1f/s", backgroundTransactions),
+                                  numbers: ["transactions": transactions, "span_seconds": txSpan,
+                                            "background_per_second": backgroundTransactions]))
         }
         methods.append("CPU: utime + stime from /proc/PID/stat (10 ms ticks) of the \(options.devices) watcher "
                        + "processes, and of the postmaster with every child (exited children through its "
                        + "cutime + cstime), read at the start and end of the \(options.seconds)-s window; per "
                        + "change = CPU in the window / changes committed in it; % = of one core")
-        methods.append("transactions: pg_stat_database xact_commit + xact_rollback of the database; every client "
-                       + "of the database counts, and the span includes the drain and the watchers' exit")
+        methods.append("sessions: the server processes whose pg_stat_activity.application_name is the watchers' "
+                       + "(PGAPPNAME), polled every 0.1 s with their CPU; a session shorter than the poll, and the "
+                       + "last stretch of each one that exits, are not seen, so this is a floor")
+        methods.append("transactions: pg_stat_database xact_commit + xact_rollback of the database, less the "
+                       + "background's rate measured before the run; the span includes the drain and the watchers' "
+                       + "exit")
 
         // Convergence.
         let lastArrival = snapshot.changes.compactMap(\.everywhere).max() ?? stopped
@@ -636,7 +693,22 @@ final class FleetRun {
                             + "\(options.seconds) s")
                 let floor = try FleetFloor.run(tools: tools, pgbench: pgbench, server: server, devices: options.devices,
                                                rate: options.rate * Double(options.devices), seconds: options.seconds)
-                let records = Double(floor.transactions)
+                if floor.sessions != options.devices {
+                    notes.append("pgbench: \(floor.sessions) sessions found by their application_name for its "
+                                 + "\(options.devices) clients")
+                }
+                let records = Double(floor.records)
+                var numbers: [String: Double] = ["records": records, "window_seconds": floor.window,
+                                                 "sessions": Double(floor.sessions),
+                                                 "latency_average_ms": floor.latencyAverageMilliseconds ?? .nan]
+                if let cpu = floor.serverCPU {
+                    numbers["cpu_seconds"] = cpu
+                    numbers["cpu_ms_per_record"] = cpu / records * 1000
+                }
+                if let cpu = floor.sessionsCPU {
+                    numbers["sessions_cpu_seconds"] = cpu
+                    numbers["sessions_cpu_ms_per_record"] = cpu / records * 1000
+                }
                 if let cpu = floor.serverCPU, let serverCPU {
                     let floorPer = cpu / records * 1000
                     let ours = perChange(serverCPU)
@@ -644,17 +716,27 @@ final class FleetRun {
                                           what: "pgbench floor: server CPU per record saved and delivered",
                                           value: floorPer, unit: .milliseconds, target: nil,
                                           detail: String(format: "%d records in %.1f s, %.2f s server CPU (%.1f%% of "
-                                                         + "a core), %.1f transactions per record",
-                                                         floor.transactions, floor.seconds, cpu,
-                                                         cpu / floor.seconds * 100,
-                                                         floor.serverTransactions / records),
-                                          numbers: ["records": records, "seconds": floor.seconds,
-                                                    "cpu_seconds": cpu,
-                                                    "transactions": floor.serverTransactions,
-                                                    "latency_average_ms": floor.latencyAverageMilliseconds ?? .nan]))
+                                                         + "a core)", floor.records, floor.window, cpu,
+                                                         cpu / floor.window * 100),
+                                          numbers: numbers))
                     figures.append(Figure(id: "floor.ratio", what: "server CPU per change, storectl / pgbench floor",
                                           value: ours / floorPer, unit: .ratio, target: nil,
-                                          detail: String(format: "%.2f ms vs %.2f ms", ours, floorPer),
+                                          detail: String(format: "%.2f ms vs %.2f ms, whole server both", ours, floorPer),
+                                          numbers: ["storectl_ms": ours, "floor_ms": floorPer]))
+                }
+                if let cpu = floor.sessionsCPU, let sessionsCPU {
+                    let floorPer = cpu / records * 1000
+                    let ours = perChange(sessionsCPU.cpu)
+                    figures.append(Figure(id: "floor.sessions_cpu.per_record",
+                                          what: "pgbench floor: its sessions' CPU per record",
+                                          value: floorPer, unit: .milliseconds, target: nil,
+                                          detail: String(format: "%d sessions, %.2f s CPU; %d server processes "
+                                                         + "started in the window", floor.sessions, cpu, floor.forks),
+                                          numbers: numbers))
+                    figures.append(Figure(id: "floor.sessions_ratio",
+                                          what: "sessions' CPU per change, storectl / pgbench floor",
+                                          value: ours / floorPer, unit: .ratio, target: nil,
+                                          detail: String(format: "%.2f ms vs %.2f ms, backends only", ours, floorPer),
                                           numbers: ["storectl_ms": ours, "floor_ms": floorPer]))
                 }
                 methods.append("floor: " + floor.command + " (script: a save = BEGIN; zone row FOR UPDATE; "

@@ -71,10 +71,16 @@ struct PGTools {
 /// the same seconds. No session LISTENs, so the notifications cost the server their queueing only.
 enum FleetFloor {
     struct Result {
-        var transactions: Int
-        var seconds: Double
+        /// Records saved (and delivered) within the measured window.
+        var records: Int
+        var window: Double
+        /// The whole server's CPU in the window.
         var serverCPU: Double?
-        var serverTransactions: Double
+        /// The CPU of pgbench's own sessions in the window.
+        var sessionsCPU: Double?
+        var sessions: Int
+        /// Server processes started in the window, by any client.
+        var forks: Int
         var latencyAverageMilliseconds: Double?
         var command: String
     }
@@ -122,8 +128,10 @@ enum FleetFloor {
         """
     }
 
-    /// Runs pgbench for `seconds` at `rate` saves a second over `devices` clients, with the server's CPU measured
-    /// around it; drops its schema whatever happens.
+    /// Runs pgbench at `rate` saves a second over `devices` clients, and measures the server over `seconds` of it:
+    /// from 1 s after its start (its connections are made first) for `seconds`, counting the records whose
+    /// transaction ended in that window (from pgbench's per-transaction log). Its sessions are found by their
+    /// application_name. Drops its schema whatever happens.
     static func run(tools: PGTools, pgbench: String, server: ServerTree?, devices: Int, rate: Double,
                     seconds: Int) throws -> Result
     {
@@ -132,39 +140,63 @@ enum FleetFloor {
         defer { _ = try? tools.query("DROP SCHEMA IF EXISTS \(schema) CASCADE") }
         let file = (tools.scratch as NSString).appendingPathComponent("floor.pgbench")
         try script(schema: schema, devices: devices).write(toFile: file, atomically: true, encoding: .utf8)
+        let logPrefix = (tools.scratch as NSString).appendingPathComponent("floor-log")
+        let appName = "storectl-fleet-floor-\(getpid())"
         let argv = [pgbench, "-n", "-c", String(devices), "-j", "1", "-R", String(format: "%g", rate),
-                    "-T", String(seconds), "-f", file, tools.url]
-        let transactionsBefore = try tools.transactions()
-        usleep(200_000)
+                    "-T", String(seconds + 2), "-l", "--log-prefix=" + logPrefix, "-f", file, tools.url]
+        let output = (tools.scratch as NSString).appendingPathComponent("floor.out")
+        let process = try WatcherProcess(device: -1, argv: argv, environment: ["PGAPPNAME": appName],
+                                         log: (tools.scratch as NSString).appendingPathComponent("floor.err"),
+                                         stdoutFile: output)
+        let monitor = try server.map { try SessionMonitor(tree: $0, psql: tools.psql, url: tools.url, appName: appName) }
+        monitor?.start()
+        defer { monitor?.stop() }
+        Mono.sleep(until: Mono.now() + 1)
         let before = server?.sample()
-        let run = try Child.run(argv, in: tools.scratch)
+        let from = Date().timeIntervalSince1970
+        Mono.sleep(until: Mono.now() + Double(seconds))
         let after = server?.sample()
-        guard run.status == 0 else {
-            throw StoreError(.software, "pgbench exited \(run.status)", hint: String(run.stderr.suffix(2000)))
+        let to = Date().timeIntervalSince1970
+        let status = process.wait()
+        let stdout = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        guard status == 0 else {
+            let stderr = (try? String(contentsOfFile: (tools.scratch as NSString).appendingPathComponent("floor.err"),
+                                      encoding: .utf8)) ?? ""
+            throw StoreError(.software, "pgbench exited \(status)", hint: String((stdout + stderr).suffix(2000)))
         }
-        // Its backends have exited, and reported their counts on the way out.
-        usleep(500_000)
-        let transactionsAfter = try tools.transactions()
-        var processed = 0
         var latency: Double?
-        for line in run.stdout.split(separator: "\n") {
-            if line.hasPrefix("number of transactions actually processed:") {
-                let digits = line.split(separator: ":")[1].trimmingCharacters(in: .whitespaces).prefix { $0.isNumber }
-                processed = Int(digits) ?? 0
-            } else if line.hasPrefix("latency average =") {
-                latency = Double(line.split(separator: "=")[1].trimmingCharacters(in: .whitespaces)
-                    .split(separator: " ")[0])
+        for line in stdout.split(separator: "\n") where line.hasPrefix("latency average =") {
+            latency = Double(line.split(separator: "=")[1].trimmingCharacters(in: .whitespaces)
+                .split(separator: " ")[0])
+        }
+        // pgbench's log: "client_id transaction_no time script_no time_epoch time_us [schedule_lag]", one line
+        // per transaction, written when it ends ("skipped" or "failed" in the time column otherwise).
+        var records = 0
+        let logs = (try? FileManager.default.contentsOfDirectory(atPath: tools.scratch))?
+            .filter { $0.hasPrefix("floor-log") } ?? []
+        for name in logs {
+            let text = (try? String(contentsOfFile: (tools.scratch as NSString).appendingPathComponent(name),
+                                    encoding: .utf8)) ?? ""
+            for line in text.split(separator: "\n") {
+                let f = line.split(separator: " ")
+                guard f.count >= 6, Int(f[2]) != nil, let s = Double(f[4]), let us = Double(f[5]) else { continue }
+                let end = s + us / 1e6
+                if end >= from && end <= to { records += 1 }
             }
         }
-        guard processed > 0 else {
-            throw StoreError(.software, "pgbench processed no transaction", hint: String(run.stdout.suffix(2000)))
+        guard records > 0 else {
+            throw StoreError(.software, "pgbench ended no transaction in the measured window",
+                             hint: String(stdout.suffix(2000)))
         }
-        let cpu = before.flatMap { b in after.map { ServerTree.cpu(from: b, to: $0) } }
+        let cpu = before.flatMap { b in
+            after.map { ServerTree.cpu(from: b, to: $0) - (monitor?.ownCPU(from: b, to: $0) ?? 0) }
+        }
+        let sessions = before.flatMap { b in after.flatMap { monitor?.cpu(from: b, to: $0) } }
         let shown = argv.enumerated().map { i, a in
             i == argv.count - 1 ? "'\(Redaction.connectionString(a))'" : a
         }.joined(separator: " ")
-        return Result(transactions: processed, seconds: run.seconds, serverCPU: cpu,
-                      serverTransactions: transactionsAfter - transactionsBefore,
+        return Result(records: records, window: to - from, serverCPU: cpu, sessionsCPU: sessions?.cpu,
+                      sessions: sessions?.sessions ?? 0, forks: sessions?.forks ?? 0,
                       latencyAverageMilliseconds: latency, command: shown)
     }
 }

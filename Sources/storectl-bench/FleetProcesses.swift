@@ -108,29 +108,36 @@ struct ServerTree {
     }
 }
 
-/// A `storectl watch --json` process whose stdout comes back through a pipe, line by line, to `EventPump`.
+/// A child process the fleet benchmark starts and leaves running: a `storectl watch --json` process whose stdout
+/// comes back through a pipe, line by line, to `EventPump`, or pgbench with its output in a file.
 final class WatcherProcess {
     let pid: pid_t
-    /// The read end of its stdout.
+    /// The read end of its stdout (-1 when stdout goes to a file).
     let stdout: Int32
     let device: Int
 
-    /// Starts `argv` with stdout into a pipe, stderr into `log`, stdin from /dev/null, and `environment` added.
-    /// The pipe's read end is close-on-exec, so no other child holds it open and its end of file is the
-    /// watcher's.
-    init(device: Int, argv: [String], environment: [String: String], log: String) throws {
+    /// Starts `argv` with stdout into a pipe (or into `stdoutFile`), stderr into `log`, stdin from /dev/null, and
+    /// `environment` added. The pipe's read end is close-on-exec, so no other child holds it open and its end of
+    /// file is the watcher's.
+    init(device: Int, argv: [String], environment: [String: String], log: String, stdoutFile: String? = nil) throws {
         var fds: [Int32] = [-1, -1]
-        guard pipe(&fds) == 0 else {
-            throw StoreError(.software, "cannot make a pipe: \(String(cString: strerror(errno)))")
+        if stdoutFile == nil {
+            guard pipe(&fds) == 0 else {
+                throw StoreError(.software, "cannot make a pipe: \(String(cString: strerror(errno)))")
+            }
+            // Both ends close on exec: the child gets its stdout through dup2 (which clears the flag on the copy).
+            // Processes are started from one thread only, so no other spawn sees the ends before this.
+            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         }
-        // Both ends close on exec: the child gets its stdout through dup2 (which clears the flag on the copy).
-        // Processes are started from one thread only, so no other spawn sees the ends before this.
-        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
+        if let stdoutFile {
+            posix_spawn_file_actions_addopen(&actions, 1, stdoutFile, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        } else {
+            posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
+        }
         posix_spawn_file_actions_addopen(&actions, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         var env = ProcessInfo.processInfo.environment
         for (k, v) in environment { env[k] = v }
@@ -142,14 +149,21 @@ final class WatcherProcess {
         }
         var pid: pid_t = 0
         let rc = posix_spawn(&pid, argv[0], &actions, nil, cArgs, cEnv)
-        close(fds[1])
+        if stdoutFile == nil { close(fds[1]) }
         guard rc == 0 else {
-            close(fds[0])
+            if stdoutFile == nil { close(fds[0]) }
             throw StoreError(.software, "cannot start \(argv[0]): \(String(cString: strerror(rc)))")
         }
         self.pid = pid
         self.stdout = fds[0]
         self.device = device
+    }
+
+    /// Waits for the process to end by itself and returns its exit status (128 + signal when a signal ended it).
+    func wait() -> Int32 {
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
     }
 
     /// Asks the watcher to stop (SIGTERM: the round in progress finishes), waits up to `grace` seconds, then kills
@@ -234,5 +248,170 @@ final class EventPump: @unchecked Sendable {
         }
         for p in polls where p.fd >= 0 { close(p.fd) }
         done.signal()
+    }
+}
+
+/// Follows the server processes of one client's sessions while they come and go.
+///
+/// A client that opens a session per piece of work leaves few of its server processes alive at any given
+/// moment, so reading them only at a window's two ends would miss most of its CPU. The monitor asks
+/// `pg_stat_activity` every `interval` seconds, through one psql process it keeps (one more session, whose
+/// own server process it reports so that it can be taken off), which server processes carry the client's
+/// application_name, and reads every server process's CPU from /proc at the same pace, keeping the last value
+/// seen of each. A session shorter than the interval can be missed, and a process's last stretch before it
+/// exits is not seen: `sessionsSeen` and the forks counted in the same window tell how much that matters.
+final class SessionMonitor: @unchecked Sendable {
+    struct Seen {
+        var start: UInt64
+        var cpu: Double
+        var firstSeen: Double
+    }
+
+    private let tree: ServerTree
+    private let appName: String
+    private let interval: Double
+    private let lock = NSLock()
+    private var ours: Set<Int32> = []
+    private var seen: [Int32: Seen] = [:]
+    private var stopping = false
+    private let done = DispatchSemaphore(value: 0)
+    private let pid: pid_t
+    private let input: Int32
+    private let output: Int32
+    private var pending: [UInt8] = []
+    /// The server process of the monitor's own session.
+    private(set) var ownBackend: Int32?
+
+    init(tree: ServerTree, psql: String, url: String, appName: String, interval: Double = 0.1) throws {
+        self.tree = tree
+        self.appName = appName
+        self.interval = interval
+        var toChild: [Int32] = [-1, -1], fromChild: [Int32] = [-1, -1]
+        guard pipe(&toChild) == 0, pipe(&fromChild) == 0 else {
+            throw StoreError(.software, "cannot make a pipe: \(String(cString: strerror(errno)))")
+        }
+        for fd in toChild + fromChild { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, toChild[0], 0)
+        posix_spawn_file_actions_adddup2(&actions, fromChild[1], 1)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        let argv = [psql, "-X", "-q", "-A", "-t", "-d", url]
+        var env = ProcessInfo.processInfo.environment
+        env["PGAPPNAME"] = appName + "-monitor"
+        let cArgs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        let cEnv: [UnsafeMutablePointer<CChar>?] = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            for p in cArgs { free(p) }
+            for p in cEnv { free(p) }
+        }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, psql, &actions, nil, cArgs, cEnv)
+        close(toChild[0])
+        close(fromChild[1])
+        guard rc == 0 else {
+            close(toChild[1])
+            close(fromChild[0])
+            throw StoreError(.software, "cannot start \(psql): \(String(cString: strerror(rc)))")
+        }
+        self.pid = pid
+        input = toChild[1]
+        output = fromChild[0]
+        ownBackend = ask("SELECT pg_backend_pid();").first.flatMap { Int32($0) }
+    }
+
+    /// Sends `sql` to the psql process and returns the lines it printed before the marker that follows.
+    private func ask(_ sql: String) -> [String] {
+        let marker = "--fleet-monitor-end--"
+        let text = sql + "\n\\echo " + marker + "\n"
+        let sent = text.withCString { write(input, $0, strlen($0)) }
+        guard sent > 0 else { return [] }
+        var lines: [String] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            while let newline = pending.firstIndex(of: 10) {
+                let line = String(decoding: pending[..<newline], as: UTF8.self)
+                pending.removeSubrange(...newline)
+                if line == marker { return lines }
+                lines.append(line)
+            }
+            let n = chunk.withUnsafeMutableBytes { read(output, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return lines }
+            pending.append(contentsOf: chunk[0..<n])
+        }
+    }
+
+    func start() {
+        let thread = Thread { [self] in
+            let query = "SELECT pid FROM pg_stat_activity WHERE application_name = '\(appName)';"
+            while !lock.withLock({ stopping }) {
+                let next = Mono.now() + interval
+                let pids = ask(query).compactMap { Int32($0) }
+                let now = Mono.now()
+                let children = ProcStat.all().filter { $0.ppid == tree.postmaster }
+                lock.withLock {
+                    ours.formUnion(pids)
+                    for p in children {
+                        if let old = seen[p.pid], old.start == p.startTicks {
+                            seen[p.pid]?.cpu = p.cpu
+                        } else {
+                            seen[p.pid] = Seen(start: p.startTicks, cpu: p.cpu, firstSeen: now)
+                        }
+                    }
+                }
+                Mono.sleep(until: next)
+            }
+            done.signal()
+        }
+        thread.start()
+    }
+
+    /// The client's sessions' CPU between two samples of the server: a process alive at `to` counts from its value
+    /// there; one that exited before counts its last value seen; either less its value at `from` when it was
+    /// alive then. Also: how many sessions were seen, and how many server processes were started in between (by
+    /// any client).
+    func cpu(from: ServerTree.Sample, to: ServerTree.Sample) -> (cpu: Double, sessions: Int, forks: Int) {
+        lock.withLock {
+            var total = 0.0, sessions = 0
+            for pid in ours {
+                let end: (start: UInt64, cpu: Double)
+                if let alive = to.children[pid] {
+                    end = alive
+                } else if let last = seen[pid], last.firstSeen <= to.at {
+                    end = (last.start, last.cpu)
+                } else {
+                    continue
+                }
+                if let before = from.children[pid], before.start == end.start {
+                    total += end.cpu - before.cpu
+                } else if let last = seen[pid], last.firstSeen < from.at, last.start == end.start {
+                    continue
+                } else {
+                    total += end.cpu
+                }
+                sessions += 1
+            }
+            let forks = seen.values.filter { $0.firstSeen > from.at && $0.firstSeen <= to.at }.count
+            return (total, sessions, forks)
+        }
+    }
+
+    /// The monitor's own server process's CPU between two samples (to take it off the server's).
+    func ownCPU(from: ServerTree.Sample, to: ServerTree.Sample) -> Double {
+        guard let own = ownBackend, let a = from.children[own], let b = to.children[own], a.start == b.start else {
+            return 0
+        }
+        return b.cpu - a.cpu
+    }
+
+    func stop() {
+        lock.withLock { stopping = true }
+        _ = done.wait(timeout: .now() + 5)
+        close(input)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        close(output)
     }
 }
