@@ -477,8 +477,10 @@ final class FleetRun {
         var exits: [Int32] = []
         for w in watchers { exits.append(w.stop()) }
         watchers = []
+        // The monitor's session ends too, so that its counts are in; its own queries are taken off.
+        monitor?.stop()
         usleep(500_000)
-        let transactionsAfter = try tools.transactions()
+        let transactionsAfter = try tools.transactions() - Double(monitor?.queries ?? 0)
         let transactionsAfterAt = Mono.now()
         let endedBadly = exits.enumerated().filter { $0.element != 0 }
         if !endedBadly.isEmpty {

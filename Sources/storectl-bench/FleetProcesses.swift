@@ -281,6 +281,8 @@ final class SessionMonitor: @unchecked Sendable {
     private var pending: [UInt8] = []
     /// The server process of the monitor's own session.
     private(set) var ownBackend: Int32?
+    /// Queries sent so far (each one a transaction of the database, to be taken off its count).
+    private(set) var queries = 0
 
     init(tree: ServerTree, psql: String, url: String, appName: String, interval: Double = 0.1) throws {
         self.tree = tree
@@ -327,6 +329,7 @@ final class SessionMonitor: @unchecked Sendable {
         let text = sql + "\n\\echo " + marker + "\n"
         let sent = text.withCString { write(input, $0, strlen($0)) }
         guard sent > 0 else { return [] }
+        lock.withLock { queries += 1 }
         var lines: [String] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -406,8 +409,9 @@ final class SessionMonitor: @unchecked Sendable {
         return b.cpu - a.cpu
     }
 
+    /// Stops polling and ends the psql process (its session reports its counts as it exits). Safe to call twice.
     func stop() {
-        lock.withLock { stopping = true }
+        guard !lock.withLock({ let was = stopping; stopping = true; return was }) else { return }
         _ = done.wait(timeout: .now() + 5)
         close(input)
         var status: Int32 = 0
