@@ -37,8 +37,8 @@ enum FleetBenchmark {
                        per change and in % of one core; the same for 5 s before the run, when no client of
                        this benchmark is connected, is the server's background (other clients, housekeeping)
           sessions CPU the server processes of the watchers' sessions only (application_name set through
-                       PGAPPNAME, read from pg_stat_activity every 0.1 s by one psql session whose own CPU is
-                       taken off the server's; a session shorter than that, and each one's last 0.1 s, can be
+                       PGAPPNAME, read from pg_stat_activity every 0.05 s by one psql session whose own CPU is
+                       taken off the server's; a session shorter than that, and each one's last 0.05 s, can be
                        missed: a floor of what the watchers cost the server, free of other clients' work),
                        and the server processes started per change
           transactions pg_stat_database xact_commit + xact_rollback of the database, from the window's start
@@ -587,15 +587,19 @@ final class FleetRun {
                                       + "\(options.devices - 1) imports",
                                   numbers: ["cpu_ms_per_change": perChange(storectlCPU)]))
         }
-        if let serverCPU {
+        if let serverCPU, let a = server0, let b = server1 {
             let bg = background ?? .nan
+            let parts = ServerTree.breakdown(from: a, to: b)
             figures.append(Figure(id: "fleet.server_cpu.percent", what: "server CPU, postmaster and children",
                                   value: serverCPU / window, unit: .coreShare, target: nil,
-                                  detail: String(format: "%.2f s CPU in %.1f s; the server's background before the "
-                                                 + "run (other clients, housekeeping): %.1f%%", serverCPU, window,
+                                  detail: String(format: "%.2f s CPU in %.1f s: postmaster %.2f s, server processes "
+                                                 + "that exited %.2f s, alive at the end %.2f s; the server's "
+                                                 + "background before the run (other clients, housekeeping): %.1f%%",
+                                                 serverCPU, window, parts.postmaster, parts.exited, parts.alive,
                                                  bg * 100),
                                   numbers: ["cpu_seconds": serverCPU, "window_seconds": window,
-                                            "background_share": bg]))
+                                            "background_share": bg, "postmaster_seconds": parts.postmaster,
+                                            "exited_seconds": parts.exited, "alive_seconds": parts.alive]))
             if options.rate > 0 {
                 figures.append(Figure(id: "fleet.server_cpu.per_change", what: "server CPU per change",
                                       value: perChange(serverCPU), unit: .milliseconds, target: nil,
@@ -652,7 +656,7 @@ final class FleetRun {
                        + "cutime + cstime), read at the start and end of the \(options.seconds)-s window; per "
                        + "change = CPU in the window / changes committed in it; % = of one core")
         methods.append("sessions: the server processes whose pg_stat_activity.application_name is the watchers' "
-                       + "(PGAPPNAME), polled every 0.1 s with their CPU; a session shorter than the poll, and the "
+                       + "(PGAPPNAME), polled every 0.05 s with their CPU; a session shorter than the poll, and the "
                        + "last stretch of each one that exits, are not seen, so this is a floor")
         methods.append("transactions: pg_stat_database xact_commit + xact_rollback of the database, less the "
                        + "background's rate measured before the run; the span includes the drain and the watchers' "

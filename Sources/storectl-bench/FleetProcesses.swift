@@ -74,37 +74,58 @@ struct ProcStat {
 struct ServerTree {
     let postmaster: Int32
 
-    /// One reading: the postmaster's own CPU plus what its exited children used (it waits for each), and each
-    /// live child's CPU.
+    /// One reading: the postmaster's own CPU, what its exited children used (it waits for each), and each live
+    /// child's CPU.
     struct Sample {
-        var postmaster: Double
+        var postmasterOwn: Double
+        var exitedChildren: Double
+        var postmaster: Double { postmasterOwn + exitedChildren }
         var children: [Int32: (start: UInt64, cpu: Double)]
         var at: Double
+    }
+
+    /// The postmaster's children: from /proc/PID/task/PID/children when the kernel has it (only those few stat
+    /// files are read then), else from a scan of every process.
+    func children() -> [ProcStat] {
+        if let text = try? String(contentsOfFile: "/proc/\(postmaster)/task/\(postmaster)/children", encoding: .utf8) {
+            return text.split(separator: " ").compactMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+                .compactMap(ProcStat.read).filter { $0.ppid == postmaster }
+        }
+        return ProcStat.all().filter { $0.ppid == postmaster }
     }
 
     func sample() -> Sample? {
         guard let root = ProcStat.read(postmaster) else { return nil }
         var children: [Int32: (start: UInt64, cpu: Double)] = [:]
-        for p in ProcStat.all() where p.ppid == postmaster { children[p.pid] = (p.startTicks, p.cpu) }
-        return Sample(postmaster: root.cpu + root.childrenCPU, children: children, at: Mono.now())
+        for p in self.children() { children[p.pid] = (p.startTicks, p.cpu) }
+        return Sample(postmasterOwn: root.cpu, exitedChildren: root.childrenCPU, children: children, at: Mono.now())
+    }
+
+    /// Where the server's CPU between two samples went: the postmaster itself (accepting connections and forking a
+    /// process for each), server processes that exited in between (through the postmaster's children time, less
+    /// what they had used before `from`), and the ones alive at `to`.
+    static func breakdown(from: Sample, to: Sample) -> (postmaster: Double, exited: Double, alive: Double) {
+        var alive = 0.0
+        for (pid, now) in to.children {
+            if let before = from.children[pid], before.start == now.start {
+                alive += now.cpu - before.cpu
+            } else {
+                alive += now.cpu
+            }
+        }
+        var exited = to.exitedChildren - from.exitedChildren
+        for (pid, before) in from.children where to.children[pid]?.start != before.start {
+            exited -= before.cpu
+        }
+        return (to.postmasterOwn - from.postmasterOwn, exited, alive)
     }
 
     /// CPU seconds the server used between two samples. A child alive at both counts its difference; one born in
     /// between counts whole; one that exited in between shows up in the postmaster's children time with all of
     /// its life, so its CPU before `from` is taken off again.
     static func cpu(from: Sample, to: Sample) -> Double {
-        var total = to.postmaster - from.postmaster
-        for (pid, now) in to.children {
-            if let before = from.children[pid], before.start == now.start {
-                total += now.cpu - before.cpu
-            } else {
-                total += now.cpu
-            }
-        }
-        for (pid, before) in from.children where to.children[pid]?.start != before.start {
-            total -= before.cpu
-        }
-        return total
+        let parts = breakdown(from: from, to: to)
+        return parts.postmaster + parts.exited + parts.alive
     }
 }
 
@@ -255,7 +276,7 @@ final class EventPump: @unchecked Sendable {
 ///
 /// A client that opens a session per piece of work leaves few of its server processes alive at any given
 /// moment, so reading them only at a window's two ends would miss most of its CPU. The monitor asks
-/// `pg_stat_activity` every `interval` seconds, through one psql process it keeps (one more session, whose
+/// `pg_stat_activity` every `interval` seconds (0.05), through one psql process it keeps (one more session, whose
 /// own server process it reports so that it can be taken off), which server processes carry the client's
 /// application_name, and reads every server process's CPU from /proc at the same pace, keeping the last value
 /// seen of each. A session shorter than the interval can be missed, and a process's last stretch before it
@@ -284,7 +305,7 @@ final class SessionMonitor: @unchecked Sendable {
     /// Queries sent so far (each one a transaction of the database, to be taken off its count).
     private(set) var queries = 0
 
-    init(tree: ServerTree, psql: String, url: String, appName: String, interval: Double = 0.1) throws {
+    init(tree: ServerTree, psql: String, url: String, appName: String, interval: Double = 0.05) throws {
         self.tree = tree
         self.appName = appName
         self.interval = interval
@@ -353,7 +374,7 @@ final class SessionMonitor: @unchecked Sendable {
                 let next = Mono.now() + interval
                 let pids = ask(query).compactMap { Int32($0) }
                 let now = Mono.now()
-                let children = ProcStat.all().filter { $0.ppid == tree.postmaster }
+                let children = tree.children()
                 lock.withLock {
                     ours.formUnion(pids)
                     for p in children {
