@@ -625,9 +625,12 @@ final class FleetRun {
                                       what: "server CPU per change, the watchers' sessions seen alive",
                                       value: perChange(sessionsCPU.cpu), unit: .milliseconds, target: nil,
                                       detail: String(format: "server processes only, not the WAL writer, checkpointer "
-                                                     + "or other shared work; %.2f sessions started per change",
+                                                     + "or other shared work; %.2f of the watchers' sessions per "
+                                                     + "change (%.2f server processes started per change by any "
+                                                     + "client)", Double(sessionsCPU.sessions) / changes,
                                                      Double(sessionsCPU.forks) / changes),
                                       numbers: ["cpu_ms_per_change": perChange(sessionsCPU.cpu),
+                                                "sessions_per_change": Double(sessionsCPU.sessions) / changes,
                                                 "forks_per_change": Double(sessionsCPU.forks) / changes]))
             }
         }
