@@ -137,6 +137,15 @@ enum Unit: String, Encodable {
     case milliseconds = "ms"
     case mebibytes = "MiB"
     case bytes = "B"
+    /// Events a second.
+    case perSecond = "/s"
+    /// A share of one CPU core (CPU seconds / wall seconds), shown as a percentage with a decimal: an idle
+    /// process's share is well under 1%.
+    case coreShare = "core"
+    /// A plain count.
+    case count
+    /// A plain number with two decimals (a mean per event).
+    case number
 
     func format(_ value: Double) -> String {
         switch self {
@@ -145,6 +154,10 @@ enum Unit: String, Encodable {
         case .milliseconds: return String(format: "%.1f ms", value)
         case .mebibytes: return String(format: "%.1f MiB", value)
         case .bytes: return String(format: "%.0f B", value)
+        case .perSecond: return String(format: "%.1f/s", value)
+        case .coreShare: return String(format: "%.2f%% core", value * 100)
+        case .count: return String(format: "%.0f", value)
+        case .number: return String(format: "%.2f", value)
         }
     }
 }
@@ -277,6 +290,25 @@ enum Output {
         }
     }
 
+    /// The figures as a table: what, figure, target, verdict, and the measurements behind the figure.
+    static func table(_ figures: [Figure]) -> [String] {
+        let header = ["what", "figure", "target", "", "measured"]
+        var rows = figures.map { f in
+            [f.what, f.valueText, f.targetText, f.verdict, f.skipped ?? f.detail]
+        }
+        rows.insert(header, at: 0)
+        let widths = (0..<4).map { c in rows.map { $0[c].count }.max() ?? 0 }
+        return rows.map { row in
+            var line = ""
+            for c in 0..<4 {
+                let cell = row[c]
+                let pad = String(repeating: " ", count: widths[c] - cell.count)
+                line += (c == 1 ? pad + cell : cell + pad) + "  "
+            }
+            return line + row[4]
+        }
+    }
+
     static func render(_ report: BenchReport) -> String {
         var lines: [String] = []
         let m = report.machine
@@ -284,21 +316,7 @@ enum Output {
                      + "cores, \(m.cpu), SQLite \(m.sqliteVersion), load \(m.loadAverage) at the start, "
                      + "\(report.loadAverageAtEnd ?? "?") at the end, \(String(format: "%.0f", report.seconds)) s")
         lines.append("")
-        let header = ["what", "figure", "target", "", "measured"]
-        var rows = report.figures.map { f in
-            [f.what, f.valueText, f.targetText, f.verdict, f.skipped ?? f.detail]
-        }
-        rows.insert(header, at: 0)
-        let widths = (0..<4).map { c in rows.map { $0[c].count }.max() ?? 0 }
-        for row in rows {
-            var line = ""
-            for c in 0..<4 {
-                let cell = row[c]
-                let pad = String(repeating: " ", count: widths[c] - cell.count)
-                line += (c == 1 ? pad + cell : cell + pad) + "  "
-            }
-            lines.append(line + row[4])
-        }
+        lines += table(report.figures)
         if let scaling = report.scaling, !scaling.isEmpty {
             lines.append("")
             lines.append(ScalingBenchmark.render(scaling))

@@ -26,6 +26,8 @@ let benchmarks: [(name: String, abstract: String, run: ([String]) throws -> Void
      UsersSchemaBenchmark.main),
     ("trigger-cost", "only the inserts of 'history' (plain|floor|tracked), for callgrind", HistoryBenchmark.triggerCostMain),
     ("all", "everything above in one run: one table, one JSON document", AllBenchmark.main),
+    ("fleet", "N devices, each a store and a 'storectl watch' process, writing and syncing through PostgreSQL "
+        + "(not in 'all')", FleetBenchmark.main),
 ]
 
 @MainActor
