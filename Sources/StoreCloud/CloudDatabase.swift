@@ -478,6 +478,11 @@ public protocol CloudDatabase: AnyObject {
     /// - Throws: `CloudError` met while reading.
     func quietState(zone: String, known: QuietState?) throws -> QuietState?
 
+    /// The quiet state a full round's import left, without asking the server: the zone at `token` (the server
+    /// token the import recorded, read in the round) with the checks of a session that still stands. Nil (the
+    /// default) when the backend must read it (`quietState(zone:known:)`).
+    func quietState(zone: String, importedUpTo token: ServerChangeToken) -> QuietState?
+
     /// What the backend worked around since the last call, for the user to hear of (a read replica that could not
     /// be reached, or is not a replica), each once; the list is emptied. The default is none.
     func takeWarnings() -> [String]
@@ -522,6 +527,8 @@ extension CloudDatabase {
     public var fetchesConcurrently: Bool { true }
 
     public func quietState(zone: String, known: QuietState?) throws -> QuietState? { nil }
+
+    public func quietState(zone: String, importedUpTo token: ServerChangeToken) -> QuietState? { nil }
 
     public func takeWarnings() -> [String] { [] }
 

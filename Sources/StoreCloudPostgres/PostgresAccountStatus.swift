@@ -166,10 +166,22 @@ extension PostgresCloudDatabase {
             let status = try standingSession?.report ?? privilegeStatus(c, role: role).0
             guard status.status == .available else { return nil }
             let r = try c.execute("SELECT epoch, last_seq FROM \(s).zones WHERE name = $1", [zone])
-            let seen = [status.reason, status.owner ?? ""].joined(separator: "\n")
-            return QuietState(digest: Array(seen.utf8),
+            return QuietState(digest: Self.quietDigest(status),
                               zone: r.rowCount == 1 ? ServerChangeToken(epoch: r.string(0, 0) ?? "", seq: r.int64(0, 1) ?? 0) : nil)
         }
+    }
+
+    /// With a standing session, the state a quiet round will compare with is the import's token and the session's
+    /// check: nothing needs reading. A save after that import moves the zone past the token, which the next quiet
+    /// round's read (or, under `watch`, the notification) sees.
+    public func quietState(zone: String, importedUpTo token: ServerChangeToken) -> QuietState? {
+        guard let standing = standingSession, standing.report.status == .available else { return nil }
+        return QuietState(digest: Self.quietDigest(standing.report), zone: token)
+    }
+
+    /// What a quiet state's digest holds on PostgreSQL: the account check's words and the container's owner.
+    private static func quietDigest(_ report: AccountStatusReport) -> [UInt8] {
+        Array([report.reason, report.owner ?? ""].joined(separator: "\n").utf8)
     }
 
     /// The role that owns the container, and whether the configured role is it (or a member of it); nil when the

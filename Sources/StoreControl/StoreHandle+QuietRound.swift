@@ -105,19 +105,32 @@ extension StoreHandle {
     }
 
     /// After a full round: the mark the next rounds compare with, when the round left nothing to do.
-    /// - Parameter dataVersion: `PRAGMA data_version` as it was before the round read the store.
-    func takeQuietMark(after report: SyncReport, mirror: Mirror, dataVersion: Int64?, options: SyncOptions) {
+    /// - Parameters:
+    ///   - dataVersion: `PRAGMA data_version` as it was before the round read the store.
+    ///   - startedAt: when the round began (monotonic seconds), before its import read the container.
+    func takeQuietMark(after report: SyncReport, mirror: Mirror, dataVersion: Int64?, startedAt: Double,
+                       options: SyncOptions)
+    {
         quietMark = nil
         guard Self.isPlain(options), let dataVersion, let zone = settings.cloud?.zone,
               report.exported.unsent.isEmpty, report.imported.setAside == 0, report.imported.waitingForParent == 0
         else { return }
         let db = mirror.db
-        let readAt = monotonicNow()
         do {
             let unsettled = try MirrorState.unsettledCounts(db)
             guard unsettled == (0, 0, 0, 0), try MirrorState.pendingExportCount(db) == 0,
-                  try Seeder.pendingMarkers(db).isEmpty,
-                  let state = try mirror.cloud.quietState(zone: zone, known: nil), let at = state.zone,
+                  try Seeder.pendingMarkers(db).isEmpty
+            else { return }
+            // The import's token, when the backend can vouch for the rest without a read (its state was read in
+            // this round, after `startedAt`); else the state read now.
+            var readAt = startedAt
+            var state = report.imported.token.flatMap(ServerChangeToken.init(rawValue:))
+                .flatMap { mirror.cloud.quietState(zone: zone, importedUpTo: $0) }
+            if state == nil {
+                readAt = monotonicNow()
+                state = try mirror.cloud.quietState(zone: zone, known: nil)
+            }
+            guard let state, let at = state.zone,
                   try MirrorState.serverToken(db, zone: zone) == at.rawValue
             else { return }
             quietMark = QuietMark(cloud: mirror.cloud is FileCloudDatabase ? nil : mirror.cloud, state: state,

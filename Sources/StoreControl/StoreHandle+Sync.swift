@@ -259,6 +259,7 @@ extension StoreHandle {
         // Nothing changed here or in the container since the last full round left nothing to do.
         if let quiet = quietRound(options) { return quiet }
         let dataVersion = dataVersionBeforeRound()
+        let startedAt = monotonicNow()
         do {
             // A target edited by hand is said as such, before its account is looked at.
             if !options.rebind, let moved = try targetChange(db: try database(), cloud: try cloudSettings()) {
@@ -272,7 +273,7 @@ extension StoreHandle {
                 _ = try mirror.importChanges { progress("import", $0, $1) }
             }
             let report = try mirror.sync(progress: progress)
-            takeQuietMark(after: report, mirror: mirror, dataVersion: dataVersion, options: options)
+            takeQuietMark(after: report, mirror: mirror, dataVersion: dataVersion, startedAt: startedAt, options: options)
             return report
         } catch {
             let error = explainMissingContainer(error)

@@ -422,6 +422,8 @@ final class StoreLoop {
         handle.close()
         dataVersion = nil
         let now = monotonicNow()
+        // A store moved under the round (`migrate --to`): following it is the whole answer, not an error.
+        if followMove() { return }
         followMode(now)
         guard mode == "cloud" else { return }
         let body = WatchErrorBody(error, store: store)
