@@ -37,6 +37,8 @@ final class StoreLoop {
     private var burst: (first: Double, last: Double)?
     /// When the listener said another device saved to the zone.
     private var remoteWake: Double?
+    /// When the last round ended (monotonic seconds).
+    private var lastRoundEnded = 0.0
     private var nextPoll = 0.0
     private var backoff: WatchBackoff
     private var retryAt: Double?
@@ -286,7 +288,9 @@ final class StoreLoop {
         if now >= nextPoll { return true }
         if let burst, now - burst.last >= options.debounce || now - burst.first >= options.maxDebounce { return true }
         // A few batches of one export each notify: waiting a debounce takes them in one round.
-        if let remoteWake, now - remoteWake >= options.remoteDebounce { return true }
+        if let remoteWake, now - remoteWake >= options.remoteDebounce, now - lastRoundEnded >= options.remoteGap {
+            return true
+        }
         return false
     }
 
@@ -332,7 +336,8 @@ final class StoreLoop {
         // database connection on which it is invoked to free up as much memory as it can."
         idleCache()
         // What this round wrote on its own connection does not move data_version; what others wrote meanwhile does.
-        nextPoll = monotonicNow() + options.interval
+        lastRoundEnded = monotonicNow()
+        nextPoll = lastRoundEnded + options.interval
         if let retryAt, retryAt > nextPoll { nextPoll = retryAt }
     }
 

@@ -40,6 +40,10 @@ public struct WatchOptions: Sendable {
     /// A save another device made (a PostgreSQL notification) starts an import this long after it was heard, so
     /// that the few batches of one export are taken in one round.
     public var remoteDebounce = 0.05
+    /// ...and at least this long after the store's last round ended: a device that hears many saves a second takes
+    /// several in each import, rather than one import per save (each import has a cost of its own, whatever it
+    /// brings).
+    public var remoteGap = 0.25
     /// How often the store is checked for local changes (`PRAGMA data_version`, one read of the WAL index).
     public var checkEvery = 0.05
     /// Seconds a running `on_remote_change` command may still take when the watcher stops.
