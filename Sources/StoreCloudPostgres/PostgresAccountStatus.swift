@@ -25,7 +25,7 @@ extension PostgresCloudDatabase {
         }
         // Once per session: a watcher's rounds ask again only on a new connection, after a refused statement, or
         // when the check is `sessionCheckLimit` old (`SessionCheck`).
-        if let standing = standingSession { return standing.report }
+        if let standing = revalidatedSession() { return standing.session.report }
         let c: PGConnection
         do {
             close()
@@ -161,9 +161,15 @@ extension PostgresCloudDatabase {
     /// is met by the next full round, which logs in again (`StoreHandle.quietRoundLimit`).
     public func quietState(zone: String, known: QuietState?) throws -> QuietState? {
         guard let role else { return nil }
+        // A standing session was checked when it began: one statement asks whether it still stands, and reads the
+        // zone.
+        if standingSession != nil {
+            // One that no longer stands (the format, the owner, the LOGIN changed): a full round checks again.
+            guard let standing = revalidatedSession(zone: zone) else { return nil }
+            return QuietState(digest: Self.quietDigest(standing.session.report), zone: standing.zone)
+        }
         return try run("cannot read the state of zone \(zone) of \(container)") { c in
-            // A standing session was checked when it began; only the zone is read again.
-            let status = try standingSession?.report ?? privilegeStatus(c, role: role).0
+            let status = try privilegeStatus(c, role: role).0
             guard status.status == .available else { return nil }
             let r = try c.execute("SELECT epoch, last_seq FROM \(s).zones WHERE name = $1", [zone])
             return QuietState(digest: Self.quietDigest(status),

@@ -102,9 +102,6 @@ public final class PostgresChangeListener {
             wakes.append(Wake(zone: payload.zone, token: token))
         }
     }
-
-    /// Whether the listening connection is still up, as libpq last saw it.
-    public var isHealthy: Bool { connection.isHealthy }
 }
 
 extension PostgresCloudDatabase {

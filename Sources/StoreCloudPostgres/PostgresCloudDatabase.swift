@@ -107,6 +107,37 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// `registerDevice` refreshes the device's `last_seen`. The idle heartbeat of a `storectl watch`.
     public static let sessionCheckLimit = 300.0
 
+    /// The session's account check, when it still stands and the server still agrees, asked in one statement;
+    /// nil otherwise, the session then dropped (a new check follows, on a new connection when the server ended
+    /// this one). `zone` is read in the same statement.
+    func revalidatedSession(zone: String? = nil) -> (session: SessionCheck, zone: ServerChangeToken?)? {
+        guard let standing = standingSession, let connection else { return nil }
+        do {
+            let r = try connection.execute("""
+                SELECT (SELECT value FROM \(s).meta WHERE key = 'schema_version'), pg_get_userbyid(n.nspowner),
+                       pg_has_role(current_user, n.nspowner, 'MEMBER'), r.rolcanlogin, z.epoch, z.last_seq
+                FROM pg_namespace n JOIN pg_roles r ON r.rolname = current_user
+                LEFT JOIN \(s).zones z ON z.name = $2
+                WHERE n.nspname = $1
+                """, [schemaName, zone])
+            // The container's format, its owner and the role's LOGIN as the check saw them: a newer storectl's
+            // migration, an owner changed, a role disabled are met at the next round, not at the next check.
+            guard r.rowCount == 1, r.string(0, 0) == String(PostgresSchema.currentVersion),
+                  r.string(0, 1) == standing.owner?.owner, r.bool(0, 2) == standing.owner?.isMember,
+                  r.bool(0, 3) == true
+            else {
+                session = nil
+                return nil
+            }
+            let token = r.string(0, 4).map { ServerChangeToken(epoch: $0, seq: r.int64(0, 5) ?? 0) }
+            return (standing, token)
+        } catch {
+            // A session the server ended: the next call connects again, and checks again.
+            self.connection = nil
+            return nil
+        }
+    }
+
     /// The session's account check, when it still stands.
     var standingSession: SessionCheck? {
         guard let session, let connection, connection.isHealthy,

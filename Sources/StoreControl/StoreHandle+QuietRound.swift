@@ -22,10 +22,6 @@ import StoreSQLite
 ///   rounds would read old `-wal` and `-shm` files removed meanwhile, and delete the new WAL on closing. A
 ///   PostgreSQL session is kept.
 ///
-/// Under `storectl watch` on PostgreSQL, a round whose mark was taken while the watcher's `LISTEN` connection was
-/// already listening does not read the container either (`SyncOptions.listeningSince`): every save since would
-/// have been heard, and a heard save makes the round a full one. It asks the server nothing.
-///
 /// A round with options (`--reupload`, `--rebind`, `--accept-owner`), one after a failure, after a round that
 /// left anything unsettled (a change not exported, a record set aside or waiting for its parent, an outbox entry,
 /// an unsent row, a seed marker to claim), or `quietRoundLimit` seconds after the last full round, is a full one.
@@ -37,8 +33,6 @@ struct QuietMark {
     var local: LocalState
     /// When the full round that took this mark ended (monotonic seconds).
     var since: Double
-    /// When the container's state in `state` was read (monotonic seconds, just before the read).
-    var stateReadAt: Double
     /// The export token and server token the full round left, for the reports of quiet rounds.
     var exportToken: Int64
 
@@ -82,16 +76,12 @@ extension StoreHandle {
         else { return nil }
         do {
             guard try QuietMark.LocalState.read(db, path: settings.path) == mark.local else { return nil }
-            // A container heard since before its state was read has not changed unheard: the server is not asked.
-            if let listening = options.listeningSince, listening < mark.stateReadAt {
-            } else {
-                let readAt = monotonicNow()
-                guard let cloud = try mark.cloud
-                        ?? CloudConnector.openForQuietRound(settings: try cloudSettings(), environment: environment),
-                      try cloud.quietState(zone: zone, known: mark.state) == mark.state
-                else { return nil }
-                mark.stateReadAt = readAt
-            }
+            // Read every time, never taken from notifications: a purge, a container put back to an older copy or
+            // dropped, a listener that hears nothing (a pooler) send none.
+            guard let cloud = try mark.cloud
+                    ?? CloudConnector.openForQuietRound(settings: try cloudSettings(), environment: environment),
+                  try cloud.quietState(zone: zone, known: mark.state) == mark.state
+            else { return nil }
             try db.transaction { try MirrorState.setMeta(db, .lastSyncAt, String(WatchTime.nowMilliseconds())) }
             mark.local.totalChanges = db.totalChanges
         } catch {
@@ -105,12 +95,8 @@ extension StoreHandle {
     }
 
     /// After a full round: the mark the next rounds compare with, when the round left nothing to do.
-    /// - Parameters:
-    ///   - dataVersion: `PRAGMA data_version` as it was before the round read the store.
-    ///   - startedAt: when the round began (monotonic seconds), before its import read the container.
-    func takeQuietMark(after report: SyncReport, mirror: Mirror, dataVersion: Int64?, startedAt: Double,
-                       options: SyncOptions)
-    {
+    /// - Parameter dataVersion: `PRAGMA data_version` as it was before the round read the store.
+    func takeQuietMark(after report: SyncReport, mirror: Mirror, dataVersion: Int64?, options: SyncOptions) {
         quietMark = nil
         guard Self.isPlain(options), let dataVersion, let zone = settings.cloud?.zone,
               report.exported.unsent.isEmpty, report.imported.setAside == 0, report.imported.waitingForParent == 0
@@ -121,22 +107,17 @@ extension StoreHandle {
             guard unsettled == (0, 0, 0, 0), try MirrorState.pendingExportCount(db) == 0,
                   try Seeder.pendingMarkers(db).isEmpty
             else { return }
-            // The import's token, when the backend can vouch for the rest without a read (its state was read in
-            // this round, after `startedAt`); else the state read now.
-            var readAt = startedAt
+            // The import's token, when the backend can vouch for the rest without a read; else the state read now.
+            // A save after the import moves the zone past it, which the next quiet round reads.
             var state = report.imported.token.flatMap(ServerChangeToken.init(rawValue:))
                 .flatMap { mirror.cloud.quietState(zone: zone, importedUpTo: $0) }
-            if state == nil {
-                readAt = monotonicNow()
-                state = try mirror.cloud.quietState(zone: zone, known: nil)
-            }
+            if state == nil { state = try mirror.cloud.quietState(zone: zone, known: nil) }
             guard let state, let at = state.zone,
                   try MirrorState.serverToken(db, zone: zone) == at.rawValue
             else { return }
             quietMark = QuietMark(cloud: mirror.cloud is FileCloudDatabase ? nil : mirror.cloud, state: state,
                                   local: try .read(db, path: settings.path, dataVersion: dataVersion),
-                                  since: monotonicNow(), stateReadAt: readAt,
-                                  exportToken: try MirrorState.exportToken(db))
+                                  since: monotonicNow(), exportToken: try MirrorState.exportToken(db))
         } catch {
             quietMark = nil
         }

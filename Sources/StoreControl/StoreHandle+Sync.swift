@@ -26,10 +26,6 @@ public struct SyncOptions: Sendable {
     public var reupload = false
     /// PostgreSQL: sync into a container that this role does not own, owned by this role (`--accept-owner ROLE`).
     public var acceptOwner: String?
-    /// `storectl watch`: since when (monotonic seconds) a `LISTEN` connection has heard every save to the
-    /// container. A round with nothing to do locally, whose last full round read the container after that, need not
-    /// read it again: any save since would have been heard.
-    public var listeningSince: Double?
 
     public init() {}
 }
@@ -259,7 +255,6 @@ extension StoreHandle {
         // Nothing changed here or in the container since the last full round left nothing to do.
         if let quiet = quietRound(options) { return quiet }
         let dataVersion = dataVersionBeforeRound()
-        let startedAt = monotonicNow()
         do {
             // A target edited by hand is said as such, before its account is looked at.
             if !options.rebind, let moved = try targetChange(db: try database(), cloud: try cloudSettings()) {
@@ -273,7 +268,7 @@ extension StoreHandle {
                 _ = try mirror.importChanges { progress("import", $0, $1) }
             }
             let report = try mirror.sync(progress: progress)
-            takeQuietMark(after: report, mirror: mirror, dataVersion: dataVersion, startedAt: startedAt, options: options)
+            takeQuietMark(after: report, mirror: mirror, dataVersion: dataVersion, options: options)
             return report
         } catch {
             let error = explainMissingContainer(error)

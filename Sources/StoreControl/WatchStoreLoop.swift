@@ -43,11 +43,7 @@ final class StoreLoop {
     private var backoff: WatchBackoff
     private var retryAt: Double?
     private var failing = false
-    private var listener: PostgresChangeListener? {
-        didSet { if listener == nil { listeningSince = nil } }
-    }
-    /// When the listener began hearing every save to the container (monotonic seconds).
-    private var listeningSince: Double?
+    private var listener: PostgresChangeListener?
     private var listenerRetryAt = 0.0
     private var device: String?
     /// Where the store moved, while config.yaml still names this file (the move did not finish): no round runs.
@@ -158,7 +154,6 @@ final class StoreLoop {
             let db = try PostgresCloudDatabase(url: url, container: cloud.container, account: cloud.account,
                                                password: cloud.secret?.value, environment: handle.environment)
             listener = try db.changeListener()
-            listeningSince = monotonicNow()
         } catch {
             listenerRetryAt = monotonicNow() + options.interval
             output.log(.warning, store: store, "cannot listen for changes (\(WatchErrorBody(error, store: store).message));"
@@ -299,11 +294,6 @@ final class StoreLoop {
     /// One sync round, reported: events for what it exported and imported, or an error and a retry.
     private func round() {
         confinement.check("a store's watch loop")
-        // A round for a save heard, or after a failure, reads the container; a poll while listening need not.
-        var syncOptions = SyncOptions()
-        if remoteWake == nil, retryAt == nil, let listener, listener.isHealthy {
-            syncOptions.listeningSince = listeningSince
-        }
         // A save heard is news: the round need not first ask whether the container changed.
         if remoteWake != nil { handle.quietMark = nil }
         burst = nil
@@ -316,7 +306,7 @@ final class StoreLoop {
         var seconds = 0.0
         let result: String
         do {
-            let report = try handle.sync(syncOptions)
+            let report = try handle.sync(SyncOptions())
             seconds = monotonicNow() - started
             result = ExitCode.ok.kind
             succeeded(report, historyBefore: before)

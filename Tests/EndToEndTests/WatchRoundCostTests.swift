@@ -6,7 +6,8 @@ import XCTest
 /// What a `storectl watch` round costs a PostgreSQL server: the account is checked once per session, the device row
 /// written once per session, a notification that brings nothing new starts no round, and an idle watcher asks the
 /// server nothing between notifications. Read from the server itself: `pg_stat_activity` (a session that runs a
-/// statement moves its `state_change`) and the `devices` row's `xmin` (a write gives it a new one).
+/// statement moves its `state_change`, and shows its last statement) and the `devices` row's `xmin` (a write gives it
+/// a new one).
 final class WatchRoundCostTests: WatchTestCase {
     override func backend() throws -> Backend { try Self.postgresBackend() }
 
@@ -33,28 +34,92 @@ final class WatchRoundCostTests: WatchTestCase {
             """)
     }
 
-    /// A watcher on b (polling every second), settled: its first round done, its listener up, and a poll since.
-    private func settledWatcher(_ p: E2EProject) throws -> BackgroundProcess {
-        let b = try watch(p, ["--store", "b", "--json"])
+    /// A watcher on b (polling every `interval` seconds), settled: its first round done and its listener up.
+    private func settledWatcher(_ p: E2EProject, interval: String = "1") throws -> BackgroundProcess {
+        let b = try watch(p, ["--store", "b", "--json", "--interval", interval])
         XCTAssertTrue(b.wait(upTo: 15) { b.stderr.contains("in cloud mode: syncing") }, b.transcript)
         Thread.sleep(forTimeInterval: 3)
         return b
     }
 
-    func testAnIdleWatcherAsksTheServerNothingBetweenNotifications() throws {
+    /// The watcher's sessions (the `LISTEN` session apart), each with its last statement: `pid|query`.
+    private func sessions(_ p: E2EProject) throws -> [String] {
+        try psql(p, """
+            SELECT pid || '|' || left(query, 25) FROM pg_stat_activity
+            WHERE application_name = '\(container)' AND query NOT LIKE 'LISTEN %' ORDER BY pid
+            """).split(separator: "\n").map(String.init)
+    }
+
+    func testAnIdleWatcherPollsWithOneStatementOnItsSession() throws {
         let p = try E2EProject()
         try twoCloudStores(p)
         let b = try settledWatcher(p)
-        let before = try activity(p)
-        XCTAssertFalse(before.isEmpty, "the watcher holds a session: \(b.transcript)")
-        // Four polls pass (--interval 1): the listener has heard every save since the container was last read.
-        Thread.sleep(forTimeInterval: 4)
-        XCTAssertEqual(try activity(p), before, "an idle watcher ran statements between notifications")
+        let first = try sessions(p)
+        XCTAssertEqual(first.count, 1, "the watcher keeps one session: \(first) \(b.transcript)")
+        let pid = first.first?.split(separator: "|").first.map(String.init)
+        // Eight polls pass (--interval 1): each is the one statement that asks whether the session's check still
+        // stands and reads the zone; no new session, no account check, no device row.
+        var seen = Set<String>()
+        for _ in 0..<16 {
+            Thread.sleep(forTimeInterval: 0.5)
+            for line in try sessions(p) {
+                XCTAssertEqual(line.split(separator: "|").first.map(String.init), pid, "a new session: \(line)")
+                seen.insert(String(line.split(separator: "|", maxSplits: 1).last ?? ""))
+            }
+        }
+        XCTAssertEqual(seen, ["SELECT (SELECT value FROM"], "\(seen)")
         // A save by another device is heard and fetched at once.
         _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('heard')")
         try p.run(["--store", "a", "sync"])
         XCTAssertTrue(try eventually(15) { try notes(p, "b") == "heard|\n" }, b.transcript)
-        XCTAssertNotEqual(try activity(p), before)
+    }
+
+    func testAPurgeWhileTheWatcherIdlesIsReportedAtItsNextPoll() throws {
+        let p = try E2EProject()
+        try twoCloudStores(p)
+        let b = try settledWatcher(p)
+        // A purge sends no notification: the poll finds the zone's new epoch.
+        try p.run(["--store", "a", "cloud", "purge", "--yes"])
+        let error = b.waitForEvent(upTo: 15) { $0["type"] as? String == "error" }
+        XCTAssertNotNil(error, b.transcript)
+        XCTAssertTrue(b.stderr.contains("purged") || b.stderr.contains("reupload"), b.transcript)
+    }
+
+    func testALoginTakenAwayMidSessionIsMetAtTheNextRound() throws {
+        let p = try E2EProject()
+        try makeConfig(p)
+        try p.run(["--store", "a", "mode", "cloud"])
+        let role = try grantedRole(p)
+        defer { _ = try? psql(p, "DROP OWNED BY \(role) CASCADE; DROP ROLE IF EXISTS \(role)") }
+        let b = try watch(p, ["--store", "b", "--json", "--max-backoff", "2"])
+        XCTAssertTrue(b.wait(upTo: 15) { b.stderr.contains("in cloud mode: syncing") }, b.transcript)
+        Thread.sleep(forTimeInterval: 1.5)
+        try psql(p, "ALTER ROLE \(role) NOLOGIN")
+        _ = try p.sql("b", "INSERT INTO notes(uuid) VALUES ('after')")
+        let error = b.waitForEvent(upTo: 15) { $0["type"] as? String == "error" }
+        XCTAssertEqual((error?["error"] as? [String: Any])?["code"] as? Int, 69, b.transcript)
+        try p.run(["--store", "a", "sync"])
+        XCTAssertEqual(try notes(p, "a"), "", "nothing was saved by a role that may not log in")
+        try psql(p, "ALTER ROLE \(role) LOGIN")
+        XCTAssertTrue(try eventually(20) {
+            _ = try p.run(["--store", "a", "sync"])
+            return try notes(p, "a") == "after|\n"
+        }, b.transcript)
+    }
+
+    /// A role of the test's own, granted on the container, that store b signs in as (`--accept-owner`).
+    private func grantedRole(_ p: E2EProject) throws -> String {
+        let role = "cost_\(String(UInt32.random(in: 0...UInt32.max), radix: 16))"
+        try psql(p, "CREATE ROLE \(role) LOGIN")
+        let grants = try p.run(["--store", "a", "cloud", "init", "--print-grants"])
+        try psql(p, grants.stdout.replacingOccurrences(of: "\"\(account)\"", with: role)
+            .replacingOccurrences(of: " TO \(account)", with: " TO \(role)"))
+        let yaml = try p.dir.read("config.yaml")
+        let bStart = try XCTUnwrap(yaml.range(of: "  b:\n"))
+        try p.dir.write("config.yaml", String(yaml[..<bStart.lowerBound]) + yaml[bStart.lowerBound...]
+            .replacingOccurrences(of: "account: \(account)", with: "account: \(role)"))
+        try p.run(["--store", "b", "mode", "cloud", "--accept-owner", account])
+        return role
     }
 
     func testANotificationThatBringsNothingNewStartsNoRound() throws {
@@ -62,7 +127,8 @@ final class WatchRoundCostTests: WatchTestCase {
         try twoCloudStores(p)
         _ = try p.sql("a", "INSERT INTO notes(uuid) VALUES ('one')")
         try p.run(["--store", "a", "sync"])
-        let b = try settledWatcher(p)
+        // No poll in the test's time: what the session runs is what the notifications started.
+        let b = try settledWatcher(p, interval: "60")
         XCTAssertEqual(try notes(p, "b"), "one|\n", b.transcript)
         let zone = try psql(p, "SELECT epoch || '|' || last_seq FROM \"\(schema)\".zones WHERE name = 'default'")
         let parts = zone.split(separator: "|").map(String.init)
@@ -125,18 +191,8 @@ final class WatchRoundCostTests: WatchTestCase {
         let p = try E2EProject()
         try makeConfig(p)
         try p.run(["--store", "a", "mode", "cloud"])
-        let role = "cost_\(String(UInt32.random(in: 0...UInt32.max), radix: 16))"
+        let role = try grantedRole(p)
         defer { _ = try? psql(p, "DROP OWNED BY \(role) CASCADE; DROP ROLE IF EXISTS \(role)") }
-        try psql(p, "CREATE ROLE \(role) LOGIN")
-        let grants = try p.run(["--store", "a", "cloud", "init", "--print-grants"])
-        try psql(p, grants.stdout.replacingOccurrences(of: "\"\(account)\"", with: role)
-            .replacingOccurrences(of: " TO \(account)", with: " TO \(role)"))
-        // b signs in as the granted role.
-        let yaml = try p.dir.read("config.yaml")
-        let bStart = try XCTUnwrap(yaml.range(of: "  b:\n"))
-        try p.dir.write("config.yaml", String(yaml[..<bStart.lowerBound]) + yaml[bStart.lowerBound...]
-            .replacingOccurrences(of: "account: \(account)", with: "account: \(role)"))
-        try p.run(["--store", "b", "mode", "cloud", "--accept-owner", account])
         let b = try watch(p, ["--store", "b", "--json", "--max-backoff", "2"])
         XCTAssertTrue(b.wait(upTo: 15) { b.stderr.contains("in cloud mode: syncing") }, b.transcript)
         _ = try p.sql("b", "INSERT INTO notes(uuid) VALUES ('before')")
