@@ -198,12 +198,15 @@ public final class Mirror {
         done.reconcile = try Reconciler(db: db, cloud: cloud, options: options, entities: entities, device: device).run()
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
         _ = try SchemaEvolution.keepDroppedFields(db, entities: entities, cloud: cloud, zone: options.zone)
-        try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
-            try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
-                let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy)
-                done.backfilled = try SchemaEvolution.backfill(db, entities: entities, applier: applier)
+        // Almost every round has nothing to fill or rescan: then it takes no write lock for them.
+        if try SchemaEvolution.hasWork(db, entities: entities) {
+            try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
+                try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
+                    let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy)
+                    done.backfilled = try SchemaEvolution.backfill(db, entities: entities, applier: applier)
+                }
+                done.rescanned = try SchemaEvolution.rescan(db, entities: entities)
             }
-            done.rescanned = try SchemaEvolution.rescan(db, entities: entities)
         }
         let skipped = try StoreMeta.entries(db, .unknownType).map(\.name).filter { byName[$0] != nil }
         if !skipped.isEmpty {

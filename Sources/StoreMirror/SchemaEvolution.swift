@@ -14,6 +14,19 @@ import StoreSQLite
 /// - a column dropped here keeps travelling with the row, with the value last synced (`rescan` takes it from the
 ///   cloud's record into `extra`), so that devices which still have it never lose it.
 enum SchemaEvolution {
+    /// Whether `backfill` or `rescan` could do anything: `backfill` reads only records that hold `extra` fields,
+    /// and `rescan` only entities whose columns differ from what the last export recorded (meta `columns:<table>`).
+    static func hasWork(_ db: Connection, entities: [EntityMap]) throws -> Bool {
+        if try db.scalar("""
+            SELECT 1 FROM _storectl_records INDEXED BY _storectl_records_extra WHERE extra IS NOT NULL LIMIT 1
+            """) != nil
+        {
+            return true
+        }
+        for e in entities where try MirrorState.meta(db, .columns(e.name)) != e.fieldColumnsJSON(db) { return true }
+        return false
+    }
+
     /// Fills, for every entity, the local columns that the `extra` fields of its rows name, where the row has no
     /// value of its own (NULL, or the column's constant default, which `ALTER TABLE ... ADD COLUMN` wrote into every
     /// row); the filled keys leave `extra`. Runs inside a transaction with author `cloud-import` (the values came
