@@ -142,13 +142,13 @@ final class PGConnection {
         if let t = parameters.last(where: { $0.keyword == "connect_timeout" }).flatMap({ Double($0.value) }), t > 0 {
             wait = t
         }
-        let deadline = monotonicSeconds() + wait
+        let deadline = monotonicNow() + wait
         // "If PQconnectStart succeeds, the next stage is to poll libpq ... If you have yet to call PQconnectPoll,
         // i.e., just after the call to PQconnectStart, behave as if it last returned PGRES_POLLING_WRITING."
         var state = PGRES_POLLING_WRITING
         while state != PGRES_POLLING_OK {
             if state == PGRES_POLLING_FAILED { throw connectError() }
-            let remaining = deadline - monotonicSeconds()
+            let remaining = deadline - monotonicNow()
             if remaining <= 0 {
                 throw PGError(sqlState: nil, message: "timeout expired after \(Int(wait)) seconds while connecting",
                               sql: nil, connectionLost: true, duringConnect: true)
@@ -357,13 +357,6 @@ final class PGConnection {
         }
         return (state, lines.filter { !$0.isEmpty }.joined(separator: "; "))
     }
-}
-
-/// Seconds on a monotonic clock.
-private func monotonicSeconds() -> Double {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }
 
 /// Connection string handling that needs libpq but no connection.

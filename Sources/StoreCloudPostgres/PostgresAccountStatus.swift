@@ -2,6 +2,7 @@ import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
+import StoreBase
 import StoreCloud
 
 extension PostgresCloudDatabase {
@@ -39,7 +40,7 @@ extension PostgresCloudDatabase {
             let (report, owner) = try privilegeStatus(c, role: role)
             if report.status == .available, !report.containerMissing {
                 // The checked connection becomes the session's, when it reaches the container.
-                try? adopt(c, check: SessionCheck(report: report, owner: owner, at: Self.monotonicSeconds()))
+                try? adopt(c, check: SessionCheck(report: report, owner: owner, at: monotonicNow()))
             }
             return report
         } catch let error as PGError {

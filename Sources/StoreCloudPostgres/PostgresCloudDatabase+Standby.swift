@@ -83,7 +83,7 @@ extension PostgresCloudDatabase {
                                  excludingDevice: String?) throws -> ChangeBatch?
     {
         guard let standby else { return nil }
-        guard Self.monotonicNow() >= standbyRetryAt else {
+        guard monotonicNow() >= standbyRetryAt else {
             standbyUse.unavailable += 1
             return nil
         }
@@ -100,7 +100,7 @@ extension PostgresCloudDatabase {
         } catch let error as PGError {
             if error.duringConnect || error.connectionLost || standbyConnection?.isHealthy != true {
                 standbyConnection = nil
-                standbyRetryAt = Self.monotonicNow() + Self.standbyRetryDelay
+                standbyRetryAt = monotonicNow() + Self.standbyRetryDelay
                 warn("the hot standby at \(standby.displayURL) cannot be reached (\(error.message)); the changes of "
                      + "zone \(zone) are read from the primary at \(displayURL), and the standby is tried again in "
                      + "\(Int(Self.standbyRetryDelay)) s; nothing is lost")
@@ -109,7 +109,7 @@ extension PostgresCloudDatabase {
                 // The container's schema is not replayed yet, or recovery cancelled the query: behind.
                 standbyUse.behind += 1
             } else {
-                standbyRetryAt = Self.monotonicNow() + Self.standbyRetryDelay
+                standbyRetryAt = monotonicNow() + Self.standbyRetryDelay
                 warn("reading the changes of zone \(zone) on the hot standby at \(standby.displayURL) failed "
                      + "(\(error)); they are read from the primary at \(displayURL)")
                 standbyUse.unavailable += 1
@@ -218,11 +218,5 @@ extension PostgresCloudDatabase {
             status.reason = "it cannot be read (\(error)); sync reads from the primary"
         }
         return status
-    }
-
-    static func monotonicNow() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 }

@@ -141,15 +141,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// The session's account check, when it still stands.
     var standingSession: SessionCheck? {
         guard let session, let connection, connection.isHealthy,
-              Self.monotonicSeconds() - session.at < Self.sessionCheckLimit
+              monotonicNow() - session.at < Self.sessionCheckLimit
         else { return nil }
         return session
-    }
-
-    static func monotonicSeconds() -> Double {
-        var t = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &t)
-        return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9
     }
 
     /// Test hook: seconds to sleep inside each save transaction before taking the zone lock and after assigning

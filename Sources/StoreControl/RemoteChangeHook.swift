@@ -286,10 +286,3 @@ enum HookProcess {
         return .signalled(status & 0x7f)
     }
 }
-
-/// Seconds on a monotonic clock.
-func monotonicNow() -> Double {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-}

@@ -8,11 +8,7 @@ import Glibc
 /// Seconds on the monotonic clock: every time the fleet benchmark compares (a write's commit, an event's arrival,
 /// the window's ends) comes from this one clock, so the differences are immune to the wall clock being set.
 enum Mono {
-    static func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
+    static func now() -> Double { monotonicNow() }
 
     /// Sleeps until `deadline` (monotonic seconds); returns at once when it has passed.
     static func sleep(until deadline: Double) {
