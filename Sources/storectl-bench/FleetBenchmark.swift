@@ -265,15 +265,7 @@ final class FleetRun {
         dir = (base as NSString).appendingPathComponent("storectl-fleet-\(getpid())")
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         tools = try PGTools(url: url, bin: options.pgBin ?? environment["STORECTL_TEST_PG_BIN"], scratch: dir)
-        let folder = (CommandLine.arguments[0] as NSString).deletingLastPathComponent as NSString
-        let candidate = options.storectl ?? folder.appendingPathComponent("storectl")
-        let resolved = candidate.hasPrefix("/") ? candidate
-            : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(candidate)
-        guard FileManager.default.isExecutableFile(atPath: resolved) else {
-            throw StoreError(.noInput, "no storectl binary at \(resolved)",
-                             hint: "swift build -c release --product storectl, or pass --storectl PATH")
-        }
-        storectl = resolved
+        storectl = try Lab.storectlBinary(options.storectl)
         container = "bench.fleet.\(getpid()).\(String(UInt32.random(in: 0...UInt32.max), radix: 16))"
         tracker = FleetTracker(devices: options.devices)
         // The URL's password, if any, reaches storectl through cloud.secret (it passes it to libpq next to the

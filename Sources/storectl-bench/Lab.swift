@@ -61,15 +61,22 @@ final class Lab {
     /// - Throws: `StoreError` (66) when it is missing.
     func storectl() throws -> String {
         if let lazyStorectl { return lazyStorectl }
+        let resolved = try Self.storectlBinary(options.storectl)
+        lazyStorectl = resolved
+        return resolved
+    }
+
+    /// The storectl binary at `path` (relative to the working folder), else the one next to this benchmark.
+    /// - Throws: `StoreError` (66) when it is missing.
+    static func storectlBinary(_ path: String?) throws -> String {
         let folder = (CommandLine.arguments[0] as NSString).deletingLastPathComponent as NSString
-        let candidate = options.storectl ?? folder.appendingPathComponent("storectl")
+        let candidate = path ?? folder.appendingPathComponent("storectl")
         let resolved = candidate.hasPrefix("/") ? candidate
             : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(candidate)
         guard FileManager.default.isExecutableFile(atPath: resolved) else {
             throw StoreError(.noInput, "no storectl binary at \(resolved)",
                              hint: "swift build -c release --product storectl, or pass --storectl PATH")
         }
-        lazyStorectl = resolved
         return resolved
     }
 
