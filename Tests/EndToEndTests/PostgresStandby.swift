@@ -157,29 +157,7 @@ final class PostgresStandby {
         return log.split(separator: "\n").filter { $0.contains("pg_is_in_recovery(), r.record_name") }.count
     }
 
-    /// Runs a server program (as `postgres` when the test runs as root), spawned and reaped here: Foundation's
-    /// `Process` does not always see the exit of a `pg_ctl start` that leaves a daemon behind.
     private func run(_ program: String, _ args: [String]) throws {
-        var argv = [program] + args
-        if getuid() == 0 { argv = ["/usr/sbin/runuser", "-u", "postgres", "--"] + argv }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, directory + "/commands.log", O_WRONLY | O_CREAT | O_APPEND, 0o644)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        let cArgs = argv.map { strdup($0) } + [nil]
-        defer { for p in cArgs { free(p) } }
-        var pid: pid_t = 0
-        guard posix_spawn(&pid, argv[0], &actions, nil, cArgs, environ) == 0 else {
-            throw CocoaError(.executableNotLoadable)
-        }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        guard status == 0 else {
-            let log = (try? String(contentsOfFile: directory + "/commands.log", encoding: .utf8)) ?? ""
-            XCTFail("\(argv.joined(separator: " ")) failed (status \(status)):\n\(log)")
-            throw CocoaError(.executableLoad)
-        }
+        try ScratchPostgres.runServerProgram(program, args, in: directory)
     }
 }

@@ -87,12 +87,7 @@ final class WatchRoundCostTests: WatchTestCase {
 
     func testALoginTakenAwayMidSessionIsMetAtTheNextRound() throws {
         let p = try E2EProject()
-        try makeConfig(p)
-        try p.run(["--store", "a", "mode", "cloud"])
-        let role = try grantedRole(p)
-        defer { _ = try? psql(p, "DROP OWNED BY \(role) CASCADE; DROP ROLE IF EXISTS \(role)") }
-        let b = try watch(p, ["--store", "b", "--json", "--max-backoff", "2"])
-        XCTAssertTrue(b.wait(upTo: 15) { b.stderr.contains("in cloud mode: syncing") }, b.transcript)
+        let (role, b) = try watcherOfAGrantedRole(p)
         Thread.sleep(forTimeInterval: 1.5)
         try psql(p, "ALTER ROLE \(role) NOLOGIN")
         _ = try p.sql("b", "INSERT INTO notes(uuid) VALUES ('after')")
@@ -105,6 +100,20 @@ final class WatchRoundCostTests: WatchTestCase {
             _ = try p.run(["--store", "a", "sync"])
             return try notes(p, "a") == "after|\n"
         }, b.transcript)
+    }
+
+    /// Store a in cloud mode as the test server's account; store b in cloud mode as a role of the test's own
+    /// (`grantedRole`, dropped when the test ends), and its watcher, syncing.
+    private func watcherOfAGrantedRole(_ p: E2EProject) throws -> (role: String, watcher: BackgroundProcess) {
+        try makeConfig(p)
+        try p.run(["--store", "a", "mode", "cloud"])
+        let role = try grantedRole(p)
+        addTeardownBlock { [self] in
+            _ = try? psql(p, "DROP OWNED BY \(role) CASCADE; DROP ROLE IF EXISTS \(role)")
+        }
+        let b = try watch(p, ["--store", "b", "--json", "--max-backoff", "2"])
+        XCTAssertTrue(b.wait(upTo: 15) { b.stderr.contains("in cloud mode: syncing") }, b.transcript)
+        return (role, b)
     }
 
     /// A role of the test's own, granted on the container, that store b signs in as (`--accept-owner`).
@@ -189,12 +198,7 @@ final class WatchRoundCostTests: WatchTestCase {
 
     func testAPrivilegeRevokedMidSessionIsNoticedAtTheNextSave() throws {
         let p = try E2EProject()
-        try makeConfig(p)
-        try p.run(["--store", "a", "mode", "cloud"])
-        let role = try grantedRole(p)
-        defer { _ = try? psql(p, "DROP OWNED BY \(role) CASCADE; DROP ROLE IF EXISTS \(role)") }
-        let b = try watch(p, ["--store", "b", "--json", "--max-backoff", "2"])
-        XCTAssertTrue(b.wait(upTo: 15) { b.stderr.contains("in cloud mode: syncing") }, b.transcript)
+        let (role, b) = try watcherOfAGrantedRole(p)
         _ = try p.sql("b", "INSERT INTO notes(uuid) VALUES ('before')")
         XCTAssertNotNil(b.waitForEvent(upTo: 15) { $0["type"] as? String == "export" }, b.transcript)
         // The owner takes the right to write records away in the middle of b's session.

@@ -749,9 +749,14 @@ final class ScratchPostgres {
         try run(bin + "/pg_ctl", ["-D", directory + "/data", "-m", "fast", "-w", "stop"])
     }
 
-    /// Runs a server program (as `postgres` when the test runs as root), spawned and reaped here: Foundation's
-    /// `Process` does not always see the exit of a `pg_ctl start` that leaves a daemon behind.
     private func run(_ program: String, _ args: [String]) throws {
+        try Self.runServerProgram(program, args, in: directory)
+    }
+
+    /// Runs a server program (as `postgres` when the test runs as root), spawned and reaped here: Foundation's
+    /// `Process` does not always see the exit of a `pg_ctl start` that leaves a daemon behind. Its output goes to
+    /// `directory/commands.log`, shown when it fails.
+    static func runServerProgram(_ program: String, _ args: [String], in directory: String) throws {
         var argv = [program] + args
         if getuid() == 0 { argv = ["/usr/sbin/runuser", "-u", "postgres", "--"] + argv }
         var actions = posix_spawn_file_actions_t()
