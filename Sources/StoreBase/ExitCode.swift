@@ -14,6 +14,8 @@ public struct ExitCode: RawRepresentable, Hashable, Sendable, CustomStringConver
     public static let dataError = ExitCode(65)
     /// 66 EX_NOINPUT: an input file did not exist or was not readable.
     public static let noInput = ExitCode(66)
+    /// 67 EX_NOUSER: an account named in the command is not known to the container.
+    public static let noUser = ExitCode(67)
     /// 69 EX_UNAVAILABLE: the account or the cloud is unavailable.
     public static let unavailable = ExitCode(69)
     /// 70 EX_SOFTWARE: an internal software error.
@@ -32,7 +34,7 @@ public struct ExitCode: RawRepresentable, Hashable, Sendable, CustomStringConver
     public var description: String { String(rawValue) }
 
     /// The class of the error as one snake_case word, for `error.kind` in JSON: `usage`, `data`, `no_input`,
-    /// `unavailable`, `internal`, `cant_create`, `io`, `temporary`, `permission`, `config` (`failure` for 1).
+    /// `no_user`, `unavailable`, `internal`, `cant_create`, `io`, `temporary`, `permission`, `config` (`failure` for 1).
     public var kind: String {
         switch rawValue {
         case 0: return "ok"
@@ -40,6 +42,7 @@ public struct ExitCode: RawRepresentable, Hashable, Sendable, CustomStringConver
         case 64: return "usage"
         case 65: return "data"
         case 66: return "no_input"
+        case 67: return "no_user"
         case 69: return "unavailable"
         case 70: return "internal"
         case 73: return "cant_create"

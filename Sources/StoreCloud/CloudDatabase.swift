@@ -75,6 +75,9 @@ public struct CloudRecord: Sendable, Equatable {
     public var modifiedBy: String
     /// When it was saved last, in seconds since 1970.
     public var modifiedAt: Double
+    /// Why the record must not be applied, set by a backend that can tell: its last save came from a device of an
+    /// account that may not write the zone (a record forged into a container file). The import sets it aside.
+    public var rejection: String? = nil
 
     public init(zone: String, recordName: String, recordType: String, fields: String, changeTag: String, seq: Int64,
                 deleted: Bool, modifiedBy: String, modifiedAt: Double)
@@ -242,6 +245,11 @@ public struct ZoneInfo: Sendable, Equatable, Codable {
     public var lastSeq: Int64
     /// How many live (not deleted) records the zone holds.
     public var liveRecords: Int64
+    /// The account that owns the zone (created it), when the backend knows shares.
+    public var owner: String? = nil
+    /// What this connection's account may do in the zone, when the backend knows shares; nil reads as `.owner`.
+    /// `zoneInfo` throws `.permission` rather than return a zone the account has no share of.
+    public var access: ZoneAccess.Level? = nil
 
     public init(name: String, epoch: String, lastSeq: Int64, liveRecords: Int64) {
         self.name = name
@@ -592,6 +600,8 @@ public struct CloudError: DiagnosedError, Equatable {
         case invalid
         /// The zone's schema version is above the writer's: it must run the zone's data migration first.
         case schemaAhead
+        /// An account named in a request (a share's participant) is not registered in the container.
+        case unknownAccount
         /// Anything else.
         case other
     }
@@ -613,6 +623,7 @@ public struct CloudError: DiagnosedError, Equatable {
         case .zoneNotFound: return .unavailable
         case .temporary, .schemaAhead: return .tempFail
         case .permission: return .noPermission
+        case .unknownAccount: return .noUser
         case .io: return .ioError
         case .other: return .software
         }
