@@ -233,7 +233,13 @@ private struct DoctorRun {
             add("records", "\(unsettled.outbox) record(s) must still be deleted in the cloud (duplicates, or children "
                 + "of deleted parents)", command("sync"), .dataError)
         }
-        for row in unsettled.unsent {
+        for row in unsettled.unsent where row.share != nil {
+            add("records", "row \(row.key) of table '\(row.entity)' is changed here and not sent: \(row.reason)",
+                command("verify") + " shows how it differs; " + command("sync --discard-local")
+                    + " puts it back to the cloud's values (or ask the zone's owner for read-write access)",
+                .dataError)
+        }
+        for row in unsettled.unsent where row.share == nil {
             add("records", "row \(row.key) of table '\(row.entity)' is not sent: \(row.reason)",
                 row.bytes != nil ? "make the row smaller, or raise stores.\(name).cloud.max_record_size in \(configPath)"
                     : "give the row a key of valid UTF-8 text", .dataError)
@@ -459,6 +465,14 @@ extension StoreHandle {
         do {
             let backend = try container
                 ?? CloudConnector.open(settings: cloud, environment: environment, createIfMissing: false)
+            if let sharing = backend as? any CloudSharing {
+                let access = try sharing.zoneAccess(cloud.zone)
+                if access.level == .none {
+                    let error = access.noShareError(container: cloud.container)
+                    return [DoctorFinding(check: "zone", problem: error.summary, fix: error.hint ?? "",
+                                          exitCode: .noPermission)]
+                }
+            }
             if try backend.zoneInfo(cloud.zone, countLive: false) != nil,
                try MirrorState.unrecordedOwnSaves(db, cloud: backend, zone: cloud.zone)
             {

@@ -79,7 +79,8 @@ extension StoreHandle {
                 return "\(a?.account ?? "?") is \(a?.status ?? "?")" + (a?.status == "available" ? "" : ": \(a?.reason ?? "")")
             }, run: { _ in
                 let account = try self.requireAvailableAccount()
-                return "\(account.account ?? "?") is \(account.status.rawValue)"
+                let share = try self.requireZoneShare()
+                return "\(account.account ?? "?") is \(account.status.rawValue)" + share
             }),
             EnableStep(name: "history", plan: { r in
                 r.plan?.mode == "uninitialised" ? "initialise the store and install the triggers" : "verify the triggers"

@@ -76,6 +76,22 @@ public struct StatusReport: Sendable, Codable {
         public var owner: String? = nil
     }
 
+    /// The zone's share as the store's account sees it: `{"owner": "alice", "permission": "read-only",
+    /// "since": "2026-12-04T10:00:00Z"}`; `permission` is `owner`, `read-write`, `read-only` or `none`.
+    public struct Share: Sendable, Codable, Equatable {
+        /// The account that owns the zone; null when the zone does not exist yet.
+        public var owner: String?
+        public var permission: String
+        /// When the share was added (participants only).
+        public var since: String?
+
+        public init(_ access: ZoneAccess) {
+            owner = access.owner
+            permission = access.level.rawValue
+            since = access.since.map { ISOTime.string(unixMilliseconds: Int64($0 * 1000), fractional: false) }
+        }
+    }
+
     public struct Cloud: Sendable, Codable {
         public var url: String
         public var container: String
@@ -89,9 +105,12 @@ public struct StatusReport: Sendable, Codable {
         /// The hot standby of `cloud.replica_url`, when one is configured and the cloud was checked: whether sync
         /// reads from it, its lag, or why not.
         public var replica: PostgresStandbyStatus? = nil
+        /// What the store's account may do in the zone (its owner, or a participant's permission), when the cloud
+        /// was checked and answered.
+        public var share: Share? = nil
 
         enum CodingKeys: String, CodingKey {
-            case url, container, zone, reachable, replica
+            case url, container, zone, reachable, replica, share
             case containerExists = "container_exists"
         }
     }
@@ -250,7 +269,7 @@ extension StoreHandle {
             cloud = .init(url: CloudConnector.redacted(settingsCloud.url), container: settingsCloud.container,
                           zone: settingsCloud.zone, reachable: nil)
         } else if let settingsCloud = settings.cloud {
-            let report = accountStatusAndContainer(settingsCloud).report
+            let (report, container) = accountStatusAndContainer(settingsCloud)
             checkedAccount = report
             account = .init(status: report.status.rawValue, reason: report.reason, account: report.account, bound: bound,
                             owner: report.owner)
@@ -261,6 +280,11 @@ extension StoreHandle {
             cloud = .init(url: CloudConnector.redacted(settingsCloud.url), container: settingsCloud.container,
                           zone: settingsCloud.zone, reachable: reachable, containerExists: !report.containerMissing,
                           replica: CloudConnector.replicaStatus(settings: settingsCloud, environment: environment))
+            if report.status == .available, let sharing = container as? any CloudSharing,
+               let access = try? sharing.zoneAccess(settingsCloud.zone)
+            {
+                cloud?.share = .init(access)
+            }
         }
         let sync = try syncState()
         var report = StatusReport(store: settings.name, path: settings.path, exists: exists, mode: mode,
@@ -313,6 +337,9 @@ extension StoreHandle {
                     add(boundContainerMissingError(cloud))
                 } else if account.status != .available {
                     add(AccountUnavailableError(report: account, storeName: settings.name))
+                } else if let share = report.cloud?.share, share.permission == ZoneAccess.Level.none.rawValue {
+                    add(ZoneAccess(zone: cloud.zone, owner: share.owner, account: cloud.account ?? "", level: .none)
+                            .noShareError(container: cloud.container))
                 }
             }
         } else if inCloud {
@@ -333,7 +360,12 @@ extension StoreHandle {
             add(.dataError, "record \(record.recordName) (\(record.recordType), seq \(record.seq)) is set aside: "
                     + record.reason, record.hint)
         }
-        for row in report.unsettled.unsent {
+        for row in report.unsettled.unsent where row.share != nil {
+            add(.dataError, "row \(row.key) of '\(row.entity)' is changed here and not sent: \(row.reason)",
+                "see how it differs with 'storectl verify', then put it back to the cloud's values with 'storectl "
+                    + "sync --discard-local'; or ask the zone's owner for read-write access")
+        }
+        for row in report.unsettled.unsent where row.share == nil {
             add(.dataError, "row \(row.key) of '\(row.entity)' is not sent: \(row.reason)",
                 row.bytes != nil ? "make the row smaller, or raise stores.\(settings.name).cloud.max_record_size"
                     : "give the row a key of valid UTF-8 text")

@@ -139,6 +139,21 @@ extension StoreHandle {
         return report
     }
 
+    /// What the account may do in the store's zone, checked on the container `requireAvailableAccount` opened:
+    /// an account without a share of an existing zone is refused (exit 77, naming the zone, its owner and what to
+    /// ask for) before anything is written. Returns a few words for `mode cloud`'s account step.
+    /// - Throws: `CloudError`.
+    func requireZoneShare() throws -> String {
+        guard let cloud = settings.cloud, let sharing = checkedCloud as? any CloudSharing else { return "" }
+        let access = try sharing.zoneAccess(cloud.zone)
+        switch access.level {
+        case .none: throw access.noShareError(container: cloud.container)
+        case .owner: return ""
+        case .readOnly, .readWrite:
+            return ", \(access.level.rawValue) participant of zone '\(cloud.zone)' owned by '\(access.owner ?? "?")'"
+        }
+    }
+
     /// Opens the sync engine for this store: checks the binding and registers the device.
     /// - Throws: `StoreError` (78) for an account mismatch without `rebind`; `CloudError`.
     public func openMirror(_ options: SyncOptions = SyncOptions()) throws -> Mirror {

@@ -77,6 +77,9 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
 
     /// The container owner this store accepted (a container whose owner changed is refused until accepted again).
     public static let acceptedOwner = MetaKey("accepted_owner")
+    /// What the store's account may do in its zone, as the last round found it: `owner`, `read-write`,
+    /// `read-only` or `none`, a space, and the zone's owner (`read-only alice`). A read-only share sends nothing.
+    public static let zoneAccess = MetaKey("zone_access")
 
     // MARK: Moving a store file (`migrate --to`)
 
@@ -157,7 +160,7 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
         formatVersion, formatUpgradedFrom, storeID, mode, schemaHash, tracked, nextTx, historyGap, historyGapReason,
         createdAt, schema, storePath, boundAccount, boundContainer, boundZone, boundURL, baselineContainer, lastSyncAt,
         lastExportAt, lastImportAt, lastSyncError, exportSerial, restoredAt, restoreDetectedAt, ownRecordsUnchecked,
-        acceptedOwner, recordMapBase, syncTables, movedFrom, movedTo, moveSnapshot, schemaVersion, schemaVersionSHA256,
+        acceptedOwner, zoneAccess, recordMapBase, syncTables, movedFrom, movedTo, moveSnapshot, schemaVersion, schemaVersionSHA256,
         schemaVersionAt, dataMigration, schemaVersionUnsynced, schemaWait, schemaAdoptedThrough, switchTarget,
         switchExportToken, switchServerToken, switchSnapshot,
     ]

@@ -32,12 +32,15 @@ public struct RowRef: Sendable, Codable, Equatable {
     public var key: String
     public var bytes: Int?
     public var reason: String
+    /// `read-only` for a local change that the store's read-only share of the zone never sends.
+    public var share: String?
 
-    public init(entity: String, key: String, bytes: Int? = nil, reason: String) {
+    public init(entity: String, key: String, bytes: Int? = nil, reason: String, share: String? = nil) {
         self.entity = entity
         self.key = key
         self.bytes = bytes
         self.reason = reason
+        self.share = share
     }
 }
 

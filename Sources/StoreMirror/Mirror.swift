@@ -28,6 +28,9 @@ public struct MirrorOptions: Sendable {
     /// Applies the plain records of each fetched page with a few statements per table (`PageApplier`); false
     /// applies every record on its own, the reference the set-based path is tested against.
     public var applyPagesInBulk = true
+    /// The store's account has a read-only share of the zone: nothing is sent, and the cloud's value wins where
+    /// an incoming record meets a local change. Set by the round from what the container says (`Mirror.checkZone`).
+    public var readOnly = false
 
     public init(zone: String = "default", mergePolicy: MergePolicy = .propertyLocalWins) {
         self.zone = zone
@@ -109,7 +112,11 @@ public struct ZoneBehindError: DiagnosedError {
 public final class Mirror {
     public let db: Connection
     public let cloud: any CloudDatabase
-    public let options: MirrorOptions
+    /// The options, as the zone's share makes them (`readOnly`, and the cloud's value winning, for a read-only
+    /// participant).
+    public private(set) var options: MirrorOptions
+    /// What the store's account may do in the zone, as the container said at the start of this round.
+    public private(set) var access: ZoneAccess.Level = .owner
     public let entities: [EntityMap]
     /// This store's id, the device name every save carries.
     public let device: String
@@ -152,6 +159,7 @@ public final class Mirror {
     public func checkZone() throws -> ZoneInfo {
         let token = try MirrorState.serverToken(db, zone: options.zone).flatMap(ServerChangeToken.init(rawValue:))
         if let zone = try cloud.zoneInfo(options.zone, countLive: false) {
+            try noteAccess(zone)
             if let token, token.epoch != zone.epoch { throw ZoneResetError(zone: options.zone) }
             // Seqs only grow: a zone below what this store imported or saved went back to an older copy.
             let seen = max(token?.seq ?? 0,
@@ -162,7 +170,22 @@ public final class Mirror {
             return zone
         }
         if token != nil { throw ZoneResetError(zone: options.zone) }
-        return try cloud.ensureZone(options.zone)
+        let zone = try cloud.ensureZone(options.zone)
+        try noteAccess(zone)
+        return zone
+    }
+
+    /// Takes what the container says the account may do in the zone: a read-only share sends nothing and lets the
+    /// cloud's value win. The store's meta keeps it (written when it changes) for `status` and `doctor`.
+    private func noteAccess(_ zone: ZoneInfo) throws {
+        let level = zone.access ?? .owner
+        access = level
+        options.readOnly = level == .readOnly
+        if level == .readOnly { options.mergePolicy = .serverWins }
+        let text = zone.owner.map { "\(level.rawValue) \($0)" } ?? level.rawValue
+        if try MirrorState.meta(db, .zoneAccess) != text {
+            try db.transaction { try MirrorState.setMeta(db, .zoneAccess, text) }
+        }
     }
 
     /// What `prepare` found and did before the last export or import.
@@ -228,6 +251,8 @@ public final class Mirror {
         -> ExportReport
     {
         try prepare()
+        // A read-only participant sends nothing: its local changes stay in history, reported as not sent.
+        if options.readOnly { return ExportReport() }
         let exporter = Exporter(db: db, cloud: cloud, options: options, entities: entities, device: device)
         let report = try exporter.run(baseline: try baseline ?? needsBaseline(), progress: progress)
         if !report.unsent.isEmpty {
@@ -313,7 +338,8 @@ public final class Mirror {
         }
         // The export prepared the store (every error of `prepare` is thrown above): the round prepares once.
         let imported = try importChanges(prepared: true) { progress("import", $0, $1) }
-        if try importFirst || MirrorState.pendingExportCount(db) > 0 || MirrorState.unsettledCounts(db).outbox > 0 {
+        if !options.readOnly,
+           try importFirst || MirrorState.pendingExportCount(db) > 0 || MirrorState.unsettledCounts(db).outbox > 0 {
             // What the import changed locally (dedup's deletes and re-points, the children of deleted parents,
             // losers of a UNIQUE constraint) is exported in this same round, so that the other devices see it
             // after one round, not two.

@@ -298,6 +298,13 @@ extension MirrorState {
             RowRef(entity: $0[0].string ?? "", key: $0[1].string ?? "", bytes: $0[2].int64.map(Int.init),
                    reason: $0[3].string ?? "")
         }
+        if let owner = try readOnlyShareOwner(db) {
+            report.unsent += try localChangesNotSent(db, limit: 100).map {
+                RowRef(entity: $0.entity, key: $0.key,
+                       reason: "the store's account has a read-only share of the zone (owned by '\(owner)'), so "
+                           + "its local changes are never sent", share: SharePermission.readOnly.rawValue)
+            }
+        }
         for (type, count) in try StoreMeta.entries(db, .unknownType) {
             report.untrackedTypes[type] = Int(count ?? "") ?? 0
         }
@@ -305,6 +312,32 @@ extension MirrorState {
             report.restoredAt = ISOTime.string(unixMilliseconds: ms, fractional: false)
         }
         return report
+    }
+
+    /// The zone's owner when the last round found the store's account a read-only participant, else nil.
+    /// - Throws: `SQLiteError`.
+    public static func readOnlyShareOwner(_ db: Connection) throws -> String? {
+        guard let text = try meta(db, .zoneAccess) else { return nil }
+        let parts = text.split(separator: " ", maxSplits: 1).map(String.init)
+        guard parts.first == ZoneAccess.Level.readOnly.rawValue else { return nil }
+        return parts.count > 1 ? parts[1] : "?"
+    }
+
+    /// The rows changed here after the export token whose last change is this store's own, not one the cloud's
+    /// value overwrote since: what a read-only share holds back, by table and key (at most `limit`, in order).
+    /// - Throws: `SQLiteError`.
+    public static func localChangesNotSent(_ db: Connection, limit: Int? = nil) throws
+        -> [(entity: String, key: String)]
+    {
+        let token = try exportToken(db)
+        return try db.query("""
+            SELECT entity, pk FROM _storectl_history WHERE seq > ?1
+            GROUP BY entity, pk
+            HAVING max(CASE WHEN author <> ?2 THEN seq END) > coalesce(max(CASE WHEN author = ?2 THEN seq END), 0)
+            ORDER BY entity, pk
+            """ + (limit.map { " LIMIT \($0)" } ?? ""), [token, importAuthor]).map {
+            ($0[0].string ?? "", $0[1].string ?? "")
+        }
     }
 
     /// How many of this store's own saves in the zone its record map does not reflect yet (a crash between a save

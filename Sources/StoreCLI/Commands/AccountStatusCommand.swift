@@ -28,8 +28,10 @@ struct AccountStatusCommand: Command {
         var status: AccountStatus
         var reason: String
         var owner: String?
+        /// What the account may do in the store's zone, when the account is available.
+        var share: StatusReport.Share?
 
-        enum CodingKeys: String, CodingKey { case store, container, url, account, status, reason, owner }
+        enum CodingKeys: String, CodingKey { case store, container, url, account, status, reason, owner, share }
 
         func encode(to encoder: any Encoder) throws {
             var c = encoder.container(keyedBy: CodingKeys.self)
@@ -40,27 +42,45 @@ struct AccountStatusCommand: Command {
             try c.encode(status, forKey: .status)
             try c.encode(reason, forKey: .reason)
             try c.encode(owner, forKey: .owner)
+            try c.encodeIfPresent(share, forKey: .share)
         }
     }
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
         let (store, cloud) = try context.cloudSettings()
         // Through the store: the container of a store bound to one is never "available" because it could be made.
-        let report = (try? context.openStore(store.name))?.accountStatusAndContainer(cloud).report
-            ?? CloudConnector.accountStatus(settings: cloud, environment: context.environment)
+        let checked = (try? context.openStore(store.name))?.accountStatusAndContainer(cloud)
+        let report = checked?.report ?? CloudConnector.accountStatus(settings: cloud, environment: context.environment)
+        var share: StatusReport.Share?
+        if report.status == .available, let sharing = checked?.container as? any CloudSharing {
+            share = (try? sharing.zoneAccess(cloud.zone)).map(StatusReport.Share.init)
+        }
         let url = CloudConnector.redacted(cloud.url)
         if context.global.json {
             context.console.json(Output(store: store.name, container: cloud.container, url: url,
                                         account: report.account, status: report.status, reason: report.reason,
-                                        owner: report.owner))
+                                        owner: report.owner, share: share))
         } else {
             context.console.out("""
                 status: \(report.status.rawValue)
                 account: \(report.account ?? "(none)")
                 container: \(cloud.container) (\(url))
                 reason: \(report.reason)
-                """ + (report.owner.map { "\nowner: \($0)" } ?? ""))
+                """ + (report.owner.map { "\nowner: \($0)" } ?? "")
+                + (share.map { "\nzone: \(cloud.zone), " + Self.describe($0) } ?? ""))
         }
         return report.status.exitCode
+    }
+
+    /// The account's place in the zone, in words.
+    static func describe(_ share: StatusReport.Share) -> String {
+        switch share.permission {
+        case ZoneAccess.Level.owner.rawValue:
+            return share.owner == nil ? "not created yet (this account will own it)" : "owned by this account"
+        case ZoneAccess.Level.none.rawValue:
+            return "owned by '\(share.owner ?? "?")', not shared with this account"
+        default:
+            return "\(share.permission) share from '\(share.owner ?? "?")'" + (share.since.map { " since \($0)" } ?? "")
+        }
     }
 }

@@ -34,6 +34,7 @@ let registeredCommands: [any Command.Type] = [
     ConfigCommand.self,
     StoreCommand.self,
     AccountCommand.self,
+    ShareCommand.self,
     CloudCommand.self,
     DoctorCommand.self,
     DebugCommand.self,

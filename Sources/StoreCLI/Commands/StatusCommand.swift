@@ -145,6 +145,7 @@ struct StatusCommand: Command {
             rows.append(("cloud", c.url))
             rows.append(("container", "\(c.container), zone \(c.zone)"))
             rows.append(("reachable", c.reachable.map { $0 ? "yes" : "no" } ?? "not checked (local mode)"))
+            if let share = c.share { rows.append(("share", AccountStatusCommand.describe(share))) }
             if let replica = c.replica {
                 var text = "\(replica.url): \(replica.state == "not_a_standby" ? "not a standby" : replica.state)"
                 if replica.inUse {
