@@ -26,6 +26,8 @@ public struct SyncOptions: Sendable {
     public var reupload = false
     /// PostgreSQL: sync into a container that this role does not own, owned by this role (`--accept-owner ROLE`).
     public var acceptOwner: String?
+    /// `sync --discard-local`: export nothing; put every row changed here and not sent back to the cloud's values.
+    public var discardLocal = false
 
     public init() {}
 }
@@ -144,14 +146,21 @@ extension StoreHandle {
     /// ask for) before anything is written. Returns a few words for `mode cloud`'s account step.
     /// - Throws: `CloudError`.
     func requireZoneShare() throws -> String {
-        guard let cloud = settings.cloud, let sharing = checkedCloud as? any CloudSharing else { return "" }
-        let access = try sharing.zoneAccess(cloud.zone)
+        guard let cloud = settings.cloud, let access = try checkedZoneAccess() else { return "" }
         switch access.level {
         case .none: throw access.noShareError(container: cloud.container)
         case .owner: return ""
         case .readOnly, .readWrite:
             return ", \(access.level.rawValue) participant of zone '\(cloud.zone)' owned by '\(access.owner ?? "?")'"
         }
+    }
+
+    /// What the account may do in the store's zone, asked of the container `requireAvailableAccount` opened; nil
+    /// for a backend that does not know shares.
+    /// - Throws: `CloudError`.
+    func checkedZoneAccess() throws -> ZoneAccess? {
+        guard let cloud = settings.cloud, let sharing = checkedCloud as? any CloudSharing else { return nil }
+        return try sharing.zoneAccess(cloud.zone)
     }
 
     /// Opens the sync engine for this store: checks the binding and registers the device.
@@ -243,8 +252,15 @@ extension StoreHandle {
         }
         _ = try ensureInitialized()
         var report: SyncReport?
-        if wasCloud && !options.noFinalSync {
-            _ = try requireAvailableAccount()
+        if wasCloud && !options.noFinalSync, try requireAvailableAccount().status == .available,
+           let access = try checkedZoneAccess(), !access.canWrite
+        {
+            // A removed share, or a read-only one: nothing can be sent, and the store keeps every row and its history.
+            step("export", "skipped: account '\(access.account)' " + (access.level == .none ? "has no share of"
+                    : "has a read-only share of") + " zone '\(access.zone)' (owned by '\(access.owner ?? "?")'); "
+                    + "changes not sent stay in history")
+            checkedCloud = nil
+        } else if wasCloud && !options.noFinalSync {
             let mirror = try openMirror(options)
             let exported = try mirror.exportChanges { progress("export", $0, $1) }
             step("export", "final export: \(exported.saved) saved, \(exported.deleted) deleted")
@@ -268,7 +284,7 @@ extension StoreHandle {
                              hint: "run 'storectl mode cloud' to enable sync")
         }
         // Nothing changed here or in the container since the last full round left nothing to do.
-        if let quiet = quietRound(options) { return quiet }
+        if !options.discardLocal, let quiet = quietRound(options) { return quiet }
         let dataVersion = dataVersionBeforeRound()
         do {
             // A target edited by hand is said as such, before its account is looked at.
@@ -282,6 +298,7 @@ extension StoreHandle {
                 // missing or changed here, and never puts this store's older copy over their rows.
                 _ = try mirror.importChanges { progress("import", $0, $1) }
             }
+            if options.discardLocal { return try mirror.syncDiscardingLocal(progress: progress) }
             let report = try mirror.sync(progress: progress)
             takeQuietMark(after: report, mirror: mirror, dataVersion: dataVersion, options: options)
             return report

@@ -32,6 +32,9 @@ final class ImportStaging {
     let db: Connection
     /// How many pages are staged.
     private(set) var pages = 0
+    /// Records the container marked as saved by an account that may not write the zone (`CloudRecord.rejection`):
+    /// never staged, set aside by the import.
+    private(set) var rejected: [CloudRecord] = []
 
     /// Creates (or empties) the staging tables.
     /// - Throws: `SQLiteError`.
@@ -57,6 +60,7 @@ final class ImportStaging {
     func clear() throws {
         try db.execute("DELETE FROM temp._storectl_import_staged; DELETE FROM temp._storectl_import_lookups;")
         pages = 0
+        rejected = []
     }
 
     // MARK: Fetching, before the write transaction
@@ -98,7 +102,8 @@ final class ImportStaging {
             inFlight = batch.moreComing ? fetch(after: batch.token) : nil
             let records = onlyTypes.map { only in batch.records.filter { only.contains($0.recordType) } }
                 ?? batch.records
-            try stage(records)
+            rejected += records.filter { $0.rejection != nil }
+            try stage(records.filter { $0.rejection == nil })
             fetched += batch.records.count
             token = batch.token
             Failpoint.hit("import.after-fetch")
@@ -241,7 +246,10 @@ final class ImportStaging {
     @discardableResult
     private func fetchRecord(cloud: any CloudDatabase, zone: String, _ name: String) throws -> CloudRecord? {
         try requireNoWriteTransaction("fetchRecord")
-        let record = try cloud.fetchRecord(zone: zone, recordName: name)
+        let fetched = try cloud.fetchRecord(zone: zone, recordName: name)
+        // A record saved by an account that may not write the zone is not taken for the record's state.
+        if fetched?.rejection != nil { return nil }
+        let record = fetched
         try db.transaction(.deferred) {
             try db.run("""
                 INSERT OR REPLACE INTO temp._storectl_import_lookups(record_name, found, record_type, fields,

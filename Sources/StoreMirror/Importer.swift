@@ -101,6 +101,14 @@ struct Importer {
                 // settles together).
                 applier.defersUntilSettled = true
                 if onlyTypes == nil { try retrySetAside(applier, staging: staging, report: &report) }
+                for record in staging.rejected {
+                    try setAside(record, RecordProblem(
+                        reason: record.rejection ?? "",
+                        hint: "the container holds a save by an account that may not write the zone: whoever can "
+                            + "write the container itself wrote it; the zone's owner can save the record again, or "
+                            + "check who can write the container"), keepFields: false)
+                    report.setAside += 1
+                }
                 let pages = try PageApplier(db: db, applier: applier)
                 var done = 0
                 for page in 0..<staging.pages {

@@ -47,6 +47,16 @@ public struct SyncReport: Sendable, Codable, Equatable {
     public var warnings: [String]?
     /// How the read replica (`cloud.replica_url`) served the round's fetches; absent without one.
     public var replica: ReplicaUse?
+    /// A read-only participant's round: the rows changed here that it did not send (`not_sent`); absent for an
+    /// owner or a read-write participant.
+    public var notSent: Int?
+    /// `sync --discard-local`: the rows put back to the cloud's values.
+    public var discarded: DiscardReport?
+
+    enum CodingKeys: String, CodingKey {
+        case exported, imported, warnings, replica, discarded
+        case notSent = "not_sent"
+    }
 
     public init(exported: ExportReport, imported: ImportReport) {
         self.exported = exported
@@ -319,6 +329,18 @@ public final class Mirror {
         }
     }
 
+    /// `sync --discard-local`: the cloud's changes in, then every row changed here and not sent put back to the
+    /// cloud's values (`discardLocalChanges`). Nothing is exported.
+    /// - Throws: see `importChanges` and `discardLocalChanges`.
+    public func syncDiscardingLocal(progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws -> SyncReport {
+        let imported = try importChanges { progress("import", $0, $1) }
+        var report = SyncReport(exported: ExportReport(), imported: imported)
+        report.discarded = try discardLocalChanges()
+        try MirrorState.setMeta(db, .lastSyncAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
+        report.note(cloud)
+        return report
+    }
+
     /// One round: export, then import.
     /// - Throws: see `exportChanges` and `importChanges`.
     public func sync(progress: (String, Int, Int?) -> Void = { _, _, _ in }) throws -> SyncReport {
@@ -352,6 +374,7 @@ public final class Mirror {
         try MirrorState.setMeta(db, .lastSyncAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
         var report = SyncReport(exported: exported, imported: imported)
         report.note(cloud)
+        if options.readOnly { report.notSent = try MirrorState.localChangesNotSent(db).count }
         if var notSent {
             report.exported.unsent = notSent.rows
             notSent.report = report

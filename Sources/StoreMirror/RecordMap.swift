@@ -83,6 +83,12 @@ public struct RecordMap {
         try db.run("DELETE FROM _storectl_records WHERE entity = ? AND pk = ? AND change_tag IS NULL", [entity, pk])
     }
 
+    /// Forgets the change tag `name` was last applied at, so that the record is applied again whole
+    /// (`sync --discard-local`, which puts a row back to its record's values).
+    func forgetTag(name: String) throws {
+        try db.run("UPDATE _storectl_records SET change_tag = NULL WHERE record_name = ?", [name])
+    }
+
     /// Records that record `name` was last synced at `tag` with `fields` (hashed here).
     func setSynced(name: String, tag: String, fields: String) throws {
         try db.run("UPDATE _storectl_records SET change_tag = ?1, base = \(FieldHashes.sql("?2")) WHERE record_name = ?3",

@@ -14,6 +14,7 @@ struct SyncCommand: Command {
         "storectl sync",
         "storectl sync --json",
         "storectl sync --reupload            # after the zone was purged on another device",
+        "storectl verify && storectl sync --discard-local   # a read-only participant drops its local edits",
     ]
     static let options = [
         OptionSpec("rebind", help: "Sync into the configured account even though the store is bound to another."),
@@ -21,6 +22,8 @@ struct SyncCommand: Command {
                    help: "PostgreSQL: sync into a container owned by ROLE, another role than the configured one."),
         OptionSpec("allow-mass-delete", help: "Let the export delete more than max_delete_fraction of the zone."),
         OptionSpec("reupload", help: "Forget record names and tokens and upload every row again."),
+        OptionSpec("discard-local",
+                   help: "Send nothing; put every row changed here and not sent back to the cloud's values."),
     ]
 
     static func run(_ args: ParsedArguments, _ context: CommandContext) throws -> ExitCode {
@@ -30,6 +33,10 @@ struct SyncCommand: Command {
         options.acceptOwner = args.value("accept-owner")
         options.allowMassDelete = args.flag("allow-mass-delete")
         options.reupload = args.flag("reupload")
+        options.discardLocal = args.flag("discard-local")
+        if options.discardLocal, options.reupload || options.rebind {
+            throw UsageError("--discard-local cannot be combined with --reupload or --rebind")
+        }
         let progress = SyncProgress(context: context)
         let report = try store.sync(options, progress: progress.update)
         progress.finish()
@@ -46,6 +53,16 @@ struct SyncCommand: Command {
             context.console.out("imported: \(i.applied) applied, \(i.deleted) deleted, \(i.skipped) skipped"
                                 + (i.waitingForParent > 0 ? ", \(i.waitingForParent) waiting for a parent" : ""))
             context.console.out("conflicts: \(e.conflictsResolved) resolved by \(store.settings.cloud?.mergePolicy.rawValue ?? "")")
+            if let notSent = report.notSent, notSent > 0 {
+                context.console.err("note: \(notSent) row(s) changed here are not sent: the store's account has a "
+                                    + "read-only share of the zone; 'storectl status' lists them, 'storectl sync "
+                                    + "--discard-local' puts them back to the cloud's values")
+            }
+            if let d = report.discarded {
+                context.console.out("discarded: \(d.restored) row(s) put back to the cloud's values, \(d.deleted) "
+                                    + "deleted, \(d.kept) kept (changed again meanwhile); the old values stay in "
+                                    + "'storectl history'")
+            }
             for record in i.setAsideRecords {
                 context.console.err("warning: record \(record.recordName) (table '\(record.recordType)', seq \(record.seq)) "
                                     + "is set aside: \(record.reason)")
