@@ -20,7 +20,10 @@ extension StoreHandle {
         let accepted = try MirrorState.meta(db, .acceptedOwner)
         if accepted == owner { return }
         let role = postgres.role ?? "?"
-        guard accept == owner else {
+        // A participant the container's owner shared the zone with joins that owner's data on purpose.
+        let invited = try (cloud as? any CloudSharing)?.zoneAccess(cloudSettings.zone)
+        let isParticipant = (invited?.level == .readOnly || invited?.level == .readWrite) && invited?.owner == owner
+        guard accept == owner || isParticipant else {
             let wrong = accept.map { " (--accept-owner names \($0))" } ?? ""
             throw StoreError(.config, "container \(cloudSettings.container) at \(postgres.displayURL) is owned by role "
                                  + "\(owner), not by the configured role \(role)\(wrong)",
