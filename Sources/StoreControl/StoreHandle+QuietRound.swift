@@ -104,7 +104,8 @@ extension StoreHandle {
         let db = mirror.db
         do {
             let unsettled = try MirrorState.unsettledCounts(db)
-            guard unsettled == (0, 0, 0, 0), try MirrorState.pendingExportCount(db) == 0,
+            // A read-only participant's changes are never sent: they leave nothing to do.
+            guard unsettled == (0, 0, 0, 0), try mirror.options.readOnly || MirrorState.pendingExportCount(db) == 0,
                   try Seeder.pendingMarkers(db).isEmpty
             else { return }
             // The import's token, when the backend can vouch for the rest without a read; else the state read now.
