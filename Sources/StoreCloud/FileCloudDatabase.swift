@@ -16,7 +16,7 @@ import StoreSQLite
 ///                                                   account: "alice", secret: secret)
 ///     try cloud.ensureZone("default")
 ///     let outcomes = try cloud.save(zone: "default", saves, device: storeID)
-public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration {
+public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration, CloudSharing {
     /// The value of `format` in the container meta: what tells a container from any other SQLite file.
     public static let formatMarker = "storectl-cloud-container"
     /// The container format version this build reads and writes.
@@ -30,7 +30,12 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     ///   is kept too (`superseded_saves`, written by a trigger on `records`): a store killed after the cloud saved
     ///   its batch, and before it recorded the save, finds the saves others have built on since
     ///   (`fetchDeviceRecords`). A format-2 container is upgraded in place, after a copy (`<file>.format2.bak`).
-    public static let formatVersion = 3
+    /// - 4: a zone belongs to the account that created it (`zones.owner`), and other accounts reach it through a
+    ///   share (`shares`: read-only or read-write, `CloudSharing`). A format-3 container is upgraded in place, after
+    ///   a copy (`<file>.format3.bak`): its zones go to the container's first owner, and every other account with a
+    ///   device in it becomes a read-write participant of each (`added_by` = `upgrade`). A container without
+    ///   accounts keeps zones without an owner, which every account may use as before.
+    public static let formatVersion = 4
     /// How long, in milliseconds, a call waits for another process's lock before giving up (75, retry).
     public static let defaultBusyTimeout: Int32 = 5000
 
@@ -44,7 +49,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// caller, who knows the user's environment; never looked up here.
     private let secretCache: VerifiedSecretCache?
     private let busyTimeout: Int32
-    private let db: Connection
+    let db: Connection
     /// Whether the file and its folder may be written (checked from the permission bits too, since root ignores
     /// them when writing).
     private let writeProblem: String?
@@ -287,8 +292,10 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             name TEXT PRIMARY KEY,
             epoch TEXT NOT NULL,
             last_seq INTEGER NOT NULL DEFAULT 0,
-            created_at REAL NOT NULL
+            created_at REAL NOT NULL,
+            owner TEXT
         ) WITHOUT ROWID;
+        \(sharesSQL)
         CREATE TABLE records(
             zone TEXT NOT NULL,
             record_name TEXT NOT NULL,
@@ -328,6 +335,18 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
             account TEXT,
             first_seen REAL NOT NULL,
             last_seen REAL NOT NULL
+        ) WITHOUT ROWID;
+        """
+
+    /// The participants of shared zones (format 4; the format-3 upgrade adds it).
+    static let sharesSQL = """
+        CREATE TABLE IF NOT EXISTS shares(
+            zone TEXT NOT NULL,
+            account TEXT NOT NULL,
+            permission TEXT NOT NULL CHECK (permission IN ('read-only', 'read-write')),
+            since REAL NOT NULL,
+            added_by TEXT NOT NULL,
+            PRIMARY KEY (zone, account)
         ) WITHOUT ROWID;
         """
 
@@ -410,7 +429,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// others write; kept if one is there already), then one transaction. Format 1 -> 2: records that share a seq
     /// in a zone get new seqs after the zone's last one (all but the lowest record name), so that the seq index can
     /// be UNIQUE and a reader following the feed sees each of them; the `export_marks` table is created. Format 2 -> 3:
-    /// the `superseded_saves` table and its trigger are created.
+    /// the `superseded_saves` table and its trigger are created. Format 3 -> 4: zones get owners and the
+    /// `shares` table (`addOwnersAndShares`).
     private static func upgrade(_ db: Connection, path: String, meta: [String: String]) throws {
         guard let version = meta["version"].flatMap({ Int($0) }), version < formatVersion else { return }
         let backup = path + ".format\(version).bak"
@@ -457,11 +477,32 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                         """)
                 }
                 if current < 3 { try db.execute(Self.supersededSQL) }
+                if current < 4 { try Self.addOwnersAndShares(db) }
                 try db.run("UPDATE container_meta SET value = ? WHERE key = 'version'", [String(formatVersion)])
                 try db.run("INSERT OR REPLACE INTO container_meta(key, value) VALUES ('upgraded_from', ?)",
                            [String(current)])
             }
         }
+    }
+
+    /// Format 3 -> 4: every zone goes to the container's owner (the earliest-created enabled account with role
+    /// `owner`), and every other account that registered a device becomes a read-write participant of each zone
+    /// (`added_by` = `upgrade`): whoever synced before keeps syncing. Without accounts, zones keep no owner.
+    private static func addOwnersAndShares(_ db: Connection) throws {
+        let columns = try db.query("PRAGMA table_info(zones)").compactMap { $0[1].string }
+        if !columns.contains("owner") { try db.execute("ALTER TABLE zones ADD COLUMN owner TEXT") }
+        try db.execute(sharesSQL)
+        try db.run("""
+            UPDATE zones SET owner = (SELECT id FROM accounts WHERE role = 'owner' AND disabled = 0
+                                      ORDER BY created_at, id LIMIT 1)
+            WHERE owner IS NULL
+            """)
+        try db.run("""
+            INSERT OR IGNORE INTO shares(zone, account, permission, since, added_by)
+            SELECT z.name, d.account, 'read-write', ?, 'upgrade'
+            FROM zones z JOIN (SELECT DISTINCT account FROM devices WHERE account IS NOT NULL) d
+            WHERE z.owner IS NOT NULL AND d.account <> z.owner
+            """, [Date().timeIntervalSince1970])
     }
 
     /// Why the container cannot be written, or nil when it can. Root ignores permission bits when writing, so a
@@ -558,7 +599,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         throw damagedError(path: path, detail: reason.isEmpty ? "it reported damage before" : reason)
     }
 
-    private func translated<T>(_ what: String, _ body: () throws -> T) throws -> T {
+    func translated<T>(_ what: String, _ body: () throws -> T) throws -> T {
         try Self.translated(path: path, what, body)
     }
 
@@ -672,14 +713,14 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     /// The configured account's role, once its credentials are checked (once per connection).
     /// - Throws: `CloudError(.account)` with the reason, or the error met while reading.
     @discardableResult
-    private func requireAccount() throws -> AccountRole {
+    func requireAccount() throws -> AccountRole {
         switch try checkCredentials() {
         case .valid(let role): return role
         case .noAccount(let error), .restricted(let error): throw error
         }
     }
 
-    private func requireWritable() throws {
+    func requireWritable() throws {
         try requireAccount()
         if let writeProblem {
             throw CloudError(.permission, "cannot write to container '\(container)': \(writeProblem)",
@@ -772,6 +813,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
 
     // MARK: Zones
 
+    /// The zone with its owner and this account's access. Throws `.permission` for a zone the account has no share
+    /// of, never nil as if it did not exist.
     public func zoneInfo(_ zone: String, countLive: Bool) throws -> ZoneInfo? {
         try requireAccount()
         return try translated("reading zone '\(zone)'") {
@@ -780,23 +823,29 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     }
 
     private func readZone(_ zone: String, countLive: Bool = true) throws -> ZoneInfo? {
-        guard let row = try db.query("SELECT epoch, last_seq FROM zones WHERE name = ?", [zone]).first else {
-            return nil
-        }
+        guard let row = try db.query("SELECT epoch, last_seq FROM zones WHERE name = ?", [zone]).first,
+              let access = try checkedAccess(zone, write: false)
+        else { return nil }
         let live = countLive
             ? try db.scalar("SELECT count(*) FROM records WHERE zone = ? AND deleted = 0", [zone])?.int64 ?? 0 : -1
-        return ZoneInfo(name: zone, epoch: row[0].string ?? "", lastSeq: row[1].int64 ?? 0, liveRecords: live)
+        var info = ZoneInfo(name: zone, epoch: row[0].string ?? "", lastSeq: row[1].int64 ?? 0, liveRecords: live)
+        info.owner = access.owner
+        info.access = access.level
+        return info
     }
 
+    /// Creates the zone, owned by this connection's account, or returns it when it exists and the account may
+    /// write it (`.permission` otherwise: a zone name is never taken twice).
     @discardableResult
     public func ensureZone(_ zone: String) throws -> ZoneInfo {
         try CloudContract.checkZone(zone)
         try requireWritable()
         return try translated("creating zone '\(zone)'") {
             try db.transaction(.immediate) {
-                try db.run("INSERT INTO zones(name, epoch, last_seq, created_at) VALUES (?, ?, 0, ?) "
+                try db.run("INSERT INTO zones(name, epoch, last_seq, created_at, owner) VALUES (?, ?, 0, ?, ?) "
                                + "ON CONFLICT(name) DO NOTHING",
-                           [zone, Self.newEpoch(), Date().timeIntervalSince1970])
+                           [zone, Self.newEpoch(), Date().timeIntervalSince1970, account])
+                _ = try checkedAccess(zone, write: true)
                 guard let info = try readZone(zone) else {
                     throw CloudError(.other, "zone '\(zone)' vanished while it was created")
                 }
@@ -822,14 +871,22 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                           FROM (SELECT key, value FROM container_meta ORDER BY key)),
                        (SELECT secret_hash FROM accounts WHERE id = ?1),
                        (SELECT role || ',' || disabled FROM accounts WHERE id = ?1),
-                       (SELECT epoch FROM zones WHERE name = ?2), (SELECT last_seq FROM zones WHERE name = ?2)
+                       (SELECT epoch FROM zones WHERE name = ?2), (SELECT last_seq FROM zones WHERE name = ?2),
+                       (SELECT coalesce(owner, '') FROM zones WHERE name = ?2),
+                       (SELECT permission || ',' || since FROM shares WHERE zone = ?2 AND account = ?1)
                 """, [account, zone]).first
         }
         guard let row, let meta = row[0].string, let stored = row[1].string, let registration = row[2].string else {
             return nil
         }
+        // The account's access to the zone: a share removed or changed ends the quiet rounds, and the full round
+        // that follows meets the refusal.
+        let owner = row[5].string, share = row[6].string
+        if let owner, !owner.isEmpty, owner != account, share == nil { return nil }
         let file = "\(identity.device):\(identity.inode)"
-        let digest = try Crypto.sha256(Array([file, meta, stored, registration].joined(separator: "\n\u{0}\n").utf8))
+        let access = (owner ?? "-") + "/" + (share ?? "-")
+        let digest = try Crypto.sha256(Array([file, meta, stored, registration, access]
+            .joined(separator: "\n\u{0}\n").utf8))
         if digest != known?.digest {
             guard let values = try translated("reading the container meta", { try Self.readMeta(db, path: path) }),
                   (try? Self.check(values, path: path, container: container)) != nil,
@@ -849,19 +906,23 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         return QuietState(digest: digest, zone: epoch.map { ServerChangeToken(epoch: $0, seq: row[4].int64 ?? 0) })
     }
 
-    private func zoneNotFound(_ zone: String) -> CloudError {
+    func zoneNotFound(_ zone: String) -> CloudError {
         CloudError(.zoneNotFound, "zone '\(zone)' does not exist in container '\(container)'",
                    hint: "it is created by the first sync of a store that uses it")
     }
 
+    /// Purges the zone: its owner, or an owner of the container, may; a participant never.
     public func purgeZone(_ zone: String) throws {
         try requireWritable()
-        try requireOwner("purge a zone; ask one to run 'storectl cloud purge --yes'")
+        let role = try requireAccount()
         try translated("purging zone '\(zone)'") {
             try db.transaction(.immediate) {
-                guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else {
-                    throw zoneNotFound(zone)
+                let row = try db.query("SELECT owner FROM zones WHERE name = ?", [zone]).first
+                let owner = row?[0].string
+                if role != .owner && (owner == nil || owner != account) {
+                    throw purgeRefused(zone: zone, owner: owner)
                 }
+                guard row != nil else { throw zoneNotFound(zone) }
                 try db.run("DELETE FROM records WHERE zone = ?", [zone])
                 try db.run("DELETE FROM markers WHERE zone = ?", [zone])
                 try db.run("DELETE FROM export_marks WHERE zone = ?", [zone])
@@ -870,6 +931,15 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                 try db.run("UPDATE zones SET epoch = ? WHERE name = ?", [Self.newEpoch(), zone])
             }
         }
+    }
+
+    /// Why this account may not purge `zone` (owned by `owner`, nil when it has none or does not exist).
+    private func purgeRefused(zone: String, owner: String?) -> CloudError {
+        let whose = owner.map { " nor of zone '\(zone)', which belongs to account '\($0)'" } ?? ""
+        return CloudError(.permission, "account '\(account ?? "")' is not an owner of container '\(container)'"
+                              + whose,
+                          hint: "only the zone's owner or an owner of the container can purge a zone; ask one to run "
+                              + "'storectl cloud purge --yes'")
     }
 
     // MARK: Records
@@ -884,6 +954,28 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                     modifiedAt: s.column(8).double ?? 0)
     }
 
+    /// The columns and tables of a record read with a check of its last save (`checkedRecord`): the tenth column is
+    /// the account of the device that saved it, when that account may not write the zone. `?5` is the zone's
+    /// owner; NULL (a zone without one, which every account may write) refuses nothing, nor does a device not
+    /// registered to an account.
+    static let checkedRecordSQL = """
+        r.zone, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted, r.modified_by, r.modified_at,
+        CASE WHEN d.account IS NULL OR ?5 IS NULL OR d.account = ?5 THEN NULL
+             WHEN EXISTS (SELECT 1 FROM shares s WHERE s.zone = r.zone AND s.account = d.account
+                          AND s.permission = 'read-write') THEN NULL
+             ELSE d.account END
+        FROM records r LEFT JOIN devices d ON d.store_id = r.modified_by
+        """
+
+    /// A record read with `checkedRecordSQL`, its `rejection` set when its saver may not write the zone.
+    fileprivate static func checkedRecord(_ s: Statement) -> CloudRecord {
+        var record = record(s)
+        if let saver = s.string(9) {
+            record.rejection = CloudRecord.rejection(device: record.modifiedBy, account: saver, zone: record.zone)
+        }
+        return record
+    }
+
     public func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int, excludingDevice: String?)
         throws -> ChangeBatch
     {
@@ -895,16 +987,19 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                 guard let row = try db.query("SELECT epoch, last_seq FROM zones WHERE name = ?", [zone]).first else {
                     throw zoneNotFound(zone)
                 }
+                let owner = try checkedAccess(zone, write: false)?.owner
                 let epoch = row[0].string ?? ""
                 let lastSeq = row[1].int64 ?? 0
                 try CloudContract.checkToken(token, epoch: epoch, zone: zone, container: container)
                 let after = token?.seq ?? 0
                 let statement = try db.cached("""
-                    SELECT \(Self.recordColumns) FROM records WHERE zone = ?1 AND seq > ?2 AND modified_by IS NOT ?4
-                    ORDER BY seq LIMIT ?3
+                    SELECT \(Self.checkedRecordSQL)
+                    WHERE r.zone = ?1 AND r.seq > ?2 AND r.modified_by IS NOT ?4 ORDER BY r.seq LIMIT ?3
                     """)
                 var records: [CloudRecord] = []
-                try statement.forEach([zone, after, limit + 1, excludingDevice]) { records.append(Self.record($0)) }
+                try statement.forEach([zone, after, limit + 1, excludingDevice, owner]) {
+                    records.append(Self.checkedRecord($0))
+                }
                 let moreComing = records.count > limit
                 if moreComing {
                     let next = records.removeLast()
@@ -912,12 +1007,12 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                         // A page never ends inside a run of records with one seq (a damaged or hand-written
                         // container): the token would then move past the rest of the run.
                         let rest = try db.cached("""
-                            SELECT \(Self.recordColumns) FROM records WHERE zone = ?1 AND seq = ?2
-                              AND modified_by IS NOT ?3 ORDER BY record_name
+                            SELECT \(Self.checkedRecordSQL)
+                            WHERE r.zone = ?1 AND r.seq = ?2 AND r.modified_by IS NOT ?3 ORDER BY r.record_name
                             """)
                         let seen = Set(records.filter { $0.seq == last.seq }.map(\.recordName))
-                        try rest.forEach([zone, last.seq, excludingDevice]) { row in
-                            let record = Self.record(row)
+                        try rest.forEach([zone, last.seq, excludingDevice, nil as String?, owner]) { row in
+                            let record = Self.checkedRecord(row)
                             if !seen.contains(record.recordName) { records.append(record) }
                         }
                     }
@@ -933,11 +1028,15 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     public func fetchRecord(zone: String, recordName: String) throws -> CloudRecord? {
         try requireAccount()
         return try translated("reading record '\(recordName)'") {
-            let statement = try db.cached(
-                "SELECT \(Self.recordColumns) FROM records WHERE zone = ? AND record_name = ?")
-            var found: CloudRecord?
-            try statement.forEach([zone, recordName]) { found = Self.record($0) }
-            return found
+            try db.transaction(.deferred) {
+                guard let access = try checkedAccess(zone, write: false) else { return nil }
+                let statement = try db.cached("SELECT \(Self.checkedRecordSQL) WHERE r.zone = ?1 AND r.record_name = ?2")
+                var found: CloudRecord?
+                try statement.forEach([zone, recordName, nil as String?, nil as String?, access.owner]) {
+                    found = Self.checkedRecord($0)
+                }
+                return found
+            }
         }
     }
 
@@ -970,6 +1069,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
                            schemaVersion: Int?, atomic: Bool) throws -> [SaveOutcome]
     {
         try db.transaction(.immediate) {
+            _ = try checkedAccess(zone, write: true)
             guard var batch = try SaveBatch(db: db, zone: zone, device: device) else { throw zoneNotFound(zone) }
             if let schemaVersion, let current = try readSchemaVersion(zone: zone),
                current.version > schemaVersion
@@ -1084,6 +1184,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     public func exportState(zone: String, device: String) throws -> DeviceExportState? {
         try requireAccount()
         return try translated("reading the export marks of device '\(device)'") {
+            _ = try checkedAccess(zone, write: false)
             let rows = try db.query("""
                 SELECT last_seq, serial, history_seq, saved_at FROM export_marks WHERE zone = ? AND device = ?
                 ORDER BY last_seq DESC LIMIT 1
@@ -1102,9 +1203,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         try requireAccount()
         return try translated("fetching the records of device '\(device)'") {
             try db.transaction(.deferred) {
-                guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else {
-                    throw zoneNotFound(zone)
-                }
+                guard try checkedAccess(zone, write: false) != nil else { throw zoneNotFound(zone) }
                 // The device's records as they stand, and its saves that another device's save replaced since.
                 let statement = try db.cached("""
                     SELECT zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at,
@@ -1139,9 +1238,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         try requireWritable()
         return try translated("creating marker '\(name)'") {
             try db.transaction(.immediate) {
-                guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else {
-                    throw zoneNotFound(zone)
-                }
+                guard try checkedAccess(zone, write: true) != nil else { throw zoneNotFound(zone) }
                 try db.run("""
                     INSERT INTO markers(zone, name, created_by, created_at, payload) VALUES (?, ?, ?, ?, ?)
                     ON CONFLICT(zone, name) DO NOTHING
@@ -1158,8 +1255,10 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
     public func schemaVersion(zone: String) throws -> ZoneSchemaVersion? {
         try requireAccount()
         return try translated("reading the schema version of zone '\(zone)'") {
-            guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else { throw zoneNotFound(zone) }
-            return try readSchemaVersion(zone: zone)
+            try db.transaction(.deferred) {
+                guard try checkedAccess(zone, write: false) != nil else { throw zoneNotFound(zone) }
+                return try readSchemaVersion(zone: zone)
+            }
         }
     }
 
@@ -1182,9 +1281,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
         try requireWritable()
         return try translated("raising the schema version of zone '\(zone)'") {
             try db.transaction(.immediate) {
-                guard try db.scalar("SELECT 1 FROM zones WHERE name = ?", [zone]) != nil else {
-                    throw zoneNotFound(zone)
-                }
+                guard try checkedAccess(zone, write: true) != nil else { throw zoneNotFound(zone) }
                 if let current = try readSchemaVersion(zone: zone), current.version >= target.version {
                     return .alreadyAt(current)
                 }
@@ -1206,7 +1303,12 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration 
 
     public func marker(zone: String, name: String) throws -> Marker? {
         try requireAccount()
-        return try translated("reading marker '\(name)'") { try readMarker(zone: zone, name: name) }
+        return try translated("reading marker '\(name)'") {
+            try db.transaction(.deferred) {
+                _ = try checkedAccess(zone, write: false)
+                return try readMarker(zone: zone, name: name)
+            }
+        }
     }
 
     private func readMarker(zone: String, name: String) throws -> Marker? {

@@ -69,7 +69,8 @@ final class ContainerUpgradeTests: XCTestCase {
             """)
         let db = try FileCloudDatabase.open(path: path, container: "c.old", account: "owner", secret: "s3cret-owner")
         XCTAssertTrue(FileManager.default.fileExists(atPath: path + ".format2.bak"))
-        XCTAssertEqual(try raw.scalar("SELECT value FROM container_meta WHERE key = 'version'")?.string, "3")
+        XCTAssertEqual(try raw.scalar("SELECT value FROM container_meta WHERE key = 'version'")?.string,
+                       String(FileCloudDatabase.formatVersion))
         XCTAssertEqual(try raw.scalar("SELECT value FROM container_meta WHERE key = 'upgraded_from'")?.string, "2")
         XCTAssertEqual(try db.exportState(zone: "z", device: "d1")?.mark.historySeq, 7, "the marks are kept")
         _ = try db.save(zone: "z", [RecordSave(recordName: "a", recordType: "t", fields: #"{"n":2}"#,

@@ -221,7 +221,7 @@ final class FileCloudDatabaseTests: XCTestCase {
             try bob.addAccount(id: "eve", secret: "x", role: .owner)
         }
         assertCloudError(.permission) { try bob.disableAccount(id: "alice") }
-        try bob.ensureZone("default")
+        try owner.ensureZone("default")
         assertCloudError(.permission) { try bob.purgeZone("default") }
 
         try owner.disableAccount(id: "bob")
