@@ -1,3 +1,7 @@
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 import StoreBase
 import StoreCloud
 import StoreHistory
@@ -19,6 +23,9 @@ public struct DiscardReport: Sendable, Codable, Equatable {
     public var kept = 0
     /// The rows, at most 1000, by table and key.
     public var rows: [Row] = []
+    /// The file that keeps the discarded rows' local values (one JSON object a line: `entity`, `key`, `action`,
+    /// `local`, the row's columns as they were, null for a row deleted here); nil when nothing was discarded.
+    public var savedTo: String?
 
     public init() {}
 }
@@ -28,7 +35,8 @@ extension Mirror {
     /// record's values (and comes back if it was deleted here), a row the cloud holds no live record of is
     /// deleted. The records are fetched first; one write transaction (author `cloud-import`, user triggers
     /// suspended) then applies them and moves the export token past the discarded changes, so nothing of them is
-    /// ever sent. A row changed again meanwhile is kept. The discarded values stay in the store's history.
+    /// ever sent. A row changed again meanwhile is kept. The local values are written to a file first
+    /// (`keepLocalValues`).
     /// - Throws: `CloudError`, `SQLiteError`.
     public func discardLocalChanges() throws -> DiscardReport {
         let upTo = try db.scalar("SELECT coalesce(max(seq), 0) FROM _storectl_history")?.int64 ?? 0
@@ -42,11 +50,12 @@ extension Mirror {
                                                                                           recordName: $0.name) }
             work.append((entity, row.key, entry?.name, record))
         }
-        let order = Self.parentsFirst(entities)
+        let order = Dictionary(uniqueKeysWithValues: EntityMap.parentFirst(entities).enumerated().map { ($1.name, $0) })
         let restore = work.filter { $0.record.map { !$0.deleted } ?? false }
             .sorted { (order[$0.entity.name] ?? 0) < (order[$1.entity.name] ?? 0) }
         let remove = work.filter { $0.record.map(\.deleted) ?? true }
         var report = DiscardReport()
+        if !work.isEmpty { report.savedTo = try keepLocalValues(remove.map { ($0, "deleted") } + restore.map { ($0, "restored") }) }
         func note(_ item: (entity: EntityMap, pk: String, name: String?, record: CloudRecord?), _ action: String) {
             if report.rows.count < 1000 { report.rows.append(.init(entity: item.entity.name, key: item.pk, action: action)) }
         }
@@ -91,20 +100,36 @@ extension Mirror {
         return report
     }
 
-    /// Each table's depth in its foreign keys (a parent before its children), for applying rows in an order their
-    /// references can be met in.
-    static func parentsFirst(_ entities: [EntityMap]) -> [String: Int] {
-        var depth: [String: Int] = [:]
-        let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
-        func visit(_ name: String, _ seen: Set<String>) -> Int {
-            if let known = depth[name] { return known }
-            guard let entity = byName[name], !seen.contains(name) else { return 0 }
-            let parents = entity.foreignKeys.map(\.parentTable).filter { $0 != name }
-            let d = (parents.map { visit($0, seen.union([name])) }.max() ?? -1) + 1
-            depth[name] = d
-            return d
+    /// Writes the local values of the rows about to be discarded to a file beside the store
+    /// (`<store>.discarded-<time>.jsonl`, durably, before anything is changed) and returns its path: what
+    /// `--discard-local` puts back is never lost, only set aside.
+    /// - Throws: `StoreError` when the file cannot be written (nothing was changed then), `SQLiteError`.
+    private func keepLocalValues(_ rows: [((entity: EntityMap, pk: String, name: String?, record: CloudRecord?), String)])
+        throws -> String
+    {
+        var lines: [String] = []
+        for (item, action) in rows {
+            let e = item.entity
+            let local = try db.scalar("SELECT \(e.rowJSON("t")) FROM main.\(e.quotedName) t WHERE "
+                                          + e.pkMatches("t", json: "?1"), [item.pk])?.string
+            let line = try db.scalar("SELECT json_object('entity', ?1, 'key', json(?2), 'action', ?3, 'local', json(?4))",
+                                     [e.name, item.pk, action, local])?.string ?? ""
+            lines.append(line)
         }
-        for e in entities { _ = visit(e.name, []) }
-        return depth
+        let stamp = ISOTime.string(unixMilliseconds: Int64(Date().timeIntervalSince1970 * 1000), fractional: false)
+            .replacingText(":", with: "")
+        let path = db.path + ".discarded-" + stamp + ".jsonl"
+        // The file takes the store file's permissions: it holds the store's rows.
+        var st = stat()
+        let mode = stat(db.path, &st) == 0 ? st.st_mode & 0o777 : 0o600
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode)
+        if fd >= 0 { close(fd) }
+        do {
+            try AtomicFile.write(Array((lines.joined(separator: "\n") + "\n").utf8), to: path)
+        } catch {
+            throw StoreError(.cantCreate, "cannot keep the local values of the rows to discard in \(path): \(error)",
+                             hint: "free some space or fix the permissions of the store's folder; nothing was changed")
+        }
+        return path
     }
 }

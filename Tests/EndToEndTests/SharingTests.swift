@@ -37,7 +37,8 @@ final class SharingTests: XCTestCase {
     }
 
     func rows(_ p: E2EProject, _ store: String) throws -> String {
-        try p.sql(store, "SELECT id, uuid, coalesce(title, 'NULL') FROM notes ORDER BY id")
+        // INTEGER PRIMARY KEY is a surrogate key: the uuid names a note on every device.
+        try p.sql(store, "SELECT uuid, coalesce(title, 'NULL') FROM notes ORDER BY uuid")
     }
 
     /// Shares bob read-only and carol read-write, and switches both to cloud mode.
@@ -106,8 +107,8 @@ final class SharingTests: XCTestCase {
         try p.run(["-s", "alice", "sync"])
         try p.run(["-s", "bob", "sync"])
         let bobRows = try rows(p, "bob")
-        XCTAssertTrue(bobRows.contains("2|u2|two, by alice"), bobRows)
-        XCTAssertTrue(bobRows.contains("9|u9|bob only"), bobRows)
+        XCTAssertTrue(bobRows.contains("u2|two, by alice"), bobRows)
+        XCTAssertTrue(bobRows.contains("u9|bob only"), bobRows)
         let after = json(try p.run(["-s", "bob", "status", "--json"], expect: 65))
         let left = ((after["unsettled"] as? [String: Any])?["unsent"] as? [[String: Any]] ?? []).compactMap {
             $0["key"] as? String
@@ -123,8 +124,11 @@ final class SharingTests: XCTestCase {
         XCTAssertEqual(try rows(p, "bob"), try rows(p, "alice"))
         try p.run(["-s", "bob", "status"])
         try p.run(["-s", "bob", "doctor"])
-        // The discarded values are still in bob's history.
-        XCTAssertTrue(try p.run(["-s", "bob", "history", "--json"]).stdout.contains("bob only"))
+        // The discarded local values are kept in a file beside the store, with the store file's permissions.
+        let saved = try XCTUnwrap(discarded["saved_to"] as? String)
+        let kept = try String(contentsOfFile: saved, encoding: .utf8)
+        XCTAssertTrue(kept.contains("bob only") && kept.contains("\"action\":\"deleted\""), kept)
+        XCTAssertEqual(kept.split(separator: "\n").count, 2, kept)
     }
 
     func testAReadWriteParticipantsEditsMerge() throws {
@@ -155,7 +159,7 @@ final class SharingTests: XCTestCase {
         XCTAssertTrue(refused.stderr.contains("'default'") && refused.stderr.contains("'alice'"), refused.stderr)
         XCTAssertTrue(refused.stderr.contains("share add dave"), refused.stderr)
         XCTAssertEqual(json(try p.run(["-s", "dave", "status", "--json"], expect: nil))["mode"] as? String, "local")
-        XCTAssertEqual(try rows(p, "dave"), "5|u5|dave\n")
+        XCTAssertEqual(try rows(p, "dave"), "u5|dave\n")
         _ = before
         XCTAssertFalse(try rows(p, "alice").contains("dave"))
         let account = json(try p.run(["-s", "dave", "account", "status", "--json"]))

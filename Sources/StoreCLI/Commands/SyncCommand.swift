@@ -60,8 +60,8 @@ struct SyncCommand: Command {
             }
             if let d = report.discarded {
                 context.console.out("discarded: \(d.restored) row(s) put back to the cloud's values, \(d.deleted) "
-                                    + "deleted, \(d.kept) kept (changed again meanwhile); the old values stay in "
-                                    + "'storectl history'")
+                                    + "deleted, \(d.kept) kept (changed again meanwhile)"
+                                    + (d.savedTo.map { "; their local values are kept in \($0)" } ?? ""))
             }
             for record in i.setAsideRecords {
                 context.console.err("warning: record \(record.recordName) (table '\(record.recordType)', seq \(record.seq)) "
