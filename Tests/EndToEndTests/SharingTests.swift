@@ -1,35 +1,78 @@
 import Foundation
+import StoreCloudPostgres
 import TestSupport
 import XCTest
 
-/// Sharing a zone with other accounts, end to end on a container file: the real binary, real store files, one
-/// container, four accounts. alice owns the zone; bob has a read-only share, carol a read-write one; dave none.
-final class SharingTests: XCTestCase {
+/// Sharing a zone with other accounts, end to end: the real binary, real store files, one container, four accounts.
+/// alice owns the zone; bob has a read-only share, carol a read-write one; dave none. On a container file here, on
+/// PostgreSQL in `PostgresSharingEndToEndTests` (each account a role of the test's own, the server enforcing it).
+class SharingTests: XCTestCase {
     static let secrets = ["alice": "alice-S3cret-11", "bob": "bob-S3cret-22", "carol": "carol-S3cret-33",
                           "dave": "dave-S3cret-44"]
 
-    /// A project whose config has one store per account, all on `cloud/shared.container`, zone `default`.
+    /// The PostgreSQL server's URL, or nil for the container file.
+    var serverURL: String? { nil }
+    /// The suffix of this test's role names on PostgreSQL (roles are the server's, shared by every test).
+    lazy var suffix = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+    lazy var container = serverURL == nil ? "iCloud.com.example.notes" : "iCloud.com.example.share\(suffix)"
+
+    /// The account a store signs in as: its name on a container file, a role of this test's own on PostgreSQL.
+    func account(_ name: String) -> String { serverURL == nil ? name : "\(name)_\(suffix)" }
+
+    /// A project whose config has one store per account, all on one container, zone `default`.
     func project() throws -> E2EProject {
         let p = try E2EProject(label: "storectl-share")
         try p.writeSchema()
         var stores: [E2EProject.Store] = []
         for name in ["alice", "bob", "carol", "dave"] {
-            let cloud = E2EProject.Cloud(container: "iCloud.com.example.notes", url: "file:cloud/shared.container",
-                                         account: name, secret: "${\(name.uppercased())_SECRET}",
+            let url = serverURL.map { "'\($0)'" } ?? "file:cloud/shared.container"
+            let cloud = E2EProject.Cloud(container: container, url: url, account: account(name),
+                                         secret: serverURL == nil ? "${\(name.uppercased())_SECRET}" : "unused",
                                          createIfMissing: false)
             stores.append(E2EProject.Store(name, cloud: cloud))
         }
         try p.writeConfig(stores)
         for (name, secret) in Self.secrets { p.environment[name.uppercased() + "_SECRET"] = secret }
-        try p.run(["-s", "alice", "cloud", "init"])
-        for name in ["bob", "carol", "dave"] {
-            try p.run(["-s", "alice", "account", "add", name, "--secret-env", name.uppercased() + "_SECRET"])
-        }
+        try makeAccounts(p)
         try p.run(["-s", "alice", "init"])
         try p.sql("alice", "INSERT INTO notes(id, uuid, title) VALUES (1, 'u1', 'one'), (2, 'u2', 'two'), "
                       + "(3, 'u3', 'three')")
         try p.run(["-s", "alice", "mode", "cloud"])
         return p
+    }
+
+    /// The container and its four accounts: alice's container file with the others registered; on PostgreSQL,
+    /// four roles (alice may create the container's schema; the others get the grants `--print-grants` prints).
+    func makeAccounts(_ p: E2EProject) throws {
+        guard serverURL != nil else {
+            try p.run(["-s", "alice", "cloud", "init"])
+            for name in ["bob", "carol", "dave"] {
+                try p.run(["-s", "alice", "account", "add", name, "--secret-env", name.uppercased() + "_SECRET"])
+            }
+            return
+        }
+        let roles = ["alice", "bob", "carol", "dave"].map(account)
+        addTeardownBlock { [self] in
+            for role in roles { _ = try? psql("DROP OWNED BY \(role) CASCADE; DROP ROLE IF EXISTS \(role)") }
+        }
+        for role in roles { try psql("CREATE ROLE \(role) LOGIN") }
+        try psql("GRANT CREATE ON DATABASE postgres TO \(account("alice"))")
+        try p.run(["-s", "alice", "cloud", "init"])
+        let grants = try p.run(["-s", "alice", "cloud", "init", "--print-grants"]).stdout
+        for name in ["bob", "carol", "dave"] {
+            try psql(grants.replacingOccurrences(of: "\"\(account("alice"))\"", with: account(name)))
+        }
+    }
+
+    /// Runs SQL on the test server as its superuser (or as `role`), and returns what it printed.
+    @discardableResult
+    func psql(_ sql: String, as role: String? = nil, expect: Int32 = 0) throws -> ProcessResult {
+        var url = serverURL ?? ""
+        if let role { url += (url.contains("?") ? "&" : "?") + "user=\(role)" }
+        let r = try Binary.run("/usr/bin/psql", [url, "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                               in: FileManager.default.temporaryDirectory.path)
+        XCTAssertEqual(r.status, expect, "\(sql)\n\(r.stderr)")
+        return r
     }
 
     func json(_ r: ProcessResult) -> [String: Any] {
@@ -43,8 +86,8 @@ final class SharingTests: XCTestCase {
 
     /// Shares bob read-only and carol read-write, and switches both to cloud mode.
     func shareWithBobAndCarol(_ p: E2EProject) throws {
-        try p.run(["-s", "alice", "share", "add", "bob", "--permission", "read-only"])
-        try p.run(["-s", "alice", "share", "add", "carol", "--permission", "read-write"])
+        try p.run(["-s", "alice", "share", "add", account("bob"), "--permission", "read-only"])
+        try p.run(["-s", "alice", "share", "add", account("carol"), "--permission", "read-write"])
         for name in ["bob", "carol"] {
             try p.run(["-s", name, "init"])
             try p.run(["-s", name, "mode", "cloud"])
@@ -53,28 +96,28 @@ final class SharingTests: XCTestCase {
 
     func testTheOwnerSharesAndListsParticipants() throws {
         let p = try project()
-        let added = try p.run(["-s", "alice", "share", "add", "bob", "--permission", "read-only", "--json"])
+        let added = try p.run(["-s", "alice", "share", "add", account("bob"), "--permission", "read-only", "--json"])
         let doc = json(added)
-        XCTAssertEqual(doc["account"] as? String, "bob")
+        XCTAssertEqual(doc["account"] as? String, account("bob"))
         XCTAssertEqual(doc["permission"] as? String, "read-only")
-        XCTAssertEqual(doc["owner"] as? String, "alice")
+        XCTAssertEqual(doc["owner"] as? String, account("alice"))
         XCTAssertEqual(doc["zone"] as? String, "default")
         XCTAssertEqual(doc["action"] as? String, "added")
-        try p.run(["-s", "alice", "share", "add", "carol", "--permission", "read-write"])
+        try p.run(["-s", "alice", "share", "add", account("carol"), "--permission", "read-write"])
         let list = json(try p.run(["-s", "alice", "share", "list", "--json"]))
-        XCTAssertEqual(list["owner"] as? String, "alice")
+        XCTAssertEqual(list["owner"] as? String, account("alice"))
         let participants = list["participants"] as? [[String: Any]] ?? []
-        XCTAssertEqual(participants.map { $0["account"] as? String }, ["bob", "carol"])
+        XCTAssertEqual(participants.map { $0["account"] as? String }, [account("bob"), account("carol")])
         XCTAssertEqual(participants.map { $0["permission"] as? String }, ["read-only", "read-write"])
         XCTAssertTrue(participants.allSatisfy { ($0["since"] as? String)?.hasSuffix("Z") == true }, "\(participants)")
         // A participant may list too, never change the share.
-        XCTAssertEqual(json(try p.run(["-s", "bob", "share", "list", "--json"]))["owner"] as? String, "alice")
-        let refused = try p.run(["-s", "bob", "share", "add", "dave"], expect: 77)
+        XCTAssertEqual(json(try p.run(["-s", "bob", "share", "list", "--json"]))["owner"] as? String, account("alice"))
+        let refused = try p.run(["-s", "bob", "share", "add", account("dave")], expect: 77)
         XCTAssertTrue(refused.stderr.contains("dave") || refused.stderr.contains("owner"), refused.stderr)
-        try p.run(["-s", "carol", "share", "remove", "bob"], expect: 77)
+        try p.run(["-s", "carol", "share", "remove", account("bob")], expect: 77)
         // An account the container does not know: exit 67. A bad permission: usage.
-        try p.run(["-s", "alice", "share", "add", "mallory"], expect: 67)
-        try p.run(["-s", "alice", "share", "add", "bob", "--permission", "admin"], expect: 64)
+        try p.run(["-s", "alice", "share", "add", account("mallory")], expect: 67)
+        try p.run(["-s", "alice", "share", "add", account("bob"), "--permission", "admin"], expect: 64)
         // The non-participant can neither list nor add.
         try p.run(["-s", "dave", "share", "list"], expect: 77)
     }
@@ -97,7 +140,7 @@ final class SharingTests: XCTestCase {
         XCTAssertTrue(unsent.allSatisfy { $0["share"] as? String == "read-only" }, status.stdout)
         let share = (json(status)["cloud"] as? [String: Any])?["share"] as? [String: Any]
         XCTAssertEqual(share?["permission"] as? String, "read-only", status.stdout)
-        XCTAssertEqual(share?["owner"] as? String, "alice", status.stdout)
+        XCTAssertEqual(share?["owner"] as? String, account("alice"), status.stdout)
         let doctor = try p.run(["-s", "bob", "doctor"], expect: 65)
         XCTAssertTrue(doctor.stdout.contains("not sent") && doctor.stdout.contains("discard-local"), doctor.stdout)
         let account = json(try p.run(["-s", "bob", "account", "status", "--json"]))
@@ -154,13 +197,11 @@ final class SharingTests: XCTestCase {
         let p = try project()
         try p.run(["-s", "dave", "init"])
         try p.sql("dave", "INSERT INTO notes(id, uuid, title) VALUES (5, 'u5', 'dave')")
-        let before = try Data(contentsOf: URL(fileURLWithPath: p.dir.file("cloud/shared.container")))
         let refused = try p.run(["-s", "dave", "mode", "cloud"], expect: 77)
-        XCTAssertTrue(refused.stderr.contains("'default'") && refused.stderr.contains("'alice'"), refused.stderr)
-        XCTAssertTrue(refused.stderr.contains("share add dave"), refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("'default'") && refused.stderr.contains("'\(account("alice"))'"), refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("share add \(account("dave"))"), refused.stderr)
         XCTAssertEqual(json(try p.run(["-s", "dave", "status", "--json"], expect: nil))["mode"] as? String, "local")
         XCTAssertEqual(try rows(p, "dave"), "u5|dave\n")
-        _ = before
         XCTAssertFalse(try rows(p, "alice").contains("dave"))
         let account = json(try p.run(["-s", "dave", "account", "status", "--json"]))
         XCTAssertEqual((account["share"] as? [String: Any])?["permission"] as? String, "none")
@@ -169,10 +210,10 @@ final class SharingTests: XCTestCase {
     func testARemovedShareKeepsTheParticipantsDataAndResumesWhenAddedAgain() throws {
         let p = try project()
         try shareWithBobAndCarol(p)
-        try p.run(["-s", "alice", "share", "remove", "bob"])
+        try p.run(["-s", "alice", "share", "remove", account("bob")])
         try p.sql("bob", "INSERT INTO notes(id, uuid, title) VALUES (8, 'u8', 'kept by bob')")
         let refused = try p.run(["-s", "bob", "sync"], expect: 77)
-        XCTAssertTrue(refused.stderr.contains("'default'") && refused.stderr.contains("'alice'"), refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("'default'") && refused.stderr.contains("'\(account("alice"))'"), refused.stderr)
         XCTAssertTrue(try rows(p, "bob").contains("kept by bob"))
         XCTAssertEqual(try p.sql("bob", "SELECT count(*) FROM notes"), "4\n")
         try p.run(["-s", "bob", "status"], expect: 77)
@@ -181,7 +222,7 @@ final class SharingTests: XCTestCase {
         // Added again: bob resumes where it stopped, and the owner's changes meanwhile arrive.
         try p.sql("alice", "UPDATE notes SET title = 'while bob was out' WHERE id = 1")
         try p.run(["-s", "alice", "sync"])
-        try p.run(["-s", "alice", "share", "add", "bob", "--permission", "read-only"])
+        try p.run(["-s", "alice", "share", "add", account("bob"), "--permission", "read-only"])
         let back = json(try p.run(["-s", "bob", "mode", "cloud", "--json"]))
         let imported = ((back["sync"] as? [String: Any])?["imported"] as? [String: Any])?["applied"] as? Int
         XCTAssertEqual(imported, 1, "\(back)")
@@ -197,30 +238,85 @@ final class SharingTests: XCTestCase {
         try p.run(["-s", "carol", "sync"], expect: 77)
         try p.run(["-s", "carol", "share", "leave"], expect: nil)
         let list = json(try p.run(["-s", "alice", "share", "list", "--json"]))
-        XCTAssertEqual((list["participants"] as? [[String: Any]])?.compactMap { $0["account"] as? String }, ["bob"])
+        XCTAssertEqual((list["participants"] as? [[String: Any]])?.compactMap { $0["account"] as? String }, [account("bob")])
     }
 
     func testARecordForgedByANonParticipantIsSetAside() throws {
         let p = try project()
         try shareWithBobAndCarol(p)
-        let container = p.dir.file("cloud/shared.container")
-        // Someone who can write the file forges a record as dave's device; dave has no share.
-        let forge = """
-            INSERT INTO devices(store_id, name, account, first_seen, last_seen) VALUES ('dave-device', 'dave', 'dave', 0, 0);
-            UPDATE zones SET last_seq = last_seq + 1 WHERE name = 'default';
-            INSERT INTO records(zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
-            SELECT 'default', 'forged-1', 'notes', '{"id":66,"uuid":"u66","title":"forged"}', 'tag-forged', last_seq, 0,
-                   'dave-device', 0 FROM zones WHERE name = 'default';
-            """
-        let r = try Binary.run("/usr/bin/sqlite3", [container, forge], in: p.dir.path)
-        XCTAssertEqual(r.status, 0, "\(r)")
+        try forge(p, fields: #"{"id":66,"uuid":"u66","title":"forged"}"#)
         let sync = try p.run(["-s", "bob", "sync", "--json"])
         XCTAssertEqual((json(sync)["imported"] as? [String: Any])?["set_aside"] as? Int, 1, sync.stdout)
         XCTAssertFalse(try rows(p, "bob").contains("forged"))
         let status = try p.run(["-s", "bob", "status", "--json"], expect: 65)
-        XCTAssertTrue(status.stdout.contains("forged-1") && status.stdout.contains("dave"), status.stdout)
+        XCTAssertTrue(status.stdout.contains("forged-1") && status.stdout.contains(account("dave")), status.stdout)
         // Set aside for good: the next sync does not apply it either.
         try p.run(["-s", "bob", "sync"])
         XCTAssertFalse(try rows(p, "bob").contains("forged"))
+    }
+
+    /// Forges record `forged-1` into the zone as a device registered to dave, who has no share: written straight
+    /// into the container (the file with sqlite3; PostgreSQL as the server's superuser).
+    func forge(_ p: E2EProject, fields: String) throws {
+        let schema = serverURL == nil ? "" : PostgresCloudDatabase.schemaName(container: container) + "."
+        let forge = """
+            INSERT INTO \(schema)devices(store_id, name, account, first_seen, last_seen)
+                VALUES ('dave-device', 'dave', '\(account("dave"))', 0, 0);
+            UPDATE \(schema)zones SET last_seq = last_seq + 1 WHERE name = 'default';
+            INSERT INTO \(schema)records(zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by,
+                                        modified_at)
+            SELECT 'default', 'forged-1', 'notes', '\(fields)', 'tag-forged', last_seq, \(serverURL == nil ? "0" : "false"),
+                   'dave-device', 0 FROM \(schema)zones WHERE name = 'default';
+            """
+        if serverURL != nil {
+            try psql("BEGIN; " + forge + " COMMIT;")
+            return
+        }
+        let r = try Binary.run("/usr/bin/sqlite3", [p.dir.file("cloud/shared.container"), forge], in: p.dir.path)
+        XCTAssertEqual(r.status, 0, "\(r)")
+    }
+}
+
+/// The same, on PostgreSQL: each account a role of the test's own, and the server itself refusing what a share
+/// does not allow to a role that connects with `psql`.
+final class PostgresSharingEndToEndTests: SharingTests {
+    override var serverURL: String? { ProcessInfo.processInfo.environment["STORECTL_TEST_PG_URL"] }
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        if serverURL?.isEmpty ?? true {
+            if ProcessInfo.processInfo.environment["STORECTL_REQUIRE_PG"] == "1" {
+                XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set: start PostgreSQL (see .ci/run)")
+            }
+            throw XCTSkip("no PostgreSQL server (set STORECTL_TEST_PG_URL)")
+        }
+    }
+
+    func testTheServerRefusesAReadOnlyRoleAndHidesTheZoneFromOthers() throws {
+        let p = try project()
+        try shareWithBobAndCarol(p)
+        let records = PostgresCloudDatabase.schemaName(container: container) + ".records"
+        // bob reads the zone's records with psql, and cannot change them.
+        XCTAssertEqual(try psql("SELECT count(*) FROM \(records) WHERE NOT deleted", as: account("bob")).stdout, "3\n")
+        for statement in ["UPDATE \(records) SET fields = '{}'",
+                          "DELETE FROM \(records)",
+                          "INSERT INTO \(records)(zone, record_name, record_type, fields, change_tag, seq, deleted, "
+                              + "modified_by, modified_at) VALUES ('default', 'x', 'notes', '{}', 't', 999999, false, "
+                              + "'d', 0)"]
+        {
+            let r = try psql(statement, as: account("bob"), expect: statement.hasPrefix("INSERT") ? 1 : 0)
+            if !statement.hasPrefix("INSERT") {
+                // Row-level security: the rows a read-only role may not write are not there for its UPDATE and DELETE.
+                XCTAssertEqual(try psql("SELECT count(*) FROM \(records) WHERE fields <> '{}'").stdout, "3\n",
+                               "\(statement) changed the zone: \(r.stdout)")
+            }
+        }
+        XCTAssertEqual(try rows(p, "alice"), try rows(p, "bob"))
+        try p.run(["-s", "alice", "sync"])
+        XCTAssertTrue(try rows(p, "alice").contains("u1|one"))
+        // dave, with no share, sees no record of the zone.
+        XCTAssertEqual(try psql("SELECT count(*) FROM \(records)", as: account("dave")).stdout, "0\n")
+        // carol, read-write, may write through the server.
+        XCTAssertEqual(try psql("SELECT count(*) FROM \(records)", as: account("carol")).stdout, "3\n")
     }
 }
