@@ -166,29 +166,41 @@ extension PostgresCloudDatabase {
         // zone.
         if standingSession != nil {
             // One that no longer stands (the format, the owner, the LOGIN changed): a full round checks again.
-            guard let standing = revalidatedSession(zone: zone) else { return nil }
-            return QuietState(digest: Self.quietDigest(standing.session.report), zone: standing.zone)
+            // So does a role without a share: the full round meets the refusal.
+            guard let standing = revalidatedSession(zone: zone), standing.access?.access.canRead ?? true else {
+                return nil
+            }
+            return QuietState(digest: Self.quietDigest(standing.session.report, access: standing.access?.signature),
+                              zone: standing.zone)
         }
         return try run("cannot read the state of zone \(zone) of \(container)") { c in
             let status = try privilegeStatus(c, role: role).0
             guard status.status == .available else { return nil }
-            let r = try c.execute("SELECT epoch, last_seq FROM \(s).zones WHERE name = $1", [zone])
-            return QuietState(digest: Self.quietDigest(status),
-                              zone: r.rowCount == 1 ? ServerChangeToken(epoch: r.string(0, 0) ?? "", seq: r.int64(0, 1) ?? 0) : nil)
+            let r = try c.execute("""
+                SELECT a.epoch, a.last_seq, \(Self.accessColumns("a")) FROM \(s).zone_access($1, current_user) a
+                """, [zone])
+            let access = ZoneAccessRow(r, row: 0, at: 2, zone: zone)
+            guard access?.access.canRead ?? true else { return nil }
+            return QuietState(digest: Self.quietDigest(status, access: access?.signature),
+                              zone: r.string(0, 0).map { ServerChangeToken(epoch: $0, seq: r.int64(0, 1) ?? 0) })
         }
     }
 
-    /// With a standing session, the state a quiet round will compare with is the import's token and the session's
-    /// check: nothing needs reading. A save after that import moves the zone past the token, which the next quiet
-    /// round's read (or, under `watch`, the notification) sees.
+    /// With a standing session, the state a quiet round will compare with is the import's token, the session's
+    /// check and the zone's access as the round read it: nothing needs reading. A save after that import moves the
+    /// zone past the token, which the next quiet round's read (or, under `watch`, the notification) sees.
     public func quietState(zone: String, importedUpTo token: ServerChangeToken) -> QuietState? {
-        guard let standing = standingSession, standing.report.status == .available else { return nil }
-        return QuietState(digest: Self.quietDigest(standing.report), zone: token)
+        guard let standing = standingSession, standing.report.status == .available,
+              let access = standing.access[zone]
+        else { return nil }
+        return QuietState(digest: Self.quietDigest(standing.report, access: access), zone: token)
     }
 
-    /// What a quiet state's digest holds on PostgreSQL: the account check's words and the container's owner.
-    private static func quietDigest(_ report: AccountStatusReport) -> [UInt8] {
-        Array([report.reason, report.owner ?? ""].joined(separator: "\n").utf8)
+    /// What a quiet state's digest holds on PostgreSQL: the account check's words, the container's owner, and the
+    /// zone's owner with the role's share (`ZoneAccessRow.signature`; nil without the zone): a share removed or
+    /// changed makes the next round a full one.
+    private static func quietDigest(_ report: AccountStatusReport, access: String?) -> [UInt8] {
+        Array([report.reason, report.owner ?? "", access ?? "-"].joined(separator: "\n").utf8)
     }
 
     /// The role that owns the container, and whether the configured role is it (or a member of it); nil when the

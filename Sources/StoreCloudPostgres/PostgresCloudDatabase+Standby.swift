@@ -116,8 +116,8 @@ extension PostgresCloudDatabase {
             }
             return nil
         }
-        guard let page else {
-            standbyUse.behind += 1  // the zone is not replayed yet
+        guard let page, page.access.access.canRead else {
+            standbyUse.behind += 1  // the zone (or the role's share) is not replayed yet
             return nil
         }
         guard page.inRecovery else {

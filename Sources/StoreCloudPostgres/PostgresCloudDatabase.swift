@@ -100,6 +100,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
         var at: Double
         /// The device `registerDevice` wrote in this session, and the name it gave.
         var device: (storeID: String, name: String)?
+        /// Each zone's access as this session last read it (`ZoneAccessRow.signature`): what a quiet state vouches
+        /// for without reading the server.
+        var access: [String: String] = [:]
     }
 
     /// The longest one account check stands, in seconds: then the next `accountStatus()` logs in again and checks
@@ -110,14 +113,20 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// The session's account check, when it still stands and the server still agrees, asked in one statement;
     /// nil otherwise, the session then dropped (a new check follows, on a new connection when the server ended
     /// this one). `zone` is read in the same statement.
-    func revalidatedSession(zone: String? = nil) -> (session: SessionCheck, zone: ServerChangeToken?)? {
+    ///
+    /// The zone's access (its owner, this role's share) is read in the same statement: a share removed or changed
+    /// shows in `access` (nil when the zone does not exist), and a role without a share gets no token.
+    func revalidatedSession(zone: String? = nil)
+        -> (session: SessionCheck, zone: ServerChangeToken?, access: ZoneAccessRow?)?
+    {
         guard let standing = standingSession, let connection else { return nil }
         do {
             let r = try connection.execute("""
                 SELECT (SELECT value FROM \(s).meta WHERE key = 'schema_version'), pg_get_userbyid(n.nspowner),
-                       pg_has_role(current_user, n.nspowner, 'MEMBER'), r.rolcanlogin, z.epoch, z.last_seq
+                       pg_has_role(current_user, n.nspowner, 'MEMBER'), r.rolcanlogin, z.epoch, z.last_seq,
+                       \(Self.accessColumns("z"))
                 FROM pg_namespace n JOIN pg_roles r ON r.rolname = current_user
-                LEFT JOIN \(s).zones z ON z.name = $2
+                LEFT JOIN LATERAL \(s).zone_access($2, current_user) z ON true
                 WHERE n.nspname = $1
                 """, [schemaName, zone])
             // The container's format, its owner and the role's LOGIN as the check saw them: a newer storectl's
@@ -130,7 +139,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 return nil
             }
             let token = r.string(0, 4).map { ServerChangeToken(epoch: $0, seq: r.int64(0, 5) ?? 0) }
-            return (standing, token)
+            return (standing, token, zone.flatMap { ZoneAccessRow(r, row: 0, at: 6, zone: $0) })
         } catch {
             // A session the server ended: the next call connects again, and checks again.
             self.connection = nil
@@ -348,6 +357,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         do {
             return try body(c)
         } catch let error as PGError {
+            if error.sqlState == ZoneWriteRefused.sqlState { throw ZoneWriteRefused() }
             if error.connectionLost || !c.isHealthy { connection = nil }
             // A privilege revoked during the session: the next round checks the account again, and says so.
             if error.sqlState == "42501" { session = nil }
@@ -501,29 +511,40 @@ public final class PostgresCloudDatabase: CloudDatabase {
 
     // MARK: - Zones
 
+    /// The zone with its owner and this role's access. Throws `.permission` for a zone the role has no share of,
+    /// never nil as if it did not exist.
     public func zoneInfo(_ zone: String, countLive: Bool) throws -> ZoneInfo? {
         try run("cannot read zone \(zone) of \(container)") { c in
-            let live = countLive ? "(SELECT count(*) FROM \(s).records WHERE zone = $1 AND NOT deleted)" : "-1"
+            let live = countLive
+                ? "CASE WHEN a.level <> 'none' THEN (SELECT count(*) FROM \(s).records WHERE zone = $1 AND NOT deleted) END"
+                : "-1"
             let r = try c.execute("""
-                SELECT name, epoch, last_seq, \(live)
-                FROM \(s).zones WHERE name = $1
+                SELECT a.epoch, a.last_seq, \(live), \(Self.accessColumns("a"))
+                FROM \(s).zone_access($1, current_user) a
                 """, [zone])
-            guard r.rowCount == 1 else { return nil }
-            let info = ZoneInfo(name: zone, epoch: r.string(0, 1) ?? "", lastSeq: r.int64(0, 2) ?? 0,
-                                liveRecords: r.int64(0, 3) ?? 0)
+            guard let access = ZoneAccessRow(r, row: 0, at: 3, zone: zone) else { return nil }
+            session?.access[zone] = access.signature
+            try access.requireRead(container: container)
+            var info = ZoneInfo(name: zone, epoch: r.string(0, 0) ?? "", lastSeq: r.int64(0, 1) ?? 0,
+                                liveRecords: r.int64(0, 2) ?? 0)
+            info.owner = access.access.owner
+            info.access = access.access.level
             primaryEpochs[zone] = info.epoch
             primaryLastSeqs[zone] = info.lastSeq
             return info
         }
     }
 
+    /// Creates the zone, owned by this role, or returns it when it exists and the role may write it (`.permission`
+    /// otherwise: a zone name is never taken twice).
     @discardableResult
     public func ensureZone(_ zone: String) throws -> ZoneInfo {
         try CloudContract.checkZone(zone)
         try run("cannot create zone \(zone) of \(container)") { c in
             try c.execute("""
-                INSERT INTO \(s).zones (name, epoch, last_seq, created_at)
-                VALUES ($1, gen_random_uuid()::text, 0, extract(epoch FROM statement_timestamp())::float8)
+                INSERT INTO \(s).zones (name, epoch, last_seq, created_at, owner)
+                VALUES ($1, gen_random_uuid()::text, 0, extract(epoch FROM statement_timestamp())::float8,
+                        current_user)
                 ON CONFLICT (name) DO NOTHING
                 """, [zone])
         }
@@ -532,18 +553,15 @@ public final class PostgresCloudDatabase: CloudDatabase {
             throw CloudError(.temporary, "zone \(zone) of \(container) vanished while it was being created",
                              hint: "retry")
         }
+        if info.access == .readOnly { throw try writeRefusal(zone) }
         return info
     }
 
+    /// Purges the zone: its owner may, and so may the role that owns the container's schema or a member of it; a
+    /// participant never.
     public func purgeZone(_ zone: String) throws {
         let found = try run("cannot purge zone \(zone) of \(container)") { c -> Bool in
-            // Destructive operations are the owner's: the role that owns the container's schema, or a member of it.
-            if let owner = try containerOwner(c), !owner.isMember {
-                throw CloudError(.permission, "role \(owner.current) is not an owner of container \(container) at "
-                                     + "\(displayURL) (its owner is role \(owner.owner))",
-                                 hint: "only the owner role, or a role granted it, can purge a zone; ask it to run "
-                                     + "'storectl cloud purge --yes'")
-            }
+            try requirePurgeRight(c, zone: zone)
             // The zone lock orders the purge with saves: a save sees the zone either before or after it, whole.
             let results = try c.pipeline([
                 PGQuery("SELECT 1 FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone]),
@@ -576,6 +594,23 @@ public final class PostgresCloudDatabase: CloudDatabase {
                    hint: "it is created on the first sync; if it was deleted on purpose, sync again to recreate it")
     }
 
+    /// Refuses a purge by a role that neither owns the zone nor owns the container (or is a member of its owner).
+    private func requirePurgeRight(_ c: PGConnection, zone: String) throws {
+        let r = try c.execute("""
+            SELECT a.owner, current_user, pg_get_userbyid(n.nspowner), pg_has_role(current_user, n.nspowner, 'MEMBER')
+            FROM pg_namespace n LEFT JOIN LATERAL \(s).zone_access($2, current_user) a ON true
+            WHERE n.nspname = $1
+            """, [schemaName, zone])
+        guard r.rowCount == 1, r.bool(0, 3) != true else { return }
+        let (owner, current) = (r.string(0, 0), r.string(0, 1) ?? (role ?? ""))
+        if let owner, owner == current { return }
+        let whose = owner.map { " nor of zone \(zone), which belongs to role \($0)" } ?? ""
+        throw CloudError(.permission, "role \(current) is not an owner of container \(container) at \(displayURL) "
+                             + "(its owner is role \(r.string(0, 2) ?? "?"))" + whose,
+                         hint: "only the zone's owner, the container's owner role or a role granted it can purge a "
+                             + "zone; ask one to run 'storectl cloud purge --yes'")
+    }
+
     // MARK: - Records
 
     /// The columns of a record, in the order `record(from:row:at:zone:)` reads them.
@@ -588,6 +623,31 @@ public final class PostgresCloudDatabase: CloudDatabase {
                            fields: r.string(row, column + 2) ?? "{}", changeTag: r.string(row, column + 3) ?? "",
                            seq: r.int64(row, column + 4) ?? 0, deleted: r.bool(row, column + 5) ?? false,
                            modifiedBy: r.string(row, column + 6) ?? "", modifiedAt: r.double(row, column + 7) ?? 0)
+    }
+
+    /// A record read with `checkedRecords`: its columns, then the account of its saver when that account may not
+    /// write the zone (the record's `rejection`).
+    func checkedRecord(from r: PGResult, row: Int, at column: Int, zone: String) -> CloudRecord? {
+        guard var record = record(from: r, row: row, at: column, zone: zone) else { return nil }
+        if let saver = r.string(row, column + 8) {
+            record.rejection = CloudRecord.rejection(device: record.modifiedBy, account: saver, zone: zone)
+        }
+        return record
+    }
+
+    /// The records of zone `$1` that `filter` (and `tail`: order, limit) selects, each followed by `rejected_by`:
+    /// the account its saver's device is registered to when that account may not write the zone (neither the
+    /// owner `a.owner` of the enclosing `zone_access` row `a` nor a read-write participant). A device that is not
+    /// registered, or to no account, refuses nothing. For a `LATERAL` join on `a`.
+    func checkedRecords(_ filter: String, _ tail: String = "") -> String {
+        """
+        SELECT rr.*, CASE WHEN d.account IS NULL OR a.owner IS NULL OR d.account = a.owner THEN NULL
+                          WHEN EXISTS (SELECT 1 FROM \(s).shares sh WHERE sh.zone = $1 AND sh.account = d.account
+                                       AND sh.permission = 'read-write') THEN NULL
+                          ELSE d.account END AS rejected_by
+        FROM (SELECT \(Self.recordColumns) FROM \(s).records WHERE zone = $1 AND \(filter) \(tail)) rr
+        LEFT JOIN \(s).devices d ON d.store_id = rr.modified_by
+        """
     }
 
     public func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int, excludingDevice: String?)
@@ -603,6 +663,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
             try changePage(c, zone: zone, after: token?.seq ?? 0, limit: limit, excludingDevice: excludingDevice)
         }
         guard let page else { throw zoneNotFound(zone) }
+        try page.access.requireRead(container: container)
         primaryEpochs[zone] = page.epoch
         primaryLastSeqs[zone] = page.lastSeq
         try CloudContract.checkToken(token, epoch: page.epoch, zone: zone, container: container)
@@ -617,6 +678,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         var records: [CloudRecord]
         /// `pg_is_in_recovery()` in the same snapshot: true on a standby.
         var inRecovery: Bool
+        /// The role's access to the zone, in the same snapshot (no records come for a role without a share).
+        var access: ZoneAccessRow
 
         /// The batch of at most `limit` records, with the token after it.
         func batch(after: Int64, limit: Int) -> ChangeBatch {
@@ -645,33 +708,38 @@ public final class PostgresCloudDatabase: CloudDatabase {
         // prefers a bitmap scan of every row of the zone after the token, then a sort: O(zone) per page. So,
         // for this transaction only, bitmap scans are off; an ordered index scan is then cheaper than anything
         // that must sort (a plain index scan of the same rows plus a sort, or a scan of the whole table).
+        // The zone's access row `a` (`zone_access`) gives its epoch and last seq, and none of its records to a role
+        // without a share, whose policies would hide them anyway.
         let r = try c.pipeline([
             PGQuery("SELECT set_config('enable_bitmapscan', 'off', true)"),
             PGQuery("""
-            SELECT z.epoch, z.last_seq, pg_is_in_recovery(), r.record_name, r.record_type, r.fields, r.change_tag,
-                   r.seq, r.deleted, r.modified_by, r.modified_at
-            FROM \(s).zones z
+            SELECT a.epoch, a.last_seq, pg_is_in_recovery(), \(Self.accessColumns("a")), r.*
+            FROM \(s).zone_access($1, current_user) a
             LEFT JOIN LATERAL (
-                SELECT \(Self.recordColumns) FROM \(s).records
-                WHERE zone = z.name AND seq > $2 AND modified_by IS DISTINCT FROM $4 ORDER BY seq LIMIT $3
-            ) r ON true
-            WHERE z.name = $1
+                \(checkedRecords("seq > $2 AND modified_by IS DISTINCT FROM $4", "ORDER BY seq LIMIT $3"))
+            ) r ON a.level <> 'none'
             ORDER BY r.seq
             """, [zone, String(after), String(limit + 1), excludingDevice]),
         ])[1]
-        guard r.rowCount > 0, let epoch = r.string(0, 0) else { return nil }
+        guard let access = ZoneAccessRow(r, row: 0, at: 3, zone: zone) else { return nil }
         var records: [CloudRecord] = []
         for row in 0..<r.rowCount {
-            if let record = record(from: r, row: row, at: 3, zone: zone) { records.append(record) }
+            if let record = checkedRecord(from: r, row: row, at: 7, zone: zone) { records.append(record) }
         }
-        return ChangePage(epoch: epoch, lastSeq: r.int64(0, 1) ?? 0, records: records, inRecovery: r.bool(0, 2) ?? false)
+        return ChangePage(epoch: r.string(0, 0) ?? "", lastSeq: r.int64(0, 1) ?? 0, records: records,
+                          inRecovery: r.bool(0, 2) ?? false, access: access)
     }
 
     public func fetchRecord(zone: String, recordName: String) throws -> CloudRecord? {
         try run("cannot fetch record \(recordName) of zone \(zone)") { c in
-            let r = try c.execute("SELECT \(Self.recordColumns) FROM \(s).records WHERE zone = $1 AND record_name = $2",
-                                  [zone, recordName])
-            return record(from: r, row: 0, at: 0, zone: zone)
+            let r = try c.execute("""
+                SELECT \(Self.accessColumns("a")), r.*
+                FROM \(s).zone_access($1, current_user) a
+                LEFT JOIN LATERAL (\(checkedRecords("record_name = $2"))) r ON a.level <> 'none'
+                """, [zone, recordName])
+            guard let access = ZoneAccessRow(r, row: 0, at: 0, zone: zone) else { return nil }
+            try access.requireRead(container: container)
+            return checkedRecord(from: r, row: 0, at: 4, zone: zone)
         }
     }
 
@@ -707,6 +775,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
     {
         do {
             return try save(zone: zone, saves, device: device, mark: mark, writtenAt: schemaVersion, atomic: atomic)
+        } catch is ZoneWriteRefused {
+            throw try writeRefusal(zone)
         } catch let error as CloudError where error.kind == .schemaAhead {
             throw CloudContract.schemaAhead(zone: zone, container: container, writer: schemaVersion ?? 0,
                                             zoneVersion: try? self.schemaVersion(zone: zone))
@@ -789,10 +859,15 @@ public final class PostgresCloudDatabase: CloudDatabase {
     public func exportState(zone: String, device: String) throws -> DeviceExportState? {
         try run("cannot read the export marks of device \(device) in zone \(zone) of \(container)") { c in
             let r = try c.execute("""
-                SELECT last_seq, serial, history_seq, saved_at FROM \(s).export_marks
-                WHERE zone = $1 AND device = $2 ORDER BY last_seq DESC LIMIT 1
+                SELECT m.last_seq, m.serial, m.history_seq, m.saved_at, \(Self.accessColumns("a"))
+                FROM \(s).zone_access($1, current_user) a
+                LEFT JOIN LATERAL (SELECT last_seq, serial, history_seq, saved_at FROM \(s).export_marks
+                                   WHERE zone = $1 AND device = $2 ORDER BY last_seq DESC LIMIT 1) m
+                    ON a.level <> 'none'
                 """, [zone, device])
-            guard r.rowCount == 1 else { return nil }
+            guard let access = ZoneAccessRow(r, row: 0, at: 4, zone: zone) else { return nil }
+            try access.requireRead(container: container)
+            guard r.string(0, 0) != nil else { return nil }
             return DeviceExportState(mark: ExportMark(serial: r.int64(0, 1) ?? 0, historySeq: r.int64(0, 2) ?? 0,
                                                       time: r.int64(0, 3) ?? 0),
                                      lastSeq: r.int64(0, 0) ?? 0)
@@ -805,26 +880,26 @@ public final class PostgresCloudDatabase: CloudDatabase {
         try CloudContract.checkPageSize(limit)
         let r = try run("cannot fetch the records of device \(device) in zone \(zone) of \(container)") { c in
             try c.execute("""
-                SELECT z.name, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted, r.modified_by,
+                SELECT $1, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted, r.modified_by,
                        r.modified_at,
-                       (SELECT m.history_seq FROM \(s).export_marks m WHERE m.zone = z.name AND m.device = $2
+                       (SELECT m.history_seq FROM \(s).export_marks m WHERE m.zone = $1 AND m.device = $2
                           AND m.last_seq >= r.seq AND m.first_seq <= r.seq ORDER BY m.last_seq LIMIT 1),
-                       r.superseded
-                FROM \(s).zones z
+                       r.superseded, \(Self.accessColumns("a"))
+                FROM \(s).zone_access($1, current_user) a
                 LEFT JOIN LATERAL (
                     -- The device's records as they stand, and its saves another device's save replaced since.
                     (SELECT \(Self.recordColumns), false AS superseded FROM \(s).records
-                     WHERE zone = z.name AND seq > $3 AND modified_by = $2 ORDER BY seq LIMIT $4)
+                     WHERE zone = $1 AND seq > $3 AND modified_by = $2 ORDER BY seq LIMIT $4)
                     UNION ALL
                     (SELECT record_name, record_type, fields, change_tag, seq, deleted, device, modified_at, true
-                     FROM \(s).superseded_saves WHERE zone = z.name AND device = $2 AND seq > $3 ORDER BY seq LIMIT $4)
+                     FROM \(s).superseded_saves WHERE zone = $1 AND device = $2 AND seq > $3 ORDER BY seq LIMIT $4)
                     ORDER BY seq LIMIT $4
-                ) r ON true
-                WHERE z.name = $1
+                ) r ON a.level <> 'none'
                 ORDER BY r.seq
                 """, [zone, device, String(seq), String(limit + 1)])
         }
-        guard r.rowCount > 0 else { throw zoneNotFound(zone) }
+        guard let access = ZoneAccessRow(r, row: 0, at: 11, zone: zone) else { throw zoneNotFound(zone) }
+        try access.requireRead(container: container)
         var records: [DeviceRecord] = []
         for row in 0..<r.rowCount {
             if let record = record(from: r, row: row, at: 1, zone: zone) {
@@ -847,6 +922,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         if let delays = saveDelays, delays.beforeLock > 0 {
             queries.append(PGQuery("SELECT pg_sleep($1::float8)", [String(delays.beforeLock)]))
         }
+        // Refuses the whole transaction (SQLSTATE SH001) unless the role may write the zone.
+        queries.append(Self.requireWritable(schema: s, zone: zone))
         queries.append(PGQuery("SELECT last_seq, epoch FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone]))
         let lockIndex = queries.count - 1
         if let writtenAt {
@@ -1096,15 +1173,15 @@ public final class PostgresCloudDatabase: CloudDatabase {
         -> (created: Bool, marker: Marker)
     {
         try CloudContract.checkDevice(device)
-        return try run("cannot create marker \(name) in zone \(zone)") { c in
+        return try writing(zone, "cannot create marker \(name) in zone \(zone)") { c in
             let inserted: PGResult
             do {
-                inserted = try c.execute("""
+                inserted = try c.pipeline([Self.requireWritable(schema: s, zone: zone), PGQuery("""
                     INSERT INTO \(s).markers (zone, name, created_by, created_at, payload)
                     VALUES ($1, $2, $3, extract(epoch FROM statement_timestamp())::float8, $4)
                     ON CONFLICT (zone, name) DO NOTHING
                     RETURNING created_by, created_at, payload
-                    """, [zone, name, device, payload])
+                    """, [zone, name, device, payload])])[1]
             } catch let error as PGError where error.sqlState == "23503" {
                 throw zoneNotFound(zone)
             }
@@ -1125,13 +1202,14 @@ public final class PostgresCloudDatabase: CloudDatabase {
     public func schemaVersion(zone: String) throws -> ZoneSchemaVersion? {
         try run("cannot read the schema version of zone \(zone)") { c in
             let r = try c.execute("""
-                SELECT m.name, m.created_by, m.created_at, m.payload FROM \(s).zones z
+                SELECT m.name, m.created_by, m.created_at, m.payload, \(Self.accessColumns("a"))
+                FROM \(s).zone_access($1, current_user) a
                 LEFT JOIN LATERAL (SELECT name, created_by, created_at, payload FROM \(s).markers
-                                   WHERE zone = z.name AND name COLLATE "C" >= $2 AND name COLLATE "C" < $3
-                                   ORDER BY name COLLATE "C" DESC LIMIT 1) m ON true
-                WHERE z.name = $1
+                                   WHERE zone = $1 AND name COLLATE "C" >= $2 AND name COLLATE "C" < $3
+                                   ORDER BY name COLLATE "C" DESC LIMIT 1) m ON a.level <> 'none'
                 """, [zone, CloudContract.schemaMarkerPrefix, CloudContract.schemaMarkerPrefix + "~"])
-            guard r.rowCount == 1 else { throw zoneNotFound(zone) }
+            guard let access = ZoneAccessRow(r, row: 0, at: 4, zone: zone) else { throw zoneNotFound(zone) }
+            try access.requireRead(container: container)
             guard let name = r.string(0, 0) else { return nil }
             return CloudContract.schemaVersion(Marker(zone: zone, name: name, createdBy: r.string(0, 1) ?? "",
                                                       createdAt: r.double(0, 2) ?? 0, payload: r.string(0, 3) ?? ""))
@@ -1143,8 +1221,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
     {
         try CloudContract.checkDevice(device)
         try CloudContract.checkSchemaVersion(target.version)
-        let raised = try run("cannot raise the schema version of zone \(zone)") { c -> Int64? in
+        let raised = try writing(zone, "cannot raise the schema version of zone \(zone)") { c -> Int64? in
             try c.transaction {
+                try c.execute(Self.requireWritable(schema: s, zone: zone).sql, [zone])
                 // The zone's lock, as a save takes it: no save and no other raise runs until this commits.
                 let lock = try c.execute("SELECT 1 FROM \(s).zones WHERE name = $1 FOR UPDATE", [zone])
                 guard lock.rowCount == 1 else { throw zoneNotFound(zone) }
@@ -1173,7 +1252,18 @@ public final class PostgresCloudDatabase: CloudDatabase {
     }
 
     public func marker(zone: String, name: String) throws -> Marker? {
-        try run("cannot read marker \(name) in zone \(zone)") { c in try marker(c, zone: zone, name: name) }
+        try run("cannot read marker \(name) in zone \(zone)") { c in
+            let r = try c.execute("""
+                SELECT m.created_by, m.created_at, m.payload, \(Self.accessColumns("a"))
+                FROM \(s).zone_access($1, current_user) a
+                LEFT JOIN \(s).markers m ON m.zone = $1 AND m.name = $2 AND a.level <> 'none'
+                """, [zone, name])
+            guard let access = ZoneAccessRow(r, row: 0, at: 3, zone: zone) else { return nil }
+            try access.requireRead(container: container)
+            guard r.string(0, 0) != nil else { return nil }
+            return Marker(zone: zone, name: name, createdBy: r.string(0, 0) ?? "", createdAt: r.double(0, 1) ?? 0,
+                          payload: r.string(0, 2) ?? "")
+        }
     }
 
     private func marker(_ c: PGConnection, zone: String, name: String) throws -> Marker? {

@@ -22,6 +22,7 @@ enum PostgresSchema {
         ("devices", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
         ("export_marks", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
         ("superseded_saves", ["SELECT", "INSERT", "DELETE"]),
+        ("shares", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
     ]
 
     /// The migrations, oldest first: migration `i` takes the schema from version `i` to `i + 1`.
@@ -131,7 +132,157 @@ enum PostgresSchema {
             """,
             grantToSavers("SELECT, INSERT, DELETE", on: "superseded_saves"),
         ],
+        // 5: a zone belongs to the role that created it (`zones.owner`); other roles reach it through a share
+        // (`shares`), and the server itself enforces it with row-level security (see `sharingStatements`).
+        sharingStatements,
     ]
+
+    /// Migration 5. Existing zones go to the role that owns the container's schema, and every other role that
+    /// registered a device becomes a read-write participant of each (`added_by` = `upgrade`): whoever synced
+    /// keeps syncing. Roles that could save records may use the shares table (its rows are guarded by policies).
+    ///
+    /// Row-level security on the zone tables: a role reads a zone's rows only as its owner or a participant, and
+    /// writes them only as its owner or a read-write participant. The policies ask SECURITY DEFINER functions
+    /// owned by the tables' owner (`readable_zones`, `writable_zones`, `owned_zones`), which the table owner's RLS
+    /// exemption lets read zones and shares without recursion; each policy's `IN (SELECT ...)` is evaluated once
+    /// per statement (a hashed subplan), not per row. The tables' owner, superusers and BYPASSRLS roles are not
+    /// bound by the policies: they administer the container, and storectl checks them like anyone else.
+    static let sharingStatements: [String] = [
+        #"ALTER TABLE {s}.zones ADD COLUMN IF NOT EXISTS owner text COLLATE "C""#,
+        """
+        CREATE TABLE IF NOT EXISTS {s}.shares (
+            zone text COLLATE "C" NOT NULL,
+            account text COLLATE "C" NOT NULL,
+            permission text NOT NULL CHECK (permission IN ('read-only', 'read-write')),
+            since double precision NOT NULL,
+            added_by text NOT NULL,
+            PRIMARY KEY (zone, account)
+        )
+        """,
+        "CREATE INDEX IF NOT EXISTS shares_by_account ON {s}.shares (account)",
+        "CREATE INDEX IF NOT EXISTS zones_by_owner ON {s}.zones (owner)",
+        """
+        UPDATE {s}.zones SET owner = (SELECT pg_get_userbyid(nspowner) FROM pg_namespace
+                                      WHERE nspname = replace('{s}', '"', ''))
+        WHERE owner IS NULL
+        """,
+        """
+        INSERT INTO {s}.shares (zone, account, permission, since, added_by)
+        SELECT z.name, d.account, 'read-write', extract(epoch FROM statement_timestamp())::float8, 'upgrade'
+        FROM {s}.zones z
+        JOIN (SELECT DISTINCT account FROM {s}.devices WHERE account IS NOT NULL) d ON d.account <> z.owner
+        WHERE EXISTS (SELECT 1 FROM pg_roles WHERE rolname = d.account)
+        ON CONFLICT DO NOTHING
+        """,
+        zoneFunction("readable_zones", """
+            SELECT name COLLATE "C" FROM {s}.zones WHERE owner IS NULL OR owner = p_role COLLATE "C"
+            UNION ALL SELECT zone FROM {s}.shares WHERE account = p_role COLLATE "C"
+            """),
+        zoneFunction("writable_zones", """
+            SELECT name COLLATE "C" FROM {s}.zones WHERE owner IS NULL OR owner = p_role COLLATE "C"
+            UNION ALL SELECT zone FROM {s}.shares WHERE account = p_role COLLATE "C" AND permission = 'read-write'
+            """),
+        zoneFunction("owned_zones", """
+            SELECT name COLLATE "C" FROM {s}.zones WHERE owner = p_role COLLATE "C"
+            """),
+        // One zone as `p_role` may use it: no row when the zone does not exist; its epoch and last seq only for
+        // a role that may read it.
+        """
+        CREATE OR REPLACE FUNCTION {s}.zone_access(p_zone text, p_role text)
+        RETURNS TABLE (owner text, level text, since double precision, epoch text, last_seq bigint)
+        LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+            SELECT z.owner, a.level, sh.since,
+                   CASE WHEN a.level <> 'none' THEN z.epoch END, CASE WHEN a.level <> 'none' THEN z.last_seq END
+            FROM {s}.zones z
+            LEFT JOIN {s}.shares sh ON sh.zone = p_zone COLLATE "C" AND sh.account = p_role COLLATE "C"
+            CROSS JOIN LATERAL (SELECT CASE WHEN z.owner IS NULL OR z.owner = p_role COLLATE "C" THEN 'owner'
+                                            ELSE coalesce(sh.permission, 'none') END AS level) a
+            WHERE z.name = p_zone
+        $f$
+        """,
+        // Aborts the statement (SQLSTATE SH001) unless `p_role` may write the zone (or the zone does not exist):
+        // the first statement of every write's transaction.
+        """
+        CREATE OR REPLACE FUNCTION {s}.require_writable(p_zone text, p_role text) RETURNS void
+        LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $f$
+        BEGIN
+            IF EXISTS (SELECT 1 FROM {s}.zone_access(p_zone, p_role) a WHERE a.level NOT IN ('owner', 'read-write'))
+            THEN
+                RAISE EXCEPTION 'role % may not write zone %', p_role, p_zone USING ERRCODE = 'SH001';
+            END IF;
+        END
+        $f$
+        """,
+        // A zone's owner changes only by its table owner's hand: an owner may share its zone, so taking one over
+        // would take its records.
+        """
+        CREATE OR REPLACE FUNCTION {s}.zones_keep_owner() RETURNS trigger
+        LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
+        BEGIN
+            IF NEW.owner IS DISTINCT FROM OLD.owner
+               AND NOT pg_has_role(current_user, (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
+                RAISE EXCEPTION 'only the owner of the container can give zone % another owner', OLD.name
+                    USING ERRCODE = '42501';
+            END IF;
+            RETURN NEW;
+        END
+        $f$
+        """,
+        "DROP TRIGGER IF EXISTS zones_keep_owner ON {s}.zones",
+        """
+        CREATE TRIGGER zones_keep_owner BEFORE UPDATE OF owner ON {s}.zones
+        FOR EACH ROW EXECUTE FUNCTION {s}.zones_keep_owner()
+        """,
+        grantToSavers("SELECT, INSERT, UPDATE, DELETE", on: "shares"),
+        // The functions run as the tables' owner whoever ran the migration, so that RLS never applies inside them.
+        """
+        DO $own$
+        DECLARE tables_owner text := (SELECT pg_get_userbyid(relowner) FROM pg_class
+                                      WHERE oid = '{s}.zones'::regclass);
+        BEGIN
+            EXECUTE format('ALTER TABLE {s}.shares OWNER TO %I', tables_owner);
+            EXECUTE format('ALTER FUNCTION {s}.readable_zones(text) OWNER TO %I', tables_owner);
+            EXECUTE format('ALTER FUNCTION {s}.writable_zones(text) OWNER TO %I', tables_owner);
+            EXECUTE format('ALTER FUNCTION {s}.owned_zones(text) OWNER TO %I', tables_owner);
+            EXECUTE format('ALTER FUNCTION {s}.zone_access(text, text) OWNER TO %I', tables_owner);
+        END
+        $own$
+        """,
+    ] + rowSecurity(table: "zones", key: "name", insert: "owner = current_user", own: "owner = current_user OR ")
+        + rowSecurity(table: "records") + rowSecurity(table: "markers") + rowSecurity(table: "export_marks")
+        + rowSecurity(table: "superseded_saves") + rowSecurity(table: "shares", owners: true)
+
+    /// A SECURITY DEFINER function `{s}.NAME(p_role text) RETURNS SETOF text` with `body`.
+    private static func zoneFunction(_ name: String, _ body: String) -> String {
+        """
+        CREATE OR REPLACE FUNCTION {s}.\(name)(p_role text) RETURNS SETOF text
+        LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+        \(body)
+        $f$
+        """
+    }
+
+    /// Row-level security on `table`, whose zone is the column `key`: SELECT for the roles that may read the zone,
+    /// INSERT, UPDATE and DELETE for those that may write it (`insert` replaces the check of new rows). With
+    /// `owners`, writes are the zone owner's, and a participant may delete its own row (`shares`). `own` comes
+    /// before every condition: on `zones`, the row's own owner (a zone just inserted is not in the functions'
+    /// snapshot, and `INSERT ... ON CONFLICT` checks the new row against the SELECT policy too).
+    private static func rowSecurity(table: String, key: String = "zone", insert: String? = nil, owners: Bool = false,
+                                    own: String = "") -> [String]
+    {
+        let zone = "(\(key) COLLATE \"C\")"
+        let readable = "\(own)\(zone) IN (SELECT {s}.readable_zones(current_user))"
+        let writable = "\(own)\(zone) IN (SELECT {s}.\(owners ? "owned_zones" : "writable_zones")(current_user))"
+        let delete = owners ? "\(writable) OR account = current_user"
+            : table == "zones" ? "owner = current_user" : writable
+        let policies = [("read", "SELECT USING (\(readable))"), ("insert", "INSERT WITH CHECK (\(insert ?? writable))"),
+                        ("update", "UPDATE USING (\(writable)) WITH CHECK (\(writable))"),
+                        ("delete", "DELETE USING (\(delete))")]
+        return ["ALTER TABLE {s}.\(table) ENABLE ROW LEVEL SECURITY"] + policies.flatMap { name, rule in
+            ["DROP POLICY IF EXISTS \(table)_\(name) ON {s}.\(table)",
+             "CREATE POLICY \(table)_\(name) ON {s}.\(table) FOR \(rule)"]
+        }
+    }
 
     /// A statement that grants `privileges` on table `table` to every role (but the one running it) that may insert
     /// records: a migration's new table is then usable by the roles that could sync before it. The text is the one

@@ -123,6 +123,9 @@ final class WatchRoundCostTests: WatchTestCase {
         let grants = try p.run(["--store", "a", "cloud", "init", "--print-grants"])
         try psql(p, grants.stdout.replacingOccurrences(of: "\"\(account)\"", with: role)
             .replacingOccurrences(of: " TO \(account)", with: " TO \(role)"))
+        // Store a's account owns the zone; b's role syncs it through a read-write share.
+        try PostgresCloudDatabase(url: serverURL, container: container, account: account)
+            .addShare(zone: "default", account: role, permission: .readWrite)
         let yaml = try p.dir.read("config.yaml")
         let bStart = try XCTUnwrap(yaml.range(of: "  b:\n"))
         try p.dir.write("config.yaml", String(yaml[..<bStart.lowerBound]) + yaml[bStart.lowerBound...]

@@ -60,6 +60,7 @@ final class PostgresAccountTests: PostgresTestCase {
         // The owner's first use migrates it.
         let again = try PostgresCloudDatabase(url: url, container: owner.container)
         try again.ensureZone("z")
+        try again.addShare(zone: "z", account: role, permission: .readWrite)
         let version = try PostgresTestServer.superuser(url, "SELECT value FROM \(s).meta WHERE key = 'schema_version'")
         XCTAssertEqual(version.string(0, 0), String(PostgresCloudDatabase.schemaVersion))
         let granted = try PostgresTestServer.superuser(url, """
@@ -105,7 +106,7 @@ final class PostgresAccountTests: PostgresTestCase {
         XCTAssertEqual(report.reason, "role \(role) lacks privileges in schema \(s) at \(db.displayURL): "
             + "UPDATE on zones, DELETE on zones, UPDATE on records, DELETE on records, UPDATE on markers, "
             + "DELETE on markers, UPDATE on devices, DELETE on devices, UPDATE on export_marks, DELETE on export_marks, "
-            + "DELETE on superseded_saves; "
+            + "DELETE on superseded_saves, UPDATE on shares, DELETE on shares; "
             + "a database owner can grant them with the SQL "
             + "from 'storectl cloud init --print-grants'")
 
@@ -120,11 +121,12 @@ final class PostgresAccountTests: PostgresTestCase {
         XCTAssertEqual(report, AccountStatusReport(status: .available, reason: "role \(role) can log in at "
             + "\(db.displayURL) and use container \(owner.container), which role postgres owns", account: role,
             owner: "postgres"))
-        try db.ensureZone("z")
+        try owner.ensureZone("z")
+        try owner.addShare(zone: "z", account: role, permission: .readWrite)
         let saved = try db.save(zone: "z", [RecordSave(recordName: "a", recordType: "T", fields: "{}",
                                                        expectedTag: nil)], device: "d")
         guard case .saved = saved[0] else { return XCTFail("\(saved)") }
-        // Granted the container's privileges, but not an owner: no purge.
+        // Granted the container's privileges and a share, but not an owner: no purge.
         XCTAssertThrowsError(try db.purgeZone("z")) { error in
             XCTAssertEqual((error as? CloudError)?.kind, .permission, "\(error)")
         }
@@ -193,6 +195,7 @@ final class PostgresAccountTests: PostgresTestCase {
             _ = try PostgresTestServer.superuser(url, String(line))
         }
         try owner.ensureZone("z")
+        try owner.addShare(zone: "z", account: reader, permission: .readWrite)
         _ = try PostgresTestServer.superuser(url, "ALTER ROLE \(reader) SET default_transaction_read_only = on")
         let db = try PostgresCloudDatabase(url: url, container: owner.container, account: reader)
         let report = db.accountStatus()

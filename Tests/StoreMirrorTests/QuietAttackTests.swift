@@ -42,6 +42,9 @@ final class QuietAttackTests: XCTestCase {
         let (owner, _) = try FileCloudDatabase.create(path: dir.file("quiet.container"), container: containerName,
                                                       account: "owner", secret: "owner-secret", iterations: 1000)
         try owner.addAccount(id: "member", secret: "member-secret", role: .member)
+        // The zone is the owner's; the member syncs it through a read-write share.
+        try owner.ensureZone("default")
+        try owner.addShare(zone: "default", account: "member", permission: .readWrite)
     }
 
     private func handle(_ name: String) throws -> StoreHandle {

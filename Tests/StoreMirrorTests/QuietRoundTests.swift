@@ -38,6 +38,9 @@ final class QuietRoundTests: XCTestCase {
         let (owner, _) = try FileCloudDatabase.create(path: dir.file("quiet.container"), container: "iCloud.com.example.quiet",
                                                       account: "owner", secret: "owner-secret", iterations: 1000)
         try owner.addAccount(id: "member", secret: "member-secret", role: .member)
+        // The zone is the owner's; the member syncs it through a read-write share.
+        try owner.ensureZone("default")
+        try owner.addShare(zone: "default", account: "member", permission: .readWrite)
     }
 
     /// Points both stores at a new container on the test server (`STORECTL_TEST_PG_URL`); nil without one
