@@ -262,13 +262,42 @@ public final class Mirror {
     {
         try prepare()
         // A read-only participant sends nothing: its local changes stay in history, reported as not sent.
-        if options.readOnly { return ExportReport() }
+        if options.readOnly {
+            if try needsBaseline() { try holdBaselineBack() }
+            return ExportReport()
+        }
         let exporter = Exporter(db: db, cloud: cloud, options: options, entities: entities, device: device)
         let report = try exporter.run(baseline: try baseline ?? needsBaseline(), progress: progress)
         if !report.unsent.isEmpty {
             throw RowsNotSentError(rows: report.unsent, limit: options.maxRecordSize)
         }
         return report
+    }
+
+    /// The baseline a read-only participant cannot send: every row the record map does not know and history
+    /// does not hold after the export token (rows the store had before it was initialised) is written into history
+    /// as a local insert, so that it is listed, kept and explained like any other change not sent; the baseline
+    /// counts as done for this container and zone.
+    /// - Throws: `SQLiteError`.
+    private func holdBaselineBack() throws {
+        let token = try MirrorState.exportToken(db)
+        try db.transaction {
+            try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_held(entity TEXT NOT NULL, pk TEXT NOT NULL, "
+                           + "PRIMARY KEY (entity, pk)) WITHOUT ROWID; DELETE FROM temp._storectl_held")
+            try db.run("INSERT OR IGNORE INTO temp._storectl_held(entity, pk) "
+                       + "SELECT entity, pk FROM _storectl_history WHERE seq > ?", [token])
+            for e in entities {
+                try db.run("""
+                    INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
+                    SELECT NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2, k.pk, 'I', NULL
+                    FROM (SELECT \(e.pkJSON("t")) AS pk FROM main.\(e.quotedName) t) k
+                    WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = ?2 AND r.pk = k.pk)
+                      AND NOT EXISTS (SELECT 1 FROM temp._storectl_held h WHERE h.entity = ?2 AND h.pk = k.pk)
+                    """, [MirrorState.rescanAuthor, e.name])
+            }
+            try MirrorState.setMeta(db, .baselineContainer, cloud.container + "/" + options.zone)
+            try MirrorState.setMeta(db, .historyGap, nil)
+        }
     }
 
     /// Fetches the cloud's changes and applies them in ONE local transaction with author `cloud-import`; the

@@ -174,6 +174,29 @@ class SharingTests: XCTestCase {
         XCTAssertEqual(kept.split(separator: "\n").count, 2, kept)
     }
 
+    func testAReadOnlyParticipantWithRowsOfItsOwnJoinsAndKeepsThem() throws {
+        let p = try project()
+        // bob's store held rows before it was initialised (no history of them) and after.
+        try p.sql("bob", "CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT); "
+                      + "INSERT INTO notes(id, uuid, title) VALUES (50, 'b50', 'bob before init')")
+        try p.run(["-s", "bob", "init"])
+        try p.sql("bob", "INSERT INTO notes(id, uuid, title) VALUES (51, 'b51', 'bob after init')")
+        try p.run(["-s", "alice", "share", "add", account("bob"), "--permission", "read-only"])
+        try p.run(["-s", "bob", "mode", "cloud"])
+        let bob = try rows(p, "bob")
+        XCTAssertTrue(bob.contains("bob before init") && bob.contains("bob after init") && bob.contains("u1|one"), bob)
+        try p.run(["-s", "alice", "sync"])
+        XCTAssertFalse(try rows(p, "alice").contains("bob"))
+        let status = json(try p.run(["-s", "bob", "status", "--json"], expect: 65))
+        let unsent = ((status["unsettled"] as? [String: Any])?["unsent"] as? [[String: Any]] ?? []).compactMap {
+            $0["key"] as? String
+        }
+        XCTAssertEqual(Set(unsent), ["[50]", "[51]"], "\(status)")
+        try p.run(["-s", "bob", "sync", "--discard-local"])
+        XCTAssertEqual(try rows(p, "bob"), try rows(p, "alice"))
+        try p.run(["-s", "bob", "status"])
+    }
+
     func testAReadWriteParticipantsEditsMerge() throws {
         let p = try project()
         try shareWithBobAndCarol(p)
@@ -253,6 +276,38 @@ class SharingTests: XCTestCase {
         // Set aside for good: the next sync does not apply it either.
         try p.run(["-s", "bob", "sync"])
         XCTAssertFalse(try rows(p, "bob").contains("forged"))
+    }
+
+    func testAShareRemovedMidSyncLosesNothingAndResumes() throws {
+        let p = try project()
+        try shareWithBobAndCarol(p)
+        // carol's export dies after its first batch of 1000; her share is removed before she runs again.
+        try p.sql("carol", "WITH RECURSIVE n(i) AS (SELECT 100 UNION ALL SELECT i + 1 FROM n WHERE i < 2599) "
+                      + "INSERT INTO notes(id, uuid, title) SELECT i, 'c' || i, 'carol ' || i FROM n")
+        let killed = try p.run(["-s", "carol", "sync"], expect: nil,
+                               env: ["STORECTL_FAILPOINT": "export.after-batch-commit"])
+        XCTAssertNotEqual(killed.status, 0, "\(killed)")
+        try p.run(["-s", "alice", "share", "remove", account("carol")])
+        try p.run(["-s", "carol", "sync"], expect: 77)
+        XCTAssertEqual(try p.sql("carol", "SELECT count(*) FROM notes"), "2503\n")
+        try p.run(["-s", "alice", "sync"])
+        let sent = Int(try p.sql("alice", "SELECT count(*) FROM notes").trimmingCharacters(in: .whitespacesAndNewlines))
+        XCTAssertEqual(sent, 1003, "the batch saved before the share was removed")
+        // bob's import dies after its first page; the share is removed, then added again.
+        let interrupted = try p.run(["-s", "bob", "sync"], expect: nil, env: ["STORECTL_FAILPOINT": "import.after-fetch"])
+        XCTAssertNotEqual(interrupted.status, 0, "\(interrupted)")
+        try p.run(["-s", "alice", "share", "remove", account("bob")])
+        try p.run(["-s", "bob", "sync"], expect: 77)
+        XCTAssertEqual(try p.sql("bob", "SELECT count(*) FROM notes"), "3\n")
+        try p.run(["-s", "alice", "share", "add", account("bob"), "--permission", "read-only"])
+        try p.run(["-s", "alice", "share", "add", account("carol"), "--permission", "read-write"])
+        try p.run(["-s", "carol", "sync"])
+        try p.run(["-s", "alice", "sync"])
+        try p.run(["-s", "bob", "sync"])
+        XCTAssertEqual(try p.sql("alice", "SELECT count(*) FROM notes"), "2503\n")
+        XCTAssertEqual(try rows(p, "bob"), try rows(p, "alice"))
+        XCTAssertEqual(try rows(p, "carol"), try rows(p, "alice"))
+        for store in ["alice", "bob", "carol"] { try p.run(["-s", store, "doctor"]) }
     }
 
     /// Forges record `forged-1` into the zone as a device registered to dave, who has no share: written straight
