@@ -190,6 +190,7 @@ final class PageApplier {
         } else {
             top = try db.scalar(sql("top", entity) { "SELECT max(\(key)) FROM main.\(entity.quotedName)" })?.int64 ?? 0
         }
+        if let reserved = applier.reservedRowIDs[entity.name] { top = max(top, reserved) }
         if try db.scalar("SELECT 1 FROM main.sqlite_master WHERE name = 'sqlite_sequence'") != nil,
            let used = try db.scalar("SELECT seq FROM main.sqlite_sequence WHERE name = ?", [entity.name])?.int64
         {

@@ -48,6 +48,11 @@ final class RecordApplier {
     var hasParked: Bool
     /// Whether any local change after the export token exists; when false, no merge is ever needed.
     let hasPendingLocal: Bool
+    /// Per surrogate-keyed table, the largest rowid of a row deleted here and not exported yet whose record is
+    /// still live in the record map: a new row the import inserts never takes it (nor anything below it), so that
+    /// the record keeps its key until the delete is sent (a read-only participant never sends it, and
+    /// `sync --discard-local` puts the row back there).
+    private(set) var reservedRowIDs: [String: Int64] = [:]
     /// Entities with a `unique:` rule: their applied rows are listed in `temp._storectl_touched` for dedup.
     let dedupEntities: Set<String>
     /// `unique:` rules, which also pick the winner when a SQL UNIQUE constraint on the same columns is hit.
@@ -121,6 +126,16 @@ final class RecordApplier {
         self.cascadingParents = cascading
         self.referencedEntities = referenced
         self.restoredAt = Int64(try MirrorState.meta(db, .restoredAt) ?? "")
+        if hasPendingLocal {
+            for e in entities.values where e.isSurrogate {
+                let reserved = try db.scalar("""
+                    SELECT max(CAST(json_extract(h.pk, '$[0]') AS INTEGER)) FROM _storectl_history h
+                    WHERE h.seq > ?1 AND h.author <> ?2 AND h.op = 'D' AND h.entity = ?3
+                      AND EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = ?3 AND r.pk = h.pk AND r.deleted = 0)
+                    """, [token, MirrorState.importAuthor, e.name])?.int64
+                if let reserved { reservedRowIDs[e.name] = reserved }
+            }
+        }
     }
 
     /// Forgets the rows noted by the last import (`_storectl_applied`, `_storectl_deleted_parents`).
@@ -566,6 +581,8 @@ final class RecordApplier {
     /// Returns false when the record is not that case (fields not an object, a column missing, a field the table
     /// lacks): the general path then handles it.
     private func insertNew(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?) throws -> Bool {
+        if let reserved = reservedRowIDs[entity.name] { return try insertNew(record, entity: entity, entry: entry,
+                                                                              above: reserved) }
         let s = try db.cached(sql("insertNew", entity) {
             let columns = entity.fieldColumns
             let paths = columns.map { quoteLiteral(jsonPath($0)) }
@@ -578,6 +595,31 @@ final class RecordApplier {
                 """
         })
         try s.bind([record.fields])
+        try s.step()
+        guard db.changes == 1 else { return false }
+        try finish(record, entity: entity, entry: entry, pk: "[\(db.lastInsertRowID)]", extra: nil)
+        return true
+    }
+
+    /// `insertNew` for a table with a reserved rowid (`reservedRowIDs`): the row takes the rowid after the larger
+    /// of the table's largest and the reserved one, as the set-based path does (`PageApplier.largestRowID`).
+    private func insertNew(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, above reserved: Int64) throws
+        -> Bool
+    {
+        let key = quoteIdentifier(entity.primaryKey[0])
+        let s = try db.cached(sql("insertNewAbove", entity) {
+            let columns = entity.fieldColumns
+            let paths = columns.map { quoteLiteral(jsonPath($0)) }
+            return """
+                INSERT INTO \(entity.quotedName)(\(key), \(columns.map(quoteIdentifier).joined(separator: ", ")))
+                SELECT max(coalesce((SELECT max(\(key)) FROM \(entity.quotedName)), 0), ?2) + 1,
+                       \(paths.map { "json_extract(?1, \($0))" }.joined(separator: ", "))
+                WHERE json_valid(?1) AND json_type(?1) = 'object'
+                  \(paths.map { "AND json_type(?1, \($0)) IS NOT NULL" }.joined(separator: " "))
+                  AND (SELECT count(*) FROM json_each(?1)) = \(columns.count)
+                """
+        })
+        try s.bind([record.fields, reserved])
         try s.step()
         guard db.changes == 1 else { return false }
         try finish(record, entity: entity, entry: entry, pk: "[\(db.lastInsertRowID)]", extra: nil)
@@ -776,7 +818,14 @@ final class RecordApplier {
     }
 
     /// Inserts a row with the given columns (a column the record lacks gets its default); returns its key.
-    func insert(_ entity: EntityMap, values: [String: Value]) throws -> String {
+    func insert(_ entity: EntityMap, values given: [String: Value]) throws -> String {
+        var values = given
+        if entity.isSurrogate, values[entity.primaryKey[0]] == nil, let reserved = reservedRowIDs[entity.name] {
+            // Never the rowid of a row deleted here whose record is still live (`reservedRowIDs`).
+            let key = quoteIdentifier(entity.primaryKey[0])
+            let top = try db.scalar("SELECT max(\(key)) FROM \(entity.quotedName)")?.int64 ?? 0
+            values[entity.primaryKey[0]] = .integer(max(top, reserved) + 1)
+        }
         let columns = entity.columns.filter { values[$0] != nil }
         let names = columns.map(quoteIdentifier).joined(separator: ", ")
         let params = columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ")

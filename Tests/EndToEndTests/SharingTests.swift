@@ -197,6 +197,27 @@ class SharingTests: XCTestCase {
         try p.run(["-s", "bob", "status"])
     }
 
+    func testARowDeletedOnAReadOnlyParticipantKeepsItsKeyWhenTheImportInsertsRows() throws {
+        let p = try project()
+        try shareWithBobAndCarol(p)
+        // bob deletes the row with the largest rowid; the owner's new rows must not take its key on bob's store.
+        try p.sql("bob", "DELETE FROM notes WHERE uuid = 'u3'")
+        try p.sql("alice", "INSERT INTO notes(uuid, title) VALUES ('u4', 'four'), ('u5', 'five')")
+        try p.run(["-s", "alice", "sync"])
+        try p.run(["-s", "bob", "sync"])
+        let bob = try rows(p, "bob")
+        XCTAssertTrue(bob.contains("u4|four") && bob.contains("u5|five") && !bob.contains("u3"), bob)
+        let status = json(try p.run(["-s", "bob", "status", "--json"], expect: 65))
+        let unsent = ((status["unsettled"] as? [String: Any])?["unsent"] as? [[String: Any]] ?? []).compactMap {
+            $0["key"] as? String
+        }
+        XCTAssertEqual(unsent, ["[3]"], "\(status)")
+        // The same with the record-by-record path: alice edits the deleted row; it comes back on bob.
+        try p.run(["-s", "bob", "sync", "--discard-local"])
+        XCTAssertEqual(try rows(p, "bob"), try rows(p, "alice"))
+        try p.run(["-s", "bob", "doctor"])
+    }
+
     func testAReadWriteParticipantsEditsMerge() throws {
         let p = try project()
         try shareWithBobAndCarol(p)
