@@ -313,6 +313,10 @@ final class Fleet {
     private let storeYAML: String
     private let cloudExtra: String
     private let cloudExtraByStore: [String: String]
+    /// The `url:` line of every store's `cloud:` section.
+    private var cloudURLYAML = ""
+    /// Stores that sign in as another account than the fleet's: store -> (account, secret).
+    private let accountByStore: [String: (account: String, secret: String)]
 
     /// - Parameters:
     ///   - schema: the SQL every store's `init` runs.
@@ -321,11 +325,15 @@ final class Fleet {
     ///   - cloudExtraByStore: extra YAML under the `cloud:` of the stores named, after `cloudExtra`.
     ///   - container: the container's identifier (a random one unless given).
     ///   - late: whether the config has the `late` store.
+    ///   - accountByStore: the stores that sign in as an account of their own (a participant of a share), with
+    ///     its secret; the account must exist in the container before the store uses it.
     init(stores: [String] = ["a", "b"], backend: FleetBackend, schema: String, storeYAML: String = "",
          cloudExtra: String = "", cloudExtraByStore: [String: String] = [:], label: String = "storectl-fleet",
-         container: String? = nil, secret: String = Fleet.secret, late: Bool = true) throws
+         container: String? = nil, secret: String = Fleet.secret, late: Bool = true,
+         accountByStore: [String: (account: String, secret: String)] = [:]) throws
     {
         self.cloudExtraByStore = cloudExtraByStore
+        self.accountByStore = accountByStore
         dir = try TempDirectory(label)
         self.backend = backend
         self.stores = stores
@@ -341,12 +349,14 @@ final class Fleet {
             try FileManager.default.createDirectory(atPath: dir.file("cloud"), withIntermediateDirectories: true)
             _ = try FileCloudDatabase.create(path: dir.file("cloud/shared.container"), container: containerID,
                                              account: "demo", secret: secret, iterations: 1)
-            cloudYAML = "url: file:cloud/shared.container\n      account: demo\n      secret: \(secret)"
+            cloudURLYAML = "url: file:cloud/shared.container"
+            cloudYAML = "\(cloudURLYAML)\n      account: demo\n      secret: \(secret)"
         case .postgres(let url):
             let pg = try PostgresCloudDatabase(url: url, container: containerID)
             _ = try pg.initializeContainer()
             pgContainer = pg
-            cloudYAML = "url: '\(url)'\n      account: \(pg.role ?? "postgres")\n      secret: unused-with-trust"
+            cloudURLYAML = "url: '\(url)'"
+            cloudYAML = "\(cloudURLYAML)\n      account: \(pg.role ?? "postgres")\n      secret: unused-with-trust"
         }
         let config = try dir.write("config.yaml", configText(modes))
         chmod(config, 0o600)
@@ -357,6 +367,9 @@ final class Fleet {
     func configText(_ modes: [String: String]) -> String {
         var yaml = "# reliability test config\nversion: 1\nstores:\n"
         for name in stores + (hasLate ? [Self.lateStore] : []) {
+            let cloudYAML = accountByStore[name].map {
+                "\(cloudURLYAML)\n      account: \($0.account)\n      secret: \($0.secret)"
+            } ?? self.cloudYAML
             yaml += """
                   \(name):
                     path: data/\(name).sqlite   # the store file

@@ -1,5 +1,7 @@
 import Foundation
 import StoreBase
+import StoreCloud
+import StoreCloudPostgres
 import StoreSQLite
 import TestSupport
 import XCTest
@@ -161,6 +163,12 @@ struct StoreModel {
 /// synced) each store equals the model; at the end, so does a store that joins from nothing, and one more round
 /// moves nothing.
 ///
+/// A fourth store, `r`, signs in as another account (`reader`) with a read-only share of the zone (container file
+/// only, for now): it writes rows of its own and edits the others' rows, and none of it may reach the cloud; the
+/// owner removes its share mid-schedule in some seeds (its `sync` is refused with 77 and changes nothing) and shares
+/// the zone again later. At a barrier, `r` equals the model but for the rows it changed here that the cloud never
+/// overwrote; after `sync --discard-local`, it equals the model exactly. See `ReaderState`.
+///
 /// `STORECTL_MODEL_SEED=N` replays one seed; `STORECTL_MODEL_SEEDS=N` runs N seeds from `STORECTL_MODEL_FIRST_SEED`
 /// (default 1): `scripts/model-seeds.sh 1000` runs 1,000. A failure prints its seed and the whole schedule;
 /// `STORECTL_MODEL_KEEP=DIR` keeps the files of a failed seed.
@@ -280,12 +288,16 @@ final class ModelRun {
     /// restore, schema, collide, kill, mode, odd-text, real, desc, reinsert (of a note under its rowid).
     let without: Set<String> = Set((ProcessInfo.processInfo.environment["STORECTL_MODEL_WITHOUT"] ?? "")
         .split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) })
+    /// The read-only participant `r` (`STORECTL_MODEL_WITHOUT=reader` leaves it out; a seed's other steps are the
+    /// same with it or without it: it draws from a random stream of its own).
+    var reader: ReaderState
 
     init(seed: UInt64, backend: FleetBackend, test: XCTestCase) {
         self.seed = seed
         self.backend = backend
         self.test = test
         rng = SplitMix64(seed: seed &* 0x9E37_79B9 &+ 7)
+        reader = ReaderState(seed: seed, backend: backend)
     }
 
     var failureCount: Int { test.testRun?.totalFailureCount ?? 0 }
@@ -755,7 +767,8 @@ final class ModelRun {
     }
 
     func go() throws {
-        let f = try Fleet(stores: stores, backend: backend, schema: ModelConvergenceTests.schema,
+        let f = try Fleet(stores: stores + (readerOn ? [ReaderState.store] : []), backend: backend,
+                          schema: ModelConvergenceTests.schema,
                           storeYAML: seed % 2 == 0 ? """
                                   entities:
                                     notes:
@@ -770,11 +783,13 @@ final class ModelRun {
                                     slots: {}
                               """ : "",
                           cloudExtra: "      merge_policy: \(policy)", cloudExtraByStore: standbyReaders,
-                          label: "storectl-model")
+                          label: "storectl-model",
+                          accountByStore: readerOn ? [ReaderState.store: (reader.account, reader.secret)] : [:])
         fleet = f
         note("seed \(seed), backend \(backend), merge_policy \(policy), unique: declared \(seed % 2 == 0)"
              + (standbyReaders.isEmpty ? "" : ", reading from the standby: \(standbyReaders.keys.sorted())")
-             + (without.isEmpty ? "" : ", without \(without.sorted())"))
+             + (without.isEmpty ? "" : ", without \(without.sorted())")
+             + (readerOn ? ", read-only participant \(ReaderState.store) (account \(reader.account))" : ""))
         let listed = try Binary.storectl(["--json", "debug", "failpoints"], in: f.dir.path)
         failpoints = (JSONDoc.get(JSONDoc.parse(listed.stdout), "failpoints") as? [[String: Any]] ?? [])
             .compactMap { $0["name"] as? String }.filter { $0.hasPrefix("export.") || $0.hasPrefix("import.") }
@@ -790,6 +805,8 @@ final class ModelRun {
             }
         }
         let total = 26 + rng.below(16)
+        defer { readerDropRole() }
+        try readerPlan(total: total)
         let barrierAt = rng.chance(60) ? 8 + rng.below(total - 10) : -1
         // Every seed has at least one backup and its restore, one kill, one collision, and most one schema change.
         let restoreStore = stores[rng.below(stores.count)]
@@ -800,6 +817,8 @@ final class ModelRun {
         let schemaAt = rng.chance(70) ? rng.below(total) : -1
         for step in 0..<total where !failed {
             steps += 1
+            try readerStep(step)
+            if failed { break }
             var s = stores[rng.below(stores.count)]
             var roll = rng.below(100)
             let before = failureCount
@@ -863,6 +882,7 @@ final class ModelRun {
     }
 
     func cleanSync(_ s: String) {
+        readerNoteSent(s)
         model.confirm(s)
         dirty.remove(s)
         collided.remove(s)
@@ -1100,6 +1120,7 @@ final class ModelRun {
             addedOn[Fleet.lateStore] = Set(model.added.flatMap { t in t.value.map { "\(t.key).\($0.column)" } })
             try compareAll("the store that joined last", stores: [Fleet.lateStore])
         }
+        if !failed { try readerBarrier(final: final) }
     }
 
     func compareAll(_ what: String, stores names: [String]? = nil) throws {
@@ -1110,6 +1131,431 @@ final class ModelRun {
             let diff = RowDiff(expected: model.expected(addedOn[s] ?? []), actual: try f.rows(s))
             Tally.add(diff)
             if !diff.isEmpty { fail("\(what): \(s) differs from the model:\n\(diff)") }
+        }
+    }
+}
+
+/// What the model knows of the read-only participant `r`.
+///
+/// `r` signs in as `reader`, an account of its own with a read-only share of the zone that the account of s0..s2
+/// owns (whichever of them synced first made it). It never sends a change: its own rows (keys no other store uses)
+/// and its edits of the others' rows stay on `r`, and must never reach s0..s2, the model or the cloud. Where a record
+/// arrives for a row `r` changed, the cloud's value wins. So at a barrier (every store synced, then `r`), `r` holds
+/// the model's rows, except each row in `local`, which holds either `r`'s own value or the model's; a row in
+/// `local` that a clean sync of another store sent since `r` last synced (`pending`) must hold the model's after
+/// `r`'s next sync. After `sync --discard-local`, `r` holds exactly the model.
+struct ReaderState {
+    static let store = "r"
+    static let secretVariable = "STORECTL_MODEL_READER_SECRET"
+    /// `r`'s account: `reader` in a container file; on PostgreSQL a role of the run's own (roles are the server's,
+    /// not the container's), dropped when the run ends.
+    let account: String
+    let secret: String
+    /// The tables whose rows `r` edits: none is the parent of another, so that no other row's line changes with
+    /// them.
+    static let editedTables = ["settings", "events", "words", "ranks", "readings"]
+
+    enum Share: String { case none = "not shared yet", active = "shared", removed = "removed" }
+
+    /// `r`'s own random stream: the schedule of s0..s2 draws the same numbers with or without `r`.
+    var rng: SplitMix64
+    var share = Share.none
+    /// Identity -> `r`'s own value of a row it changed here (nil: deleted here), not overwritten by the cloud yet.
+    var local: [String: String?] = [:]
+    /// `r`'s own rows, present on `r`: identity -> row.
+    var own: [String: StoreModel.Row] = [:]
+    /// Rows whose records a clean sync of another store sent since `r` last synced.
+    var pending: Set<String> = []
+    var counter = 0
+    /// The step at which the owner removes `r`'s share (-1: never), and the step at which it shares again.
+    var removeAt = -1
+    var shareAgainAt = -1
+    /// The PostgreSQL role was created (and must be dropped).
+    var roleCreated = false
+
+    init(seed: UInt64, backend: FleetBackend) {
+        rng = SplitMix64(seed: seed &* 0xC2B2_AE35 &+ 101)
+        if backend.isFile {
+            (account, secret) = ("reader", "reader-S3cret-55")
+        } else {
+            (account, secret) = ("model_reader_\(String(UInt32.random(in: 0...UInt32.max), radix: 16))", "unused-with-trust")
+        }
+    }
+}
+
+extension ModelRun {
+    /// Whether the run has `r`: on a container file, and on PostgreSQL once its containers know shares (a
+    /// participant there is a role of the run's own; see `readerRegister`).
+    var readerOn: Bool {
+        !without.contains("reader") && (backend.isFile || (PostgresCloudDatabase.self as Any) is any CloudSharing.Type)
+    }
+
+    var r: String { ReaderState.store }
+
+    /// Registers `r`'s account (before any zone exists) and plans the removal of its share.
+    func readerPlan(total: Int) throws {
+        guard readerOn else { return }
+        if reader.rng.chance(50) {
+            reader.removeAt = reader.rng.below(total)
+            reader.shareAgainAt = reader.removeAt + 1 + reader.rng.below(12)
+        }
+        note("\(r): its share is removed "
+             + (reader.removeAt < 0 ? "never" : "at step \(reader.removeAt), shared again at step \(reader.shareAgainAt)"
+                + (reader.shareAgainAt >= total ? " (the final barrier)" : "")))
+        try readerRegister()
+    }
+
+    /// A container file: s0's account (an owner of the container) registers `reader`. PostgreSQL: the server's
+    /// superuser creates `r`'s role and runs the grants `cloud init --print-grants` prints for it (r's config names
+    /// the role); `readerDropRole` drops it.
+    func readerRegister() throws {
+        guard let f = fleet else { return }
+        switch backend {
+        case .file:
+            note("s0: account add \(reader.account)")
+            guard try storectl("s0", ["account", "add", reader.account, "--secret-env", ReaderState.secretVariable],
+                               env: [ReaderState.secretVariable: reader.secret]) != nil else { return }
+        case .postgres:
+            note("CREATE ROLE \(reader.account) LOGIN, and the grants of 'storectl --store r cloud init --print-grants'")
+            try f.psql("CREATE ROLE \(reader.account) LOGIN")
+            reader.roleCreated = true
+            let grants = try Binary.storectl(["--store", r, "cloud", "init", "--print-grants"], in: f.dir.path)
+            guard grants.status == 0, !grants.stdout.isEmpty else {
+                fail("storectl cloud init --print-grants on \(r) exited \(grants.status)\n\(grants.stderr)")
+                return
+            }
+            try f.psql(grants.stdout)
+        }
+    }
+
+    /// Drops `r`'s PostgreSQL role, if the run made one.
+    func readerDropRole() {
+        guard reader.roleCreated, let f = fleet else { return }
+        _ = try? f.psql("DROP OWNED BY \(reader.account) CASCADE; DROP ROLE IF EXISTS \(reader.account)")
+        reader.roleCreated = false
+    }
+
+    /// Before each step: `r` joins once the zone exists, loses and gets back its share when planned, or writes
+    /// here, or syncs.
+    func readerStep(_ step: Int) throws {
+        guard readerOn else { return }
+        switch reader.share {
+        case .none:
+            // The zone exists once a store of its owner synced into it.
+            if stores.contains(where: { mode[$0] == "cloud" }) { try readerJoin("\(step)") }
+            return
+        case .active where reader.removeAt >= 0 && step >= reader.removeAt && step < reader.shareAgainAt:
+            try readerRemoveShare("\(step)")
+            return
+        case .removed where step >= reader.shareAgainAt:
+            try readerShareAgain("\(step)")
+            return
+        default:
+            break
+        }
+        let roll = reader.rng.below(100)
+        if roll < 16 {
+            note("\(step) \(r): local writes (read-only: never sent)")
+            for _ in 0..<(1 + reader.rng.below(3)) { try readerWrite() }
+        } else if roll < 26 {
+            try readerSync("\(step)")
+        }
+    }
+
+    func readerJoin(_ when: String) throws {
+        note("\(when) s0: share add \(reader.account) --permission read-only")
+        guard try storectl("s0", ["share", "add", reader.account, "--permission", "read-only"]) != nil else {
+            return
+        }
+        note("\(when) \(r): mode cloud, from nothing")
+        guard try storectl(r, ["mode", "cloud"]) != nil else { return }
+        reader.share = .active
+        readerSynced()
+    }
+
+    func readerRemoveShare(_ when: String) throws {
+        note("\(when) s0: share remove \(reader.account)")
+        guard try storectl("s0", ["share", "remove", reader.account]) != nil else { return }
+        reader.share = .removed
+        try readerSync(when)
+        try readerStatus("step \(when), after share remove")
+    }
+
+    func readerShareAgain(_ when: String) throws {
+        note("\(when) s0: share add \(reader.account) --permission read-only (again)")
+        guard try storectl("s0", ["share", "add", reader.account, "--permission", "read-only"]) != nil else {
+            return
+        }
+        reader.share = .active
+        try readerSync(when)
+    }
+
+    /// `r` syncs: with its share, it receives; without, it is refused (77) and its rows stay as they were.
+    func readerSync(_ when: String) throws {
+        guard let f = fleet else { return }
+        if reader.share == .active {
+            note("\(when) \(r): sync")
+            guard try storectl(r, ["sync"]) != nil else { return }
+            readerSynced()
+            return
+        }
+        let before = try f.rows(r)
+        note("\(when) \(r): sync, refused (its share is removed)")
+        guard try storectl(r, ["sync"], allowed: [77]) != nil else { return }
+        let diff = RowDiff(expected: before, actual: try f.rows(r))
+        if !diff.isEmpty { fail("\(when): a refused sync of \(r) changed its rows:\n\(diff)") }
+    }
+
+    /// `r` synced: every row sent meanwhile took the cloud's value there.
+    func readerSynced() {
+        let overwritten = reader.pending.filter { reader.local[$0] != nil }.sorted()
+        if !overwritten.isEmpty {
+            note("    \(r): the cloud's value wins on \(overwritten.count) row(s) changed here: \(overwritten)")
+        }
+        for identity in overwritten { reader.local[identity] = nil }
+        reader.pending = []
+    }
+
+    /// Called before a store's writes are confirmed by a clean sync: they are in the cloud, and reach `r` at its next
+    /// sync. After a kill, what was sent is unknown (the rows `r` changed stay either way).
+    func readerNoteSent(_ s: String) {
+        guard readerOn, !dirty.contains(s) else { return }
+        reader.pending.formUnion((model.undo[s] ?? [:]).keys)
+    }
+
+    /// Runs one statement on `r`, as its app would; returns how many rows it changed.
+    func readerSQL(_ sql: String, _ args: [Value]) throws -> Int {
+        guard let f = fleet else { return 0 }
+        let db = try Connection(path: f.path(r), mode: .readWrite, busyTimeout: 10_000, wal: true, foreignKeys: true)
+        var changed = 0
+        try db.transaction(.immediate) {
+            try db.run(sql, args)
+            changed = db.changes
+        }
+        return changed
+    }
+
+    func readerText() -> MV {
+        let word = ["r-alpha", "r-o'brien", "r-é😀", "r-a|b"][reader.rng.below(4)] + String(reader.rng.below(1000))
+        switch reader.rng.below(10) {
+        case 0: return .text(Array(word.utf8) + [0] + Array("tail".utf8))
+        case 1: return .text(Array(word.utf8) + [0xFF])
+        default: return .str(word)
+        }
+    }
+
+    /// The key columns of a table `r` writes, and a fresh set of its other columns.
+    func readerValues(_ table: String) -> (key: [String], values: StoreModel.Row) {
+        switch table {
+        case "notes": return (["uuid"], ["title": readerText(), "body": .str("")])
+        case "settings": return (["key"], ["value": reader.rng.chance(15) ? .null : readerText()])
+        case "events": return (["origin", "n"], ["payload": reader.rng.chance(20) ? .null : readerText()])
+        case "words": return (["w", "lang"], ["n": .int(Int64(reader.rng.below(100)))])
+        case "ranks": return (["id"], ["label": readerText()])
+        default: return (["at"], ["value": .real(Double(reader.rng.below(100_000)) / 8), "note": readerText()])
+        }
+    }
+
+    static let readerTextColumns: Set<String> = ["uuid", "title", "body", "key", "value", "origin", "payload", "w",
+                                                 "lang", "label", "note"]
+
+    func readerBind(_ column: String, _ index: Int) -> String {
+        Self.readerTextColumns.contains(column) ? "CAST(?\(index) AS TEXT)" : "?\(index)"
+    }
+
+    /// One write on `r`: a row of its own (a key no other store uses), an edit or delete of one of them, or an edit
+    /// or delete of another store's row (when `r` holds it).
+    func readerWrite() throws {
+        let roll = reader.rng.below(100)
+        if roll < 40 || (roll < 60 && reader.own.isEmpty) {
+            // A row of r's own.
+            let table = ["notes", "settings", "events", "words", "ranks"][reader.rng.below(5)]
+            reader.counter += 1
+            let n = reader.counter
+            var (_, row) = readerValues(table)
+            let identity: String
+            switch table {
+            case "notes":
+                row["uuid"] = .str("r-n\(n)")
+                identity = "notes|r-n\(n)"
+            case "settings":
+                row["key"] = .str("r-k\(n)")
+                identity = "settings|" + MV.str("r-k\(n)").cell
+            case "events":
+                row["origin"] = .str(r)
+                row["n"] = .int(Int64(n))
+                identity = "events|\(r)|\(n)"
+            case "words":
+                row["w"] = .str("r-w\(n)")
+                row["lang"] = .str("en")
+                identity = "words|" + [MV.str("r-w\(n)").cell, MV.str("en").cell].joined(separator: "|")
+            default:
+                row["id"] = .int(Int64(500_000 + n))
+                identity = "ranks|" + MV.int(Int64(500_000 + n)).cell
+            }
+            let columns = row.keys.sorted()
+            let sql = "INSERT INTO \(table)(\(columns.joined(separator: ", "))) VALUES ("
+                + columns.enumerated().map { readerBind($1, $0 + 1) }.joined(separator: ", ") + ")"
+            note("  \(r): \(sql) <- \(columns.map { (row[$0] ?? .null).cell })")
+            _ = try readerSQL(sql, columns.map { (row[$0] ?? .null).bound })
+            reader.own[identity] = row
+            reader.local[identity] = .some(model.line(identity, row, []))
+            return
+        }
+        let identity: String
+        let old: StoreModel.Row
+        let mine = roll < 60
+        if mine {
+            guard let id = pickReader(reader.own.keys.sorted()), let row = reader.own[id] else { return }
+            (identity, old) = (id, row)
+        } else {
+            let candidates = model.rows.keys.filter {
+                ReaderState.editedTables.contains(StoreModel.table($0)) && model.contested[$0] == nil
+            }.sorted()
+            guard let id = pickReader(candidates), let row = model.rows[id] else { return }
+            (identity, old) = (id, row)
+        }
+        let table = StoreModel.table(identity)
+        let (keyColumns, values) = readerValues(table)
+        let keyWhere = keyColumns.enumerated().map { "\($1) = " + readerBind($1, $0 + 1) }.joined(separator: " AND ")
+        let keyArgs = keyColumns.map { (old[$0] ?? .null).bound }
+        if reader.rng.chance(30) {
+            note("  \(r): DELETE FROM \(table) WHERE \(identity)")
+            let changed = try readerSQL("DELETE FROM \(table) WHERE \(keyWhere)", keyArgs)
+            note("    -> \(changed) row(s)")
+            if mine { reader.own[identity] = nil }
+            if changed > 0 || mine { reader.local[identity] = .some(nil) }
+            return
+        }
+        var row: StoreModel.Row = [:]
+        for k in keyColumns { row[k] = old[k] }
+        row.merge(values) { $1 }
+        let columns = values.keys.sorted()
+        let sets = columns.enumerated().map { "\($1) = " + readerBind($1, keyColumns.count + $0 + 1) }
+            .joined(separator: ", ")
+        note("  \(r): UPDATE \(table) SET \(columns) = \(columns.map { (values[$0] ?? .null).cell }) WHERE \(identity)")
+        let changed = try readerSQL("UPDATE \(table) SET \(sets) WHERE \(keyWhere)",
+                                    keyArgs + columns.map { (values[$0] ?? .null).bound })
+        note("    -> \(changed) row(s)")
+        if mine { reader.own[identity] = row }
+        // An edit of a row r does not hold (not received yet, or deleted here) changes nothing.
+        if changed > 0 { reader.local[identity] = .some(model.line(identity, row, [])) }
+    }
+
+    func pickReader<T>(_ list: [T]) -> T? { list.isEmpty ? nil : list[reader.rng.below(list.count)] }
+
+    /// The rows `r` must hold: the model's, and for each row it changed here, its own value or the model's
+    /// (`exact`: the model's only).
+    func readerCompare(_ what: String, exact: Bool) throws {
+        guard let f = fleet else { return }
+        let problems = try f.integrity(r)
+        if !problems.isEmpty { fail("\(what): integrity of \(r): \(problems)") }
+        let actual = try f.rows(r)
+        let present = Set(actual)
+        var expected: [String] = []
+        for (identity, row) in model.rows where exact || reader.local[identity] == nil {
+            expected.append(model.line(identity, row, []))
+        }
+        var keptHere = 0
+        if !exact {
+            for (identity, mine) in reader.local.sorted(by: { $0.key < $1.key }) {
+                let theirs = model.rows[identity].map { model.line(identity, $0, []) }
+                if let mine, present.contains(mine) {
+                    expected.append(mine)
+                    keptHere += 1
+                } else if let theirs, present.contains(theirs) {
+                    expected.append(theirs)
+                } else if mine != nil, let theirs {
+                    expected.append(theirs)  // neither: reported as lost
+                } else if mine == nil {
+                    keptHere += theirs == nil ? 0 : 1
+                }
+            }
+        }
+        let diff = RowDiff(expected: expected, actual: actual)
+        Tally.add(diff)
+        note("  \(r): \(actual.count) rows, \(keptHere) of them changed here and kept (\(reader.local.count) rows "
+             + "changed here, \(reader.own.count) of its own)")
+        if !diff.isEmpty {
+            fail("\(what): \(r) (read-only) differs from the model\(exact ? "" : " and its own changes"):\n\(diff)")
+        }
+    }
+
+    /// `status --json` of `r`: its local changes listed as not sent (exit 65) when it has rows of its own; nothing
+    /// listed (exit 0) when it changed nothing here; exit 77 while its share is removed.
+    func readerStatus(_ what: String) throws {
+        guard let f = fleet else { return }
+        let (result, doc) = try f.status(r)
+        let unsent = JSONDoc.get(doc, "unsettled", "unsent") as? [[String: Any]] ?? []
+        note("  \(r): status -> exit \(result.status), \(unsent.count) not sent")
+        if reader.share == .removed {
+            if result.status != 77 { fail("\(what): status of \(r) without its share exited \(result.status)\n\(result)") }
+            return
+        }
+        if unsent.contains(where: { $0["share"] as? String != "read-only" }) {
+            fail("\(what): status of \(r) lists a row not sent that is not for its read-only share:\n\(result.stdout)")
+        }
+        if !reader.own.isEmpty {
+            var byTable: [String: Int] = [:]
+            for id in reader.own.keys { byTable[StoreModel.table(id), default: 0] += 1 }
+            let missing = byTable.filter { table, n in unsent.filter { $0["entity"] as? String == table }.count < n }
+            if result.status != 65 || !missing.isEmpty {
+                fail("\(what): status of \(r) with \(reader.own.count) rows of its own (\(byTable)) exited "
+                     + "\(result.status), listing fewer not sent in \(missing.keys.sorted()):\n\(result.stdout)")
+            }
+        } else if reader.local.isEmpty && (result.status != 0 || !unsent.isEmpty) {
+            fail("\(what): status of \(r), which changed nothing here, exited \(result.status):\n\(result.stdout)")
+        }
+    }
+
+    /// At a barrier, after s0..s2: `r` syncs (or is refused), is compared with the model, and sometimes (always at
+    /// the end) discards what it changed here, then equals the model exactly.
+    func readerBarrier(final: Bool) throws {
+        guard readerOn, let f = fleet else { return }
+        let what = final ? "the final barrier" : "barrier \(barriers)"
+        if reader.share == .none { try readerJoin("  barrier:") }
+        if final && reader.share == .removed { try readerShareAgain("  final:") }
+        if failed { return }
+        try readerSync("  barrier:")
+        if failed { return }
+        try readerStatus(what)
+        if reader.share == .removed || failed { return }
+        try readerCompare(what, exact: false)
+        // Nothing r did reached the cloud: no record was last saved by r's device.
+        let device = try f.sql(r, "SELECT value FROM _storectl_meta WHERE key = 'store_id'")
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let sent = try f.cloudRecords().filter { $0.modifiedBy == device }
+        if device.isEmpty || !sent.isEmpty {
+            fail("\(what): the container holds \(sent.count) record(s) saved by \(r) ('\(device)'), a read-only "
+                 + "participant: \(sent.prefix(5).map { "\($0.recordType) \($0.recordName) \($0.fields)" })")
+        }
+        guard final || reader.rng.chance(40), !failed else { return }
+        let own = reader.own.count
+        note("  \(r): sync --discard-local (\(reader.local.count) rows changed here, \(own) of its own)")
+        let res = try Binary.storectl(["--store", r, "--json", "sync", "--discard-local"], in: f.dir.path)
+        note("    -> exit \(res.status)")
+        guard res.status == 0 else {
+            fail("storectl sync --discard-local on \(r) exited \(res.status)\n\(res.stderr.suffix(1500))")
+            return
+        }
+        let doc = JSONDoc.parse(res.stdout)
+        let deleted = JSONDoc.int(doc, "discarded", "deleted") ?? -1
+        if deleted < own { fail("\(what): sync --discard-local deleted \(deleted) rows, \(r) made \(own):\n\(res.stdout)") }
+        if let saved = JSONDoc.get(doc, "discarded", "saved_to") as? String,
+           !FileManager.default.fileExists(atPath: saved.hasPrefix("/") ? saved : f.dir.file(saved))
+        {
+            fail("\(what): sync --discard-local names \(saved), which does not exist")
+        }
+        reader.local = [:]
+        reader.own = [:]
+        readerSynced()
+        try readerCompare(what + ", after sync --discard-local", exact: true)
+        try readerStatus(what + ", after sync --discard-local")
+        if final && !failed {
+            let again = try f.json(r, ["sync"], expect: 0)
+            let moved = ["saved", "deleted"].compactMap { JSONDoc.int(again.doc, "exported", $0) }.reduce(0, +)
+                + ["applied", "deleted"].compactMap { JSONDoc.int(again.doc, "imported", $0) }.reduce(0, +)
+            if moved != 0 { fail("a round of \(r) after discarding still moved \(moved) record(s):\n\(again.result.stdout)") }
         }
     }
 }
