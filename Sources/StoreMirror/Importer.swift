@@ -97,6 +97,7 @@ struct Importer {
                                                 dedupEntities: Set(options.uniqueRules.keys),
                                                 uniqueRules: options.uniqueRules)
                 try applier.resetNotes()
+                applier.cloudWins = options.readOnly
                 // Set-aside records tried again are held back like the pages' records (a swap set aside together
                 // settles together).
                 applier.defersUntilSettled = true

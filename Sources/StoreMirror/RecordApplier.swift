@@ -48,6 +48,9 @@ final class RecordApplier {
     var hasParked: Bool
     /// Whether any local change after the export token exists; when false, no merge is ever needed.
     let hasPendingLocal: Bool
+    /// Every record wins over the local changes it meets, whole (a read-only participant's import): the row takes
+    /// the record's values, UNIQUE columns included, whatever the merge policy.
+    var cloudWins = false
     /// Per surrogate-keyed table, the largest rowid of a row deleted here and not exported yet whose record is
     /// still live in the record map: a new row the import inserts never takes it (nor anything below it), so that
     /// the record keeps its key until the delete is sent (a read-only participant never sends it, and
@@ -277,7 +280,8 @@ final class RecordApplier {
     /// Applies one record from the cloud. With `respectLocalChanges` false, the record wins over local changes
     /// (the export uses that to bring a row to a merge it saved).
     /// - Throws: `RecordProblem` for a record that cannot be applied as it is; `SQLiteError`.
-    func apply(_ record: CloudRecord, respectLocalChanges: Bool = true) throws -> Outcome {
+    func apply(_ record: CloudRecord, respectLocalChanges requested: Bool = true) throws -> Outcome {
+        let respectLocalChanges = requested && !cloudWins
         if hasDeferred {
             // A newer version of a held-back record supersedes it (it is held back again if it must be).
             try Inbox(db).remove(record.recordName, from: .held)

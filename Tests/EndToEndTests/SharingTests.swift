@@ -20,9 +20,9 @@ class SharingTests: XCTestCase {
     func account(_ name: String) -> String { serverURL == nil ? name : "\(name)_\(suffix)" }
 
     /// A project whose config has one store per account, all on one container, zone `default`.
-    func project() throws -> E2EProject {
+    func project(schema: String = E2EProject.notesSchema) throws -> E2EProject {
         let p = try E2EProject(label: "storectl-share")
-        try p.writeSchema()
+        try p.writeSchema(schema)
         var stores: [E2EProject.Store] = []
         for name in ["alice", "bob", "carol", "dave"] {
             let url = serverURL.map { "'\($0)'" } ?? "file:cloud/shared.container"
@@ -215,6 +215,21 @@ class SharingTests: XCTestCase {
         // The same with the record-by-record path: alice edits the deleted row; it comes back on bob.
         try p.run(["-s", "bob", "sync", "--discard-local"])
         XCTAssertEqual(try rows(p, "bob"), try rows(p, "alice"))
+        try p.run(["-s", "bob", "doctor"])
+    }
+
+    func testTheCloudsValueWinsWholeOnAReadOnlyParticipantUniqueColumnsToo() throws {
+        let p = try project(schema: E2EProject.notesSchema
+                                + "CREATE TABLE tags(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, color TEXT);\n")
+        try p.sql("alice", "INSERT INTO tags(name, color) VALUES ('red', '#f00')")
+        try p.run(["-s", "alice", "sync"])
+        try shareWithBobAndCarol(p)
+        try p.sql("bob", "UPDATE tags SET name = 'crimson' WHERE name = 'red'")
+        try p.sql("alice", "UPDATE tags SET color = '#e00' WHERE name = 'red'")
+        try p.run(["-s", "alice", "sync"])
+        try p.run(["-s", "bob", "sync"])
+        XCTAssertEqual(try p.sql("bob", "SELECT name, color FROM tags"), "red|#e00\n")
+        try p.run(["-s", "bob", "status"])
         try p.run(["-s", "bob", "doctor"])
     }
 
