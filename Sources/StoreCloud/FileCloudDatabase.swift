@@ -1030,7 +1030,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration,
         return try translated("reading record '\(recordName)'") {
             try db.transaction(.deferred) {
                 guard let access = try checkedAccess(zone, write: false) else { return nil }
-                let statement = try db.cached("SELECT \(Self.checkedRecordSQL) WHERE r.zone = ?1 AND r.record_name = ?2")
+                let statement = try db.cached(
+                    "SELECT \(Self.checkedRecordSQL) WHERE r.zone = ?1 AND r.record_name = ?2")
                 var found: CloudRecord?
                 try statement.forEach([zone, recordName, nil as String?, nil as String?, access.owner]) {
                     found = Self.checkedRecord($0)

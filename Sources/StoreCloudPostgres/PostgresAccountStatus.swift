@@ -167,9 +167,9 @@ extension PostgresCloudDatabase {
         if standingSession != nil {
             // One that no longer stands (the format, the owner, the LOGIN changed): a full round checks again.
             // So does a role without a share: the full round meets the refusal.
-            guard let standing = revalidatedSession(zone: zone), standing.access?.access.canRead ?? true else {
-                return nil
-            }
+            guard let standing = revalidatedSession(zone: zone), !standing.hidden,
+                  standing.access?.access.canRead ?? true
+            else { return nil }
             return QuietState(digest: Self.quietDigest(standing.session.report, access: standing.access?.signature),
                               zone: standing.zone)
         }
@@ -177,10 +177,11 @@ extension PostgresCloudDatabase {
             let status = try privilegeStatus(c, role: role).0
             guard status.status == .available else { return nil }
             let r = try c.execute("""
-                SELECT a.epoch, a.last_seq, \(Self.accessColumns("a")) FROM \(s).zone_access($1, current_user) a
+                SELECT a.epoch, a.last_seq, \(Self.accessColumns("a")), \(hiddenColumn("a", "$1"))
+                FROM (SELECT 1) one LEFT JOIN LATERAL \(zoneRow("$1")) a ON true
                 """, [zone])
             let access = ZoneAccessRow(r, row: 0, at: 2, zone: zone)
-            guard access?.access.canRead ?? true else { return nil }
+            guard access?.access.canRead ?? true, r.bool(0, 6) != true else { return nil }
             return QuietState(digest: Self.quietDigest(status, access: access?.signature),
                               zone: r.string(0, 0).map { ServerChangeToken(epoch: $0, seq: r.int64(0, 1) ?? 0) })
         }

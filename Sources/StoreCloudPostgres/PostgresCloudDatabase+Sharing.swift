@@ -41,6 +41,39 @@ extension PostgresCloudDatabase: CloudSharing {
         "\(alias).owner, \(alias).level, \(alias).since, current_user"
     }
 
+    /// The zone `param` (`$1`, `$2`) as this role sees it, read inline (no function call): a FROM item with the
+    /// columns of `zone_access` (owner, level, since, epoch, last seq). No row when the zone does not exist, or
+    /// when the policies hide it from a role without a share: `hiddenZoneError` then tells the two apart.
+    func zoneRow(_ param: String) -> String {
+        """
+        (SELECT z.owner, CASE WHEN z.owner IS NULL OR z.owner = current_user THEN 'owner'
+                              ELSE coalesce(sh.permission, 'none') END AS level,
+                sh.since, z.epoch, z.last_seq
+         FROM \(s).zones z LEFT JOIN \(s).shares sh ON sh.zone = \(param) AND sh.account = current_user
+         WHERE z.name = \(param))
+        """
+    }
+
+    /// A column of a statement that reads the zone `param` as `zoneRow` aliased `alias`: true when that found no
+    /// row though the zone exists (the policies hide it from a role without a share). The function is asked only
+    /// then (an init plan runs when its value is first needed), so a statement that finds its zone pays nothing.
+    func hiddenColumn(_ alias: String, _ param: String) -> String {
+        """
+        CASE WHEN \(alias).level IS NULL AND \(param)::text IS NOT NULL
+             THEN EXISTS (SELECT 1 FROM \(s).zone_access(\(param), current_user)) END
+        """
+    }
+
+    /// For a read that found no row of `zone` (`zoneRow`): nil when the zone does not exist; the no-share error
+    /// when it exists and the policies hid it from this role (asked of `zone_access`, which sees every zone).
+    func hiddenZoneError(_ c: PGConnection, zone: String) throws -> CloudError? {
+        let r = try c.execute("SELECT \(Self.accessColumns("a")) FROM \(s).zone_access($1, current_user) a", [zone])
+        guard let access = ZoneAccessRow(r, row: 0, at: 0, zone: zone) else { return nil }
+        return access.access.canRead
+            ? CloudError(.temporary, "zone \(zone) of \(container) changed while it was read", hint: "retry")
+            : access.access.noShareError(container: container)
+    }
+
     /// The statement that aborts a write's transaction unless the role may write `zone` (its first statement).
     static func requireWritable(schema: String, zone: String) -> PGQuery {
         PGQuery("SELECT \(schema).require_writable($1, current_user)", [zone])

@@ -115,18 +115,19 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// this one). `zone` is read in the same statement.
     ///
     /// The zone's access (its owner, this role's share) is read in the same statement: a share removed or changed
-    /// shows in `access` (nil when the zone does not exist), and a role without a share gets no token.
+    /// shows in `access` (nil when the zone does not exist, or is hidden), and a role without a share gets no
+    /// token; `hidden` says the zone exists but the policies hide it from this role (a share removed).
     func revalidatedSession(zone: String? = nil)
-        -> (session: SessionCheck, zone: ServerChangeToken?, access: ZoneAccessRow?)?
+        -> (session: SessionCheck, zone: ServerChangeToken?, access: ZoneAccessRow?, hidden: Bool)?
     {
         guard let standing = standingSession, let connection else { return nil }
         do {
             let r = try connection.execute("""
                 SELECT (SELECT value FROM \(s).meta WHERE key = 'schema_version'), pg_get_userbyid(n.nspowner),
                        pg_has_role(current_user, n.nspowner, 'MEMBER'), r.rolcanlogin, z.epoch, z.last_seq,
-                       \(Self.accessColumns("z"))
+                       \(Self.accessColumns("z")), \(hiddenColumn("z", "$2"))
                 FROM pg_namespace n JOIN pg_roles r ON r.rolname = current_user
-                LEFT JOIN LATERAL \(s).zone_access($2, current_user) z ON true
+                LEFT JOIN LATERAL \(zoneRow("$2")) z ON true
                 WHERE n.nspname = $1
                 """, [schemaName, zone])
             // The container's format, its owner and the role's LOGIN as the check saw them: a newer storectl's
@@ -139,7 +140,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 return nil
             }
             let token = r.string(0, 4).map { ServerChangeToken(epoch: $0, seq: r.int64(0, 5) ?? 0) }
-            return (standing, token, zone.flatMap { ZoneAccessRow(r, row: 0, at: 6, zone: $0) })
+            return (standing, token, zone.flatMap { ZoneAccessRow(r, row: 0, at: 6, zone: $0) }, r.bool(0, 10) == true)
         } catch {
             // A session the server ended: the next call connects again, and checks again.
             self.connection = nil
@@ -515,14 +516,15 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// never nil as if it did not exist.
     public func zoneInfo(_ zone: String, countLive: Bool) throws -> ZoneInfo? {
         try run("cannot read zone \(zone) of \(container)") { c in
-            let live = countLive
-                ? "CASE WHEN a.level <> 'none' THEN (SELECT count(*) FROM \(s).records WHERE zone = $1 AND NOT deleted) END"
-                : "-1"
+            let count = "(SELECT count(*) FROM \(s).records WHERE zone = $1 AND NOT deleted)"
+            let live = countLive ? "CASE WHEN a.level <> 'none' THEN \(count) END" : "-1"
             let r = try c.execute("""
-                SELECT a.epoch, a.last_seq, \(live), \(Self.accessColumns("a"))
-                FROM \(s).zone_access($1, current_user) a
+                SELECT a.epoch, a.last_seq, \(live), \(Self.accessColumns("a")) FROM \(zoneRow("$1")) a
                 """, [zone])
-            guard let access = ZoneAccessRow(r, row: 0, at: 3, zone: zone) else { return nil }
+            guard let access = ZoneAccessRow(r, row: 0, at: 3, zone: zone) else {
+                if let hidden = try hiddenZoneError(c, zone: zone) { throw hidden }
+                return nil
+            }
             session?.access[zone] = access.signature
             try access.requireRead(container: container)
             var info = ZoneInfo(name: zone, epoch: r.string(0, 0) ?? "", lastSeq: r.int64(0, 1) ?? 0,
@@ -637,16 +639,18 @@ public final class PostgresCloudDatabase: CloudDatabase {
 
     /// The records of zone `$1` that `filter` (and `tail`: order, limit) selects, each followed by `rejected_by`:
     /// the account its saver's device is registered to when that account may not write the zone (neither the
-    /// owner `a.owner` of the enclosing `zone_access` row `a` nor a read-write participant). A device that is not
-    /// registered, or to no account, refuses nothing. For a `LATERAL` join on `a`.
+    /// owner `a.owner` of the enclosing zone row `a` (`zoneRow`) nor a read-write participant, whose list is read
+    /// once per statement, hashed). A device that is not registered, or to no account, refuses nothing; so does a
+    /// zone without an owner. For a `LATERAL` join on `a`. The saver's device is looked up by its key per record
+    /// (a left join written as a correlated subquery: cheaper to plan than the join, and never a scan of
+    /// `devices`).
     func checkedRecords(_ filter: String, _ tail: String = "") -> String {
         """
-        SELECT rr.*, CASE WHEN d.account IS NULL OR a.owner IS NULL OR d.account = a.owner THEN NULL
-                          WHEN EXISTS (SELECT 1 FROM \(s).shares sh WHERE sh.zone = $1 AND sh.account = d.account
-                                       AND sh.permission = 'read-write') THEN NULL
-                          ELSE d.account END AS rejected_by
+        SELECT rr.*, (SELECT d.account FROM \(s).devices d
+                      WHERE d.store_id = rr.modified_by AND d.account <> a.owner
+                        AND d.account NOT IN (SELECT sh.account FROM \(s).shares sh
+                                              WHERE sh.zone = $1 AND sh.permission = 'read-write')) AS rejected_by
         FROM (SELECT \(Self.recordColumns) FROM \(s).records WHERE zone = $1 AND \(filter) \(tail)) rr
-        LEFT JOIN \(s).devices d ON d.store_id = rr.modified_by
         """
     }
 
@@ -660,7 +664,10 @@ public final class PostgresCloudDatabase: CloudDatabase {
             return batch
         }
         let page = try run("cannot fetch changes of zone \(zone) of \(container)") { c in
-            try changePage(c, zone: zone, after: token?.seq ?? 0, limit: limit, excludingDevice: excludingDevice)
+            let page = try changePage(c, zone: zone, after: token?.seq ?? 0, limit: limit,
+                                      excludingDevice: excludingDevice)
+            if page == nil, let hidden = try hiddenZoneError(c, zone: zone) { throw hidden }
+            return page
         }
         guard let page else { throw zoneNotFound(zone) }
         try page.access.requireRead(container: container)
@@ -708,23 +715,24 @@ public final class PostgresCloudDatabase: CloudDatabase {
         // prefers a bitmap scan of every row of the zone after the token, then a sort: O(zone) per page. So,
         // for this transaction only, bitmap scans are off; an ordered index scan is then cheaper than anything
         // that must sort (a plain index scan of the same rows plus a sort, or a scan of the whole table).
-        // The zone's access row `a` (`zone_access`) gives its epoch and last seq, and none of its records to a role
-        // without a share, whose policies would hide them anyway.
+        // The zone's row `a` (`zoneRow`) gives its epoch, last seq and this role's access, and none of its records
+        // to a role without a share, whose policies would hide them anyway.
         let r = try c.pipeline([
             PGQuery("SELECT set_config('enable_bitmapscan', 'off', true)"),
             PGQuery("""
-            SELECT a.epoch, a.last_seq, pg_is_in_recovery(), \(Self.accessColumns("a")), r.*
-            FROM \(s).zone_access($1, current_user) a
+            SELECT a.epoch, a.last_seq, pg_is_in_recovery(), r.record_name, r.record_type, r.fields, r.change_tag,
+                   r.seq, r.deleted, r.modified_by, r.modified_at, r.rejected_by, \(Self.accessColumns("a"))
+            FROM \(zoneRow("$1")) a
             LEFT JOIN LATERAL (
                 \(checkedRecords("seq > $2 AND modified_by IS DISTINCT FROM $4", "ORDER BY seq LIMIT $3"))
             ) r ON a.level <> 'none'
             ORDER BY r.seq
             """, [zone, String(after), String(limit + 1), excludingDevice]),
         ])[1]
-        guard let access = ZoneAccessRow(r, row: 0, at: 3, zone: zone) else { return nil }
+        guard let access = ZoneAccessRow(r, row: 0, at: 12, zone: zone) else { return nil }
         var records: [CloudRecord] = []
         for row in 0..<r.rowCount {
-            if let record = checkedRecord(from: r, row: row, at: 7, zone: zone) { records.append(record) }
+            if let record = checkedRecord(from: r, row: row, at: 3, zone: zone) { records.append(record) }
         }
         return ChangePage(epoch: r.string(0, 0) ?? "", lastSeq: r.int64(0, 1) ?? 0, records: records,
                           inRecovery: r.bool(0, 2) ?? false, access: access)
@@ -734,10 +742,13 @@ public final class PostgresCloudDatabase: CloudDatabase {
         try run("cannot fetch record \(recordName) of zone \(zone)") { c in
             let r = try c.execute("""
                 SELECT \(Self.accessColumns("a")), r.*
-                FROM \(s).zone_access($1, current_user) a
+                FROM \(zoneRow("$1")) a
                 LEFT JOIN LATERAL (\(checkedRecords("record_name = $2"))) r ON a.level <> 'none'
                 """, [zone, recordName])
-            guard let access = ZoneAccessRow(r, row: 0, at: 0, zone: zone) else { return nil }
+            guard let access = ZoneAccessRow(r, row: 0, at: 0, zone: zone) else {
+                if let hidden = try hiddenZoneError(c, zone: zone) { throw hidden }
+                return nil
+            }
             try access.requireRead(container: container)
             return checkedRecord(from: r, row: 0, at: 4, zone: zone)
         }
@@ -860,12 +871,15 @@ public final class PostgresCloudDatabase: CloudDatabase {
         try run("cannot read the export marks of device \(device) in zone \(zone) of \(container)") { c in
             let r = try c.execute("""
                 SELECT m.last_seq, m.serial, m.history_seq, m.saved_at, \(Self.accessColumns("a"))
-                FROM \(s).zone_access($1, current_user) a
+                FROM \(zoneRow("$1")) a
                 LEFT JOIN LATERAL (SELECT last_seq, serial, history_seq, saved_at FROM \(s).export_marks
                                    WHERE zone = $1 AND device = $2 ORDER BY last_seq DESC LIMIT 1) m
                     ON a.level <> 'none'
                 """, [zone, device])
-            guard let access = ZoneAccessRow(r, row: 0, at: 4, zone: zone) else { return nil }
+            guard let access = ZoneAccessRow(r, row: 0, at: 4, zone: zone) else {
+                if let hidden = try hiddenZoneError(c, zone: zone) { throw hidden }
+                return nil
+            }
             try access.requireRead(container: container)
             guard r.string(0, 0) != nil else { return nil }
             return DeviceExportState(mark: ExportMark(serial: r.int64(0, 1) ?? 0, historySeq: r.int64(0, 2) ?? 0,
@@ -878,14 +892,15 @@ public final class PostgresCloudDatabase: CloudDatabase {
         -> (records: [DeviceRecord], moreComing: Bool)
     {
         try CloudContract.checkPageSize(limit)
-        let r = try run("cannot fetch the records of device \(device) in zone \(zone) of \(container)") { c in
-            try c.execute("""
+        let (r, hidden) = try run("cannot fetch the records of device \(device) in zone \(zone) of \(container)") {
+            c -> (PGResult, CloudError?) in
+            let r = try c.execute("""
                 SELECT $1, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted, r.modified_by,
                        r.modified_at,
                        (SELECT m.history_seq FROM \(s).export_marks m WHERE m.zone = $1 AND m.device = $2
                           AND m.last_seq >= r.seq AND m.first_seq <= r.seq ORDER BY m.last_seq LIMIT 1),
                        r.superseded, \(Self.accessColumns("a"))
-                FROM \(s).zone_access($1, current_user) a
+                FROM \(zoneRow("$1")) a
                 LEFT JOIN LATERAL (
                     -- The device's records as they stand, and its saves another device's save replaced since.
                     (SELECT \(Self.recordColumns), false AS superseded FROM \(s).records
@@ -897,8 +912,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
                 ) r ON a.level <> 'none'
                 ORDER BY r.seq
                 """, [zone, device, String(seq), String(limit + 1)])
+            return (r, ZoneAccessRow(r, row: 0, at: 11, zone: zone) == nil ? try hiddenZoneError(c, zone: zone) : nil)
         }
-        guard let access = ZoneAccessRow(r, row: 0, at: 11, zone: zone) else { throw zoneNotFound(zone) }
+        guard let access = ZoneAccessRow(r, row: 0, at: 11, zone: zone) else { throw hidden ?? zoneNotFound(zone) }
         try access.requireRead(container: container)
         var records: [DeviceRecord] = []
         for row in 0..<r.rowCount {
@@ -1203,12 +1219,14 @@ public final class PostgresCloudDatabase: CloudDatabase {
         try run("cannot read the schema version of zone \(zone)") { c in
             let r = try c.execute("""
                 SELECT m.name, m.created_by, m.created_at, m.payload, \(Self.accessColumns("a"))
-                FROM \(s).zone_access($1, current_user) a
+                FROM \(zoneRow("$1")) a
                 LEFT JOIN LATERAL (SELECT name, created_by, created_at, payload FROM \(s).markers
                                    WHERE zone = $1 AND name COLLATE "C" >= $2 AND name COLLATE "C" < $3
                                    ORDER BY name COLLATE "C" DESC LIMIT 1) m ON a.level <> 'none'
                 """, [zone, CloudContract.schemaMarkerPrefix, CloudContract.schemaMarkerPrefix + "~"])
-            guard let access = ZoneAccessRow(r, row: 0, at: 4, zone: zone) else { throw zoneNotFound(zone) }
+            guard let access = ZoneAccessRow(r, row: 0, at: 4, zone: zone) else {
+                throw try hiddenZoneError(c, zone: zone) ?? zoneNotFound(zone)
+            }
             try access.requireRead(container: container)
             guard let name = r.string(0, 0) else { return nil }
             return CloudContract.schemaVersion(Marker(zone: zone, name: name, createdBy: r.string(0, 1) ?? "",
@@ -1255,10 +1273,13 @@ public final class PostgresCloudDatabase: CloudDatabase {
         try run("cannot read marker \(name) in zone \(zone)") { c in
             let r = try c.execute("""
                 SELECT m.created_by, m.created_at, m.payload, \(Self.accessColumns("a"))
-                FROM \(s).zone_access($1, current_user) a
+                FROM \(zoneRow("$1")) a
                 LEFT JOIN \(s).markers m ON m.zone = $1 AND m.name = $2 AND a.level <> 'none'
                 """, [zone, name])
-            guard let access = ZoneAccessRow(r, row: 0, at: 3, zone: zone) else { return nil }
+            guard let access = ZoneAccessRow(r, row: 0, at: 3, zone: zone) else {
+                if let hidden = try hiddenZoneError(c, zone: zone) { throw hidden }
+                return nil
+            }
             try access.requireRead(container: container)
             guard r.string(0, 0) != nil else { return nil }
             return Marker(zone: zone, name: name, createdBy: r.string(0, 0) ?? "", createdAt: r.double(0, 1) ?? 0,

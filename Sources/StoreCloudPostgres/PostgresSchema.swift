@@ -148,6 +148,8 @@ enum PostgresSchema {
     /// per statement (a hashed subplan), not per row. The tables' owner, superusers and BYPASSRLS roles are not
     /// bound by the policies: they administer the container, and storectl checks them like anyone else.
     static let sharingStatements: [String] = [
+        // Quiet: the IF EXISTS of the statements below would tell `cloud init` of every policy not there yet.
+        "SET LOCAL client_min_messages = warning",
         #"ALTER TABLE {s}.zones ADD COLUMN IF NOT EXISTS owner text COLLATE "C""#,
         """
         CREATE TABLE IF NOT EXISTS {s}.shares (
@@ -185,28 +187,35 @@ enum PostgresSchema {
         zoneFunction("owned_zones", """
             SELECT name COLLATE "C" FROM {s}.zones WHERE owner = p_role COLLATE "C"
             """),
-        // One zone as `p_role` may use it: no row when the zone does not exist; its epoch and last seq only for
-        // a role that may read it.
+        // One zone as `p_role` may use it, whatever the policies would show that role: no row when the zone does
+        // not exist; its epoch and last seq only for a role that may read it. PL/pgSQL keeps the plan per session.
         """
         CREATE OR REPLACE FUNCTION {s}.zone_access(p_zone text, p_role text)
         RETURNS TABLE (owner text, level text, since double precision, epoch text, last_seq bigint)
-        LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+        LANGUAGE plpgsql STABLE SECURITY DEFINER ROWS 1 SET search_path = pg_catalog, pg_temp AS $f$
+        #variable_conflict use_column
+        BEGIN
+            RETURN QUERY
             SELECT z.owner, a.level, sh.since,
                    CASE WHEN a.level <> 'none' THEN z.epoch END, CASE WHEN a.level <> 'none' THEN z.last_seq END
             FROM {s}.zones z
             LEFT JOIN {s}.shares sh ON sh.zone = p_zone COLLATE "C" AND sh.account = p_role COLLATE "C"
             CROSS JOIN LATERAL (SELECT CASE WHEN z.owner IS NULL OR z.owner = p_role COLLATE "C" THEN 'owner'
                                             ELSE coalesce(sh.permission, 'none') END AS level) a
-            WHERE z.name = p_zone
+            WHERE z.name = p_zone;
+        END
         $f$
         """,
         // Aborts the statement (SQLSTATE SH001) unless `p_role` may write the zone (or the zone does not exist):
         // the first statement of every write's transaction.
         """
         CREATE OR REPLACE FUNCTION {s}.require_writable(p_zone text, p_role text) RETURNS void
-        LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $f$
+        LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
         BEGIN
-            IF EXISTS (SELECT 1 FROM {s}.zone_access(p_zone, p_role) a WHERE a.level NOT IN ('owner', 'read-write'))
+            IF EXISTS (SELECT 1 FROM {s}.zones z
+                       WHERE z.name = p_zone AND z.owner IS NOT NULL AND z.owner <> p_role COLLATE "C"
+                         AND NOT EXISTS (SELECT 1 FROM {s}.shares sh WHERE sh.zone = p_zone COLLATE "C"
+                                         AND sh.account = p_role COLLATE "C" AND sh.permission = 'read-write'))
             THEN
                 RAISE EXCEPTION 'role % may not write zone %', p_role, p_zone USING ERRCODE = 'SH001';
             END IF;
@@ -245,19 +254,24 @@ enum PostgresSchema {
             EXECUTE format('ALTER FUNCTION {s}.writable_zones(text) OWNER TO %I', tables_owner);
             EXECUTE format('ALTER FUNCTION {s}.owned_zones(text) OWNER TO %I', tables_owner);
             EXECUTE format('ALTER FUNCTION {s}.zone_access(text, text) OWNER TO %I', tables_owner);
+            EXECUTE format('ALTER FUNCTION {s}.require_writable(text, text) OWNER TO %I', tables_owner);
         END
         $own$
         """,
     ] + rowSecurity(table: "zones", key: "name", insert: "owner = current_user", own: "owner = current_user OR ")
         + rowSecurity(table: "records") + rowSecurity(table: "markers") + rowSecurity(table: "export_marks")
-        + rowSecurity(table: "superseded_saves") + rowSecurity(table: "shares", owners: true)
+        + rowSecurity(table: "superseded_saves")
+        + rowSecurity(table: "shares", owners: true, ownRead: "account = current_user OR ")
 
-    /// A SECURITY DEFINER function `{s}.NAME(p_role text) RETURNS SETOF text` with `body`.
+    /// A SECURITY DEFINER function `{s}.NAME(p_role text) RETURNS SETOF text` returning the rows of the query
+    /// `body` (PL/pgSQL, so that its plan is kept per session).
     private static func zoneFunction(_ name: String, _ body: String) -> String {
         """
         CREATE OR REPLACE FUNCTION {s}.\(name)(p_role text) RETURNS SETOF text
-        LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
-        \(body)
+        LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+        BEGIN
+            RETURN QUERY \(body);
+        END
         $f$
         """
     }
@@ -266,12 +280,13 @@ enum PostgresSchema {
     /// INSERT, UPDATE and DELETE for those that may write it (`insert` replaces the check of new rows). With
     /// `owners`, writes are the zone owner's, and a participant may delete its own row (`shares`). `own` comes
     /// before every condition: on `zones`, the row's own owner (a zone just inserted is not in the functions'
-    /// snapshot, and `INSERT ... ON CONFLICT` checks the new row against the SELECT policy too).
+    /// snapshot, and `INSERT ... ON CONFLICT` checks the new row against the SELECT policy too); `ownRead` before
+    /// the SELECT condition only (a participant reads its own share without the function being asked).
     private static func rowSecurity(table: String, key: String = "zone", insert: String? = nil, owners: Bool = false,
-                                    own: String = "") -> [String]
+                                    own: String = "", ownRead: String = "") -> [String]
     {
         let zone = "(\(key) COLLATE \"C\")"
-        let readable = "\(own)\(zone) IN (SELECT {s}.readable_zones(current_user))"
+        let readable = "\(own)\(ownRead)\(zone) IN (SELECT {s}.readable_zones(current_user))"
         let writable = "\(own)\(zone) IN (SELECT {s}.\(owners ? "owned_zones" : "writable_zones")(current_user))"
         let delete = owners ? "\(writable) OR account = current_user"
             : table == "zones" ? "owner = current_user" : writable

@@ -680,6 +680,10 @@ final class WatchRecoveryTests: WatchTestCase {
             + yaml[bStart.lowerBound...].replacingOccurrences(of: "account: demo", with: "account: bob"))
         try p.run(["--store", "a", "account", "add", "bob", "--secret-env", "BOB_SECRET"],
                 env: ["BOB_SECRET": "bob-secret"])
+        // demo's zone, shared with bob.
+        _ = try Binary.run("/usr/bin/sqlite3", [p.dir.file("cloud/shared.container"),
+                                                "INSERT INTO shares VALUES ('default', 'bob', 'read-write', 0, 'demo')"],
+                           in: p.dir.path)
         let env = ["STORECTL_SECRET": "bob-secret"]
         try p.run(["--store", "b", "mode", "cloud"], env: env)
         let b = try watch(p, ["--store", "b", "--json", "--max-backoff", "2"], env: env)

@@ -39,8 +39,9 @@ final class PostgresSharingTests: XCTestCase {
             return bin + "/psql"
         }
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin"
-        return path.split(separator: ":").map { "\($0)/psql" }.first { FileManager.default.isExecutableFile(atPath: $0) }
-            ?? "/usr/bin/psql"
+        let found = path.split(separator: ":").map { "\($0)/psql" }
+            .first { FileManager.default.isExecutableFile(atPath: $0) }
+        return found ?? "/usr/bin/psql"
     }
 
     /// Runs `sql` with `psql` as `label`'s role (the test server trusts its unix socket).
@@ -50,9 +51,11 @@ final class PostgresSharingTests: XCTestCase {
         options["user"] = c.id(label)
         options["password"] = nil
         let conninfo = options.map { key, value in
-            "\(key)='\(value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'"))'"
+            let quoted = value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'")
+            return "\(key)='\(quoted)'"
         }.joined(separator: " ")
-        return try Binary.run(psqlPath, ["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", conninfo, "-c", sql], in: "/")
+        return try Binary.run(psqlPath, ["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", conninfo, "-c", sql],
+                              in: "/")
     }
 
     private func assertRefused(_ r: ProcessResult, file: StaticString = #filePath, line: UInt = #line) {
