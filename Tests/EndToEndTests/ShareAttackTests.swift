@@ -138,8 +138,54 @@ extension SharingTests {
         try p.run(["-s", "bob", "status"])
         try p.run(["-s", "bob", "doctor"])
     }
-}
 
+    /// A record forged over row 1's record by a device of an account without a share is set aside on import; a
+    /// read-only participant that changed row 1 and runs `sync --discard-local` must not take the forged values.
+    func testDiscardLocalNeverAppliesARecordThatIsSetAside() throws {
+        let p = try project()
+        try shareWithBobAndCarol(p)
+        try p.sql("bob", "UPDATE notes SET title = 'bob edit' WHERE id = 1")
+        let schema = serverURL == nil ? "" : PostgresCloudDatabase.schemaName(container: container) + "."
+        let forge = """
+            INSERT INTO \(schema)devices(store_id, name, account, first_seen, last_seen)
+                VALUES ('dave-device', 'dave', '\(account("dave"))', 0, 0);
+            UPDATE \(schema)zones SET last_seq = last_seq + 1 WHERE name = 'default';
+            UPDATE \(schema)records SET fields = replace(fields, '"one"', '"forged"'), modified_by = 'dave-device',
+                seq = (SELECT last_seq FROM \(schema)zones WHERE name = 'default'), change_tag = 'tag-forged'
+            WHERE zone = 'default' AND fields LIKE '%"one"%';
+            """
+        if serverURL != nil {
+            try psql("BEGIN; " + forge + " COMMIT;")
+        } else {
+            let r = try Binary.run("/usr/bin/sqlite3", [p.dir.file("cloud/shared.container"), forge], in: p.dir.path)
+            XCTAssertEqual(r.status, 0, "\(r)")
+        }
+        let sync = try p.run(["-s", "bob", "sync", "--json"])
+        XCTAssertEqual((json(sync)["imported"] as? [String: Any])?["set_aside"] as? Int, 1, sync.stdout)
+        _ = try p.run(["-s", "bob", "sync", "--discard-local"], expect: nil)
+        XCTAssertFalse(try rows(p, "bob").contains("forged"), "--discard-local applied a record that is set aside")
+    }
+
+    /// A record forged into the container file under a device id no account registered (or under the owner's own
+    /// device id) is not told apart from the owner's: the file's permissions are the only boundary. Documented as
+    /// detection: this records how far it goes.
+    func testARecordForgedUnderAnUnregisteredDeviceIsSetAside() throws {
+        guard serverURL == nil else { return }
+        let p = try project()
+        try shareWithBobAndCarol(p)
+        let forge = """
+            UPDATE zones SET last_seq = last_seq + 1 WHERE name = 'default';
+            INSERT INTO records(zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by,
+                                modified_at)
+            SELECT 'default', 'forged-2', 'notes', '{"id":67,"uuid":"u67","title":"forged"}', 'tag-forged', last_seq, 0,
+                   'no-such-device', 0 FROM zones WHERE name = 'default';
+            """
+        let r = try Binary.run("/usr/bin/sqlite3", [p.dir.file("cloud/shared.container"), forge], in: p.dir.path)
+        XCTAssertEqual(r.status, 0, "\(r)")
+        try p.run(["-s", "bob", "sync"])
+        XCTAssertFalse(try rows(p, "bob").contains("forged"), "a record of no registered device was applied")
+    }
+}
 
 extension PostgresSharingEndToEndTests {
     var schema: String { PostgresCloudDatabase.schemaName(container: container) }
