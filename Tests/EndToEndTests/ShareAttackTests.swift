@@ -6,16 +6,6 @@ import XCTest
 /// Attacks on shared zones, end to end. In extensions of `SharingTests`, so that each runs on a container file
 /// and on PostgreSQL (`PostgresSharingEndToEndTests`), or on PostgreSQL only.
 extension SharingTests {
-    /// Runs `sql` on the container (as the server's superuser on PostgreSQL, `devices` standing for the schema's
-    /// table) and returns what it printed.
-    func psqlOrSQLite(_ p: E2EProject, _ sql: String) throws -> String {
-        if serverURL != nil {
-            let schema = PostgresCloudDatabase.schemaName(container: container)
-            return try psql(sql.replacingOccurrences(of: "FROM devices", with: "FROM \(schema).devices")).stdout
-        }
-        return try Binary.run("/usr/bin/sqlite3", [p.dir.file("cloud/shared.container"), sql], in: p.dir.path).stdout
-    }
-
     /// A copy of the owner's store, given to a read-only participant who syncs it under its own account on another
     /// machine (pasting the `--rebind` hint it is shown), must not make other stores set the owner's records aside:
     /// the copy keeps the owner's store id, and its registration moved the owner's device to the participant's
@@ -184,6 +174,32 @@ extension SharingTests {
         XCTAssertEqual(r.status, 0, "\(r)")
         try p.run(["-s", "bob", "sync"])
         XCTAssertFalse(try rows(p, "bob").contains("forged"), "a record of no registered device was applied")
+    }
+
+    /// The owner purges the zone; a read-only participant pastes the `--reupload` hint it is shown. It can send
+    /// nothing, so the zone stays empty while its store holds three rows: `status` must not then say all is well.
+    func testAReadOnlyParticipantAfterAPurgeIsNotReportedHealthyWhileTheZoneIsEmpty() throws {
+        let p = try project()
+        try shareWithBobAndCarol(p)
+        try p.run(["-s", "alice", "cloud", "purge", "--yes"])
+        let reset = try p.run(["-s", "bob", "sync"], expect: 65)
+        XCTAssertTrue(reset.stderr.contains("sync --reupload"), reset.stderr)
+        _ = try p.run(["-s", "bob", "sync", "--reupload"], expect: nil)
+        let verify = try p.run(["-s", "bob", "verify"], expect: nil)
+        let status = try p.run(["-s", "bob", "status"], expect: nil)
+        XCTAssertFalse(verify.status != 0 && status.status == 0,
+                       "status exits 0 while verify finds the store differs:\n\(verify)\n\(status)")
+        let doctor = try p.run(["-s", "bob", "doctor"], expect: nil)
+        XCTAssertFalse(verify.status != 0 && doctor.status == 0, "doctor exits 0 while the store differs:\n\(doctor)")
+    }
+
+    /// A participant's refused purge tells it to ask the owner; the command it quotes must not be one that runs
+    /// as the participant's own store again.
+    func testTheRefusedPurgeHintDoesNotNameTheParticipantsStore() throws {
+        let p = try project()
+        try shareWithBobAndCarol(p)
+        let refused = try p.run(["-s", "bob", "cloud", "purge", "--yes"], expect: 77)
+        XCTAssertFalse(refused.stderr.contains("--store bob cloud purge"), refused.stderr)
     }
 }
 
