@@ -11,7 +11,7 @@ import StoreSQLite
 public struct DiscardReport: Sendable, Codable, Equatable {
     /// One row, and what became of it: `restored` (put back to its record's values, inserted again when it had
     /// been deleted here), `deleted` (made here, the cloud has no live record of it) or `kept` (changed again while
-    /// the cloud's values were fetched: left as it is, still not sent).
+    /// the cloud's values were fetched, or whose record is set aside: left as it is, still not sent).
     public struct Row: Sendable, Codable, Equatable {
         public var entity: String
         public var key: String
@@ -70,7 +70,9 @@ extension Mirror {
             var keptFrom: Int64?
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
                 for item in remove + restore {
-                    if try changedAgain(item.entity.name, item.pk) {
+                    // A record set aside (saved by an account that may not write the zone) is not the cloud's value:
+                    // the row is left as it is, like one changed again.
+                    if try item.record?.rejection != nil || changedAgain(item.entity.name, item.pk) {
                         report.kept += 1
                         note(item, "kept")
                         let first = try db.scalar("""

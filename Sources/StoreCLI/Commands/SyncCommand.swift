@@ -54,9 +54,10 @@ struct SyncCommand: Command {
                                 + (i.waitingForParent > 0 ? ", \(i.waitingForParent) waiting for a parent" : ""))
             context.console.out("conflicts: \(e.conflictsResolved) resolved by \(store.settings.cloud?.mergePolicy.rawValue ?? "")")
             if let notSent = report.notSent, notSent > 0 {
-                context.console.err("note: \(notSent) row(s) changed here are not sent: the store's account has a "
-                                    + "read-only share of the zone; 'storectl status' lists them, 'storectl sync "
-                                    + "--discard-local' puts them back to the cloud's values")
+                context.console.err(context.render("note: \(notSent) row(s) changed here are not sent: the store's "
+                                                   + "account has a read-only share of the zone; 'storectl status' "
+                                                   + "lists them, 'storectl sync --discard-local' puts them back to "
+                                                   + "the cloud's values", store: store.settings.name))
             }
             if let d = report.discarded {
                 context.console.out("discarded: \(d.restored) row(s) put back to the cloud's values, \(d.deleted) "
