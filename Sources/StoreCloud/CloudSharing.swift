@@ -68,8 +68,9 @@ public struct ZoneAccess: Sendable, Equatable, Codable {
         return CloudError(.permission,
                           "account '\(account)' has no share of zone '\(zone)' in container '\(container)'; the zone "
                               + "belongs to account '\(owner)'",
-                          hint: "ask '\(owner)' to run 'storectl share add \(account) --permission read-only' (or "
-                              + "read-write); this store's rows and history are kept, and 'storectl mode local' works")
+                          hint: "ask '\(owner)' to share the zone with this account (on a store of theirs that syncs "
+                              + "it: share add \(account) --permission read-only, or read-write); this store's rows "
+                              + "and history are kept, and 'storectl mode local' works")
     }
 
     /// The error for a save by a read-only participant.
@@ -77,8 +78,8 @@ public struct ZoneAccess: Sendable, Equatable, Codable {
         CloudError(.permission,
                    "account '\(account)' has read-only access to zone '\(zone)' in container '\(container)' (owned "
                        + "by '\(owner ?? "?")'); nothing was saved",
-                   hint: "ask '\(owner ?? "the zone's owner")' for read-write access ('storectl share add \(account) "
-                       + "--permission read-write')")
+                   hint: "ask '\(owner ?? "the zone's owner")' for read-write access (on a store of theirs that syncs "
+                       + "the zone: share add \(account) --permission read-write)")
     }
 }
 

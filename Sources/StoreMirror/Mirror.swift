@@ -274,8 +274,9 @@ public final class Mirror {
         return report
     }
 
-    /// The baseline a read-only participant cannot send: every row the record map does not know and history
-    /// does not hold after the export token (rows the store had before it was initialised) is written into history
+    /// The baseline a read-only participant cannot send: every row the record map holds no saved record of and
+    /// history does not hold after the export token (rows the store had before it was initialised, or that a purge
+    /// of the zone took from the cloud before `sync --reupload`) is written into history
     /// as a local insert, so that it is listed, kept and explained like any other change not sent; the baseline
     /// counts as done for this container and zone.
     /// - Throws: `SQLiteError`.
@@ -284,14 +285,19 @@ public final class Mirror {
         try db.transaction {
             try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_held(entity TEXT NOT NULL, pk TEXT NOT NULL, "
                            + "PRIMARY KEY (entity, pk)) WITHOUT ROWID; DELETE FROM temp._storectl_held")
-            try db.run("INSERT OR IGNORE INTO temp._storectl_held(entity, pk) "
-                       + "SELECT entity, pk FROM _storectl_history WHERE seq > ?", [token])
+            // Rows whose last change after the token is a local one are listed already.
+            try db.run("""
+                INSERT OR IGNORE INTO temp._storectl_held(entity, pk)
+                SELECT entity, pk FROM _storectl_history WHERE seq > ?1 GROUP BY entity, pk
+                HAVING max(CASE WHEN author <> ?2 THEN seq END) > coalesce(max(CASE WHEN author = ?2 THEN seq END), 0)
+                """, [token, MirrorState.importAuthor])
             for e in entities {
                 try db.run("""
                     INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
                     SELECT NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2, k.pk, 'I', NULL
                     FROM (SELECT \(e.pkJSON("t")) AS pk FROM main.\(e.quotedName) t) k
-                    WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = ?2 AND r.pk = k.pk)
+                    WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = ?2 AND r.pk = k.pk
+                                        AND r.change_tag IS NOT NULL)
                       AND NOT EXISTS (SELECT 1 FROM temp._storectl_held h WHERE h.entity = ?2 AND h.pk = k.pk)
                     """, [MirrorState.rescanAuthor, e.name])
             }
