@@ -993,24 +993,26 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration,
     /// write when it owns the zone (`?5`; NULL, a zone without an owner, refuses nothing), holds a read-write
     /// share, held one until a seq at or after the record's (`former_writers`), or is `''` (saved before the
     /// container knew shares). A record whose seq no range holds was written by something else than storectl: it
-    /// is refused, named by the account its device is registered to (`CloudRecord.unrecordedSaverPrefix`, then
-    /// that account or nothing).
+    /// is judged as the account its device is registered to, and named with `CloudRecord.unrecordedSaverPrefix`;
+    /// from a device no account registered, it stands only in a zone no other account ever had a share of.
     static let checkedRecordSQL = """
         r.zone, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted, r.modified_by, r.modified_at,
         CASE WHEN ?5 IS NULL THEN NULL
-             WHEN sb.account IS NULL
-                 THEN char(31) || coalesce((SELECT d.account FROM devices d WHERE d.store_id = r.modified_by), '')
-             WHEN sb.account = '' OR sb.account = ?5 THEN NULL
-             WHEN EXISTS (SELECT 1 FROM shares s WHERE s.zone = r.zone AND s.account = sb.account
+             WHEN coalesce(sb.account, d.account) IS NULL
+                 THEN CASE WHEN EXISTS (SELECT 1 FROM shares s WHERE s.zone = r.zone)
+                             OR EXISTS (SELECT 1 FROM former_writers f WHERE f.zone = r.zone) THEN char(31) END
+             WHEN coalesce(sb.account, d.account) IN ('', ?5) THEN NULL
+             WHEN EXISTS (SELECT 1 FROM shares s WHERE s.zone = r.zone AND s.account = coalesce(sb.account, d.account)
                           AND s.permission = 'read-write') THEN NULL
-             WHEN EXISTS (SELECT 1 FROM former_writers f WHERE f.zone = r.zone AND f.account = sb.account
-                          AND f.until_seq >= r.seq) THEN NULL
-             ELSE sb.account END
+             WHEN EXISTS (SELECT 1 FROM former_writers f WHERE f.zone = r.zone
+                          AND f.account = coalesce(sb.account, d.account) AND f.until_seq >= r.seq) THEN NULL
+             ELSE (CASE WHEN sb.account IS NULL THEN char(31) ELSE '' END) || coalesce(sb.account, d.account) END
         FROM records r
         LEFT JOIN saved_by sb ON sb.zone = r.zone
             AND sb.last_seq = (SELECT x.last_seq FROM saved_by x WHERE x.zone = r.zone AND x.last_seq >= r.seq
                                ORDER BY x.last_seq LIMIT 1)
             AND sb.first_seq <= r.seq
+        LEFT JOIN devices d ON sb.account IS NULL AND d.store_id = r.modified_by
         """
 
     /// A record read with `checkedRecordSQL`, its `rejection` set when its saver may not write the zone.

@@ -643,24 +643,28 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// enclosing zone row `a` (`zoneRow`; NULL, a zone without an owner, refuses nothing), as a read-write
     /// participant (their list is read once per statement, hashed), as one whose read-write share ended at or
     /// after the record's seq (`former_writers`, one key lookup), or as `''` (saved before the container knew
-    /// shares). A record without an account was written outside storectl: refused, named by the account its
-    /// device is registered to (`CloudRecord.unrecordedSaverPrefix`, then that account or nothing). For a
-    /// `LATERAL` join on `a`.
+    /// shares). A record without an account was written outside storectl: it is judged as the account its device
+    /// is registered to (looked up only then), and named with `CloudRecord.unrecordedSaverPrefix`; from a device no
+    /// account registered, it stands only in a zone no other role ever had a share of. For a `LATERAL` join on `a`.
     func checkedRecords(_ filter: String, _ tail: String = "") -> String {
         """
         SELECT rr.record_name, rr.record_type, rr.fields, rr.change_tag, rr.seq, rr.deleted, rr.modified_by,
                rr.modified_at,
                CASE WHEN a.owner IS NULL THEN NULL
-                    WHEN rr.account IS NULL
-                        THEN chr(31) || coalesce((SELECT d.account FROM \(s).devices d
-                                                  WHERE d.store_id = rr.modified_by), '')
-                    WHEN rr.account = '' OR rr.account = a.owner THEN NULL
-                    WHEN rr.account IN (SELECT sh.account FROM \(s).shares sh
-                                        WHERE sh.zone = $1 AND sh.permission = 'read-write') THEN NULL
-                    WHEN EXISTS (SELECT 1 FROM \(s).former_writers f WHERE f.zone = $1 AND f.account = rr.account
+                    WHEN rr.saver IS NULL
+                        THEN CASE WHEN EXISTS (SELECT 1 FROM \(s).shares sh WHERE sh.zone = $1)
+                                    OR EXISTS (SELECT 1 FROM \(s).former_writers f WHERE f.zone = $1)
+                                  THEN chr(31) END
+                    WHEN rr.saver = '' OR rr.saver = a.owner THEN NULL
+                    WHEN rr.saver IN (SELECT sh.account FROM \(s).shares sh
+                                      WHERE sh.zone = $1 AND sh.permission = 'read-write') THEN NULL
+                    WHEN EXISTS (SELECT 1 FROM \(s).former_writers f WHERE f.zone = $1 AND f.account = rr.saver
                                    AND f.until_seq >= rr.seq) THEN NULL
-                    ELSE rr.account END AS rejected_by
-        FROM (SELECT \(Self.recordColumns), account FROM \(s).records WHERE zone = $1 AND \(filter) \(tail)) rr
+                    ELSE (CASE WHEN rr.account IS NULL THEN chr(31) ELSE '' END) || rr.saver END AS rejected_by
+        FROM (SELECT \(Self.recordColumns), account,
+                     coalesce(account, (SELECT d.account FROM \(s).devices d
+                                        WHERE d.store_id = \(s).records.modified_by)) AS saver
+              FROM \(s).records WHERE zone = $1 AND \(filter) \(tail)) rr
         """
     }
 

@@ -619,6 +619,7 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
             GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "\(schema)"."export_marks" TO "app""user";
             GRANT SELECT, INSERT, DELETE ON TABLE "\(schema)"."superseded_saves" TO "app""user";
             GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "\(schema)"."shares" TO "app""user";
+            GRANT SELECT ON TABLE "\(schema)"."former_writers" TO "app""user";
 
             """)
     }
