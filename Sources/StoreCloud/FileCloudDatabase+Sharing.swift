@@ -76,6 +76,7 @@ extension FileCloudDatabase {
                                      hint: "an owner of the container registers it with 'storectl account add "
                                          + "\(participant)'; see 'storectl account list'")
                 }
+                if permission != .readWrite { try recordFormerWriter(zone: zone, account: participant) }
                 let share = ShareParticipant(account: participant, permission: permission,
                                              since: Date().timeIntervalSince1970, addedBy: owner)
                 try db.run("""
@@ -93,6 +94,7 @@ extension FileCloudDatabase {
         try translated("ending the share of zone '\(zone)' with account '\(participant)'") {
             try db.transaction(.immediate) {
                 try requireZoneOwner(zone, to: "end its shares")
+                try recordFormerWriter(zone: zone, account: participant)
                 try db.run("DELETE FROM shares WHERE zone = ? AND account = ?", [zone, participant])
                 if db.changes == 0 {
                     throw CloudError(.invalid, "account '\(participant)' is not a participant of zone '\(zone)' in "
@@ -116,10 +118,23 @@ extension FileCloudDatabase {
                     throw CloudError(.invalid, "account '\(access.account)' has no share of zone '\(zone)' in "
                                          + "container '\(container)' to leave")
                 case .readOnly, .readWrite:
+                    try recordFormerWriter(zone: zone, account: access.account)
                     try db.run("DELETE FROM shares WHERE zone = ? AND account = ?", [zone, access.account])
                 }
             }
         }
+    }
+
+    /// When `account` holds a read-write share of `zone` that is about to end or become read-only, records the
+    /// zone's last seq (in the caller's transaction): the records it saved until then stay the zone's
+    /// (`former_writers`; the latest end is kept).
+    private func recordFormerWriter(zone: String, account: String) throws {
+        try db.run("""
+            INSERT INTO former_writers(zone, account, until_seq)
+            SELECT s.zone, s.account, z.last_seq FROM shares s JOIN zones z ON z.name = s.zone
+            WHERE s.zone = ?1 AND s.account = ?2 AND s.permission = 'read-write'
+            ON CONFLICT(zone, account) DO UPDATE SET until_seq = max(until_seq, excluded.until_seq)
+            """, [zone, account])
     }
 
     /// The zone's owner, when it is this connection's account.

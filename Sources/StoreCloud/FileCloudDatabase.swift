@@ -296,6 +296,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration,
             owner TEXT
         ) WITHOUT ROWID;
         \(sharesSQL)
+        \(saversSQL)
         CREATE TABLE records(
             zone TEXT NOT NULL,
             record_name TEXT NOT NULL,
@@ -346,6 +347,28 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration,
             permission TEXT NOT NULL CHECK (permission IN ('read-only', 'read-write')),
             since REAL NOT NULL,
             added_by TEXT NOT NULL,
+            PRIMARY KEY (zone, account)
+        ) WITHOUT ROWID;
+        """
+
+    /// Who saved what (format 4; the format-3 upgrade adds them). `saved_by`: the account that saved each batch,
+    /// by the range of seqs its records took (a batch's saved records take consecutive seqs), written in the
+    /// batch's transaction with the connection's verified account: a record's saver is the account of the range
+    /// holding its seq, and a record whose seq no range holds was not saved by storectl (`''` for records saved
+    /// before the container knew shares). `former_writers`: for each account whose read-write share of a zone
+    /// ended (removed, left, or made read-only), the zone's last seq then: its records up to that seq stand.
+    static let saversSQL = """
+        CREATE TABLE IF NOT EXISTS saved_by(
+            zone TEXT NOT NULL,
+            last_seq INTEGER NOT NULL,
+            first_seq INTEGER NOT NULL,
+            account TEXT NOT NULL,
+            PRIMARY KEY (zone, last_seq)
+        ) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS former_writers(
+            zone TEXT NOT NULL,
+            account TEXT NOT NULL,
+            until_seq INTEGER NOT NULL,
             PRIMARY KEY (zone, account)
         ) WITHOUT ROWID;
         """
@@ -492,6 +515,14 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration,
         let columns = try db.query("PRAGMA table_info(zones)").compactMap { $0[1].string }
         if !columns.contains("owner") { try db.execute("ALTER TABLE zones ADD COLUMN owner TEXT") }
         try db.execute(sharesSQL)
+        try db.execute(saversSQL)
+        // The records already there keep the account their device was registered to, or '' (saved before the
+        // container knew shares, by no known account): both stand as the owner's or a participant's would.
+        try db.run("""
+            INSERT OR IGNORE INTO saved_by(zone, last_seq, first_seq, account)
+            SELECT r.zone, r.seq, r.seq, coalesce((SELECT d.account FROM devices d WHERE d.store_id = r.modified_by), '')
+            FROM records r
+            """)
         try db.run("""
             UPDATE zones SET owner = (SELECT id FROM accounts WHERE role = 'owner' AND disabled = 0
                                       ORDER BY created_at, id LIMIT 1)
@@ -927,6 +958,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration,
                 try db.run("DELETE FROM markers WHERE zone = ?", [zone])
                 try db.run("DELETE FROM export_marks WHERE zone = ?", [zone])
                 try db.run("DELETE FROM superseded_saves WHERE zone = ?", [zone])
+                try db.run("DELETE FROM saved_by WHERE zone = ?", [zone])
+                try db.run("DELETE FROM former_writers WHERE zone = ?", [zone])
                 // The seq keeps counting up: only the epoch says "start over".
                 try db.run("UPDATE zones SET epoch = ? WHERE name = ?", [Self.newEpoch(), zone])
             }
@@ -955,23 +988,38 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration,
     }
 
     /// The columns and tables of a record read with a check of its last save (`checkedRecord`): the tenth column is
-    /// the account of the device that saved it, when that account may not write the zone. `?5` is the zone's
-    /// owner; NULL (a zone without one, which every account may write) refuses nothing, nor does a device not
-    /// registered to an account.
+    /// set when the account that saved it could not write the zone at the record's seq, and names it. The saver is
+    /// the account of the `saved_by` range holding the record's seq (one seek of its key, then the row): it may
+    /// write when it owns the zone (`?5`; NULL, a zone without an owner, refuses nothing), holds a read-write
+    /// share, held one until a seq at or after the record's (`former_writers`), or is `''` (saved before the
+    /// container knew shares). A record whose seq no range holds was written by something else than storectl: it
+    /// is judged as the account its device is registered to, and named with `CloudRecord.unrecordedSaverPrefix`;
+    /// from a device no account registered, it stands only in a zone no other account ever had a share of.
     static let checkedRecordSQL = """
         r.zone, r.record_name, r.record_type, r.fields, r.change_tag, r.seq, r.deleted, r.modified_by, r.modified_at,
-        CASE WHEN d.account IS NULL OR ?5 IS NULL OR d.account = ?5 THEN NULL
-             WHEN EXISTS (SELECT 1 FROM shares s WHERE s.zone = r.zone AND s.account = d.account
+        CASE WHEN ?5 IS NULL THEN NULL
+             WHEN coalesce(sb.account, d.account) IS NULL
+                 THEN CASE WHEN EXISTS (SELECT 1 FROM shares s WHERE s.zone = r.zone)
+                             OR EXISTS (SELECT 1 FROM former_writers f WHERE f.zone = r.zone) THEN char(31) END
+             WHEN coalesce(sb.account, d.account) IN ('', ?5) THEN NULL
+             WHEN EXISTS (SELECT 1 FROM shares s WHERE s.zone = r.zone AND s.account = coalesce(sb.account, d.account)
                           AND s.permission = 'read-write') THEN NULL
-             ELSE d.account END
-        FROM records r LEFT JOIN devices d ON d.store_id = r.modified_by
+             WHEN EXISTS (SELECT 1 FROM former_writers f WHERE f.zone = r.zone
+                          AND f.account = coalesce(sb.account, d.account) AND f.until_seq >= r.seq) THEN NULL
+             ELSE (CASE WHEN sb.account IS NULL THEN char(31) ELSE '' END) || coalesce(sb.account, d.account) END
+        FROM records r
+        LEFT JOIN saved_by sb ON sb.zone = r.zone
+            AND sb.last_seq = (SELECT x.last_seq FROM saved_by x WHERE x.zone = r.zone AND x.last_seq >= r.seq
+                               ORDER BY x.last_seq LIMIT 1)
+            AND sb.first_seq <= r.seq
+        LEFT JOIN devices d ON sb.account IS NULL AND d.store_id = r.modified_by
         """
 
     /// A record read with `checkedRecordSQL`, its `rejection` set when its saver may not write the zone.
     fileprivate static func checkedRecord(_ s: Statement) -> CloudRecord {
         var record = record(s)
         if let saver = s.string(9) {
-            record.rejection = CloudRecord.rejection(device: record.modifiedBy, account: saver, zone: record.zone)
+            record.rejection = CloudRecord.rejection(device: record.modifiedBy, saver: saver, zone: record.zone)
         }
         return record
     }
@@ -1071,7 +1119,9 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration,
     {
         try db.transaction(.immediate) {
             _ = try checkedAccess(zone, write: true)
-            guard var batch = try SaveBatch(db: db, zone: zone, device: device) else { throw zoneNotFound(zone) }
+            guard var batch = try SaveBatch(db: db, zone: zone, device: device, account: account ?? "") else {
+                throw zoneNotFound(zone)
+            }
             if let schemaVersion, let current = try readSchemaVersion(zone: zone),
                current.version > schemaVersion
             {
@@ -1094,6 +1144,8 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration,
         let db: Connection
         let zone: String
         let device: String
+        /// The connection's verified account, recorded as the saver of the batch's records (`saved_by`).
+        let account: String
         let epoch: String
         /// The zone's last seq when the batch started, and as the batch's records take seqs.
         let firstSeq: Int64
@@ -1103,12 +1155,13 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration,
         let update: Statement
 
         /// Takes the zone; nil when it does not exist.
-        init?(db: Connection, zone: String, device: String) throws {
+        init?(db: Connection, zone: String, device: String, account: String) throws {
             guard let zoneRow = try db.query("SELECT epoch, last_seq FROM zones WHERE name = ?", [zone]).first
             else { return nil }
             self.db = db
             self.zone = zone
             self.device = device
+            self.account = account
             epoch = zoneRow[0].string ?? ""
             firstSeq = zoneRow[1].int64 ?? 0
             seq = firstSeq
@@ -1170,6 +1223,10 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration,
         /// store has recorded, or reconciled, every save of the older ones).
         func finish(mark: ExportMark?) throws {
             try db.run("UPDATE zones SET last_seq = ? WHERE name = ?", [seq, zone])
+            if seq > firstSeq {
+                try db.run("INSERT OR REPLACE INTO saved_by(zone, last_seq, first_seq, account) VALUES (?, ?, ?, ?)",
+                           [zone, seq, firstSeq + 1, account])
+            }
             guard let mark, seq > firstSeq else { return }
             try db.run("DELETE FROM export_marks WHERE zone = ? AND device = ? AND serial < ?",
                        [zone, device, mark.serial])

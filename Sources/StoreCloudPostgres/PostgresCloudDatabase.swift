@@ -632,25 +632,39 @@ public final class PostgresCloudDatabase: CloudDatabase {
     func checkedRecord(from r: PGResult, row: Int, at column: Int, zone: String) -> CloudRecord? {
         guard var record = record(from: r, row: row, at: column, zone: zone) else { return nil }
         if let saver = r.string(row, column + 8) {
-            record.rejection = CloudRecord.rejection(device: record.modifiedBy, account: saver, zone: zone)
+            record.rejection = CloudRecord.rejection(device: record.modifiedBy, saver: saver, zone: zone)
         }
         return record
     }
 
-    /// The records of zone `$1` that `filter` (and `tail`: order, limit) selects, each followed by `rejected_by`:
-    /// the account its saver's device is registered to when that account may not write the zone (neither the
-    /// owner `a.owner` of the enclosing zone row `a` (`zoneRow`) nor a read-write participant, whose list is read
-    /// once per statement, hashed). A device that is not registered, or to no account, refuses nothing; so does a
-    /// zone without an owner. For a `LATERAL` join on `a`. The saver's device is looked up by its key per record
-    /// (a left join written as a correlated subquery: cheaper to plan than the join, and never a scan of
-    /// `devices`).
+    /// The records of zone `$1` that `filter` (and `tail`: order, limit) selects, each followed by `rejected_by`,
+    /// set when the account that saved it (`records.account`, written by the server: `current_user` in the save)
+    /// could not write the zone at the record's seq, and naming it. It could as the owner `a.owner` of the
+    /// enclosing zone row `a` (`zoneRow`; NULL, a zone without an owner, refuses nothing), as a read-write
+    /// participant (their list is read once per statement, hashed), as one whose read-write share ended at or
+    /// after the record's seq (`former_writers`, one key lookup), or as `''` (saved before the container knew
+    /// shares). A record without an account was written outside storectl: it is judged as the account its device
+    /// is registered to (looked up only then), and named with `CloudRecord.unrecordedSaverPrefix`; from a device no
+    /// account registered, it stands only in a zone no other role ever had a share of. For a `LATERAL` join on `a`.
     func checkedRecords(_ filter: String, _ tail: String = "") -> String {
         """
-        SELECT rr.*, (SELECT d.account FROM \(s).devices d
-                      WHERE d.store_id = rr.modified_by AND d.account <> a.owner
-                        AND d.account NOT IN (SELECT sh.account FROM \(s).shares sh
-                                              WHERE sh.zone = $1 AND sh.permission = 'read-write')) AS rejected_by
-        FROM (SELECT \(Self.recordColumns) FROM \(s).records WHERE zone = $1 AND \(filter) \(tail)) rr
+        SELECT rr.record_name, rr.record_type, rr.fields, rr.change_tag, rr.seq, rr.deleted, rr.modified_by,
+               rr.modified_at,
+               CASE WHEN a.owner IS NULL THEN NULL
+                    WHEN rr.saver IS NULL
+                        THEN CASE WHEN EXISTS (SELECT 1 FROM \(s).shares sh WHERE sh.zone = $1)
+                                    OR EXISTS (SELECT 1 FROM \(s).former_writers f WHERE f.zone = $1)
+                                  THEN chr(31) END
+                    WHEN rr.saver = '' OR rr.saver = a.owner THEN NULL
+                    WHEN rr.saver IN (SELECT sh.account FROM \(s).shares sh
+                                      WHERE sh.zone = $1 AND sh.permission = 'read-write') THEN NULL
+                    WHEN EXISTS (SELECT 1 FROM \(s).former_writers f WHERE f.zone = $1 AND f.account = rr.saver
+                                   AND f.until_seq >= rr.seq) THEN NULL
+                    ELSE (CASE WHEN rr.account IS NULL THEN chr(31) ELSE '' END) || rr.saver END AS rejected_by
+        FROM (SELECT \(Self.recordColumns), account,
+                     coalesce(account, (SELECT d.account FROM \(s).devices d
+                                        WHERE d.store_id = \(s).records.modified_by)) AS saver
+              FROM \(s).records WHERE zone = $1 AND \(filter) \(tail)) rr
         """
     }
 
@@ -1010,9 +1024,10 @@ public final class PostgresCloudDatabase: CloudDatabase {
                                                     writtenAt: writtenAt, [
             PGQuery("""
                 INSERT INTO \(s).records
-                    (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
+                    (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at,
+                     account)
                 SELECT $1, i.record_name, i.record_type, i.fields, \(Self.tagSQL(seq: seq, epoch: "z.epoch")),
-                       \(seq), i.deleted, $\(next), extract(epoch FROM statement_timestamp())::float8
+                       \(seq), i.deleted, $\(next), extract(epoch FROM statement_timestamp())::float8, current_user
                 FROM \(s).zones z, \(from)
                 WHERE z.name = $1
                 """, [zone] + parameters + [device]),
@@ -1105,16 +1120,17 @@ public final class PostgresCloudDatabase: CloudDatabase {
             ),
             inserted AS (
                 INSERT INTO \(s).records
-                    (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at)
+                    (zone, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at,
+                     account)
                 SELECT $1, record_name, record_type, fields, \(Self.tagSQL(seq: "seq", epoch: "epoch")), seq,
-                       deleted, \(dev), \(now)
+                       deleted, \(dev), \(now), current_user
                 FROM written WHERE rid IS NULL
             ),
             updated AS (
                 UPDATE \(s).records r SET
                     record_type = w.record_type, fields = w.fields,
                     change_tag = \(Self.tagSQL(seq: "w.seq", epoch: "w.epoch")), seq = w.seq,
-                    deleted = w.deleted, modified_by = \(dev), modified_at = \(now)
+                    deleted = w.deleted, modified_by = \(dev), modified_at = \(now), account = current_user
                 FROM written w
                 WHERE w.rid IS NOT NULL AND r.ctid = w.rid AND r.zone = $1 AND r.record_name = w.record_name
             ),
@@ -1304,13 +1320,9 @@ public final class PostgresCloudDatabase: CloudDatabase {
         try CloudContract.checkDevice(storeID)
         if let device = standingSession?.device, device == (storeID, name) { return }
         try run("cannot register device \(storeID) in \(container)") { c in
-            try c.execute("""
-                INSERT INTO \(s).devices AS d (store_id, name, account, first_seen, last_seen)
-                VALUES ($1, $2, current_user, extract(epoch FROM statement_timestamp())::float8,
-                        extract(epoch FROM statement_timestamp())::float8)
-                ON CONFLICT (store_id) DO UPDATE SET
-                    name = excluded.name, account = excluded.account, last_seen = excluded.last_seen
-                """, [storeID, name])
+            // Through the function: a role writes only its own devices' rows, but a store that moves to another
+            // account (`sync --rebind`) takes its device id along.
+            try c.execute("SELECT \(s).register_device($1, $2, current_user)", [storeID, name])
         }
         session?.device = (storeID, name)
     }

@@ -23,6 +23,7 @@ enum PostgresSchema {
         ("export_marks", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
         ("superseded_saves", ["SELECT", "INSERT", "DELETE"]),
         ("shares", ["SELECT", "INSERT", "UPDATE", "DELETE"]),
+        ("former_writers", ["SELECT"]),
     ]
 
     /// The migrations, oldest first: migration `i` takes the schema from version `i` to `i + 1`.
@@ -195,6 +196,9 @@ enum PostgresSchema {
         LANGUAGE plpgsql STABLE SECURITY DEFINER ROWS 1 SET search_path = pg_catalog, pg_temp AS $f$
         #variable_conflict use_column
         BEGIN
+            IF NOT (\(sessionMayActAs)) THEN
+                RETURN;
+            END IF;
             RETURN QUERY
             SELECT z.owner, a.level, sh.since,
                    CASE WHEN a.level <> 'none' THEN z.epoch END, CASE WHEN a.level <> 'none' THEN z.last_seq END
@@ -212,7 +216,7 @@ enum PostgresSchema {
         CREATE OR REPLACE FUNCTION {s}.require_writable(p_zone text, p_role text) RETURNS void
         LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
         BEGIN
-            IF EXISTS (SELECT 1 FROM {s}.zones z
+            IF NOT (\(sessionMayActAs)) OR EXISTS (SELECT 1 FROM {s}.zones z
                        WHERE z.name = p_zone AND z.owner IS NOT NULL AND z.owner <> p_role COLLATE "C"
                          AND NOT EXISTS (SELECT 1 FROM {s}.shares sh WHERE sh.zone = p_zone COLLATE "C"
                                          AND sh.account = p_role COLLATE "C" AND sh.permission = 'read-write'))
@@ -242,7 +246,113 @@ enum PostgresSchema {
         CREATE TRIGGER zones_keep_owner BEFORE UPDATE OF owner ON {s}.zones
         FOR EACH ROW EXECUTE FUNCTION {s}.zones_keep_owner()
         """,
+        // Only a zone's owner (or the container's owner) starts it over (a new epoch: a purge), and no role the
+        // policies bind takes its last seq back (every store would refuse the zone as an older copy of itself).
+        // The container's administrators (the tables' owner, superusers, BYPASSRLS roles) are not refused: they
+        // restore backups. Saves raise last_seq and keep the epoch: the trigger's condition spares them the call.
+        """
+        CREATE OR REPLACE FUNCTION {s}.zones_guard() RETURNS trigger
+        LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
+        BEGIN
+            IF pg_has_role(current_user, (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER')
+               OR EXISTS (SELECT 1 FROM pg_roles WHERE rolname = current_user AND (rolsuper OR rolbypassrls)) THEN
+                RETURN NEW;
+            END IF;
+            IF NEW.last_seq < OLD.last_seq THEN
+                RAISE EXCEPTION 'the last seq of zone % cannot go back', OLD.name USING ERRCODE = '42501';
+            END IF;
+            IF NEW.epoch IS DISTINCT FROM OLD.epoch AND OLD.owner IS NOT NULL AND OLD.owner <> current_user THEN
+                RAISE EXCEPTION 'only the owner of zone % can start it over', OLD.name USING ERRCODE = '42501';
+            END IF;
+            RETURN NEW;
+        END
+        $f$
+        """,
+        "DROP TRIGGER IF EXISTS zones_guard ON {s}.zones",
+        """
+        CREATE TRIGGER zones_guard BEFORE UPDATE ON {s}.zones
+        FOR EACH ROW WHEN (NEW.last_seq < OLD.last_seq OR NEW.epoch IS DISTINCT FROM OLD.epoch)
+        EXECUTE FUNCTION {s}.zones_guard()
+        """,
+        // Each record carries the account that saved it (`account`), written by the server: the save statements
+        // write `current_user`, and the trigger below gives any other write the role that made it (a
+        // participant's `psql`), whatever it names; the policies refuse any other name too. A write by a role that
+        // no policy binds (a superuser, BYPASSRLS) is left without an account, which the change feed refuses
+        // (`checkedRecords`). The records already there take the account their device was registered to, or `''`
+        // (saved before the container knew shares), which stands. The trigger's condition spares storectl's
+        // saves the call.
+        #"ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS account text COLLATE "C""#,
+        """
+        UPDATE {s}.records r SET account = coalesce((SELECT d.account FROM {s}.devices d
+                                                     WHERE d.store_id = r.modified_by), '')
+        WHERE r.account IS NULL
+        """,
+        """
+        CREATE OR REPLACE FUNCTION {s}.records_saver() RETURNS trigger
+        LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $f$
+        BEGIN
+            NEW.account := CASE WHEN EXISTS (SELECT 1 FROM pg_roles WHERE rolname = current_user
+                                                 AND (rolsuper OR rolbypassrls))
+                                THEN NULL ELSE current_user END;
+            RETURN NEW;
+        END
+        $f$
+        """,
+        "DROP TRIGGER IF EXISTS records_saver ON {s}.records",
+        """
+        CREATE TRIGGER records_saver BEFORE INSERT OR UPDATE ON {s}.records
+        FOR EACH ROW WHEN (NEW.account IS DISTINCT FROM current_user) EXECUTE FUNCTION {s}.records_saver()
+        """,
+        // For each role whose read-write share of a zone ended (removed, left or made read-only), the zone's last
+        // seq then: the records it saved until that seq stay the zone's. Kept by the server (a trigger on
+        // `shares`, run as the tables' owner, which waits for a save in progress to commit); roles only read it.
+        """
+        CREATE TABLE IF NOT EXISTS {s}.former_writers (
+            zone text COLLATE "C" NOT NULL,
+            account text COLLATE "C" NOT NULL,
+            until_seq bigint NOT NULL,
+            PRIMARY KEY (zone, account)
+        )
+        """,
+        """
+        CREATE OR REPLACE FUNCTION {s}.shares_former_writer() RETURNS trigger
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+        BEGIN
+            IF TG_OP = 'DELETE' OR NEW.permission <> 'read-write' THEN
+                INSERT INTO {s}.former_writers AS f (zone, account, until_seq)
+                SELECT OLD.zone, OLD.account, z.last_seq FROM {s}.zones z WHERE z.name = OLD.zone FOR UPDATE
+                ON CONFLICT (zone, account) DO UPDATE SET until_seq = greatest(f.until_seq, excluded.until_seq);
+            END IF;
+            RETURN NULL;
+        END
+        $f$
+        """,
+        "DROP TRIGGER IF EXISTS shares_former_writer ON {s}.shares",
+        """
+        CREATE TRIGGER shares_former_writer AFTER DELETE OR UPDATE OF permission ON {s}.shares
+        FOR EACH ROW WHEN (OLD.permission = 'read-write') EXECUTE FUNCTION {s}.shares_former_writer()
+        """,
+        // A device's row is written by its own role only; reading stays open. A store that moves to another
+        // account (`sync --rebind`) takes its device id along through `register_device`, as the role the session
+        // may act as.
+        """
+        CREATE OR REPLACE FUNCTION {s}.register_device(p_store_id text, p_name text, p_role text) RETURNS void
+        LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
+        BEGIN
+            IF NOT (\(sessionMayActAs)) THEN
+                RAISE EXCEPTION 'role % cannot register a device as role %', session_user, p_role
+                    USING ERRCODE = '42501';
+            END IF;
+            INSERT INTO {s}.devices AS d (store_id, name, account, first_seen, last_seen)
+            VALUES (p_store_id, p_name, p_role, extract(epoch FROM statement_timestamp())::float8,
+                    extract(epoch FROM statement_timestamp())::float8)
+            ON CONFLICT (store_id) DO UPDATE SET
+                name = excluded.name, account = excluded.account, last_seen = excluded.last_seen;
+        END
+        $f$
+        """,
         grantToSavers("SELECT, INSERT, UPDATE, DELETE", on: "shares"),
+        grantToSavers("SELECT", on: "former_writers"),
         // The functions run as the tables' owner whoever ran the migration, so that RLS never applies inside them.
         """
         DO $own$
@@ -255,22 +365,33 @@ enum PostgresSchema {
             EXECUTE format('ALTER FUNCTION {s}.owned_zones(text) OWNER TO %I', tables_owner);
             EXECUTE format('ALTER FUNCTION {s}.zone_access(text, text) OWNER TO %I', tables_owner);
             EXECUTE format('ALTER FUNCTION {s}.require_writable(text, text) OWNER TO %I', tables_owner);
+            EXECUTE format('ALTER TABLE {s}.former_writers OWNER TO %I', tables_owner);
+            EXECUTE format('ALTER FUNCTION {s}.shares_former_writer() OWNER TO %I', tables_owner);
+            EXECUTE format('ALTER FUNCTION {s}.register_device(text, text, text) OWNER TO %I', tables_owner);
         END
         $own$
         """,
     ] + rowSecurity(table: "zones", key: "name", insert: "owner = current_user", own: "owner = current_user OR ")
-        + rowSecurity(table: "records") + rowSecurity(table: "markers") + rowSecurity(table: "export_marks")
+        + rowSecurity(table: "records", saver: "account = current_user", purgeOnly: true)
+        + rowSecurity(table: "markers") + rowSecurity(table: "export_marks")
         + rowSecurity(table: "superseded_saves")
         + rowSecurity(table: "shares", owners: true, ownRead: "account = current_user OR ")
+        + rowSecurity(table: "former_writers", readOnly: true) + deviceSecurity
+
+    /// The condition every SECURITY DEFINER function asks of its `p_role` argument: the session's own role, or one
+    /// it may act as (`SET ROLE`). A role asking as another gets nothing (or a refusal).
+    static let sessionMayActAs = "p_role IS NOT NULL AND pg_has_role(session_user, p_role::name, 'MEMBER')"
 
     /// A SECURITY DEFINER function `{s}.NAME(p_role text) RETURNS SETOF text` returning the rows of the query
-    /// `body` (PL/pgSQL, so that its plan is kept per session).
+    /// `body` (PL/pgSQL, so that its plan is kept per session), nothing to a role asking as another.
     private static func zoneFunction(_ name: String, _ body: String) -> String {
         """
         CREATE OR REPLACE FUNCTION {s}.\(name)(p_role text) RETURNS SETOF text
         LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
         BEGIN
-            RETURN QUERY \(body);
+            IF \(sessionMayActAs) THEN
+                RETURN QUERY \(body);
+            END IF;
         END
         $f$
         """
@@ -283,21 +404,37 @@ enum PostgresSchema {
     /// snapshot, and `INSERT ... ON CONFLICT` checks the new row against the SELECT policy too); `ownRead` before
     /// the SELECT condition only (a participant reads its own share without the function being asked).
     private static func rowSecurity(table: String, key: String = "zone", insert: String? = nil, owners: Bool = false,
-                                    own: String = "", ownRead: String = "") -> [String]
+                                    own: String = "", ownRead: String = "", saver: String? = nil,
+                                    purgeOnly: Bool = false, readOnly: Bool = false) -> [String]
     {
         let zone = "(\(key) COLLATE \"C\")"
         let readable = "\(own)\(ownRead)\(zone) IN (SELECT {s}.readable_zones(current_user))"
         let writable = "\(own)\(zone) IN (SELECT {s}.\(owners ? "owned_zones" : "writable_zones")(current_user))"
+        let owned = "\(zone) IN (SELECT {s}.owned_zones(current_user))"
         let delete = owners ? "\(writable) OR account = current_user"
-            : table == "zones" ? "owner = current_user" : writable
-        let policies = [("read", "SELECT USING (\(readable))"), ("insert", "INSERT WITH CHECK (\(insert ?? writable))"),
-                        ("update", "UPDATE USING (\(writable)) WITH CHECK (\(writable))"),
-                        ("delete", "DELETE USING (\(delete))")]
+            : table == "zones" ? "owner = current_user" : purgeOnly ? owned : writable
+        let checked = saver.map { "(\(writable)) AND \($0)" } ?? writable
+        var policies = [("read", "SELECT USING (\(readable))")]
+        if !readOnly {
+            policies += [("insert", "INSERT WITH CHECK (\(insert ?? checked))"),
+                         ("update", "UPDATE USING (\(writable)) WITH CHECK (\(checked))"),
+                         ("delete", "DELETE USING (\(delete))")]
+        }
         return ["ALTER TABLE {s}.\(table) ENABLE ROW LEVEL SECURITY"] + policies.flatMap { name, rule in
             ["DROP POLICY IF EXISTS \(table)_\(name) ON {s}.\(table)",
              "CREATE POLICY \(table)_\(name) ON {s}.\(table) FOR \(rule)"]
         }
     }
+
+    /// Row-level security on `devices`: every role reads them, and writes only the rows of its own account
+    /// (`register_device` moves a device to the session's role).
+    private static let deviceSecurity: [String] = ["ALTER TABLE {s}.devices ENABLE ROW LEVEL SECURITY"]
+        + [("read", "SELECT USING (true)"), ("insert", "INSERT WITH CHECK (account = current_user)"),
+           ("update", "UPDATE USING (account = current_user) WITH CHECK (account = current_user)"),
+           ("delete", "DELETE USING (account = current_user)")].flatMap { name, rule in
+            ["DROP POLICY IF EXISTS devices_\(name) ON {s}.devices",
+             "CREATE POLICY devices_\(name) ON {s}.devices FOR \(rule)"]
+        }
 
     /// A statement that grants `privileges` on table `table` to every role (but the one running it) that may insert
     /// records: a migration's new table is then usable by the roles that could sync before it. The text is the one

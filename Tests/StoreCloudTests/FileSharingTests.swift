@@ -120,8 +120,9 @@ final class FileSharingTests: XCTestCase {
         XCTAssertEqual(try erin.ensureZone("fresh").owner, "erin")
     }
 
-    /// A record written straight into the file, as saved by a device of an account that may not write the zone,
-    /// comes back with a rejection; records of the owner, of read-write participants and of unknown devices do not.
+    /// A record written straight into the file, as saved by an account that may not write the zone, comes back with
+    /// a rejection; records of the owner and of read-write participants do not. A record no account is recorded to
+    /// have saved (no `saved_by` range holds its seq) is rejected too.
     func testARecordForgedByAnAccountThatMayNotWriteIsRejected() throws {
         let dir = try TempDirectory("storectl-share-forged")
         let path = dir.file("shared.container")
@@ -140,6 +141,8 @@ final class FileSharingTests: XCTestCase {
                 ('notes', 'by-bob', 't', '{}', 't3', 3, 0, 'bob-device', 0),
                 ('notes', 'by-eve', 't', '{"evil":1}', 't4', 4, 1, 'eve-device', 0),
                 ('notes', 'by-unknown', 't', '{}', 't5', 5, 0, 'unknown-device', 0);
+            INSERT INTO saved_by(zone, last_seq, first_seq, account) VALUES ('notes', 1, 1, 'alice'),
+                ('notes', 2, 2, 'carol'), ('notes', 3, 3, 'bob'), ('notes', 4, 4, 'eve');
             UPDATE zones SET last_seq = 5 WHERE name = 'notes';
             """)
         let page = try alice.fetchChanges(zone: "notes", since: nil, limit: 10)
@@ -148,7 +151,8 @@ final class FileSharingTests: XCTestCase {
             nil, nil,
             "saved by device bob-device of account 'bob', who may not write zone 'notes'",
             "saved by device eve-device of account 'eve', who may not write zone 'notes'",
-            nil,
+            "saved by device unknown-device (registered to no account) without a saving account on record (written "
+                + "outside storectl); not applied to zone 'notes'",
         ])
         XCTAssertEqual(try open(path, "carol").fetchRecord(zone: "notes", recordName: "by-eve")?.rejection,
                        "saved by device eve-device of account 'eve', who may not write zone 'notes'")

@@ -32,7 +32,7 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
         let tables = try PostgresTestServer.superuser(url, """
             SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE schemaname = $1
             """, [db.schemaName])
-        XCTAssertEqual(tables.string(0, 0), "devices,export_marks,markers,meta,records,shares,superseded_saves,zones")
+        XCTAssertEqual(tables.string(0, 0), "devices,export_marks,former_writers,markers,meta,records,shares,superseded_saves,zones")
         let index = try PostgresTestServer.superuser(url, """
             SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'records_zone_seq'
             """, [db.schemaName])
@@ -619,6 +619,7 @@ final class PostgresCloudDatabaseTests: PostgresTestCase {
             GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "\(schema)"."export_marks" TO "app""user";
             GRANT SELECT, INSERT, DELETE ON TABLE "\(schema)"."superseded_saves" TO "app""user";
             GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "\(schema)"."shares" TO "app""user";
+            GRANT SELECT ON TABLE "\(schema)"."former_writers" TO "app""user";
 
             """)
     }

@@ -128,30 +128,45 @@ final class PostgresSharingTests: XCTestCase {
         XCTAssertFalse(plan.stdout.contains("Sort"), plan.stdout)
     }
 
-    /// Records the superuser writes in the name of a device whose role may not write the zone come back rejected.
+    /// Records written outside storectl in the name of a role that may not write the zone come back rejected, and
+    /// so does a record without a saving role (what the server leaves of a superuser's write), named by the role
+    /// its device is registered to.
     func testARecordForgedForARoleThatMayNotWriteIsRejected() throws {
         let (c, alice) = try sharedZone()
         try c.postgres("dave").registerDevice(storeID: "dave-device", name: "dave")
         try c.postgres("bob").registerDevice(storeID: "bob-device", name: "bob")
         try c.postgres("carol").registerDevice(storeID: "carol-device", name: "carol")
         let s = "\"\(alice.schemaName)\""
+        // Written with the server's own trigger off, as only a superuser or the tables' owner can.
+        _ = try PostgresTestServer.superuser(c.url, "ALTER TABLE \(s).records DISABLE TRIGGER records_saver")
         _ = try PostgresTestServer.superuser(c.url, """
-            WITH z AS (UPDATE \(s).zones SET last_seq = last_seq + 4 WHERE name = $1 RETURNING last_seq)
+            WITH z AS (UPDATE \(s).zones SET last_seq = last_seq + 5 WHERE name = $1 RETURNING last_seq)
             INSERT INTO \(s).records
-            SELECT $1, n, 'notes', '{}', 'tag-' || n, z.last_seq - 4 + k, false, d, 0
-            FROM z, (VALUES ('by-dave', 'dave-device', 1), ('by-bob', 'bob-device', 2),
-                            ('by-carol', 'carol-device', 3), ('by-ghost', 'ghost-device', 4)) v(n, d, k)
-            """, [zone])
+            SELECT $1, n, 'notes', '{}', 'tag-' || n, z.last_seq - 5 + k, false, d, 0, a
+            FROM z, (VALUES ('by-dave', 'dave-device', 1, $2), ('by-bob', 'bob-device', 2, $3),
+                            ('by-carol', 'carol-device', 3, $4), ('by-ghost', 'ghost-device', 4, NULL),
+                            ('by-nobody', 'dave-device', 5, NULL)) v(n, d, k, a)
+            """, [zone, c.id("dave"), c.id("bob"), c.id("carol")])
+        _ = try PostgresTestServer.superuser(c.url, "ALTER TABLE \(s).records ENABLE TRIGGER records_saver")
         let records = try c.postgres("carol").fetchChanges(zone: zone, since: nil, limit: 10).records
-        XCTAssertEqual(records.map(\.recordName), ["a", "by-dave", "by-bob", "by-carol", "by-ghost"])
+        XCTAssertEqual(records.map(\.recordName), ["a", "by-dave", "by-bob", "by-carol", "by-ghost", "by-nobody"])
         XCTAssertEqual(records.map(\.rejection), [
             nil,
             "saved by device dave-device of account '\(c.id("dave"))', who may not write zone '\(zone)'",
             "saved by device bob-device of account '\(c.id("bob"))', who may not write zone '\(zone)'",
-            nil, nil,
+            nil,
+            "saved by device ghost-device (registered to no account) without a saving account on record (written "
+                + "outside storectl); not applied to zone '\(zone)'",
+            "saved by device dave-device of account '\(c.id("dave"))' without a saving account on record (written "
+                + "outside storectl); not applied to zone '\(zone)'",
         ])
         XCTAssertNotNil(try alice.fetchRecord(zone: zone, recordName: "by-dave")?.rejection)
         XCTAssertNil(try alice.fetchRecord(zone: zone, recordName: "by-carol")?.rejection)
+        // A superuser's write with the trigger on is left without a saving role, whatever it names.
+        _ = try PostgresTestServer.superuser(c.url, """
+            UPDATE \(s).records SET account = $2, modified_by = 'dave-device' WHERE zone = $1 AND record_name = 'a'
+            """, [zone, c.id("alice")])
+        XCTAssertNotNil(try alice.fetchRecord(zone: zone, recordName: "a")?.rejection)
     }
 
     /// A container at schema version 4 migrates to 5: its zones go to the role that owns its schema, the other
