@@ -972,7 +972,7 @@ public final class FileCloudDatabase: CloudDatabase, CloudAccountAdministration,
         return CloudError(.permission, "account '\(account ?? "")' is not an owner of container '\(container)'"
                               + whose,
                           hint: "only the zone's owner or an owner of the container can purge a zone; ask one to run "
-                              + "'storectl cloud purge --yes'")
+                              + "cloud purge --yes, on a store of theirs")
     }
 
     // MARK: Records

@@ -610,7 +610,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         throw CloudError(.permission, "role \(current) is not an owner of container \(container) at \(displayURL) "
                              + "(its owner is role \(r.string(0, 2) ?? "?"))" + whose,
                          hint: "only the zone's owner, the container's owner role or a role granted it can purge a "
-                             + "zone; ask one to run 'storectl cloud purge --yes'")
+                             + "zone; ask one to purge it (cloud purge --yes, on a store of theirs)")
     }
 
     // MARK: - Records
