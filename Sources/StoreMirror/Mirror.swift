@@ -289,8 +289,9 @@ public final class Mirror {
             try db.run("""
                 INSERT OR IGNORE INTO temp._storectl_held(entity, pk)
                 SELECT entity, pk FROM _storectl_history WHERE seq > ?1 GROUP BY entity, pk
-                HAVING max(CASE WHEN author <> ?2 THEN seq END) > coalesce(max(CASE WHEN author = ?2 THEN seq END), 0)
-                """, [token, MirrorState.importAuthor])
+                HAVING max(CASE WHEN author NOT IN (?2, ?3) THEN seq END)
+                       > coalesce(max(CASE WHEN author IN (?2, ?3) THEN seq END), 0)
+                """, [token, MirrorState.importAuthor, MirrorState.cascadeAuthor])
             for e in entities {
                 try db.run("""
                     INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)

@@ -324,18 +324,22 @@ extension MirrorState {
     }
 
     /// The rows changed here after the export token whose last change is this store's own, not one the cloud's
-    /// value overwrote since: what a read-only share holds back, by table and key (at most `limit`, in order).
+    /// value overwrote (or its `ON DELETE` actions changed) since: what a read-only share holds back, by table and
+    /// key (at most `limit`, in order).
     /// - Throws: `SQLiteError`.
     public static func localChangesNotSent(_ db: Connection, limit: Int? = nil) throws
         -> [(entity: String, key: String)]
     {
         let token = try exportToken(db)
+        // The import's own changes and what follows from them (rows the schema's ON DELETE actions changed) are the
+        // cloud's; every other author's are this store's.
         return try db.query("""
             SELECT entity, pk FROM _storectl_history WHERE seq > ?1
             GROUP BY entity, pk
-            HAVING max(CASE WHEN author <> ?2 THEN seq END) > coalesce(max(CASE WHEN author = ?2 THEN seq END), 0)
+            HAVING max(CASE WHEN author NOT IN (?2, ?3) THEN seq END)
+                   > coalesce(max(CASE WHEN author IN (?2, ?3) THEN seq END), 0)
             ORDER BY entity, pk
-            """ + (limit.map { " LIMIT \($0)" } ?? ""), [token, importAuthor]).map {
+            """ + (limit.map { " LIMIT \($0)" } ?? ""), [token, importAuthor, cascadeAuthor]).map {
             ($0[0].string ?? "", $0[1].string ?? "")
         }
     }

@@ -1540,7 +1540,12 @@ extension ModelRun {
         }
         let doc = JSONDoc.parse(res.stdout)
         let deleted = JSONDoc.int(doc, "discarded", "deleted") ?? -1
-        if deleted < own { fail("\(what): sync --discard-local deleted \(deleted) rows, \(r) made \(own):\n\(res.stdout)") }
+        // A row of its own at a rowid a deleted row had is put back to that row's record (`restored`).
+        let restored = JSONDoc.int(doc, "discarded", "restored") ?? 0
+        if deleted + restored < own {
+            fail("\(what): sync --discard-local deleted \(deleted) rows and restored \(restored), \(r) made \(own):\n"
+                 + res.stdout)
+        }
         if let saved = JSONDoc.get(doc, "discarded", "saved_to") as? String,
            !FileManager.default.fileExists(atPath: saved.hasPrefix("/") ? saved : f.dir.file(saved))
         {
