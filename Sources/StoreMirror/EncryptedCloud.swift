@@ -47,6 +47,16 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
         state = Mutex(State(keyring: keyring, zoneEncrypted: zoneEncrypted || keyring != nil))
     }
 
+    /// Whether this store's config (or the zone it moved from) asks for fields to be sealed.
+    public var sealsFields: Bool { configured.values.contains { !$0.isEmpty } }
+
+    /// The same sealing over another backend (the same zone, the same key): `verify` after `migrate --cloud`.
+    public func over(_ other: any CloudDatabase) -> EncryptedCloud {
+        let s = state.withLock { $0 }
+        return EncryptedCloud(base: other, zone: zone, storeName: storeName, configured: configured,
+                              passphrase: passphrase, keyring: s.keyring, zoneEncrypted: s.zoneEncrypted)
+    }
+
     /// The keyring in use.
     public var keyring: ZoneKeyring? { state.withLock { $0.keyring } }
 
