@@ -62,13 +62,17 @@ extension StoreHandle {
     /// - Throws: `CloudError` (exit 77).
     func requireZoneKey() throws {
         guard let checked = checkedCloud else { return }
-        _ = try encryptedCloud(checked)
+        checkedSealed = try encryptedCloud(checked)
     }
 
     /// Makes the zone's key, or adds this store's encrypted fields to its list, when the store may write the zone;
     /// records the zone's records then need sealing again (`ZoneReencryption`, after the sync).
     func prepareZoneKey(_ cloud: EncryptedCloud, mirror: Mirror) throws {
         guard !encryptedColumns.isEmpty, mirror.access == .owner || mirror.access == .readWrite else { return }
+        // The key this round opened already lists every field the config encrypts: nothing to write.
+        if let ring = cloud.keyring, encryptedColumns.allSatisfy({ Set($0.value).isSubset(of: ring.fields[$0.key] ?? []) }) {
+            return
+        }
         let prepared: EncryptedCloud.Preparation
         do {
             prepared = try cloud.prepare(write: true, device: mirror.device, logN: scryptLogN)

@@ -121,6 +121,7 @@ extension StoreHandle {
             _ = try CloudConnector.initialize(settings: cloud, environment: environment)
         }
         checkedCloud = nil
+        checkedSealed = nil
         // The container the check opens is kept for the openMirror() that follows, rather than opened again.
         // A PostgreSQL session is kept from round to round, and its account check with it (`SessionCheck`).
         let (report, opened) = sessionCloud.map { ($0.accountStatus(), $0) }
@@ -183,7 +184,8 @@ extension StoreHandle {
         }
         checkedCloud = nil
         // Fields encrypted on the device: the zone's key opens before anything is written (77 if it does not).
-        let sealed = try encryptedCloud(backend)
+        let sealed = try checkedSealed.flatMap { $0.base === backend ? $0 : nil } ?? encryptedCloud(backend)
+        checkedSealed = nil
         let mirror = try Mirror(db: db, cloud: sealed, options: try mirrorOptions(options))
         if options.reupload || options.rebind {
             // A store behind its zone's data migration must not reset anything first (its sync will wait).

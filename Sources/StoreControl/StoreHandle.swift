@@ -49,6 +49,8 @@ public final class StoreHandle {
     /// Whether this handle has asked the zone once whether it is encrypted (a store whose config encrypts nothing
     /// asks once; its import then meets a key made later in the change feed).
     var zoneKeyProbed = false
+    /// The sealing layer `requireZoneKey()` opened over `checkedCloud`, for the `openMirror()` that follows it.
+    var checkedSealed: EncryptedCloud?
     /// Where notes for the user go (a format upgrade, say); the CLI prints them on stderr.
     public var log: (String) -> Void = { _ in }
 

@@ -426,7 +426,8 @@ final class StoreLoop {
         output.event(.error(ErrorEvent(store: store, at: WatchTime.iso(ms), error: body)))
         let record = SyncErrorRecord(at: ms, error: body)
         lock.record(lastError: record)
-        handle.recordSyncError(record)
+        // A passphrase that does not open the zone's key leaves the store as it was: `status` finds it by itself.
+        if !(error is ZoneKeyError) { handle.recordSyncError(record) }
         handle.close()
         failing = true
         if options.once {

@@ -87,8 +87,9 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
     @discardableResult
     public func prepare(write: Bool, device: String, logN: Int = ZoneKeyRecord.defaultLogN) throws -> Preparation {
         var result = Preparation()
-        if configured.values.contains(where: { !$0.isEmpty }), passphrase?.isEmpty ?? true {
-            throw Self.keyError(store: storeName, zone: zone, container: base.container, missing: true)
+        if sealsFields, passphrase?.isEmpty ?? true {
+            throw ZoneKeyError(store: storeName, zone: zone, container: base.container, missing: true,
+                               configured: configured.filter { !$0.value.isEmpty }.keys.sorted())
         }
         for _ in 0..<4 {
             let record: CloudRecord?
@@ -118,7 +119,8 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
             }
             guard write, configured.values.contains(where: { !$0.isEmpty }) else { return result }
             guard let passphrase, !passphrase.isEmpty else {
-                throw Self.keyError(store: storeName, zone: zone, container: base.container, missing: true)
+                throw ZoneKeyError(store: storeName, zone: zone, container: base.container, missing: true,
+                                   configured: configured.filter { !$0.value.isEmpty }.keys.sorted())
             }
             let info = try base.ensureZone(zone)
             let ring = try ZoneKeyring.make(zone: zone, passphrase: passphrase, fields: configured, logN: logN)
@@ -175,10 +177,10 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
         var out = save
         for field in fields.sorted() {
             let path = Self.path(field)
-            guard let value = try json.scalar("SELECT ?1 -> ?2", [out.fields, path])?.string else { continue }
+            guard let value = try Self.row(json, "SELECT ?1 -> ?2", [out.fields, path])?[0].string else { continue }
             let envelope = try ring.seal(value, type: save.recordType, name: save.recordName, field: field)
-            out.fields = try json.scalar("SELECT json_set(?1, ?2, json_object('$enc', ?3))",
-                                         [out.fields, path, envelope])?.string ?? out.fields
+            out.fields = try Self.row(json, "SELECT json_set(?1, ?2, json_object('$enc', ?3))",
+                                      [out.fields, path, envelope])?[0].string ?? out.fields
         }
         return out
     }
@@ -195,8 +197,8 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
         var out = record
         for field in fields.sorted() {
             let path = Self.path(field)
-            guard let row = try json.query("SELECT json_type(?1, ?2), json_extract(?1, ?3), ?1 -> ?2",
-                                           [out.fields, path, path + ".\"$enc\""]).first,
+            guard let row = try Self.row(json, "SELECT json_type(?1, ?2), json_extract(?1, ?3)",
+                                         [out.fields, path, path + ".\"$enc\""]),
                   let type = row[0].string
             else { continue }  // the record leaves the field out
             guard type == "object", let envelope = row[1].string else {
@@ -217,13 +219,23 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
                     + "who can write the container"
                 return out
             }
-            guard try json.scalar("SELECT json_valid(?1)", [plain])?.int64 == 1 else {
+            guard try Self.row(json, "SELECT json_valid(?1)", [plain])?[0].int64 == 1 else {
                 out.rejection = "its field '\(field)' decrypts to something that is not a value"
                 out.rejectionHint = "the record is not applied; a device that holds the row can send it again"
                 return out
             }
-            out.fields = try json.scalar("SELECT json_set(?1, ?2, json(?3))", [out.fields, path, plain])?.string
+            out.fields = try Self.row(json, "SELECT json_set(?1, ?2, json(?3))", [out.fields, path, plain])?[0].string
                 ?? out.fields
+        }
+        return out
+    }
+
+    /// The first row of a one-row query on the scratch connection (its statements are cached: a page seals or
+    /// opens the same few statements thousands of times).
+    static func row(_ json: Connection, _ sql: String, _ arguments: [any SQLBindable]) throws -> [Value]? {
+        var out: [Value]?
+        try json.cached(sql).forEach(arguments) { s in
+            if out == nil { out = (0..<s.columnCount).map { s.column($0) } }
         }
         return out
     }
@@ -385,18 +397,26 @@ public struct ZoneKeyError: DiagnosedError, Equatable {
     public var container: String
     /// The store has no passphrase at all (rather than a wrong one).
     public var missing: Bool
+    /// The tables whose `encrypted:` lists need the missing passphrase (empty: the zone is encrypted already).
+    public var configured: [String]
 
-    public init(store: String, zone: String, container: String, missing: Bool) {
+    public init(store: String, zone: String, container: String, missing: Bool, configured: [String] = []) {
         storeName = store
         self.zone = zone
         self.container = container
         self.missing = missing
+        self.configured = configured
     }
 
     public var exitCode: ExitCode { .noPermission }
     public var store: String? { storeName }
     public var summary: String {
-        missing
+        if missing, let table = configured.first {
+            return "store '\(storeName)' encrypts columns of zone '\(zone)' of \(container) "
+                + "(stores.\(storeName).entities.\(table).encrypted) and has no passphrase "
+                + "(stores.\(storeName).cloud.encryption_key is not set or empty); nothing was written"
+        }
+        return missing
             ? "zone '\(zone)' of \(container) is encrypted, and store '\(storeName)' has no passphrase for it "
                 + "(stores.\(storeName).cloud.encryption_key); nothing was written"
             : "the passphrase of store '\(storeName)' (stores.\(storeName).cloud.encryption_key) does not open the "

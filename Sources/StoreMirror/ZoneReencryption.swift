@@ -87,8 +87,8 @@ public enum ZoneReencryption {
     {
         for field in fields {
             let path = EncryptedCloud.path(field)
-            guard let row = try json.query("SELECT json_type(?1, ?2), json_extract(?1, ?3)",
-                                           [record.fields, path, path + ".\"$enc\""]).first,
+            guard let row = try EncryptedCloud.row(json, "SELECT json_type(?1, ?2), json_extract(?1, ?3)",
+                                                   [record.fields, path, path + ".\"$enc\""]),
                   let type = row[0].string
             else { continue }
             guard type == "object", let envelope = row[1].string else { return true }
