@@ -78,6 +78,8 @@ public struct CloudRecord: Sendable, Equatable {
     /// Why the record must not be applied, set by a backend that can tell: its last save came from a device of an
     /// account that may not write the zone (a record forged into a container file). The import sets it aside.
     public var rejection: String? = nil
+    /// What to do about the `rejection`, when the code that set it knows better than the account check's hint.
+    public var rejectionHint: String? = nil
 
     public init(zone: String, recordName: String, recordType: String, fields: String, changeTag: String, seq: Int64,
                 deleted: Bool, modifiedBy: String, modifiedAt: Double)

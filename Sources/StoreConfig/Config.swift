@@ -213,6 +213,8 @@ public struct CloudSettings: Sendable, Equatable {
     public var account: String?
     /// The account's secret.
     public var secret: Secret?
+    /// The passphrase the account's devices share for the zone's encrypted fields (`entities.<table>.encrypted`).
+    public var encryptionKey: Secret?
     /// How conflicts are resolved.
     public var mergePolicy: MergePolicySetting = .propertyLocalWins
     /// An export that would delete more than this fraction of the zone stops (mass-delete breaker)...
@@ -254,6 +256,8 @@ public struct EntitySettings: Sendable, Equatable {
     public var keep: KeepRule?
     /// The columns recorded in history when a row is deleted (default: the primary key).
     public var tombstone: [String]?
+    /// The columns whose values are encrypted on the device: the server only ever holds their ciphertext.
+    public var encrypted: [String]?
 
     public init(name: String, unique: [String]? = nil, keep: KeepRule? = nil, tombstone: [String]? = nil) {
         self.name = name

@@ -281,11 +281,30 @@ struct ConfigDecoder {
         if let pair = keys["seed"], !pair.value.isNull {
             store.seed = try decodeSeed(pair.value, key: pair.key, KeyPath.child(path, "seed"))
         }
+        if let pair = keys["entities"] {
+            try checkEncrypted(store, entities: pair.value, path)
+        }
         if store.mode == .cloud, store.cloud == nil, let modePair = keys["mode"] {
             throw fail(modePair.value, KeyPath.child(path, "mode"), "mode cloud needs a cloud: section",
                        hint: "add \(path).cloud with a container and a url, or set mode: local")
         }
         return store
+    }
+
+    /// Encrypted columns are never a `unique:` key (its values are compared across devices and name records, which
+    /// the server would then read). A missing passphrase is refused where the zone's key is opened (exit 77), so that
+    /// commands that never open it (`status`, `history`) work without it.
+    private func checkEncrypted(_ store: StoreSettings, entities node: YAMLNode, _ path: String) throws {
+        for entity in store.entities {
+            guard let encrypted = entity.encrypted, !encrypted.isEmpty else { continue }
+            let entityPath = KeyPath.child(KeyPath.child(path, "entities"), entity.name)
+            let encryptedPath = KeyPath.child(entityPath, "encrypted")
+            if let clash = encrypted.first(where: { entity.unique?.contains($0) ?? false }) {
+                throw fail(node, encryptedPath, "column '\(clash)' is both encrypted and part of the unique: key",
+                           hint: "a unique: key is compared across devices and names records, so the server would "
+                               + "read it; remove '\(clash)' from \(encryptedPath) or from \(KeyPath.child(entityPath, "unique"))")
+            }
+        }
     }
 
     private func decodeHistory(_ node: YAMLNode, _ path: String) throws -> HistorySettings {
@@ -369,6 +388,18 @@ struct ConfigDecoder {
                 ? String(decoding: source.bytes[range], as: UTF8.self) : value
             cloud.secret = Secret(value: value, isLiteral: literal,
                                   reference: literal ? nil : Secret.reference(writtenAs: written))
+        }
+        if let pair = keys["encryption_key"], !pair.value.isNull {
+            let keyPath = KeyPath.child(path, "encryption_key")
+            guard let value = pair.value.scalar else {
+                throw fail(pair.value, keyPath, "expected text, got \(pair.value.described)")
+            }
+            let literal = !pair.value.fromReference && !(!expanded && EnvironmentExpansion.hasReference(value))
+            let range = pair.value.sourceRange
+            let written = range.lowerBound >= 0 && range.upperBound <= source.bytes.count
+                ? String(decoding: source.bytes[range], as: UTF8.self) : value
+            cloud.encryptionKey = Secret(value: value, isLiteral: literal,
+                                         reference: literal ? nil : Secret.reference(writtenAs: written))
         }
         if let pair = keys["merge_policy"] {
             let value = try choice(pair.value, KeyPath.child(path, "merge_policy"),
@@ -507,6 +538,15 @@ struct ConfigDecoder {
         }
         if let pair = keys["tombstone"], !pair.value.isNull {
             entity.tombstone = try columns(pair.value, KeyPath.child(path, "tombstone"))
+        }
+        if let pair = keys["encrypted"], !pair.value.isNull {
+            let encryptedPath = KeyPath.child(path, "encrypted")
+            let list = try columns(pair.value, encryptedPath)
+            if let bad = list.first(where: { $0.contains("\"") }) {
+                throw fail(pair.value, encryptedPath, "column '\(bad)' holds a double quote, which an encrypted "
+                           + "column's name may not", hint: "rename the column, or leave it unencrypted")
+            }
+            entity.encrypted = list
         }
         return entity
     }

@@ -52,6 +52,8 @@ public enum ConfigLoader {
                               expandEnvironment: expandEnvironment, isolateStoreErrors: isolateStoreErrors)
         let literal = loaded.config.stores.filter { $0.cloud?.secret?.isLiteral == true }
             .map { "stores.\($0.name).cloud.secret" }
+            + loaded.config.stores.filter { $0.cloud?.encryptionKey?.isLiteral == true }
+            .map { "stores.\($0.name).cloud.encryption_key" }
         if !literal.isEmpty, isReadableByOthers(absolute) {
             // One warning for the file, however many stores hold a literal secret.
             let keys = literal.count == 1 ? literal[0] + " is"

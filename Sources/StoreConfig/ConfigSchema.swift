@@ -18,11 +18,12 @@ enum ConfigSchema {
     static let cloud: [(String, KeyShape)] = [
         ("container", .scalar), ("url", .scalar), ("replica_url", .scalar), ("create_if_missing", .scalar),
         ("zone", .scalar),
-        ("account", .scalar), ("secret", .scalar), ("merge_policy", .scalar), ("max_delete_fraction", .scalar),
+        ("account", .scalar), ("secret", .scalar), ("encryption_key", .scalar), ("merge_policy", .scalar), ("max_delete_fraction", .scalar),
         ("max_delete_count", .scalar), ("max_record_size", .scalar),
         ("remote_change_notifications", .scalar), ("on_remote_change", .scalar), ("on_remote_change_timeout", .scalar),
     ]
-    static let entity: [(String, KeyShape)] = [("unique", .list), ("keep", .scalar), ("tombstone", .list)]
+    static let entity: [(String, KeyShape)] = [("unique", .list), ("keep", .scalar), ("tombstone", .list),
+                                                ("encrypted", .list)]
     static let seed: [(String, KeyShape)] = [("name", .scalar), ("sql", .scalar), ("rows", .named("table", .list))]
     static let store: [(String, KeyShape)] = [
         ("path", .scalar), ("schema", .scalar), ("mode", .scalar), ("history", .section(history)),

@@ -119,6 +119,7 @@ extension ConfigValue {
             if let account = cloud.account { c.append(Entry("account", .string(account))) }
             // A secret that comes from an environment variable shows the variable's name, never its value.
             if let secret = cloud.secret { c.append(Entry("secret", .string(secret.reference ?? redacted))) }
+            if let key = cloud.encryptionKey { c.append(Entry("encryption_key", .string(key.reference ?? redacted))) }
             c.append(Entry("merge_policy", .string(cloud.mergePolicy.rawValue)))
             c.append(Entry("max_delete_fraction", .double(cloud.maxDeleteFraction)))
             c.append(Entry("max_delete_count", .int(cloud.maxDeleteCount)))
@@ -135,6 +136,9 @@ extension ConfigValue {
                 if let keep = entity.keep { e.append(Entry("keep", .string(keep.description))) }
                 if let tombstone = entity.tombstone {
                     e.append(Entry("tombstone", .list(tombstone.map(ConfigValue.string))))
+                }
+                if let encrypted = entity.encrypted {
+                    e.append(Entry("encrypted", .list(encrypted.map(ConfigValue.string))))
                 }
                 return Entry(entity.name, .map(e))
             })))
@@ -163,7 +167,7 @@ extension ConfigValue {
     static func written(_ node: YAMLNode, path: [String]) -> ConfigValue {
         switch node.kind {
         case .scalar(let text, let style):
-            if path.count == 4, path[0] == "stores", path[2] == "cloud", path[3] == "secret", !node.isNull {
+            if path.count == 4, path[0] == "stores", path[2] == "cloud", (path[3] == "secret" || path[3] == "encryption_key"), !node.isNull {
                 return .string(redacted)
             }
             if path.last == "url" || path.last == "replica_url" { return .string(Redaction.connectionString(text)) }

@@ -298,7 +298,7 @@ public struct SourceText: Sendable {
     }
 
     /// The keys whose values are secrets wherever they appear in a config.
-    static let secretKeys: Set<String> = ["secret", "password", "sslpassword"]
+    static let secretKeys: Set<String> = ["secret", "password", "sslpassword", "encryption_key"]
 
     /// `line` with the value of every secret key (block or flow style) and every password in a URL or a libpq
     /// `key=value` string replaced by `<redacted>`.

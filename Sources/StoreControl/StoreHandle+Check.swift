@@ -12,6 +12,7 @@ extension StoreHandle {
         if tables.isEmpty {
             tables = settings.entities.isEmpty ? try historyTracker().userTables() : settings.entities.map(\.name)
         }
-        return try CloudCheck.run(db, tables: tables, uniqueRules: uniqueRules, everyTable: settings.entities.isEmpty)
+        return try CloudCheck.run(db, tables: tables, uniqueRules: uniqueRules, everyTable: settings.entities.isEmpty,
+                                  encrypted: encryptedColumns)
     }
 }

@@ -302,7 +302,8 @@ private struct DoctorRun {
         if inCloud {
             // A table that `mode cloud` would refuse now (its schema changed since): its records cannot all land.
             checks.append("tables")
-            let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: store.uniqueRules)
+            let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: store.uniqueRules,
+                                           encrypted: store.encryptedColumns)
             for entity in check.entities {
                 for problem in entity.problems {
                     add("tables", "table '\(entity.name)' cannot be mirrored faithfully: \(problem)",
@@ -422,7 +423,7 @@ extension DoctorRun {
         do {
             let backend = try container
                 ?? CloudConnector.open(settings: cloud, environment: store.environment, createIfMissing: false)
-            let report = try StoreHandle.compare(db: db, store: name, cloud: backend, url: cloud.url,
+            let report = try StoreHandle.compare(db: db, store: name, cloud: try store.encryptedCloud(backend), url: cloud.url,
                                                  zone: cloud.zone, limit: 3)
             guard report.unexplainedCount > 0 else { return }
             // A row that differs shows its first differing column, so that a change of type alone (1 and 1.0) or

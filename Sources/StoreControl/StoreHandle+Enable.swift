@@ -80,6 +80,7 @@ extension StoreHandle {
             }, run: { _ in
                 let account = try self.requireAvailableAccount()
                 let share = try self.requireZoneShare()
+                try self.requireZoneKey()
                 return "\(account.account ?? "?") is \(account.status.rawValue)" + share
             }),
             EnableStep(name: "history", plan: { r in
@@ -98,7 +99,8 @@ extension StoreHandle {
                 let db = try self.database()
                 try self.checkEntityColumns()
                 let check = try CloudCheck.run(db, tables: try Mirror.trackedTables(db), uniqueRules: self.uniqueRules,
-                                               everyTable: self.settings.entities.isEmpty)
+                                               everyTable: self.settings.entities.isEmpty,
+                                               encrypted: self.encryptedColumns)
                 guard check.ok else { throw CloudCheckError(report: check) }
                 return "\(check.entities.count) table(s) can be mirrored"
             }),

@@ -116,7 +116,7 @@ extension StoreHandle {
             guard let state, let at = state.zone,
                   try MirrorState.serverToken(db, zone: zone) == at.rawValue
             else { return }
-            quietMark = QuietMark(cloud: mirror.cloud is FileCloudDatabase ? nil : mirror.cloud, state: state,
+            quietMark = QuietMark(cloud: ((mirror.cloud as? EncryptedCloud)?.base ?? mirror.cloud) is FileCloudDatabase ? nil : mirror.cloud, state: state,
                                   local: try .read(db, path: settings.path, dataVersion: dataVersion),
                                   since: monotonicNow(), exportToken: try MirrorState.exportToken(db))
         } catch {

@@ -261,6 +261,7 @@ extension StoreHandle {
         var account: StatusReport.Account?
         var cloud: StatusReport.Cloud?
         var checkedAccount: AccountStatusReport?
+        var keyProblem: ZoneKeyError?
         if let settingsCloud = settings.cloud, mode != StoreMode.cloud.rawValue && !checkCloud {
             account = .init(status: "notChecked",
                             reason: "the store is in local mode and never contacts the cloud; run 'storectl status "
@@ -285,6 +286,14 @@ extension StoreHandle {
             {
                 cloud?.share = .init(access)
             }
+            // A passphrase that does not open the zone's key: sync would be refused (77). Read only.
+            if report.status == .available, let container, mode == StoreMode.cloud.rawValue {
+                do {
+                    _ = try encryptedCloud(container)
+                } catch let error as ZoneKeyError {
+                    keyProblem = error
+                } catch {}
+            }
         }
         let sync = try syncState()
         var report = StatusReport(store: settings.name, path: settings.path, exists: exists, mode: mode,
@@ -296,6 +305,10 @@ extension StoreHandle {
         report.unsettled = unsettled
         report.schemaWait = schemaWait
         report.problems = try statusProblems(report, account: checkedAccount, tracking: history.state)
+        if let keyProblem {
+            report.problems.append(StatusProblem(store: settings.name, code: keyProblem.exitCode,
+                                                 message: keyProblem.summary, hint: keyProblem.hint))
+        }
         return report
     }
 

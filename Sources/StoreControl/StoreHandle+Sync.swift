@@ -182,7 +182,9 @@ extension StoreHandle {
             throw explainMissingContainer(error)
         }
         checkedCloud = nil
-        let mirror = try Mirror(db: db, cloud: backend, options: try mirrorOptions(options))
+        // Fields encrypted on the device: the zone's key opens before anything is written (77 if it does not).
+        let sealed = try encryptedCloud(backend)
+        let mirror = try Mirror(db: db, cloud: sealed, options: try mirrorOptions(options))
         if options.reupload || options.rebind {
             // A store behind its zone's data migration must not reset anything first (its sync will wait).
             do {
@@ -195,6 +197,7 @@ extension StoreHandle {
             try db.transaction { try MirrorState.resetSyncState(db, zone: cloud.zone) }
         }
         try backend.registerDevice(storeID: mirror.device, name: settings.name)
+        try prepareZoneKey(sealed, mirror: mirror)
         if try !Seeder.pendingMarkers(db).isEmpty {
             _ = try mirror.checkZone()
             _ = try Seeder.reconcileMarkers(db, cloud: backend, zone: cloud.zone, device: mirror.device)
@@ -292,6 +295,7 @@ extension StoreHandle {
                 throw moved
             }
             _ = try requireAvailableAccount()
+            try requireZoneKey()
             let mirror = try openMirror(options)
             if options.reupload || options.rebind {
                 // After a reset, take in what other devices uploaded first: the baseline then saves only what is
@@ -299,11 +303,16 @@ extension StoreHandle {
                 _ = try mirror.importChanges { progress("import", $0, $1) }
             }
             if options.discardLocal { return try mirror.syncDiscardingLocal(progress: progress) }
-            let report = try mirror.sync(progress: progress)
+            var report = try mirror.sync(progress: progress)
+            let resealed = try finishReencryption(mirror) { looked, _ in progress("reseal", looked, nil) }
+            if resealed > 0 { report.resealed = resealed }
             takeQuietMark(after: report, mirror: mirror, dataVersion: dataVersion, options: options)
             return report
         } catch {
             let error = explainMissingContainer(error)
+            // A passphrase that does not open the zone's key leaves the store as it was, byte for byte: `status`
+            // finds it again by opening the key itself.
+            if error is ZoneKeyError { throw error }
             // `status` (last_error) and `doctor` say so until a sync succeeds, as they do for `watch`.
             recordSyncError(SyncErrorRecord(at: WatchTime.nowMilliseconds(), error: WatchErrorBody(error, store: settings.name)))
             throw error

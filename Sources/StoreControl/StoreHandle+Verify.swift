@@ -145,8 +145,8 @@ extension StoreHandle {
         } catch {
             throw explainMissingContainer(error)
         }
-        return try Self.compare(db: db, store: settings.name, cloud: backend, url: cloud.url, zone: cloud.zone,
-                                limit: limit)
+        return try Self.compare(db: db, store: settings.name, cloud: try encryptedCloud(backend), url: cloud.url,
+                                zone: cloud.zone, limit: limit)
     }
 
     /// Compares the store `db` with `zone` of `cloud`, with the exporter's own encoding of rows and record names,

@@ -43,6 +43,12 @@ public final class StoreHandle {
     /// The PostgreSQL container the last sync round used, with its open session and account check, for the next
     /// round (`storectl watch`): a round asks the server only what changed.
     var sessionCloud: PostgresCloudDatabase?
+    /// The zone's key as the last round opened it, kept from round to round (`storectl watch`): a round reads the
+    /// key record again, and derives a key from the passphrase only when the record changed.
+    var zoneKeyring: ZoneKeyring?
+    /// Whether this handle has asked the zone once whether it is encrypted (a store whose config encrypts nothing
+    /// asks once; its import then meets a key made later in the change feed).
+    var zoneKeyProbed = false
     /// Where notes for the user go (a format upgrade, say); the CLI prints them on stderr.
     public var log: (String) -> Void = { _ in }
 

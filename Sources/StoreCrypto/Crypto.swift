@@ -5,6 +5,9 @@ import StoreBase
 ///     try Crypto.sha256(Array("abc".utf8))   // ba7816bf...f20015ad
 ///     try Crypto.hmacSHA256(key: key, message)
 ///     try Crypto.pbkdf2SHA256(password: pw, salt: salt, iterations: 600_000)
+///     try Crypto.scrypt(password: pw, salt: salt, n: 1 << 15, r: 8, p: 1)
+///
+/// Authenticated encryption is `AESGCM`.
 ///
 /// Every function throws `LibCryptoUnavailableError` (exit 69) when libcrypto cannot be loaded.
 public enum Crypto {
@@ -73,6 +76,53 @@ public enum Crypto {
         return out
     }
 
+    /// scrypt (RFC 7914), giving `length` bytes: memory-hard, each evaluation fills 128·r·N bytes.
+    ///
+    /// OpenSSL refuses to use more memory than its `maxmem` argument, 32 MiB when it is 0, which N = 2^15 with r = 8
+    /// already passes; storectl gives it what these parameters need (see `scryptMemory`) plus 1 MiB.
+    /// - Throws: `StoreError` (exit 70) naming the parameters when they are out of range (see `scryptMemory`).
+    public static func scrypt(password: [UInt8], salt: [UInt8], n: UInt64, r: UInt64, p: UInt64, length: Int = 32)
+        throws -> [UInt8]
+    {
+        let memory = try scryptMemory(n: n, r: r, p: p, length: length)
+        let c = try LibCrypto.shared()
+        var out = [UInt8](repeating: 0, count: length)
+        let passwordBytes = password.map { CChar(bitPattern: $0) } + [0]
+        let saltBytes = salt.isEmpty ? [0] : salt
+        let ok = passwordBytes.withUnsafeBufferPointer { pw in
+            saltBytes.withUnsafeBufferPointer { s in
+                out.withUnsafeMutableBufferPointer { o in
+                    c.EVP_PBE_scrypt(pw.baseAddress, password.count, s.baseAddress, salt.count, n, r, p,
+                                     memory + (1 << 20), o.baseAddress, length)
+                }
+            }
+        }
+        guard ok == 1 else { throw failure("EVP_PBE_scrypt") }
+        return out
+    }
+
+    /// The bytes scrypt allocates for these parameters, as OpenSSL counts them: 128·r·(N + 2) for its V array and
+    /// 128·r·p for B.
+    /// - Throws: `StoreError` (exit 70) naming the parameters unless N is a power of two from 2 to 2^22 (and below
+    ///   2^(16·r), RFC 7914 section 2), r and p are at least 1, the memory is at most 1 GiB, and `length` is 1 to
+    ///   1024 bytes.
+    static func scryptMemory(n: UInt64, r: UInt64, p: UInt64, length: Int) throws -> UInt64 {
+        func refused(_ reason: String) -> StoreError {
+            StoreError(.software, "scrypt parameters out of range (N=\(n), r=\(r), p=\(p), \(length) bytes): \(reason)")
+        }
+        guard n > 1, n & (n - 1) == 0, n <= 1 << 22 else { throw refused("N must be a power of two from 2 to 2^22") }
+        guard r >= 1, p >= 1 else { throw refused("r and p must be at least 1") }
+        // RFC 7914: "N ... less than 2^(128 * r / 8)"; from r = 2 on, that is above the 2^22 cap.
+        guard r > 1 || n < 1 << 16 else { throw refused("N must be less than 2^16 when r is 1") }
+        guard length >= 1, length <= 1024 else { throw refused("the length must be 1 to 1024 bytes") }
+        let (block, o1) = r.multipliedReportingOverflow(by: 128)
+        let (v, o2) = block.multipliedReportingOverflow(by: n + 2)
+        let (b, o3) = block.multipliedReportingOverflow(by: p)
+        let (memory, o4) = v.addingReportingOverflow(b)
+        guard !(o1 || o2 || o3 || o4), memory <= 1 << 30 else { throw refused("they need more than 1 GiB of memory") }
+        return memory
+    }
+
     /// `count` bytes from OpenSSL's CSPRNG.
     public static func randomBytes(_ count: Int) throws -> [UInt8] {
         let c = try LibCrypto.shared()
@@ -91,7 +141,8 @@ public enum Crypto {
             == 0
     }
 
-    private static func failure(_ function: String) -> StoreError {
+    /// A libcrypto function that should not fail did.
+    static func failure(_ function: String) -> StoreError {
         StoreError(.software, "libcrypto's \(function) failed", hint: "this is a bug or a broken OpenSSL; please report it")
     }
 }

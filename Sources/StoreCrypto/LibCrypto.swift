@@ -17,7 +17,7 @@ import Darwin
 /// `STORECTL_LIBCRYPTO` names another file to open (a path, or a name the loader searches for).
 final class LibCrypto: @unchecked Sendable {
     // @unchecked Sendable: immutable after init; every field is a pointer to a C function or to a static,
-    // read-only EVP_MD that OpenSSL documents as safe to share between threads.
+    // read-only EVP_MD or EVP_CIPHER that OpenSSL documents as safe to share between threads.
 
     /// The file that was opened.
     let library: String
@@ -56,6 +56,38 @@ final class LibCrypto: @unchecked Sendable {
     let EVP_DigestUpdate: @convention(c) (OpaquePointer?, UnsafeRawPointer?, Int) -> Int32
     /// `int EVP_DigestFinal_ex(EVP_MD_CTX *ctx, unsigned char *md, unsigned int *s)`.
     let EVP_DigestFinal_ex: @convention(c) (OpaquePointer?, UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<UInt32>?)
+        -> Int32
+
+    /// `const EVP_CIPHER *EVP_aes_256_gcm(void)`, called once: like the digests, a static constant object (EVP_aes(3)).
+    let aes256GCM: OpaquePointer
+    /// `EVP_CIPHER_CTX *EVP_CIPHER_CTX_new(void)`, `void EVP_CIPHER_CTX_free(EVP_CIPHER_CTX *ctx)`.
+    let EVP_CIPHER_CTX_new: @convention(c) () -> OpaquePointer?
+    let EVP_CIPHER_CTX_free: @convention(c) (OpaquePointer?) -> Void
+    /// `int EVP_CIPHER_CTX_ctrl(EVP_CIPHER_CTX *ctx, int type, int arg, void *ptr)`.
+    let EVP_CIPHER_CTX_ctrl: @convention(c) (OpaquePointer?, Int32, Int32, UnsafeMutableRawPointer?) -> Int32
+    /// `int EVP_EncryptInit_ex(EVP_CIPHER_CTX *ctx, const EVP_CIPHER *type, ENGINE *impl, const unsigned char *key,
+    /// const unsigned char *iv)`, and `EVP_DecryptInit_ex` with the same parameters.
+    let EVP_EncryptInit_ex: CipherInit
+    let EVP_DecryptInit_ex: CipherInit
+    /// `int EVP_EncryptUpdate(EVP_CIPHER_CTX *ctx, unsigned char *out, int *outl, const unsigned char *in, int inl)`,
+    /// and `EVP_DecryptUpdate` with the same parameters. With `out` NULL, `in` is additional authenticated data.
+    let EVP_EncryptUpdate: CipherUpdate
+    let EVP_DecryptUpdate: CipherUpdate
+    /// `int EVP_EncryptFinal_ex(EVP_CIPHER_CTX *ctx, unsigned char *out, int *outl)`, and `EVP_DecryptFinal_ex`
+    /// with the same parameters. "EVP_DecryptFinal_ex() returns 0 if the decrypt failed or 1 for success": for GCM,
+    /// whether the tag verified.
+    let EVP_EncryptFinal_ex: CipherFinal
+    let EVP_DecryptFinal_ex: CipherFinal
+    /// `int EVP_PBE_scrypt(const char *pass, size_t passlen, const unsigned char *salt, size_t saltlen, uint64_t N,
+    /// uint64_t r, uint64_t p, uint64_t maxmem, unsigned char *key, size_t keylen)`.
+    let EVP_PBE_scrypt: @convention(c) (UnsafePointer<CChar>?, Int, UnsafePointer<UInt8>?, Int, UInt64, UInt64, UInt64,
+                                        UInt64, UnsafeMutablePointer<UInt8>?, Int) -> Int32
+
+    typealias CipherInit = @convention(c) (OpaquePointer?, OpaquePointer?, OpaquePointer?, UnsafePointer<UInt8>?,
+                                           UnsafePointer<UInt8>?) -> Int32
+    typealias CipherUpdate = @convention(c) (OpaquePointer?, UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<Int32>?,
+                                             UnsafePointer<UInt8>?, Int32) -> Int32
+    typealias CipherFinal = @convention(c) (OpaquePointer?, UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<Int32>?)
         -> Int32
 
     #if canImport(Darwin)
@@ -110,6 +142,21 @@ final class LibCrypto: @unchecked Sendable {
         EVP_DigestInit_ex = try symbol("EVP_DigestInit_ex")
         EVP_DigestUpdate = try symbol("EVP_DigestUpdate")
         EVP_DigestFinal_ex = try symbol("EVP_DigestFinal_ex")
+        let evpAES256GCM: @convention(c) () -> OpaquePointer? = try symbol("EVP_aes_256_gcm")
+        guard let aes256GCM = evpAES256GCM() else {
+            throw LibCryptoUnavailableError(library: library, reason: "it offers no AES-256-GCM")
+        }
+        self.aes256GCM = aes256GCM
+        EVP_CIPHER_CTX_new = try symbol("EVP_CIPHER_CTX_new")
+        EVP_CIPHER_CTX_free = try symbol("EVP_CIPHER_CTX_free")
+        EVP_CIPHER_CTX_ctrl = try symbol("EVP_CIPHER_CTX_ctrl")
+        EVP_EncryptInit_ex = try symbol("EVP_EncryptInit_ex")
+        EVP_DecryptInit_ex = try symbol("EVP_DecryptInit_ex")
+        EVP_EncryptUpdate = try symbol("EVP_EncryptUpdate")
+        EVP_DecryptUpdate = try symbol("EVP_DecryptUpdate")
+        EVP_EncryptFinal_ex = try symbol("EVP_EncryptFinal_ex")
+        EVP_DecryptFinal_ex = try symbol("EVP_DecryptFinal_ex")
+        EVP_PBE_scrypt = try symbol("EVP_PBE_scrypt")
         // `EVP_MD *EVP_MD_fetch(OSSL_LIB_CTX *ctx, const char *algorithm, const char *properties)`, OpenSSL 3.
         // The fetched method is kept for the life of the process (never freed, like the static ones).
         let fetch: (@convention(c) (OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> OpaquePointer?)? =

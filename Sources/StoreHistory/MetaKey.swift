@@ -80,6 +80,9 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
     /// What the store's account may do in its zone, as the last round found it: `owner`, `read-write`,
     /// `read-only` or `none`, a space, and the zone's owner (`read-only alice`). A read-only share sends nothing.
     public static let zoneAccess = MetaKey("zone_access")
+    /// Set while records of the zone sent before a field was encrypted (or sealed with a key rotated since) are
+    /// still to be sent again sealed with the zone's current key: the generation and fields, as JSON.
+    public static let reencryptPending = MetaKey("reencrypt_pending")
 
     // MARK: Moving a store file (`migrate --to`)
 
@@ -160,7 +163,7 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
         formatVersion, formatUpgradedFrom, storeID, mode, schemaHash, tracked, nextTx, historyGap, historyGapReason,
         createdAt, schema, storePath, boundAccount, boundContainer, boundZone, boundURL, baselineContainer, lastSyncAt,
         lastExportAt, lastImportAt, lastSyncError, exportSerial, restoredAt, restoreDetectedAt, ownRecordsUnchecked,
-        acceptedOwner, zoneAccess, recordMapBase, syncTables, movedFrom, movedTo, moveSnapshot, schemaVersion, schemaVersionSHA256,
+        acceptedOwner, zoneAccess, reencryptPending, recordMapBase, syncTables, movedFrom, movedTo, moveSnapshot, schemaVersion, schemaVersionSHA256,
         schemaVersionAt, dataMigration, schemaVersionUnsynced, schemaWait, schemaAdoptedThrough, switchTarget,
         switchExportToken, switchServerToken, switchSnapshot,
     ]

@@ -47,7 +47,7 @@ public enum CloudCheck {
     /// shadow tables), and user tables named with the `_storectl_` prefix storectl reserves.
     /// - Throws: `SQLiteError`.
     public static func run(_ db: Connection, tables: [String], uniqueRules: [String: [String]] = [:],
-                           everyTable: Bool = false) throws -> CloudCheckReport
+                           everyTable: Bool = false, encrypted: [String: [String]] = [:]) throws -> CloudCheckReport
     {
         let tracked = Set(tables)
         var result: [CloudCheckReport.Entity] = []
@@ -129,6 +129,8 @@ public enum CloudCheck {
                 if !cols.isEmpty { rules.append(cols) }
             }
             if let configured = uniqueRules[table], !rules.contains(configured) { rules.append(configured) }
+            problems += try encryptionProblems(db, table: table, columns: encrypted[table] ?? [], entity: entity,
+                                               rules: rules)
             for rule in rules where uniqueRules[table] != rule {
                 warnings.append("unique (\(rule.joined(separator: ", "))) is not enforced by the cloud: declare "
                                 + "`entities.\(table).unique: [\(rule.joined(separator: ", "))]` so that duplicates "
@@ -140,5 +142,33 @@ public enum CloudCheck {
                                 dedupRules: rules, problems: problems, warnings: warnings))
         }
         return CloudCheckReport(entities: result)
+    }
+
+    /// What rules out encrypting `columns` of `table`: the server would have to read them (a record's name holds
+    /// its key; a reference names another record; a UNIQUE value is compared across devices to merge duplicates).
+    static func encryptionProblems(_ db: Connection, table: String, columns: [String], entity: EntityMap,
+                                   rules: [[String]]) throws -> [String]
+    {
+        guard !columns.isEmpty else { return [] }
+        let names = Set(try db.columns(of: table).map(\.name))
+        let references = Set(try db.foreignKeys(of: table).flatMap(\.columns))
+        var problems: [String] = []
+        let fix = "remove it from entities.\(table).encrypted"
+        for column in columns {
+            if !names.contains(column) {
+                problems.append("encrypted column '\(column)' is not a column of '\(table)'; \(fix)")
+            } else if entity.primaryKey.contains(column) {
+                problems.append("encrypted column '\(column)' is part of the primary key of '\(table)', which names "
+                                + "its records in the cloud, so the server would read it; \(fix)")
+            } else if references.contains(column) {
+                problems.append("encrypted column '\(column)' is a foreign key of '\(table)': it travels as a reference "
+                                + "to another record, which the server must read; \(fix)")
+            } else if let rule = rules.first(where: { $0.contains(column) }) {
+                problems.append("encrypted column '\(column)' is UNIQUE in '\(table)' (\(rule.joined(separator: ", "))): "
+                                + "unique values are compared across devices to merge duplicates, which ciphertext "
+                                + "cannot be; \(fix)")
+            }
+        }
+        return problems
     }
 }

@@ -105,7 +105,7 @@ struct Importer {
                 for record in staging.rejected {
                     try setAside(record, RecordProblem(
                         reason: record.rejection ?? "",
-                        hint: "the container holds a save by an account that may not write the zone: whoever can "
+                        hint: record.rejectionHint ?? "the container holds a save by an account that may not write the zone: whoever can "
                             + "write the container itself wrote it; the zone's owner can save the record again, or "
                             + "check who can write the container"), keepFields: false)
                     report.setAside += 1

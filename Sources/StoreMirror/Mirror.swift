@@ -52,9 +52,12 @@ public struct SyncReport: Sendable, Codable, Equatable {
     public var notSent: Int?
     /// `sync --discard-local`: the rows put back to the cloud's values.
     public var discarded: DiscardReport?
+    /// Records of the zone sealed again with its current key after a field was added to `encrypted:` or the key
+    /// was rotated (`resealed`); absent when there were none.
+    public var resealed: Int?
 
     enum CodingKeys: String, CodingKey {
-        case exported, imported, warnings, replica, discarded
+        case exported, imported, warnings, replica, discarded, resealed
         case notSent = "not_sent"
     }
 

@@ -89,6 +89,13 @@ public struct RecordMap {
         try db.run("UPDATE _storectl_records SET change_tag = NULL WHERE record_name = ?", [name])
     }
 
+    /// Moves record `name` from change tag `old` to `new` when the map has it at `old`: the record was saved
+    /// again with the same values (sealed with the zone's current key, `ZoneReencryption`).
+    func retag(name: String, from old: String, to new: String) throws {
+        try db.cached("UPDATE _storectl_records SET change_tag = ?1 WHERE record_name = ?2 AND change_tag = ?3")
+            .forEach([new, name, old]) { _ in }
+    }
+
     /// Records that record `name` was last synced at `tag` with `fields` (hashed here).
     func setSynced(name: String, tag: String, fields: String) throws {
         try db.run("UPDATE _storectl_records SET change_tag = ?1, base = \(FieldHashes.sql("?2")) WHERE record_name = ?3",

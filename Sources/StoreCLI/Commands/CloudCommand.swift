@@ -3,7 +3,7 @@ import StoreBase
 /// `storectl cloud`: the container itself.
 struct CloudCommand: Command {
     static let name = "cloud"
-    static let abstract = "Create, check and purge the cloud container."
+    static let abstract = "Create, check and purge the cloud container; change its encryption key."
     static let discussion = """
         The container is named by the store's cloud: section: a SQLite container file (url: file:PATH) or
         PostgreSQL (url: postgres://...).
@@ -21,4 +21,5 @@ let cloudSubcommands: [any Command.Type] = [
     CloudCheckCommand.self,
     CloudPurgeCommand.self,
     CloudSchemaCommand.self,
+    CloudRekeyCommand.self,
 ]

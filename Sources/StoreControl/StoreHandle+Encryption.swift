@@ -1,0 +1,159 @@
+import StoreBase
+import StoreCloud
+import StoreConfig
+import StoreHistory
+import StoreMirror
+import StoreSQLite
+
+/// Fields encrypted on the device (`entities.<table>.encrypted`, `cloud.encryption_key`): every engine this
+/// handle opens goes through `EncryptedCloud`, and the zone's key is opened before anything is written.
+extension StoreHandle {
+    /// Table -> the columns its `encrypted:` lists.
+    public var encryptedColumns: [String: [String]] {
+        var out: [String: [String]] = [:]
+        for e in settings.entities { if let list = e.encrypted, !list.isEmpty { out[e.name] = list } }
+        return out
+    }
+
+    /// The passphrase, when the config has a non-empty one.
+    var encryptionPassphrase: String? {
+        guard let value = settings.cloud?.encryptionKey?.value, !value.isEmpty else { return nil }
+        return value
+    }
+
+    /// log2 of scrypt's N for keys made by this process (`STORECTL_SCRYPT_LOG_N`, 10...20).
+    var scryptLogN: Int {
+        if let n = environment["STORECTL_SCRYPT_LOG_N"].flatMap(Int.init), (10...20).contains(n) { return n }
+        return ZoneKeyRecord.defaultLogN
+    }
+
+    /// `backend` as this store's engine sees it, its zone's key read and opened (a key opened by an earlier round
+    /// of this handle is not derived again unless the key record changed).
+    /// - Throws: `CloudError` (exit 77) for a zone whose key the store's passphrase does not open, or an encrypted
+    ///   zone without a passphrase.
+    func encryptedCloud(_ backend: any CloudDatabase) throws -> EncryptedCloud {
+        if let wrapped = backend as? EncryptedCloud { return wrapped }
+        let cloud = try cloudSettings()
+        let wrapped = EncryptedCloud(base: backend, zone: cloud.zone, storeName: settings.name,
+                                     configured: encryptedColumns.mapValues(Set.init), passphrase: encryptionPassphrase,
+                                     keyring: zoneKeyring?.zone == cloud.zone ? zoneKeyring : nil,
+                                     zoneEncrypted: false)
+        if !encryptedColumns.isEmpty || zoneKeyring != nil || !zoneKeyProbed {
+            try wrapped.prepare(write: false, device: "")
+            zoneKeyProbed = true
+            zoneKeyring = wrapped.keyring
+        }
+        return wrapped
+    }
+
+    /// Opens the zone's key on the container `requireAvailableAccount` checked, before anything is written
+    /// (`mode cloud`'s account step, `sync`, `watch`).
+    /// - Throws: `CloudError` (exit 77).
+    func requireZoneKey() throws {
+        guard let checked = checkedCloud else { return }
+        _ = try encryptedCloud(checked)
+    }
+
+    /// Makes the zone's key, or adds this store's encrypted fields to its list, when the store may write the zone;
+    /// records the zone's records then need sealing again (`ZoneReencryption`, after the sync).
+    func prepareZoneKey(_ cloud: EncryptedCloud, mirror: Mirror) throws {
+        guard !encryptedColumns.isEmpty, mirror.access == .owner || mirror.access == .readWrite else { return }
+        let prepared: EncryptedCloud.Preparation
+        do {
+            prepared = try cloud.prepare(write: true, device: mirror.device, logN: scryptLogN)
+        } catch let error as CloudError where error.kind == .permission && cloud.keyring != nil {
+            return  // a read-only share: the zone's key opens, and its list is the owner's to change
+        }
+        zoneKeyring = cloud.keyring
+        if !prepared.fieldsAdded.isEmpty {
+            let db = try database()
+            try db.transaction { try MirrorState.setMeta(db, .reencryptPending, "fields") }
+        }
+    }
+
+    /// Seals again the zone's records sent in clear or with an older key, when the store has such work left (a
+    /// field added to `encrypted:`, `cloud rekey --rotate`, either interrupted). Returns how many were sent again.
+    @discardableResult
+    func finishReencryption(_ mirror: Mirror, progress: (Int, Int) -> Void = { _, _ in }) throws -> Int {
+        let db = try database()
+        guard try MirrorState.meta(db, .reencryptPending) != nil, mirror.access == .owner || mirror.access == .readWrite,
+              let cloud = mirror.cloud as? EncryptedCloud
+        else { return 0 }
+        let report = try ZoneReencryption.run(cloud: cloud, db: db, device: mirror.device, progress: progress)
+        if report.complete {
+            try db.transaction { try MirrorState.setMeta(db, .reencryptPending, nil) }
+        }
+        if report.unreadable > 0 {
+            log("\(report.unreadable) record(s) of zone '\(cloud.keyring?.zone ?? "")' could not be opened and were "
+                + "not sealed again (set aside; 'storectl status' lists them)")
+        }
+        return report.resent
+    }
+}
+
+/// What `storectl cloud rekey` did.
+public struct RekeyReport: Sendable, Codable, Equatable {
+    public var store: String
+    public var container: String
+    public var zone: String
+    /// The data key's generation now (one more after `--rotate`).
+    public var generation: Int
+    /// Whether a new data key was made (`--rotate`).
+    public var rotated: Bool
+    /// Records of the zone sealed again with the new data key.
+    public var resent: Int
+    /// Whether every record of the zone is now sealed with the current key (false: a record changed meanwhile or
+    /// could not be opened; the next `sync` of this store goes on).
+    public var complete: Bool
+}
+
+extension StoreHandle {
+    /// `storectl cloud rekey`: syncs, then wraps the zone's data key with `newPassphrase` (the config's passphrase
+    /// must open it); with `rotate`, makes a new data key and seals every record of the zone again with it. The
+    /// other devices need the new passphrase from then on (exit 77 until they have it).
+    /// - Throws: `CloudError` (77: the config's passphrase does not open the key, or the account may not write
+    ///   the zone), `StoreError` (65: the zone has no key).
+    public func rekey(newPassphrase: String, rotate: Bool, progress: (String, Int, Int?) -> Void = { _, _, _ in })
+        throws -> RekeyReport
+    {
+        try requireExists()
+        guard try storeMode() == .cloud else {
+            throw StoreError(.config, "store '\(settings.name)' is in local mode; 'cloud rekey' changes the key of the "
+                             + "zone it syncs with", hint: "run 'storectl mode cloud' first")
+        }
+        guard !newPassphrase.isEmpty else { throw StoreError(.usage, "the new passphrase is empty") }
+        let cloud = try cloudSettings()
+        _ = try requireAvailableAccount()
+        try requireZoneKey()
+        let mirror = try openMirror()
+        _ = try mirror.sync { progress($0, $1, $2) }
+        guard let sealed = mirror.cloud as? EncryptedCloud, let ring = sealed.keyring else {
+            throw StoreError(.dataError, "zone '\(cloud.zone)' of \(cloud.container) has no key: nothing in it is encrypted",
+                             hint: "list the columns to encrypt in stores.\(settings.name).entities.<table>.encrypted, "
+                                 + "set stores.\(settings.name).cloud.encryption_key, and run 'storectl sync'")
+        }
+        guard mirror.access == .owner || mirror.access == .readWrite else {
+            throw CloudError(.permission, "account '\(cloud.account ?? "")' has a read-only share of zone "
+                             + "'\(cloud.zone)': only the owner or a read-write participant changes its key",
+                             hint: "ask the zone's owner to run 'storectl cloud rekey'")
+        }
+        let next = rotate ? try ring.rotated() : ring
+        guard try sealed.replaceKey(next, passphrase: newPassphrase, device: mirror.device, logN: scryptLogN) else {
+            throw CloudError(.temporary, "the key of zone '\(cloud.zone)' changed while it was being replaced",
+                             hint: "another device changed it; run 'storectl sync' with the current passphrase, then "
+                                 + "'storectl cloud rekey' again")
+        }
+        zoneKeyring = sealed.keyring
+        var resent = 0
+        var complete = true
+        if rotate {
+            let db = try database()
+            try db.transaction { try MirrorState.setMeta(db, .reencryptPending, "rotate") }
+            resent = try finishReencryption(mirror) { looked, _ in progress("reseal", looked, nil) }
+            complete = try MirrorState.meta(db, .reencryptPending) == nil
+        }
+        return RekeyReport(store: settings.name, container: cloud.container, zone: cloud.zone,
+                           generation: sealed.keyring?.generation ?? next.generation, rotated: rotate, resent: resent,
+                           complete: complete)
+    }
+}
