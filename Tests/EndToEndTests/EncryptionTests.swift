@@ -41,9 +41,10 @@ class EncryptionTests: XCTestCase {
     // MARK: Project
 
     /// One store of the config: `notes` encrypting `notesEncrypted`, `links` encrypting `linksEncrypted`, the
-    /// passphrase from `<STORE>_KEY` when `keyed` (by default when anything is encrypted).
-    func store(_ name: String, notesEncrypted: [String], linksEncrypted: [String] = [], keyed: Bool? = nil)
-        -> E2EProject.Store
+    /// passphrase from `<STORE>_KEY` when `keyed` (by default when anything is encrypted); `mode: cloud` when
+    /// `cloudMode` (a config written again after `mode cloud` wrote it).
+    func store(_ name: String, notesEncrypted: [String], linksEncrypted: [String] = [], keyed: Bool? = nil,
+               cloudMode: Bool = false) -> E2EProject.Store
     {
         let url = serverURL.map { "'\($0)'" } ?? "file:cloud/shared.container"
         var extra = ["zone: \(zone)"]
@@ -51,9 +52,9 @@ class EncryptionTests: XCTestCase {
         if keyed ?? encrypts { extra.append("encryption_key: ${\(keyVariable(name))}") }
         let cloud = E2EProject.Cloud(container: container, url: url, account: account,
                                      createIfMissing: serverURL == nil, extra: extra)
-        var before: [String] = []
+        var before = cloudMode ? ["mode: cloud"] : []
         if encrypts {
-            before = ["entities:"]
+            before.append("entities:")
             for (table, columns) in [("notes", notesEncrypted), ("links", linksEncrypted)] {
                 before += columns.isEmpty ? ["  \(table): {}"]
                     : ["  \(table):", "    encrypted: [\(columns.joined(separator: ", "))]"]
@@ -71,17 +72,22 @@ class EncryptionTests: XCTestCase {
         try p.writeConfig(stores)
         p.environment["STORECTL_SCRYPT_LOG_N"] = "10"
         for s in stores { p.environment[keyVariable(s.name)] = passphrase }
-        if let url = serverURL {
-            let schema = pgSchema
-            addTeardownBlock {
-                _ = try? Binary.run(Self.pgProgram("psql"), [url, "-X", "-Atq", "-c",
-                                                             "DROP SCHEMA IF EXISTS \"\(schema)\" CASCADE"],
-                                    in: FileManager.default.temporaryDirectory.path)
-            }
-            try p.run(["-s", stores[0].name, "cloud", "init"])
-        }
+        try makeContainer(p, stores[0].name)
         for s in stores { try p.run(["-s", s.name, "init"]) }
         return p
+    }
+
+    /// On PostgreSQL, the test's container, made with `cloud init` by `store` and dropped when the test ends (a
+    /// container file is made by the first store that uses it).
+    func makeContainer(_ p: E2EProject, _ store: String) throws {
+        guard let url = serverURL else { return }
+        let schema = pgSchema
+        addTeardownBlock {
+            _ = try? Binary.run(Self.pgProgram("psql"), [url, "-X", "-Atq", "-c",
+                                                         "DROP SCHEMA IF EXISTS \"\(schema)\" CASCADE"],
+                                in: FileManager.default.temporaryDirectory.path)
+        }
+        try p.run(["-s", store, "cloud", "init"])
     }
 
     /// The two devices of most tests, encrypting notes' title and body and links' url.
@@ -386,12 +392,27 @@ class EncryptionTests: XCTestCase {
         XCTAssertTrue(plain.stderr.contains("plain") && plain.stderr.contains(zone), plain.stderr)
         XCTAssertEqual(try storeBytes(p, "plain"), plainBefore, "a refused 'mode cloud' wrote the store")
 
+        // A watcher's round is refused the same way. It may record the round's error in the store (what `status`
+        // shows as the last error); nothing else changes.
+        p.environment[keyVariable("tablet")] = "not the passphrase"
+        let dump = { try self.contentWithoutLastError(p, "tablet") }
+        let dumpBefore = try dump()
+        let watch = try p.run(["-s", "tablet", "watch", "--once"], expect: 77)
+        XCTAssertTrue(watch.stderr.contains("tablet") && watch.stderr.contains(zone), watch.stderr)
+        XCTAssertEqual(try dump(), dumpBefore, "a refused watcher round wrote the store")
+
         // Back on the right passphrase, tablet syncs its edit.
         p.environment[keyVariable("tablet")] = "correct horse battery staple"
         try p.run(["-s", "tablet", "sync"])
         try p.run(["-s", "laptop", "sync"])
         XCTAssertEqual(try notes(p, "laptop"), try notes(p, "tablet"))
         XCTAssertTrue(try notes(p, "laptop").contains("tablet edit"))
+    }
+
+    /// A store's whole content as SQL, but for the record of the last sync error.
+    func contentWithoutLastError(_ p: E2EProject, _ store: String) throws -> String {
+        try p.sql(store, ".dump").split(separator: "\n").filter { !$0.contains("'last_sync_error'") }
+            .joined(separator: "\n")
     }
 
     // MARK: 3. Ciphertext moved by the server is set aside
@@ -531,6 +552,23 @@ class EncryptionTests: XCTestCase {
         XCTAssertTrue(try notes(p, "phone").contains(secret("T4")))
         for s in ["laptop", "phone"] { try p.run(["-s", s, "doctor"]) }
         try assertServerNeverHolds(p, ["T4", "B4"].map(secret) + ["PLAINTEXT-SECRET"], "after the rotation")
+
+        // The new passphrase from standard input (one line), then from a file (its first line).
+        let (k4, k5) = ("fourth passphrase \(tag)", "fifth passphrase \(tag)")
+        try p.run(["-s", "laptop", "cloud", "rekey"], stdin: k4 + "\n")
+        p.environment[keyVariable("laptop")] = k4
+        try p.run(["-s", "laptop", "sync"])
+        _ = try p.dir.write("new-key.txt", k5 + "\nnot this line\n")
+        try p.run(["-s", "laptop", "cloud", "rekey", "--new-key-file", p.dir.file("new-key.txt")])
+        try p.run(["-s", "laptop", "sync"], expect: 77)
+        p.environment[keyVariable("laptop")] = k5
+        try p.sql("laptop", "UPDATE notes SET title = '\(secret("T4-new"))' WHERE id = '\(n4)'")
+        try p.run(["-s", "laptop", "sync"])
+        try p.run(["-s", "phone", "sync"], expect: 77)
+        p.environment[keyVariable("phone")] = k5
+        try p.run(["-s", "phone", "sync"])
+        XCTAssertEqual(try notes(p, "phone"), try notes(p, "laptop"))
+        XCTAssertTrue(try notes(p, "phone").contains(secret("T4-new")))
     }
 
     // MARK: 5. Encrypting a column already synced in clear
@@ -543,11 +581,10 @@ class EncryptionTests: XCTestCase {
     func testEncryptingAPopulatedSyncedColumnReplacesItsValuesInTheZone() throws {
         let names = ["laptop", "phone"]
         let p = try project(names.map { store($0, notesEncrypted: []) })
-        let (n1, n2, n3) = (uuid(), uuid(), uuid())
-        try p.sql("laptop", "INSERT INTO notes VALUES ('\(n1)', '\(visible("T1"))', '\(secret("B1"))', NULL),"
-                  + "('\(n2)', '\(visible("T2"))', '\(secret("B2"))', NULL)")
+        let row = { (i: Int) in "('\(self.uuid())', '\(self.visible("T\(i)"))', '\(self.secret("B\(i)"))', '\(self.visible("F\(i)"))')" }
+        try p.sql("laptop", "INSERT INTO notes VALUES \(row(1)), \(row(2))")
         try p.run(["-s", "laptop", "mode", "cloud"])
-        try p.sql("phone", "INSERT INTO notes VALUES ('\(n3)', '\(visible("T3"))', '\(secret("B3"))', NULL)")
+        try p.sql("phone", "INSERT INTO notes VALUES \(row(3))")
         try p.run(["-s", "phone", "mode", "cloud"])
         try p.run(["-s", "laptop", "sync"])
         let before = try notes(p, "laptop")
@@ -556,29 +593,35 @@ class EncryptionTests: XCTestCase {
         XCTAssertNotNil(try serverBytes(p).range(of: Data(secret("B1").utf8)))
         for b in ["B1", "B2", "B3"] { XCTAssertEqual(try recordsHolding(p, secret(b)), 1, b) }
 
-        // Both devices now encrypt the body.
-        try p.writeConfig(names.map { store($0, notesEncrypted: ["body"]) })
-        try p.run(["-s", "laptop", "sync"])
-        // The zone's current records, read by SQL: a container file's freed pages may still hold the old bytes
-        // until SQLite reuses them, so its raw bytes are no test of what the zone holds.
-        for b in ["B1", "B2", "B3"] {
-            XCTAssertEqual(try recordsHolding(p, secret(b)), 0, "\(b) is still in clear in the zone")
-        }
-        for t in ["T1", "T2", "T3"] {
-            let r = try record(p, holding: visible(t))
-            XCTAssertNotNil(Self.ciphertext(r, "body"), r.fields)
-        }
-        try p.run(["-s", "phone", "sync"])
-        try p.run(["-s", "laptop", "sync"])
-        XCTAssertEqual(try notes(p, "phone"), before)
-        XCTAssertEqual(try notes(p, "laptop"), before)
-        for b in ["B1", "B2", "B3"] {
-            XCTAssertEqual(try recordsHolding(p, secret(b)), 0, "\(b) is in clear in the zone again")
-        }
-        for s in names { try p.run(["-s", s, "doctor"]) }
-        if serverURL != nil {
-            // PostgreSQL keeps no freed page in a dump: nothing in clear is left at all.
-            try assertServerNeverHolds(p, ["B1", "B2", "B3"].map(secret), "after encrypting the body")
+        // Both devices now encrypt the body, with a passphrase (the zone had no key yet); then the title too (the
+        // zone has a key). Each time the next sync of one device seals the values already in the zone.
+        for (columns, inClear) in [(["body"], ["B1", "B2", "B3"].map(secret)),
+                                   (["title", "body"], ["T1", "T2", "T3"].map(visible))]
+        {
+            let what = "after encrypting \(columns)"
+            try p.writeConfig(names.map { store($0, notesEncrypted: columns, cloudMode: true) })
+            try p.run(["-s", "laptop", "sync"])
+            // The zone's current records, read by SQL: a container file's freed pages may still hold the old
+            // bytes until SQLite reuses them, so its raw bytes are no test of what the zone holds.
+            for value in inClear {
+                XCTAssertEqual(try recordsHolding(p, value), 0, "\(what): \(value) is still in clear in the zone")
+            }
+            for f in ["F1", "F2", "F3"] {
+                let r = try record(p, holding: visible(f))
+                for c in columns { XCTAssertNotNil(Self.ciphertext(r, c), "\(what): \(c) of \(r.fields)") }
+            }
+            try p.run(["-s", "phone", "sync"])
+            try p.run(["-s", "laptop", "sync"])
+            XCTAssertEqual(try notes(p, "phone"), before, what)
+            XCTAssertEqual(try notes(p, "laptop"), before, what)
+            for value in inClear {
+                XCTAssertEqual(try recordsHolding(p, value), 0, "\(what): \(value) is in clear in the zone again")
+            }
+            for s in names { try p.run(["-s", s, "doctor"]) }
+            if serverURL != nil {
+                // PostgreSQL keeps no freed page in a dump: nothing in clear is left at all.
+                try assertServerNeverHolds(p, inClear, what)
+            }
         }
     }
 
@@ -604,6 +647,7 @@ class EncryptionTests: XCTestCase {
                                                                         extra: key.map { ["encryption_key: \($0)"] } ?? []))])
         }
         try config(["  notes: {}", "  tags: {}", "  pairs: {}"])
+        try makeContainer(p, "s")
         try p.run(["-s", "s", "init"])
         try p.run(["-s", "s", "cloud", "check"])
 
@@ -613,7 +657,7 @@ class EncryptionTests: XCTestCase {
             (["  notes: {encrypted: [slug]}", "  tags: {}", "  pairs: {}"], "slug", ["unique"]),
             (["  notes: {}", "  tags: {encrypted: [code]}", "  pairs: {}"], "code", ["unique"]),
             (["  notes: {}", "  tags: {encrypted: [note_id]}", "  pairs: {}"], "note_id", ["foreign key", "reference"]),
-            (["  notes: {encrypted: [nope]}", "  tags: {}", "  pairs: {}"], "nope", ["exist", "no column", "unknown"]),
+            (["  notes: {encrypted: [nope]}", "  tags: {}", "  pairs: {}"], "nope", ["exist", "not a column", "no column", "unknown"]),
         ]
         for c in refused {
             try config(c.entities)
@@ -629,7 +673,11 @@ class EncryptionTests: XCTestCase {
         try config(["  notes: {unique: [title], encrypted: [title]}", "  tags: {}", "  pairs: {}"])
         try p.run(["-s", "s", "cloud", "check"], expect: 78)
         try config(["  notes: {encrypted: [title]}", "  tags: {}", "  pairs: {}"], key: nil)
+        try p.run(["config", "validate"], expect: 78)
         try p.run(["-s", "s", "cloud", "check"], expect: 78)
+        try config(["  notes: {encrypted: [title]}", "  tags: {}", "  pairs: {}"])
+        try p.run(["config", "validate"], expect: 78, env: ["NOTES_KEY": ""])
+        try p.run(["-s", "s", "cloud", "check"], expect: 78, env: ["NOTES_KEY": ""])
 
         // The passphrase, from a variable or written in the config, is never printed.
         for key in ["${NOTES_KEY}", passphrase] {
