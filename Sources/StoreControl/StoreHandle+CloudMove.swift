@@ -248,8 +248,13 @@ extension StoreHandle {
         // target this store's account used before and left: its records are stale).
         let filter = try TakeInFilter(base: target, db: snapshot)
         if report.finalSync != nil { try filter.learn(old: try CloudConnector.open(settings: old, environment: environment), zone: old.zone) }
-        let mirror = try Mirror(db: snapshot, cloud: filter, options: mirrorOptions)
+        // Fields encrypted in the old zone are sealed in the new one too, under a key of its own.
+        let sealedTarget = try movedEncryptedCloud(filter, zone: new.zone)
+        let mirror = try Mirror(db: snapshot, cloud: sealedTarget, options: mirrorOptions)
         try target.registerDevice(storeID: mirror.device, name: settings.name)
+        if sealedTarget.sealsFields {
+            try sealedTarget.prepare(write: true, device: mirror.device, logN: scryptLogN)
+        }
         report.imported = try mirror.importChanges { progress("import", $0, $1) }
         report.exported = try mirror.exportChanges(baseline: true) { progress("export", $0, $1) }
         try Self.copySeedMarkers(snapshot, to: target, zone: new.zone, device: mirror.device)
@@ -258,8 +263,8 @@ extension StoreHandle {
         Failpoint.hit("cloud-move.after-export")
 
         // 4. Verify: the new target holds what the snapshot holds.
-        let verified = try Self.compare(db: snapshot, store: settings.name, cloud: target, url: new.url,
-                                        zone: new.zone, limit: 100)
+        let verified = try Self.compare(db: snapshot, store: settings.name,
+                                        cloud: sealedTarget.over(target), url: new.url, zone: new.zone, limit: 100)
         report.verified = verified
         guard verified.unexplainedCount == 0 else {
             throw CloudMoveVerifyError(store: settings.name, target: to, report: verified)

@@ -46,6 +46,17 @@ extension StoreHandle {
         return wrapped
     }
 
+    /// The new target of `migrate --cloud` as its engine sees it: the fields this store's config encrypts and
+    /// those the old zone encrypted (as the final sync found them) are sealed there too, under the new zone's key.
+    func movedEncryptedCloud(_ backend: any CloudDatabase, zone: String) throws -> EncryptedCloud {
+        var fields = encryptedColumns.mapValues(Set.init)
+        for (type, more) in zoneKeyring?.fields ?? [:] { fields[type, default: []].formUnion(more) }
+        let wrapped = EncryptedCloud(base: backend, zone: zone, storeName: settings.name, configured: fields,
+                                     passphrase: encryptionPassphrase, keyring: nil, zoneEncrypted: false)
+        try wrapped.prepare(write: false, device: "")
+        return wrapped
+    }
+
     /// Opens the zone's key on the container `requireAvailableAccount` checked, before anything is written
     /// (`mode cloud`'s account step, `sync`, `watch`).
     /// - Throws: `CloudError` (exit 77).

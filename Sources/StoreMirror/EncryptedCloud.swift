@@ -47,6 +47,16 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
         state = Mutex(State(keyring: keyring, zoneEncrypted: zoneEncrypted || keyring != nil))
     }
 
+    /// Whether this store's config (or the zone it moved from) asks for fields to be sealed.
+    public var sealsFields: Bool { configured.values.contains { !$0.isEmpty } }
+
+    /// The same sealing over another backend (the same zone, the same key): `verify` after `migrate --cloud`.
+    public func over(_ other: any CloudDatabase) -> EncryptedCloud {
+        let s = state.withLock { $0 }
+        return EncryptedCloud(base: other, zone: zone, storeName: storeName, configured: configured,
+                              passphrase: passphrase, keyring: s.keyring, zoneEncrypted: s.zoneEncrypted)
+    }
+
     /// The keyring in use.
     public var keyring: ZoneKeyring? { state.withLock { $0.keyring } }
 
@@ -174,7 +184,11 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
     }
 
     /// `record` with its encrypted fields opened, or set aside (`rejection`) when one does not open.
-    func opened(_ record: CloudRecord, ring: ZoneKeyring?, json: Connection) throws -> CloudRecord {
+    /// With `acceptingClear`, a field in clear is taken as it is (`ZoneReencryption` seals the records sent before
+    /// the field was encrypted); otherwise it sets the record aside.
+    func opened(_ record: CloudRecord, ring: ZoneKeyring?, json: Connection, acceptingClear: Bool = false) throws
+        -> CloudRecord
+    {
         guard !record.deleted, record.rejection == nil else { return record }
         let fields = sealedFields(record.recordType, ring)
         guard !fields.isEmpty else { return record }
@@ -186,6 +200,7 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
                   let type = row[0].string
             else { continue }  // the record leaves the field out
             guard type == "object", let envelope = row[1].string else {
+                if acceptingClear { continue }
                 out.rejection = "its field '\(field)' arrived unencrypted, and zone '\(zone)' encrypts it"
                 out.rejectionHint = "a device that saved it lacks '\(field)' in entities.\(record.recordType).encrypted "
                     + "(add it there, and sync that device: its records are sealed again), or the record was written "

@@ -44,7 +44,7 @@ public enum ZoneReencryption {
                     looked += 1
                     let fields = cloud.sealedFields(record.recordType, ring)
                     guard !fields.isEmpty, try needsSealing(record, fields: fields, ring: ring, json: json) else { continue }
-                    let opened = try cloud.opened(record, ring: ring, json: json)
+                    let opened = try cloud.opened(record, ring: ring, json: json, acceptingClear: true)
                     guard opened.rejection == nil else {
                         report.unreadable += 1
                         continue
