@@ -578,6 +578,14 @@ class EncryptionTests: XCTestCase {
         try serverRecords(p).filter { $0.fields.contains(value) }.count
     }
 
+    /// How many of the earlier versions the container keeps of the zone's records (`superseded_saves`: a device's
+    /// save that another device's save replaced) hold `value` in their fields.
+    func supersededHolding(_ p: E2EProject, _ value: String) throws -> Int {
+        let table = serverURL == nil ? "superseded_saves" : pgSchema + ".superseded_saves"
+        return try serverSQL(p, "SELECT fields FROM \(table) WHERE zone = '\(zone)'")
+            .filter { $0.joined().contains(value) }.count
+    }
+
     func testEncryptingAPopulatedSyncedColumnReplacesItsValuesInTheZone() throws {
         let names = ["laptop", "phone"]
         let p = try project(names.map { store($0, notesEncrypted: []) })
@@ -616,6 +624,8 @@ class EncryptionTests: XCTestCase {
             XCTAssertEqual(try notes(p, "laptop"), before, what)
             for value in inClear {
                 XCTAssertEqual(try recordsHolding(p, value), 0, "\(what): \(value) is in clear in the zone again")
+                XCTAssertEqual(try supersededHolding(p, value), 0, "\(what): \(value) is still in clear in an "
+                               + "earlier version of a record the container keeps (superseded_saves)")
             }
             for s in names { try p.run(["-s", s, "doctor"]) }
             if serverURL != nil {
