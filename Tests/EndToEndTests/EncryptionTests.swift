@@ -688,15 +688,19 @@ class EncryptionTests: XCTestCase {
             try p.run(["-s", "s", "mode", "cloud"], expect: 65)
             XCTAssertEqual(try p.dir.read("config.yaml"), configText)
         }
-        // A column of a `unique:` rule, and an encrypted list without a key: refused by the config itself.
+        // A column of a `unique:` rule: refused by the config itself.
         try config(["  notes: {unique: [title], encrypted: [title]}", "  tags: {}", "  pairs: {}"])
         try p.run(["-s", "s", "cloud", "check"], expect: 78)
-        try config(["  notes: {encrypted: [title]}", "  tags: {}", "  pairs: {}"], key: nil)
-        try p.run(["config", "validate"], expect: 78)
-        try p.run(["-s", "s", "cloud", "check"], expect: 78)
-        try config(["  notes: {encrypted: [title]}", "  tags: {}", "  pairs: {}"])
-        try p.run(["config", "validate"], expect: 78, env: ["NOTES_KEY": ""])
-        try p.run(["-s", "s", "cloud", "check"], expect: 78, env: ["NOTES_KEY": ""])
+        // An encrypted list without a passphrase (none in the config, or an empty variable): the switch is refused
+        // with 77, naming the store and the zone, and nothing changes.
+        for (key, env) in [(nil, [String: String]()), ("${NOTES_KEY}", ["NOTES_KEY": ""])] as [(String?, [String: String])] {
+            try config(["  notes: {encrypted: [title]}", "  tags: {}", "  pairs: {}"], key: key)
+            let configText = try p.dir.read("config.yaml")
+            let refusedSwitch = try p.run(["-s", "s", "mode", "cloud"], expect: 77, env: env)
+            XCTAssertTrue(refusedSwitch.stderr.contains("'s'") && refusedSwitch.stderr.contains("'default'")
+                          && refusedSwitch.stderr.contains("encryption_key"), "\(refusedSwitch)")
+            XCTAssertEqual(try p.dir.read("config.yaml"), configText)
+        }
 
         // The passphrase, from a variable or written in the config, is never printed.
         for key in ["${NOTES_KEY}", passphrase] {
