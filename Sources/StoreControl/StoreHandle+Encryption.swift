@@ -1,3 +1,4 @@
+import FoundationEssentials
 import StoreBase
 import StoreCloud
 import StoreConfig
@@ -61,8 +62,25 @@ extension StoreHandle {
     /// (`mode cloud`'s account step, `sync`, `watch`).
     /// - Throws: `CloudError` (exit 77).
     func requireZoneKey() throws {
+        try checkEncryptedColumns()
         guard let checked = checkedCloud else { return }
         checkedSealed = try encryptedCloud(checked)
+    }
+
+    /// Refuses (65) an `encrypted:` column that `cloud check` refuses (not a column of the table, part of its
+    /// primary key, a foreign key, UNIQUE), before the zone's list of encrypted fields, which only grows, takes it:
+    /// a column added to `encrypted:` on a store already in cloud mode is checked by its next `sync`.
+    /// - Throws: `StoreError` (65).
+    func checkEncryptedColumns() throws {
+        guard !encryptedColumns.isEmpty, exists else { return }
+        let problems = try CloudCheck.encryptionProblems(try database(), encrypted: encryptedColumns,
+                                                         tracked: Set(settings.entities.map(\.name)),
+                                                         uniqueRules: uniqueRules)
+        guard let first = problems.first else { return }
+        throw StoreError(.dataError, "store '\(settings.name)': " + first
+                         + (problems.count > 1 ? " (and \(problems.count - 1) more)" : "") + "; nothing was synced",
+                         hint: "fix stores.\(settings.name).entities.<table>.encrypted in \(config.path); "
+                             + "'storectl cloud check' lists every problem")
     }
 
     /// Makes the zone's key, or adds this store's encrypted fields to its list, when the store may write the zone;
@@ -82,8 +100,36 @@ extension StoreHandle {
         zoneKeyring = cloud.keyring
         if !prepared.fieldsAdded.isEmpty {
             let db = try database()
-            try db.transaction { try MirrorState.setMeta(db, .reencryptPending, "fields") }
+            try db.transaction {
+                let pending = try MirrorState.meta(db, .reencryptPending)
+                // A bare `fields` (written before the added fields were kept) takes every field in clear already.
+                guard var accepting = Self.clearFields(pending: pending) else { return }
+                for (type, fields) in prepared.fieldsAdded { accepting[type, default: []].formUnion(fields) }
+                try MirrorState.setMeta(db, .reencryptPending, Self.pendingValue(clearFields: accepting))
+            }
         }
+    }
+
+    /// The `reencrypt_pending` value: `rotate` (every record sealed with the current key, no clear value taken),
+    /// or `fields:` and the fields just added to the zone's list as JSON (record type -> fields), whose values the
+    /// records sent before hold in clear.
+    static func pendingValue(clearFields: [String: Set<String>]) -> String {
+        guard !clearFields.isEmpty else { return "rotate" }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let data = (try? encoder.encode(clearFields.mapValues { $0.sorted() })) ?? Data("{}".utf8)
+        return "fields:" + String(decoding: data, as: UTF8.self)
+    }
+
+    /// The fields whose values `ZoneReencryption` takes in clear for a `reencrypt_pending` value: none for
+    /// `rotate` (a clear value in a field the zone already encrypted was put there by the server, and stays set
+    /// aside), those it lists for `fields:...`, and every field (nil) for a bare `fields`.
+    static func clearFields(pending: String?) -> [String: Set<String>]? {
+        guard let pending, pending != "rotate" else { return [:] }
+        guard pending.hasPrefix("fields:"),
+              let decoded = try? JSONDecoder().decode([String: [String]].self, from: Data(pending.dropFirst(7).utf8))
+        else { return nil }
+        return decoded.mapValues(Set.init)
     }
 
     /// Seals again the zone's records sent in clear or with an older key, when the store has such work left (a
@@ -91,10 +137,11 @@ extension StoreHandle {
     @discardableResult
     func finishReencryption(_ mirror: Mirror, progress: (Int, Int) -> Void = { _, _ in }) throws -> Int {
         let db = try database()
-        guard try MirrorState.meta(db, .reencryptPending) != nil, mirror.access == .owner || mirror.access == .readWrite,
-              let cloud = mirror.cloud as? EncryptedCloud
+        guard let pending = try MirrorState.meta(db, .reencryptPending),
+              mirror.access == .owner || mirror.access == .readWrite, let cloud = mirror.cloud as? EncryptedCloud
         else { return 0 }
-        let report = try ZoneReencryption.run(cloud: cloud, db: db, device: mirror.device, progress: progress)
+        let report = try ZoneReencryption.run(cloud: cloud, db: db, device: mirror.device,
+                                              acceptingClear: Self.clearFields(pending: pending), progress: progress)
         if report.complete {
             try db.transaction { try MirrorState.setMeta(db, .reencryptPending, nil) }
         }
@@ -163,7 +210,12 @@ extension StoreHandle {
         var complete = true
         if rotate {
             let db = try database()
-            try db.transaction { try MirrorState.setMeta(db, .reencryptPending, "rotate") }
+            // Fields added and not all sealed yet stay taken in clear; the rotation reseals the rest too.
+            try db.transaction {
+                if try MirrorState.meta(db, .reencryptPending) == nil {
+                    try MirrorState.setMeta(db, .reencryptPending, "rotate")
+                }
+            }
             resent = try finishReencryption(mirror) { looked, _ in progress("reseal", looked, nil) }
             complete = try MirrorState.meta(db, .reencryptPending) == nil
         }

@@ -144,6 +144,32 @@ public enum CloudCheck {
         return CloudCheckReport(entities: result)
     }
 
+    /// The problems `run` reports about `encrypted` alone, each prefixed with its table: what `sync` checks before it
+    /// adds a column to the zone's list of encrypted fields (which only grows), so that a misspelt column, or one the
+    /// server must read, is refused there as `cloud check` and `mode cloud` refuse it.
+    /// - Throws: `SQLiteError`.
+    public static func encryptionProblems(_ db: Connection, encrypted: [String: [String]], tracked: Set<String>,
+                                          uniqueRules: [String: [String]]) throws -> [String]
+    {
+        var problems: [String] = []
+        for (table, columns) in encrypted.sorted(by: { $0.key < $1.key }) where !columns.isEmpty {
+            guard try db.tableExists(table),
+                  let entity = try? EntityMap.load(db, table: table, tracked: tracked.union([table]))
+            else { continue }  // the tracking check names a table that is missing or cannot be mirrored
+            var rules: [[String]] = []
+            for index in try db.query("SELECT name FROM pragma_index_list(?) WHERE \"unique\" = 1 AND origin <> 'pk'",
+                                      [table]) {
+                guard let name = index[0].string else { continue }
+                let cols = try db.query("SELECT name FROM pragma_index_info(?) ORDER BY seqno", [name]).compactMap { $0[0].string }
+                if !cols.isEmpty { rules.append(cols) }
+            }
+            if let configured = uniqueRules[table] { rules.append(configured) }
+            problems += try encryptionProblems(db, table: table, columns: columns, entity: entity, rules: rules)
+                .map { "\(table): \($0)" }
+        }
+        return problems
+    }
+
     /// What rules out encrypting `columns` of `table`: the server would have to read them (a record's name holds
     /// its key; a reference names another record; a UNIQUE value is compared across devices to merge duplicates).
     static func encryptionProblems(_ db: Connection, table: String, columns: [String], entity: EntityMap,

@@ -186,9 +186,9 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
     }
 
     /// `record` with its encrypted fields opened, or set aside (`rejection`) when one does not open.
-    /// With `acceptingClear`, a field in clear is taken as it is (`ZoneReencryption` seals the records sent before
-    /// the field was encrypted); otherwise it sets the record aside.
-    func opened(_ record: CloudRecord, ring: ZoneKeyring?, json: Connection, acceptingClear: Bool = false) throws
+    /// A field of `acceptingClear` in clear is taken as it is (`ZoneReencryption` seals the records sent before
+    /// the field was encrypted); any other encrypted field in clear sets the record aside.
+    func opened(_ record: CloudRecord, ring: ZoneKeyring?, json: Connection, acceptingClear: Set<String> = []) throws
         -> CloudRecord
     {
         guard !record.deleted, record.rejection == nil else { return record }
@@ -202,7 +202,7 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
                   let type = row[0].string
             else { continue }  // the record leaves the field out
             guard type == "object", let envelope = row[1].string else {
-                if acceptingClear { continue }
+                if acceptingClear.contains(field) { continue }
                 out.rejection = "its field '\(field)' arrived unencrypted, and zone '\(zone)' encrypts it"
                 out.rejectionHint = "a device that saved it lacks '\(field)' in entities.\(record.recordType).encrypted "
                     + "(add it there, and sync that device: its records are sealed again), or the record was written "

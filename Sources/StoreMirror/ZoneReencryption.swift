@@ -25,8 +25,14 @@ public enum ZoneReencryption {
     }
 
     /// Re-seals the zone `cloud` syncs. `progress` gets (records looked at, resent).
+    ///
+    /// `acceptingClear` (record type -> fields; nil: every field) names the fields just added to the zone's list,
+    /// whose values earlier records hold in clear: those are sealed as they are. A clear value in any other field
+    /// the zone encrypts was never sent by a device that knew the field is encrypted (the server, or someone who
+    /// can write the container, put it there): the record stays set aside, never sealed with the zone's key.
     /// - Throws: `CloudError`, `SQLiteError`.
-    public static func run(cloud: EncryptedCloud, db: Connection, device: String, pageSize: Int = 500,
+    public static func run(cloud: EncryptedCloud, db: Connection, device: String,
+                           acceptingClear: [String: Set<String>]? = [:], pageSize: Int = 500,
                            progress: (Int, Int) -> Void = { _, _ in }) throws -> Report
     {
         guard let ring = cloud.keyring else { return Report(complete: true) }
@@ -44,7 +50,8 @@ public enum ZoneReencryption {
                     looked += 1
                     let fields = cloud.sealedFields(record.recordType, ring)
                     guard !fields.isEmpty, try needsSealing(record, fields: fields, ring: ring, json: json) else { continue }
-                    let opened = try cloud.opened(record, ring: ring, json: json, acceptingClear: true)
+                    let opened = try cloud.opened(record, ring: ring, json: json,
+                                                  acceptingClear: acceptingClear.map { $0[record.recordType] ?? [] } ?? fields)
                     guard opened.rejection == nil else {
                         report.unreadable += 1
                         continue
