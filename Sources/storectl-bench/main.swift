@@ -28,6 +28,8 @@ let benchmarks: [(name: String, abstract: String, run: ([String]) throws -> Void
     ("all", "everything above in one run: one table, one JSON document", AllBenchmark.main),
     ("fleet", "N devices, each a store and a 'storectl watch' process, writing and syncing through PostgreSQL "
         + "(not in 'all')", FleetBenchmark.main),
+    ("encryption", "export and import of N rows (default 20k), one column encrypted vs none (not in 'all')",
+     EncryptionBenchmark.main),
 ]
 
 @MainActor
