@@ -453,6 +453,10 @@ extension DoctorFinding {
     /// The finding for a cloud that could not be read, with the error's hint when it has one.
     fileprivate static func cloudUnreadable(_ error: any Error, command: (String) -> String) -> DoctorFinding {
         let diagnosed = error as? any DiagnosedError
+        // A passphrase that does not open the zone's key is what sync would be refused for (77).
+        if let key = error as? ZoneKeyError {
+            return DoctorFinding(check: "encryption", problem: key.summary, fix: key.hint ?? "", exitCode: key.exitCode)
+        }
         return DoctorFinding(check: "cloud", problem: "the cloud could not be read: \(diagnosed?.summary ?? "\(error)")",
                              fix: diagnosed?.hint ?? command("cloud check"), exitCode: .unavailable)
     }

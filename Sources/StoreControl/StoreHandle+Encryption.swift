@@ -52,6 +52,7 @@ extension StoreHandle {
     func movedEncryptedCloud(_ backend: any CloudDatabase, zone: String) throws -> EncryptedCloud {
         var fields = encryptedColumns.mapValues(Set.init)
         for (type, more) in zoneKeyring?.fields ?? [:] { fields[type, default: []].formUnion(more) }
+        for (type, more) in try rememberedZoneFields() { fields[type, default: []].formUnion(more) }
         let wrapped = EncryptedCloud(base: backend, zone: zone, storeName: settings.name, configured: fields,
                                      passphrase: encryptionPassphrase, keyring: nil, zoneEncrypted: false)
         try wrapped.prepare(write: false, device: "")
@@ -86,28 +87,53 @@ extension StoreHandle {
     /// Makes the zone's key, or adds this store's encrypted fields to its list, when the store may write the zone;
     /// records the zone's records then need sealing again (`ZoneReencryption`, after the sync).
     func prepareZoneKey(_ cloud: EncryptedCloud, mirror: Mirror) throws {
-        guard !encryptedColumns.isEmpty, mirror.access == .owner || mirror.access == .readWrite else { return }
-        // The key this round opened already lists every field the config encrypts: nothing to write.
-        if let ring = cloud.keyring, encryptedColumns.allSatisfy({ Set($0.value).isSubset(of: ring.fields[$0.key] ?? []) }) {
+        zoneKeyring = cloud.keyring ?? zoneKeyring
+        guard !encryptedColumns.isEmpty, mirror.access == .owner || mirror.access == .readWrite else {
+            try rememberZoneFields(try database())
             return
         }
-        let prepared: EncryptedCloud.Preparation
+        // The key this round opened already lists every field the config encrypts: nothing to write.
+        if let ring = cloud.keyring, encryptedColumns.allSatisfy({ Set($0.value).isSubset(of: ring.fields[$0.key] ?? []) }) {
+            try rememberZoneFields(try database())
+            return
+        }
+        let db = try database()
         do {
-            prepared = try cloud.prepare(write: true, device: mirror.device, logN: scryptLogN)
+            // The work is noted before the key record that makes it necessary is saved (a kill between the two
+            // leaves work that finds nothing to do, never clear values that nobody seals).
+            try cloud.prepare(write: true, device: mirror.device, logN: scryptLogN) { added in
+                try db.transaction {
+                    let pending = try MirrorState.meta(db, .reencryptPending)
+                    // A bare `fields` (written before the added fields were kept) takes every field in clear already.
+                    guard var accepting = Self.clearFields(pending: pending) else { return }
+                    for (type, fields) in added { accepting[type, default: []].formUnion(fields) }
+                    try MirrorState.setMeta(db, .reencryptPending, Self.pendingValue(clearFields: accepting))
+                }
+            }
         } catch let error as CloudError where error.kind == .permission && cloud.keyring != nil {
             return  // a read-only share: the zone's key opens, and its list is the owner's to change
         }
         zoneKeyring = cloud.keyring
-        if !prepared.fieldsAdded.isEmpty {
-            let db = try database()
-            try db.transaction {
-                let pending = try MirrorState.meta(db, .reencryptPending)
-                // A bare `fields` (written before the added fields were kept) takes every field in clear already.
-                guard var accepting = Self.clearFields(pending: pending) else { return }
-                for (type, fields) in prepared.fieldsAdded { accepting[type, default: []].formUnion(fields) }
-                try MirrorState.setMeta(db, .reencryptPending, Self.pendingValue(clearFields: accepting))
-            }
-        }
+        try rememberZoneFields(db)
+    }
+
+    /// Keeps the zone's list of encrypted fields in the store (`zone_encrypted_fields`), written when it changed:
+    /// `migrate --cloud --no-final-sync` seals them in the new zone without reading the old one.
+    func rememberZoneFields(_ db: Connection) throws {
+        guard let fields = zoneKeyring?.fields, !fields.isEmpty else { return }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let text = String(decoding: try encoder.encode(fields.mapValues { $0.sorted() }), as: UTF8.self)
+        guard try MirrorState.meta(db, .zoneEncryptedFields) != text else { return }
+        try db.transaction { try MirrorState.setMeta(db, .zoneEncryptedFields, text) }
+    }
+
+    /// The zone's list of encrypted fields as this store last saw it.
+    func rememberedZoneFields() throws -> [String: Set<String>] {
+        guard exists, let text = try MirrorState.meta(try database(), .zoneEncryptedFields),
+              let decoded = try? JSONDecoder().decode([String: [String]].self, from: Data(text.utf8))
+        else { return [:] }
+        return decoded.mapValues(Set.init)
     }
 
     /// The `reencrypt_pending` value: `rotate` (every record sealed with the current key, no clear value taken),

@@ -83,6 +83,9 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
     /// Set while records of the zone sent before a field was encrypted (or sealed with a key rotated since) are
     /// still to be sent again sealed with the zone's current key: the generation and fields, as JSON.
     public static let reencryptPending = MetaKey("reencrypt_pending")
+    /// The zone's list of encrypted fields as the store last saw it (record type -> fields, JSON), so that a move
+    /// to another target seals them there without reading the old zone.
+    public static let zoneEncryptedFields = MetaKey("zone_encrypted_fields")
 
     // MARK: Moving a store file (`migrate --to`)
 
@@ -163,7 +166,7 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
         formatVersion, formatUpgradedFrom, storeID, mode, schemaHash, tracked, nextTx, historyGap, historyGapReason,
         createdAt, schema, storePath, boundAccount, boundContainer, boundZone, boundURL, baselineContainer, lastSyncAt,
         lastExportAt, lastImportAt, lastSyncError, exportSerial, restoredAt, restoreDetectedAt, ownRecordsUnchecked,
-        acceptedOwner, zoneAccess, reencryptPending, recordMapBase, syncTables, movedFrom, movedTo, moveSnapshot, schemaVersion, schemaVersionSHA256,
+        acceptedOwner, zoneAccess, reencryptPending, zoneEncryptedFields, recordMapBase, syncTables, movedFrom, movedTo, moveSnapshot, schemaVersion, schemaVersionSHA256,
         schemaVersionAt, dataMigration, schemaVersionUnsynced, schemaWait, schemaAdoptedThrough, switchTarget,
         switchExportToken, switchServerToken, switchSnapshot,
     ]

@@ -85,7 +85,11 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
     /// key when it has none (creating the zone) and adds its fields to the zone's list.
     /// - Throws: `CloudError` (exit 77 for a key this store cannot open), `StoreError`.
     @discardableResult
-    public func prepare(write: Bool, device: String, logN: Int = ZoneKeyRecord.defaultLogN) throws -> Preparation {
+    /// `beforeAdding` is called with the fields whose values records of the zone hold in clear, before the key record
+    /// that adds them to the zone's list is saved: the store notes the work first, so that a kill between the two
+    /// never leaves clear values that nobody seals.
+    public func prepare(write: Bool, device: String, logN: Int = ZoneKeyRecord.defaultLogN,
+                        beforeAdding: ([String: Set<String>]) throws -> Void = { _ in }) throws -> Preparation {
         var result = Preparation()
         if sealsFields, passphrase?.isEmpty ?? true {
             throw ZoneKeyError(store: storeName, zone: zone, container: base.container, missing: true,
@@ -111,6 +115,7 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
                 var extended = ring
                 for (type, more) in missing { extended.fields[type, default: []].formUnion(more) }
                 let sealed = try extended.sealed(passphrase: passphrase)
+                try beforeAdding(missing)
                 if try saveKey(sealed, expectedTag: record.changeTag, ring: extended, device: device) {
                     for (type, more) in missing { result.fieldsAdded[type, default: []].formUnion(more) }
                     return result
@@ -124,6 +129,8 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
             }
             let info = try base.ensureZone(zone)
             let ring = try ZoneKeyring.make(zone: zone, passphrase: passphrase, fields: configured, logN: logN)
+            // Records already in the zone were sent in clear.
+            if info.liveRecords > 0 || info.lastSeq > 0 { try beforeAdding(configured) }
             if try saveKey(ring.record, expectedTag: record?.changeTag, ring: ring, device: device) {
                 result.encrypted = true
                 result.created = true

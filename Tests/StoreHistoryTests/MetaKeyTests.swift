@@ -13,7 +13,7 @@ final class MetaKeyTests: XCTestCase {
             "history_gap", "history_gap_reason", "created_at", "schema", "store_path", "bound_account",
             "bound_container", "bound_zone", "bound_url", "baseline_container", "last_sync_at", "last_export_at",
             "last_import_at", "last_sync_error", "export_serial", "restored_at", "restore_detected_at",
-            "own_records_unchecked", "accepted_owner", "zone_access", "reencrypt_pending", "record_map_base", "sync_tables", "moved_from", "moved_to", "move_snapshot",
+            "own_records_unchecked", "accepted_owner", "zone_access", "reencrypt_pending", "zone_encrypted_fields", "record_map_base", "sync_tables", "moved_from", "moved_to", "move_snapshot",
             "schema_version", "schema_version_sha256", "schema_version_at", "data_migration", "schema_version_unsynced",
             "schema_wait", "schema_adopted_through", "switch_target", "switch_export_token", "switch_server_token", "switch_snapshot",
         ])
