@@ -209,4 +209,30 @@ final class EncryptionAttackTests: XCTestCase {
         XCTAssertEqual(try server(p, "SELECT fields FROM records WHERE record_name = '_storectl_zone_key'"), keyBefore)
         try p.run(["-s", "a", "watch", "--once"], expect: 65)
     }
+
+    /// A store whose own config encrypts nothing, moved to another target without a last sync with the old one
+    /// (`migrate --cloud --no-final-sync`, the old target gone): the fields the old zone encrypted are sealed in the
+    /// new zone too, from the list the store kept, never sent in clear.
+    func testAMoveWithoutAFinalSyncSealsTheFieldsTheOldZoneEncrypted() throws {
+        let p = try project(encrypted: ["title"])
+        // b keeps the passphrase but lists nothing to encrypt: the zone's list still seals `title` for it.
+        try p.writeConfig(["a", "b"].map { name in
+            var cloud = E2EProject.Cloud.file("iCloud.com.example.enc")
+            cloud.extra = ["encryption_key: ${KEY_\(name.uppercased())}"]
+            return E2EProject.Store(name, before: name == "a" ? ["entities:", "  notes:", "    encrypted: [title]"] : [],
+                                    cloud: cloud)
+        })
+        try p.run(["-s", "b", "sync"])
+        try p.sql("b", "UPDATE notes SET title = 'moved secret' WHERE uuid = 'u1'")
+        try p.run(["-s", "b", "migrate", "--cloud", "file:cloud/new.container", "--zone", "z2", "--no-final-sync"])
+        let r = try Binary.run("/usr/bin/sqlite3", [p.dir.file("cloud/new.container"),
+                                                    "SELECT json_type(fields, '$.title') FROM records "
+                                                        + "WHERE record_type = 'notes' ORDER BY record_name"],
+                               in: p.dir.path)
+        XCTAssertEqual(r.stdout.split(separator: "\n"), ["object", "object"], "\(r)")
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: p.dir.file("cloud/new.container")))
+        for title in ["first secret", "second secret", "moved secret"] {
+            XCTAssertNil(bytes.range(of: Data(title.utf8)), "'\(title)' reached the new container in clear")
+        }
+    }
 }
