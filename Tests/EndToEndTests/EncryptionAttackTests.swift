@@ -235,4 +235,32 @@ final class EncryptionAttackTests: XCTestCase {
             XCTAssertNil(bytes.range(of: Data(title.utf8)), "'\(title)' reached the new container in clear")
         }
     }
+
+    /// Edits that meet in the export (a conflict resolved by the merge policy) save the merged record sealed: the
+    /// values of both sides, the merged record's and the losing side's, never reach the container in clear.
+    func testAConflictResolvedInTheExportSavesTheMergedRecordSealed() throws {
+        let schema = "CREATE TABLE notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL, title TEXT, body TEXT);\n"
+        let p = try project(encrypted: ["title", "body"], schema: schema)
+        try p.sql("a", "UPDATE notes SET title = 'title from a', body = 'body from a' WHERE uuid = 'u1'")
+        try p.sql("b", "UPDATE notes SET title = 'title from b' WHERE uuid = 'u1'")
+        try p.run(["-s", "a", "sync"])
+        let merged = try json(try p.run(["--json", "-s", "b", "sync"]))
+        let exported = try XCTUnwrap(merged["exported"] as? [String: Any])
+        XCTAssertEqual(exported["conflicts_resolved"] as? Int, 1, "\(merged)")
+        try p.run(["-s", "a", "sync"])
+        // property-local-wins: b's title, a's body, on both stores.
+        for store in ["a", "b"] {
+            XCTAssertEqual(try p.sql(store, "SELECT title || '|' || body FROM notes WHERE uuid = 'u1'")
+                               .trimmingCharacters(in: .whitespacesAndNewlines), "title from b|body from a")
+        }
+        let types = try server(p, "SELECT json_type(fields, '$.title') || json_type(fields, '$.body') FROM records "
+                                   + "WHERE record_type = 'notes' AND json_extract(fields, '$.uuid') = 'u1'")
+        XCTAssertEqual(types.trimmingCharacters(in: .whitespacesAndNewlines), "objectobject")
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: p.dir.file(container)))
+        for value in ["title from a", "body from a", "title from b", "first secret", "second secret"] {
+            XCTAssertNil(bytes.range(of: Data(value.utf8)), "'\(value)' reached the container in clear")
+        }
+        try p.run(["-s", "a", "doctor"])
+        try p.run(["-s", "b", "doctor"])
+    }
 }
