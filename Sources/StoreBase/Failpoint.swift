@@ -61,6 +61,10 @@ public enum Failpoint {
         ("move.after-fence", "migrate --to: after the old file refuses writes, before config.yaml is edited"),
         ("verify.before-fetch", "verify and doctor: after the store's snapshot was taken, before the zone's records "
             + "are fetched (they only read: a kill changes nothing)"),
+        ("reseal.after-save", "after a page of the zone's records was saved again sealed (a column added to "
+            + "encrypted:, cloud rekey --rotate), before the record map follows their new change tags"),
+        ("rekey.after-key", "cloud rekey: after the zone's new key record was saved, before the zone's records are "
+            + "sealed again with it (--rotate)"),
     ]
 
     /// What an armed failpoint does when it fires.

@@ -89,11 +89,20 @@ extension StoreHandle {
     func prepareZoneKey(_ cloud: EncryptedCloud, mirror: Mirror) throws {
         zoneKeyring = cloud.keyring ?? zoneKeyring
         guard !encryptedColumns.isEmpty, mirror.access == .owner || mirror.access == .readWrite else {
+            if !encryptedColumns.isEmpty { try refuseFieldsTheZoneLeavesInClear(cloud) }
             try rememberZoneFields(try database())
             return
         }
         // The key this round opened already lists every field the config encrypts: nothing to write.
         if let ring = cloud.keyring, encryptedColumns.allSatisfy({ Set($0.value).isSubset(of: ring.fields[$0.key] ?? []) }) {
+            try rememberZoneFields(try database())
+            return
+        }
+        // A read-only share learns it from its first round's zone: asked here, before anything is noted or saved.
+        if let sharing = cloud.base as? any CloudSharing,
+           let access = try? sharing.zoneAccess(try cloudSettings().zone), access.level == .readOnly
+        {
+            try refuseFieldsTheZoneLeavesInClear(cloud)
             try rememberZoneFields(try database())
             return
         }
@@ -111,10 +120,30 @@ extension StoreHandle {
                 }
             }
         } catch let error as CloudError where error.kind == .permission && cloud.keyring != nil {
-            return  // a read-only share: the zone's key opens, and its list is the owner's to change
+            // A read-only share: the zone's key opens, and its list is the owner's to change.
+            try refuseFieldsTheZoneLeavesInClear(cloud)
+            return
         }
         zoneKeyring = cloud.keyring
         try rememberZoneFields(db)
+    }
+
+    /// Refuses (65) a store that may not change the zone's list of encrypted fields (a read-only share) and whose
+    /// config encrypts a column the list leaves out: the zone's writers send that column in clear, which every
+    /// record would then be set aside for, and which the config says must not travel in clear.
+    /// - Throws: `StoreError` (65).
+    func refuseFieldsTheZoneLeavesInClear(_ cloud: EncryptedCloud) throws {
+        let listed = cloud.keyring?.fields ?? [:]
+        let missing = encryptedColumns.sorted { $0.key < $1.key }.flatMap { table, columns in
+            columns.filter { !(listed[table]?.contains($0) ?? false) }.map { "\(table).\($0)" }
+        }
+        guard !missing.isEmpty else { return }
+        let target = try cloudSettings()
+        throw StoreError(.dataError, "store '\(settings.name)' encrypts \(missing.joined(separator: ", ")), which zone "
+                         + "'\(target.zone)' of \(target.container) does not encrypt, and its share of the zone is "
+                         + "read-only: it cannot add them to the zone's list; nothing was synced",
+                         hint: "ask the zone's owner to add them to entities.<table>.encrypted and sync, or remove "
+                             + "them from stores.\(settings.name).entities.<table>.encrypted in \(config.path)")
     }
 
     /// Keeps the zone's list of encrypted fields in the store (`zone_encrypted_fields`), written when it changed:
@@ -226,22 +255,27 @@ extension StoreHandle {
                              hint: "ask the zone's owner to run 'storectl cloud rekey'")
         }
         let next = rotate ? try ring.rotated() : ring
+        let db = try database()
+        if rotate {
+            // The work is noted before the key record that makes it necessary is saved: a kill between the two
+            // leaves the next sync to seal the zone's records with the new key (or to find nothing to do, when the
+            // key was not replaced). Fields added and not all sealed yet stay taken in clear.
+            try db.transaction {
+                if try MirrorState.meta(db, .reencryptPending) == nil {
+                    try MirrorState.setMeta(db, .reencryptPending, "rotate")
+                }
+            }
+        }
         guard try sealed.replaceKey(next, passphrase: newPassphrase, device: mirror.device, logN: scryptLogN) else {
             throw CloudError(.temporary, "the key of zone '\(cloud.zone)' changed while it was being replaced",
                              hint: "another device changed it; run 'storectl sync' with the current passphrase, then "
                                  + "'storectl cloud rekey' again")
         }
         zoneKeyring = sealed.keyring
+        Failpoint.hit("rekey.after-key")
         var resent = 0
         var complete = true
         if rotate {
-            let db = try database()
-            // Fields added and not all sealed yet stay taken in clear; the rotation reseals the rest too.
-            try db.transaction {
-                if try MirrorState.meta(db, .reencryptPending) == nil {
-                    try MirrorState.setMeta(db, .reencryptPending, "rotate")
-                }
-            }
             resent = try finishReencryption(mirror) { looked, _ in progress("reseal", looked, nil) }
             complete = try MirrorState.meta(db, .reencryptPending) == nil
         }

@@ -63,6 +63,7 @@ public enum ZoneReencryption {
                 if !saves.isEmpty {
                     let outcomes = try cloud.base.save(zone: cloud.zone, saves.map(\.save), device: device, mark: nil,
                                                        schemaVersion: nil, atomic: false)
+                    Failpoint.hit("reseal.after-save")
                     try db.transaction {
                         for (item, outcome) in zip(saves, outcomes) {
                             switch outcome {

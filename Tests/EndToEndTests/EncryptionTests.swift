@@ -3,11 +3,10 @@ import StoreCloudPostgres
 import TestSupport
 import XCTest
 
-/// Fields encrypted on the device, end to end: the real binary, a store file per device, one container. Here on a
-/// container file; on PostgreSQL in `PostgresEncryptionTests`. The server must never hold an encrypted column's
-/// value in clear, a wrong passphrase writes nothing, ciphertext moved by the server is set aside, and the
-/// passphrase can be changed (`cloud rekey`) while a device is offline.
-class EncryptionTests: XCTestCase {
+/// The project, the container and the server read behind storectl's back, for the end-to-end tests of fields
+/// encrypted on the device (`EncryptionTests`, `EncryptionEdgeTests`). It declares no test: a subclass runs only
+/// the tests it declares.
+class EncryptionTestCase: XCTestCase {
     /// The PostgreSQL server's URL, or nil for the container file.
     var serverURL: String? { nil }
     lazy var suffix = String(UInt64.random(in: 0...UInt64.max), radix: 16)
@@ -259,7 +258,13 @@ class EncryptionTests: XCTestCase {
         }
         return out
     }
+}
 
+/// Fields encrypted on the device, end to end: the real binary, a store file per device, one container. Here on a
+/// container file; on PostgreSQL in `PostgresEncryptionTests`. The server must never hold an encrypted column's
+/// value in clear, a wrong passphrase writes nothing, ciphertext moved by the server is set aside, and the
+/// passphrase can be changed (`cloud rekey`) while a device is offline.
+class EncryptionTests: EncryptionTestCase {
     // MARK: 1. Convergence, and nothing in clear on the server
 
     func testTwoStoresWithOnePassphraseConvergeAndTheServerNeverSeesTheEncryptedColumns() throws {
