@@ -115,7 +115,14 @@ extension StoreHandle {
                     let pending = try MirrorState.meta(db, .reencryptPending)
                     // A bare `fields` (written before the added fields were kept) takes every field in clear already.
                     guard var accepting = Self.clearFields(pending: pending) else { return }
-                    for (type, fields) in added { accepting[type, default: []].formUnion(fields) }
+                    // A field this store saw the zone encrypt before never takes a value in clear again: a key
+                    // record put back to an older copy (listing fewer fields) would otherwise let the server's
+                    // clear values be sealed as genuine.
+                    let seen = try self.rememberedZoneFields()
+                    for (type, fields) in added {
+                        let fresh = fields.subtracting(seen[type] ?? [])
+                        if !fresh.isEmpty { accepting[type, default: []].formUnion(fresh) }
+                    }
                     try MirrorState.setMeta(db, .reencryptPending, Self.pendingValue(clearFields: accepting))
                 }
             }

@@ -263,6 +263,12 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
             throw Self.keyError(store: storeName, zone: zone, container: base.container, missing: true)
         }
         if current.keyring?.changeTag == record.changeTag { return }
+        if let why = record.rejection {
+            // A key record saved by an account that may not write the zone is no key of the zone's.
+            throw StoreError(.dataError, "the key record of zone '\(zone)' in \(base.container) is not the zone's: \(why)",
+                             hint: "the zone's owner can save it again with 'storectl cloud rekey'; check who can write "
+                                 + "the container")
+        }
         guard let decoded = ZoneKeyRecord.decode(record.fields) else {
             throw StoreError(.dataError, "the key record of zone '\(zone)' in \(base.container) is not one storectl can read",
                              hint: "upgrade storectl on this device")
