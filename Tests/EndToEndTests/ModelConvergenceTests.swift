@@ -169,6 +169,10 @@ struct StoreModel {
 /// the zone again later. At a barrier, `r` equals the model but for the rows it changed here that the cloud never
 /// overwrote; after `sync --discard-local`, it equals the model exactly. See `ReaderState`.
 ///
+/// The notes' `title` and `body` are encrypted on the device (`entities.notes.encrypted`, with every store's
+/// `cloud.encryption_key: ${MODEL_KEY}`, `r` and `late` included): the model is the same, and at every barrier the
+/// server holds none of those values in clear (`checkSealed`). `STORECTL_MODEL_WITHOUT=encryption` leaves it out.
+///
 /// `STORECTL_MODEL_SEED=N` replays one seed; `STORECTL_MODEL_SEEDS=N` runs N seeds from `STORECTL_MODEL_FIRST_SEED`
 /// (default 1): `scripts/model-seeds.sh 1000` runs 1,000. A failure prints its seed and the whole schedule;
 /// `STORECTL_MODEL_KEEP=DIR` keeps the files of a failed seed.
@@ -285,12 +289,29 @@ final class ModelRun {
     var counter = 0
     var failpoints: [String] = []
     /// Features left out of the schedule, to narrow a failure down (`STORECTL_MODEL_WITHOUT=restore,kill`):
-    /// restore, schema, collide, kill, mode, odd-text, real, desc, reinsert (of a note under its rowid).
+    /// restore, schema, collide, kill, mode, odd-text, real, desc, reinsert (of a note under its rowid), encryption
+    /// (of the notes' title and body).
     let without: Set<String> = Set((ProcessInfo.processInfo.environment["STORECTL_MODEL_WITHOUT"] ?? "")
         .split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) })
     /// The read-only participant `r` (`STORECTL_MODEL_WITHOUT=reader` leaves it out; a seed's other steps are the
     /// same with it or without it: it draws from a random stream of its own).
     var reader: ReaderState
+
+    /// Whether the notes' `title` and `body` are encrypted on the device (`STORECTL_MODEL_WITHOUT=encryption`: not).
+    var encrypted: Bool { !without.contains("encryption") }
+    /// The table whose columns are encrypted, and those columns: plain text, not a key, not UNIQUE, not a foreign
+    /// key, not in a `unique:` rule.
+    static let sealedTable = "notes"
+    static let sealedColumns = ["body", "title"]
+    /// The variable every store's `cloud.encryption_key` names, and its value: one passphrase for the account's
+    /// devices (the read-only participant `r` and `late` too).
+    static let keyVariable = "MODEL_KEY"
+    static let passphrase = "model passphrase, shared by every device 7"
+
+    /// What every storectl of the run gets in its environment: the passphrase, and cheap new keys (scrypt N = 2^10).
+    var childEnvironment: [String: String] {
+        encrypted ? [Self.keyVariable: Self.passphrase, "STORECTL_SCRYPT_LOG_N": "10"] : [:]
+    }
 
     init(seed: UInt64, backend: FleetBackend, test: XCTestCase) {
         self.seed = seed
@@ -323,7 +344,8 @@ final class ModelRun {
         throws -> Int32?
     {
         guard let f = fleet else { return nil }
-        let r = try Binary.storectl(["--store", store] + args, in: f.dir.path, environment: env)
+        let r = try Binary.storectl(["--store", store] + args, in: f.dir.path,
+                                    environment: childEnvironment.merging(env) { $1 })
         note("    -> exit \(r.status)")
         if !allowed.contains(r.status) {
             fail("storectl \(args.joined(separator: " ")) on \(store) (\(env.map { "\($0.key)=\($0.value)" }.sorted()))"
@@ -767,12 +789,14 @@ final class ModelRun {
     }
 
     func go() throws {
+        let notesRules = (seed % 2 == 0 ? "\n        unique: [uuid]" : "")
+            + (seed % 4 == 0 ? "\n        keep: newest(title)" : "")
+            + (encrypted ? "\n        encrypted: [\(Self.sealedColumns.joined(separator: ", "))]" : "")
         let f = try Fleet(stores: stores + (readerOn ? [ReaderState.store] : []), backend: backend,
                           schema: ModelConvergenceTests.schema,
-                          storeYAML: seed % 2 == 0 ? """
+                          storeYAML: seed % 2 == 0 || encrypted ? """
                                   entities:
-                                    notes:
-                                      unique: [uuid]\(seed % 4 == 0 ? "\n        keep: newest(title)" : "")
+                                    notes:\(notesRules)
                                     events: {}
                                     ranks: {}
                                     settings: {}
@@ -782,15 +806,19 @@ final class ModelRun {
                                     folders: {}
                                     slots: {}
                               """ : "",
-                          cloudExtra: "      merge_policy: \(policy)", cloudExtraByStore: standbyReaders,
+                          cloudExtra: "      merge_policy: \(policy)"
+                              + (encrypted ? "\n      encryption_key: ${\(Self.keyVariable)}" : ""),
+                          cloudExtraByStore: standbyReaders,
                           label: "storectl-model",
                           accountByStore: readerOn ? [ReaderState.store: (reader.account, reader.secret)] : [:])
         fleet = f
         note("seed \(seed), backend \(backend), merge_policy \(policy), unique: declared \(seed % 2 == 0)"
              + (standbyReaders.isEmpty ? "" : ", reading from the standby: \(standbyReaders.keys.sorted())")
+             + (encrypted ? ", \(Self.sealedTable) \(Self.sealedColumns) encrypted" : "")
              + (without.isEmpty ? "" : ", without \(without.sorted())")
              + (readerOn ? ", read-only participant \(ReaderState.store) (account \(reader.account))" : ""))
-        let listed = try Binary.storectl(["--json", "debug", "failpoints"], in: f.dir.path)
+        let listed = try Binary.storectl(["--json", "debug", "failpoints"], in: f.dir.path,
+                                         environment: childEnvironment)
         failpoints = (JSONDoc.get(JSONDoc.parse(listed.stdout), "failpoints") as? [[String: Any]] ?? [])
             .compactMap { $0["name"] as? String }.filter { $0.hasPrefix("export.") || $0.hasPrefix("import.") }
         for s in stores {
@@ -908,7 +936,7 @@ final class ModelRun {
             let delay = UInt32(1_000 + rng.below(60_000))
             note("\(step) \(s): \(args.joined(separator: " ")) killed after \(delay) us, batch \(batch)")
             status = try Killer.run(["--store", s] + args, in: f.dir.path, afterMicroseconds: delay,
-                                    environment: ["STORECTL_BATCH_SIZE": batch])
+                                    environment: childEnvironment.merging(["STORECTL_BATCH_SIZE": batch]) { $1 })
             note("    -> exit \(status)")
             if status != 0 && status != 137 {
                 fail("a killed storectl exited \(status)")
@@ -1093,12 +1121,14 @@ final class ModelRun {
         try compareAll(final ? "the final barrier" : "barrier \(barriers)")
         if failed { return }
         for s in stores {
-            try f.assertHealthy(s, "model seed \(seed) (\(backend)), barrier \(barriers)")
+            try f.assertHealthy(s, "model seed \(seed) (\(backend)), barrier \(barriers)", env: childEnvironment)
         }
+        try checkSealed(final ? "the final barrier" : "barrier \(barriers)")
+        if failed { return }
         if final {
             // One more round moves nothing; a store that joins from nothing receives exactly the model.
             for s in stores {
-                let r = try f.json(s, ["sync"], expect: 0)
+                let r = try f.json(s, ["sync"], env: childEnvironment, expect: 0)
                 let moved = ["saved", "deleted"].compactMap { JSONDoc.int(r.doc, "exported", $0) }.reduce(0, +)
                     + ["applied", "deleted"].compactMap { JSONDoc.int(r.doc, "imported", $0) }.reduce(0, +)
                 if moved != 0 {
@@ -1121,6 +1151,61 @@ final class ModelRun {
             try compareAll("the store that joined last", stores: [Fleet.lateStore])
         }
         if !failed { try readerBarrier(final: final) }
+    }
+
+    /// The server holds no encrypted value in clear: each encrypted column of each live record of the encrypted
+    /// table, in the zone and in the replaced versions the container keeps (`superseded_saves`), is an object with
+    /// a `$enc` member (the sealed value; text that is not UTF-8 travels as an object too, `{"$text": hex}`), and
+    /// the zone has its key record. Read with `sqlite3` in the container file, with `psql` in its PostgreSQL schema.
+    func checkSealed(_ what: String) throws {
+        guard encrypted, let f = fleet else { return }
+        let (table, columns, q) = (Self.sealedTable, Self.sealedColumns, Fleet.sqlLiteral)
+        let names = "(" + columns.map { "SELECT \(q($0)) AS name" }.joined(separator: " UNION ALL ") + ") c"
+        let run: (String) throws -> String
+        let prefix: String
+        let notDeleted: String
+        // SQL for the JSON type of field `c.name` of record `r` (or of its member named by the argument), and the
+        // type a sealed value's `$enc` member has in the backend's terms.
+        let type: (String) -> String
+        let sealedType: String
+        switch backend {
+        case .file:
+            (run, prefix, notDeleted) = ({ try f.containerSQL($0) }, "", "r.deleted = 0")
+            type = { "json_type(r.fields, '$.' || c.name\($0.isEmpty ? "" : " || '.\"\($0)\"'"))" }
+            sealedType = "text"
+        case .postgres:
+            (run, prefix, notDeleted) = ({ try f.psql($0) }, f.pgSchema + ".", "NOT r.deleted")
+            type = { "json_typeof(r.fields::json -> c.name\($0.isEmpty ? "" : " -> '\($0)'"))" }
+            sealedType = "string"
+        }
+        let value = backend.isFile ? "json_extract(r.fields, '$.' || c.name)" : "(r.fields::json -> c.name)::text"
+        let inClear = ["records", "superseded_saves"].map { source in
+            """
+            SELECT '\(source) ' || r.record_name || ' ' || c.name || ': ' || coalesce(\(type("")), 'absent') || ' '
+                   || substr(coalesce(\(value), ''), 1, 60)
+            FROM \(prefix)\(source) r, \(names)
+            WHERE r.record_type = \(q(table)) AND \(notDeleted)
+              AND NOT (coalesce(\(type("")), '') = 'object' AND coalesce(\(type("$enc")), '') = '\(sealedType)')
+            """
+        }.joined(separator: "\nUNION ALL\n")
+        let problems = try run(inClear).split(separator: "\n").map(String.init)
+        let count = { (sql: String) in Int(try run(sql).trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1 }
+        let live = try count("SELECT count(*) FROM \(prefix)records r WHERE r.record_type = \(q(table)) "
+                             + "AND \(notDeleted)")
+        let keys = try count("SELECT count(*) FROM \(prefix)records r WHERE r.record_type = '_storectl_zone_key' "
+                             + "AND r.record_name = '_storectl_zone_key' AND \(notDeleted)")
+        let modelRows = model.rows.keys.filter { StoreModel.table($0) == table }.count
+        note("  the server: \(live) live \(table) record(s) (the model: \(modelRows) rows), \(problems.count) field(s) "
+             + "of \(columns) in clear, \(keys) zone key record(s)")
+        if !problems.isEmpty {
+            fail("\(what): the server holds \(problems.count) value(s) of the encrypted \(table).\(columns) in clear:\n"
+                 + problems.prefix(12).joined(separator: "\n"))
+        } else if keys != 1 {
+            fail("\(what): the zone holds \(keys) live key record(s) (_storectl_zone_key), not 1")
+        } else if live < 0 || (modelRows > 0 && live == 0) {
+            fail("\(what): the server holds \(live) live \(table) record(s) while the model has \(modelRows) rows: "
+                 + "the check of their encrypted fields looked at nothing")
+        }
     }
 
     func compareAll(_ what: String, stores names: [String]? = nil) throws {
@@ -1219,7 +1304,8 @@ extension ModelRun {
             note("CREATE ROLE \(reader.account) LOGIN, and the grants of 'storectl --store r cloud init --print-grants'")
             try f.psql("CREATE ROLE \(reader.account) LOGIN")
             reader.roleCreated = true
-            let grants = try Binary.storectl(["--store", r, "cloud", "init", "--print-grants"], in: f.dir.path)
+            let grants = try Binary.storectl(["--store", r, "cloud", "init", "--print-grants"], in: f.dir.path,
+                                             environment: childEnvironment)
             guard grants.status == 0, !grants.stdout.isEmpty else {
                 fail("storectl cloud init --print-grants on \(r) exited \(grants.status)\n\(grants.stderr)")
                 return
@@ -1485,7 +1571,7 @@ extension ModelRun {
     /// listed (exit 0) when it changed nothing here; exit 77 while its share is removed.
     func readerStatus(_ what: String) throws {
         guard let f = fleet else { return }
-        let (result, doc) = try f.status(r)
+        let (result, doc) = try f.status(r, env: childEnvironment)
         let unsent = JSONDoc.get(doc, "unsettled", "unsent") as? [[String: Any]] ?? []
         note("  \(r): status -> exit \(result.status), \(unsent.count) not sent")
         if reader.share == .removed {
@@ -1532,7 +1618,8 @@ extension ModelRun {
         guard final || reader.rng.chance(40), !failed else { return }
         let own = reader.own.count
         note("  \(r): sync --discard-local (\(reader.local.count) rows changed here, \(own) of its own)")
-        let res = try Binary.storectl(["--store", r, "--json", "sync", "--discard-local"], in: f.dir.path)
+        let res = try Binary.storectl(["--store", r, "--json", "sync", "--discard-local"], in: f.dir.path,
+                                      environment: childEnvironment)
         note("    -> exit \(res.status)")
         guard res.status == 0 else {
             fail("storectl sync --discard-local on \(r) exited \(res.status)\n\(res.stderr.suffix(1500))")
@@ -1557,10 +1644,45 @@ extension ModelRun {
         try readerCompare(what + ", after sync --discard-local", exact: true)
         try readerStatus(what + ", after sync --discard-local")
         if final && !failed {
-            let again = try f.json(r, ["sync"], expect: 0)
+            let again = try f.json(r, ["sync"], env: childEnvironment, expect: 0)
             let moved = ["saved", "deleted"].compactMap { JSONDoc.int(again.doc, "exported", $0) }.reduce(0, +)
                 + ["applied", "deleted"].compactMap { JSONDoc.int(again.doc, "imported", $0) }.reduce(0, +)
             if moved != 0 { fail("a round of \(r) after discarding still moved \(moved) record(s):\n\(again.result.stdout)") }
         }
+    }
+}
+
+
+extension Fleet {
+    /// `storectl status --json` of one store, with `env` added to storectl's environment (the variables the
+    /// config's `${...}` references name).
+    func status(_ store: String, env: [String: String], file: StaticString = #filePath, line: UInt = #line) throws
+        -> (result: ProcessResult, doc: Any?)
+    {
+        let (r, doc) = try json(store, ["status"], env: env, expect: nil, file: file, line: line)
+        if let list = JSONDoc.get(doc, "stores") as? [Any], let first = list.first { return (r, first) }
+        return (r, doc)
+    }
+
+    /// `assertHealthy(_:_:)`, with `env` added to storectl's environment: `status` and `doctor` call `store`
+    /// converged (nothing pending, nothing set aside, healthy), and nothing waits in its inbox.
+    func assertHealthy(_ store: String, _ what: String, env: [String: String], file: StaticString = #filePath,
+                       line: UInt = #line) throws
+    {
+        let (status, doc) = try self.status(store, env: env, file: file, line: line)
+        XCTAssertEqual(status.status, 0, "[\(backend)] \(what): status of \(store)\n\(status)", file: file, line: line)
+        XCTAssertEqual(JSONDoc.int(doc, "pending_export"), 0,
+                       "[\(backend)] \(what): status of \(store) shows changes pending export\n\(status.stdout)",
+                       file: file, line: line)
+        let disagreements = (JSONDoc.get(doc, "disagreements") as? [Any]) ?? []
+        XCTAssertTrue(disagreements.isEmpty, "[\(backend)] \(what): status of \(store) lists disagreements\n"
+                      + status.stdout, file: file, line: line)
+        let (doctor, docDoctor) = try json(store, ["doctor"], env: env, expect: nil, file: file, line: line)
+        let healthy = ((JSONDoc.get(docDoctor, "healthy") as? Bool) ?? false) && doctor.status == 0
+        XCTAssertTrue(healthy, "[\(backend)] \(what): doctor does not call \(store) healthy\n\(doctor)",
+                      file: file, line: line)
+        let pending = try parkedRecords(store)
+        XCTAssertEqual(pending, [], "[\(backend)] \(what): \(store) still holds records waiting in "
+                       + "the inbox", file: file, line: line)
     }
 }
