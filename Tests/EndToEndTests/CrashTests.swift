@@ -55,6 +55,12 @@ final class CrashTests: XCTestCase {
         if failpoint.hasPrefix("switch.") { return "SwitchPlanTests.testAKillDuringTheSwitchLeavesTheStoreLocal" }
         if failpoint.hasPrefix("cloud-move.") { return "MigrateCloudTests.testAKillAtEveryStepLeavesAWorkingSetup" }
         if failpoint.hasPrefix("verify.") { return "DoctorDataTests.testASyncWhileDoctorComparesIsNoFinding" }
+        if failpoint.hasPrefix("reseal.") {
+            return "EncryptionEdgeTests.testASyncKilledWhileItSealsAColumnJustAddedFinishesLaterAndEveryRecordEndsSealed"
+        }
+        if failpoint.hasPrefix("rekey.") {
+            return "EncryptionEdgeTests.testARotationKilledAfterTheNewKeyIsSavedIsFinishedByTheNextSync"
+        }
         return nil
     }
 
