@@ -291,6 +291,17 @@ struct ConfigDecoder {
         return store
     }
 
+    /// A secret's value (`secret`, `encryption_key`), whether the config holds it literally, and the reference it
+    /// was written as.
+    private func secret(_ node: YAMLNode, _ path: String) throws -> Secret {
+        guard let value = node.scalar else { throw fail(node, path, "expected text, got \(node.described)") }
+        let literal = !node.fromReference && !(!expanded && EnvironmentExpansion.hasReference(value))
+        let range = node.sourceRange
+        let written = range.lowerBound >= 0 && range.upperBound <= source.bytes.count
+            ? String(decoding: source.bytes[range], as: UTF8.self) : value
+        return Secret(value: value, isLiteral: literal, reference: literal ? nil : Secret.reference(writtenAs: written))
+    }
+
     /// Encrypted columns are never a `unique:` key (its values are compared across devices and name records, which
     /// the server would then read). A missing passphrase is refused where the zone's key is opened (exit 77), so that
     /// commands that never open it (`status`, `history`) work without it.
@@ -378,28 +389,10 @@ struct ConfigDecoder {
             cloud.account = account
         }
         if let pair = keys["secret"], !pair.value.isNull {
-            let secretPath = KeyPath.child(path, "secret")
-            guard !pair.value.isNull, let value = pair.value.scalar else {
-                throw fail(pair.value, secretPath, "expected text, got \(pair.value.described)")
-            }
-            let literal = !pair.value.fromReference && !(!expanded && EnvironmentExpansion.hasReference(value))
-            let range = pair.value.sourceRange
-            let written = range.lowerBound >= 0 && range.upperBound <= source.bytes.count
-                ? String(decoding: source.bytes[range], as: UTF8.self) : value
-            cloud.secret = Secret(value: value, isLiteral: literal,
-                                  reference: literal ? nil : Secret.reference(writtenAs: written))
+            cloud.secret = try secret(pair.value, KeyPath.child(path, "secret"))
         }
         if let pair = keys["encryption_key"], !pair.value.isNull {
-            let keyPath = KeyPath.child(path, "encryption_key")
-            guard let value = pair.value.scalar else {
-                throw fail(pair.value, keyPath, "expected text, got \(pair.value.described)")
-            }
-            let literal = !pair.value.fromReference && !(!expanded && EnvironmentExpansion.hasReference(value))
-            let range = pair.value.sourceRange
-            let written = range.lowerBound >= 0 && range.upperBound <= source.bytes.count
-                ? String(decoding: source.bytes[range], as: UTF8.self) : value
-            cloud.encryptionKey = Secret(value: value, isLiteral: literal,
-                                         reference: literal ? nil : Secret.reference(writtenAs: written))
+            cloud.encryptionKey = try secret(pair.value, KeyPath.child(path, "encryption_key"))
         }
         if let pair = keys["merge_policy"] {
             let value = try choice(pair.value, KeyPath.child(path, "merge_policy"),

@@ -590,26 +590,29 @@ final class Fleet {
     }
 
     /// `storectl status --json` of one store (the store's own object when the document lists several).
-    func status(_ store: String, file: StaticString = #filePath, line: UInt = #line) throws
-        -> (result: ProcessResult, doc: Any?)
+    func status(_ store: String, env: [String: String] = [:], file: StaticString = #filePath, line: UInt = #line)
+        throws -> (result: ProcessResult, doc: Any?)
     {
-        let (r, doc) = try json(store, ["status"], expect: nil, file: file, line: line)
+        let (r, doc) = try json(store, ["status"], env: env, expect: nil, file: file, line: line)
         if let list = JSONDoc.get(doc, "stores") as? [Any], let first = list.first { return (r, first) }
         return (r, doc)
     }
 
     /// `storectl doctor --json` of one store.
-    func doctor(_ store: String, file: StaticString = #filePath, line: UInt = #line) throws
-        -> (result: ProcessResult, healthy: Bool)
+    func doctor(_ store: String, env: [String: String] = [:], file: StaticString = #filePath, line: UInt = #line)
+        throws -> (result: ProcessResult, healthy: Bool)
     {
-        let (r, doc) = try json(store, ["doctor"], expect: nil, file: file, line: line)
+        let (r, doc) = try json(store, ["doctor"], env: env, expect: nil, file: file, line: line)
         let healthy = (JSONDoc.get(doc, "healthy") as? Bool) ?? false
         return (r, healthy && r.status == 0)
     }
 
     /// Checks that `status` and `doctor` call `store` converged: nothing pending, nothing set aside, healthy.
-    func assertHealthy(_ store: String, _ what: String, file: StaticString = #filePath, line: UInt = #line) throws {
-        let (status, doc) = try self.status(store, file: file, line: line)
+    /// `env` is added to storectl's environment (the variables the config's `${...}` references name).
+    func assertHealthy(_ store: String, _ what: String, env: [String: String] = [:], file: StaticString = #filePath,
+                       line: UInt = #line) throws
+    {
+        let (status, doc) = try self.status(store, env: env, file: file, line: line)
         XCTAssertEqual(status.status, 0, "[\(backend)] \(what): status of \(store)\n\(status)", file: file, line: line)
         XCTAssertEqual(JSONDoc.int(doc, "pending_export"), 0,
                        "[\(backend)] \(what): status of \(store) shows changes pending export\n\(status.stdout)",
@@ -617,7 +620,7 @@ final class Fleet {
         let disagreements = (JSONDoc.get(doc, "disagreements") as? [Any]) ?? []
         XCTAssertTrue(disagreements.isEmpty, "[\(backend)] \(what): status of \(store) lists disagreements\n"
                       + status.stdout, file: file, line: line)
-        let (doctor, healthy) = try self.doctor(store, file: file, line: line)
+        let (doctor, healthy) = try self.doctor(store, env: env, file: file, line: line)
         XCTAssertTrue(healthy, "[\(backend)] \(what): doctor does not call \(store) healthy\n\(doctor)",
                       file: file, line: line)
         let pending = try parkedRecords(store)

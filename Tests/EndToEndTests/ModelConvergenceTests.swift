@@ -1652,37 +1652,3 @@ extension ModelRun {
     }
 }
 
-
-extension Fleet {
-    /// `storectl status --json` of one store, with `env` added to storectl's environment (the variables the
-    /// config's `${...}` references name).
-    func status(_ store: String, env: [String: String], file: StaticString = #filePath, line: UInt = #line) throws
-        -> (result: ProcessResult, doc: Any?)
-    {
-        let (r, doc) = try json(store, ["status"], env: env, expect: nil, file: file, line: line)
-        if let list = JSONDoc.get(doc, "stores") as? [Any], let first = list.first { return (r, first) }
-        return (r, doc)
-    }
-
-    /// `assertHealthy(_:_:)`, with `env` added to storectl's environment: `status` and `doctor` call `store`
-    /// converged (nothing pending, nothing set aside, healthy), and nothing waits in its inbox.
-    func assertHealthy(_ store: String, _ what: String, env: [String: String], file: StaticString = #filePath,
-                       line: UInt = #line) throws
-    {
-        let (status, doc) = try self.status(store, env: env, file: file, line: line)
-        XCTAssertEqual(status.status, 0, "[\(backend)] \(what): status of \(store)\n\(status)", file: file, line: line)
-        XCTAssertEqual(JSONDoc.int(doc, "pending_export"), 0,
-                       "[\(backend)] \(what): status of \(store) shows changes pending export\n\(status.stdout)",
-                       file: file, line: line)
-        let disagreements = (JSONDoc.get(doc, "disagreements") as? [Any]) ?? []
-        XCTAssertTrue(disagreements.isEmpty, "[\(backend)] \(what): status of \(store) lists disagreements\n"
-                      + status.stdout, file: file, line: line)
-        let (doctor, docDoctor) = try json(store, ["doctor"], env: env, expect: nil, file: file, line: line)
-        let healthy = ((JSONDoc.get(docDoctor, "healthy") as? Bool) ?? false) && doctor.status == 0
-        XCTAssertTrue(healthy, "[\(backend)] \(what): doctor does not call \(store) healthy\n\(doctor)",
-                      file: file, line: line)
-        let pending = try parkedRecords(store)
-        XCTAssertEqual(pending, [], "[\(backend)] \(what): \(store) still holds records waiting in "
-                       + "the inbox", file: file, line: line)
-    }
-}
