@@ -395,7 +395,7 @@ extension StoreHandle {
         defer { try? db.execute("DETACH DATABASE switch_snapshot") }
         let entities = try Mirror.entityMaps(db)
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
-            try db.execute("PRAGMA defer_foreign_keys = ON")
+            try db.deferForeignKeys()
             try Self.copyTakenInRows(db, entities: entities, after: upTo)
             try RecordMap(db).replace(with: "main." + StagedSwitch.table)
             try MirrorState.forgetWaitingForParent(db)

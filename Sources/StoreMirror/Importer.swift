@@ -91,7 +91,7 @@ struct Importer {
         // Apply: what was fetched, in one write transaction, with no network call.
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             // A child may arrive in the same import as its parent, in any order: check at commit.
-            try db.execute("PRAGMA defer_foreign_keys = ON")
+            try db.deferForeignKeys()
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
                 let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy,
                                                 dedupEntities: Set(options.uniqueRules.keys),

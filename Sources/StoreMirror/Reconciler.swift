@@ -97,7 +97,7 @@ struct Reconciler {
         let staging = try stageOwnRecords(after: ownSeq, superseded: true)
         defer { try? staging.clear() }
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
-            try db.execute("PRAGMA defer_foreign_keys = ON")
+            try db.deferForeignKeys()
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
                 let applier = try RecordApplier(db: db, entities: byName, policy: .propertyLocalWins)
                 try stagedOwnRecords(staging) { records in
@@ -317,7 +317,7 @@ struct Reconciler {
         let unsaved = exported > token ? try unsavedChangeRecords(after: token, upTo: exported) : []
         try staging.prefetchLookups(cloud: cloud, zone: options.zone, entities: byName, also: unsaved)
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
-            try db.execute("PRAGMA defer_foreign_keys = ON")
+            try db.deferForeignKeys()
             if exported > token { try MirrorState.setExportToken(db, exported) }
             try MirrorState.setMeta(db, .restoredAt, String(state.mark.time))
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
