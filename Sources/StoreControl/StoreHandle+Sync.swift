@@ -186,7 +186,7 @@ extension StoreHandle {
         // Fields encrypted on the device: the zone's key opens before anything is written (77 if it does not).
         let sealed = try checkedSealed.flatMap { $0.base === backend ? $0 : nil } ?? encryptedCloud(backend)
         checkedSealed = nil
-        let mirror = try Mirror(db: db, cloud: sealed, options: try mirrorOptions(options))
+        let mirror = try Mirror(db: db, cloud: sealed, options: try mirrorOptions(options), entities: try entityMaps(db))
         if options.reupload || options.rebind {
             // A store behind its zone's data migration must not reset anything first (its sync will wait).
             do {
@@ -205,6 +205,17 @@ extension StoreHandle {
             _ = try Seeder.reconcileMarkers(db, cloud: backend, zone: cloud.zone, device: mirror.device)
         }
         return mirror
+    }
+
+    /// The tracked tables' maps (`Mirror.entityMaps`), read again only when the schema or the tracked list changed
+    /// since this handle last read them.
+    func entityMaps(_ db: Connection) throws -> [EntityMap] {
+        let version = try db.scalar("PRAGMA schema_version")?.int64 ?? -1
+        let tracked = try Mirror.trackedTables(db)
+        if let read = entityMapsRead, read.schemaVersion == version, read.tracked == tracked { return read.maps }
+        let maps = try Mirror.entityMaps(db)
+        entityMapsRead = (version, tracked, maps)
+        return maps
     }
 
     /// Records the account and container the store syncs with; refuses another account unless `rebind`.

@@ -53,7 +53,12 @@ extension StoreHandle {
 
     /// Throws unless history tracking is installed and matches the schema (exit 78 with the reason).
     public func requireTracking() throws {
+        // Every change to a trigger or a table, by any connection, moves the schema version ("The schema version
+        // is ... incremented on each schema change"): while it stands still, the triggers are as last checked.
+        let version = try database().scalar("PRAGMA schema_version")?.int64
+        if let version, version == trackingCheckedAt { return }
         try historyTracker().requireTracking()
+        trackingCheckedAt = version
     }
 
     /// The tracking state, for `status`.

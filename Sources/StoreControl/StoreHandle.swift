@@ -51,6 +51,12 @@ public final class StoreHandle {
     var zoneKeyProbed = false
     /// The sealing layer `requireZoneKey()` opened over `checkedCloud`, for the `openMirror()` that follows it.
     var checkedSealed: EncryptedCloud?
+    /// The schema version (`PRAGMA schema_version`) at which the history triggers were last found whole and current
+    /// on this handle's connection: until the schema changes, a round does not compare every trigger again.
+    var trackingCheckedAt: Int64?
+    /// The tracked tables' maps as last read on this handle's connection, with the schema version and the tracked
+    /// list they were read at: a round reads them again only when either changed.
+    var entityMapsRead: (schemaVersion: Int64, tracked: [String], maps: [EntityMap])?
     /// Where notes for the user go (a format upgrade, say); the CLI prints them on stderr.
     public var log: (String) -> Void = { _ in }
 
@@ -91,6 +97,8 @@ public final class StoreHandle {
             if !readOnly, try create || db.tableExists("_storectl_meta") { try Self.enableWAL(db) }
             if !readOnly { try upgradeFormat(db) }
             connection = db
+            trackingCheckedAt = nil
+            entityMapsRead = nil
             return db
         } catch let error as SQLiteError {
             if error.isNotADatabase {
@@ -127,10 +135,16 @@ public final class StoreHandle {
             + "the copy taken before is \(report.backup)")
     }
 
-    /// Switches the store to write-ahead logging, so that readers and one writer work at the same time.
+    /// Switches the store to write-ahead logging, so that readers and one writer work at the same time, and this
+    /// connection to `synchronous=NORMAL`, which SQLite keeps per connection, not in the file: "WAL mode is always
+    /// consistent with synchronous=NORMAL, but WAL mode does lose durability", a power loss can take back the last
+    /// commits. storectl's commits hold sync state and imported rows, which a round finds again as after a crash
+    /// (a save recorded in the cloud but not here, an import fetched again); with the default (FULL) every commit of
+    /// a watcher's round waited for fsync.
     static func enableWAL(_ db: Connection) throws {
-        if try db.scalar("PRAGMA journal_mode")?.string?.lowercased() == "wal" { return }
-        _ = try db.scalar("PRAGMA journal_mode=WAL")
+        if try db.scalar("PRAGMA journal_mode")?.string?.lowercased() != "wal" {
+            _ = try db.scalar("PRAGMA journal_mode=WAL")
+        }
         try db.execute("PRAGMA synchronous=NORMAL")
     }
 
@@ -180,6 +194,8 @@ public final class StoreHandle {
     /// Closes the connection; the next `database()` opens it again.
     public func close() {
         connection = nil
+        trackingCheckedAt = nil
+        entityMapsRead = nil
         checkedCloud = nil
         quietMark = nil
         sessionCloud = nil

@@ -188,6 +188,23 @@ struct Exporter {
         return report
     }
 
+    /// Whether an incremental export would send nothing and change nothing in the store: no history after the
+    /// export token but the import's, nothing in the outgoing queue, no rename waiting to be forgotten, and every
+    /// table's columns as the last export recorded them. Reads only.
+    /// - Throws: `SQLiteError`.
+    static func hasNothingToSend(_ db: Connection, entities: [EntityMap]) throws -> Bool {
+        let token = try MirrorState.exportToken(db)
+        guard try db.scalar("SELECT 1 FROM _storectl_history WHERE seq > ? AND author <> ? LIMIT 1",
+                            [token, MirrorState.importAuthor]) == nil,
+              try db.scalar("SELECT 1 FROM main._storectl_outgoing LIMIT 1") == nil,
+              try db.scalar("SELECT 1 FROM main._storectl_renamed LIMIT 1") == nil
+        else { return false }
+        for e in entities where try MirrorState.meta(db, .columns(e.name)) != e.fieldColumnsJSON(db) {
+            return false
+        }
+        return true
+    }
+
     // MARK: Phases
 
     /// Fills `temp._storectl_changes` with one row per changed key after the export token (in SQL), plus the rows
@@ -336,7 +353,7 @@ struct Exporter {
     private func checkMassDelete(_ ordered: [EntityMap], baseline: Bool, after: Int64) throws {
         var deletes = 0
         for e in ordered {
-            deletes += Int(try db.scalar(deletionCountSQL(e, baseline: baseline, after: after))?.int64 ?? 0)
+            deletes += Int(try db.scalar(deletionCountSQL(e, baseline: baseline), baseline ? [] : [after])?.int64 ?? 0)
         }
         guard deletes > options.maxDeleteCount, !options.allowMassDelete,
               let zone = try cloud.zoneInfo(options.zone), zone.liveRecords > 0 else { return }
@@ -349,7 +366,9 @@ struct Exporter {
         }
     }
 
-    private func deletionCountSQL(_ e: EntityMap, baseline: Bool, after: Int64) -> String {
+    /// The count of the rows of `e` deleted here; incrementally, the history after `?1` (a parameter, so that the
+    /// statement stays one prepared statement, not one per export token).
+    private func deletionCountSQL(_ e: EntityMap, baseline: Bool) -> String {
         if baseline {
             return """
                 SELECT count(*) FROM _storectl_records r WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 0
@@ -366,7 +385,7 @@ struct Exporter {
               AND r.change_tag IS NOT NULL
               AND NOT EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "c.pk")))
               AND EXISTS (SELECT 1 FROM main._storectl_history h WHERE h.entity = c.entity AND h.pk = c.pk
-                          AND h.seq > \(after) AND h.op = 'D'
+                          AND h.seq > ?1 AND h.op = 'D'
                           AND h.author NOT IN (\(quoteLiteral(MirrorState.cascadeAuthor)), \(quoteLiteral(MirrorState.importAuthor))))
             """
     }

@@ -152,11 +152,11 @@ final class ImportStaging {
     /// - Throws: `SQLiteError`.
     func keepWaitingRecords() throws {
         try db.transaction(.deferred) {
-            try db.execute("""
+            try db.run("""
                 INSERT INTO temp._storectl_import_staged(page, record_name, record_type, fields, change_tag, seq,
                     deleted, modified_by, modified_at)
                 SELECT -1, record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at
-                FROM main._storectl_inbox WHERE state IN ('waiting', 'set_aside') AND fields <> '';
+                FROM main._storectl_inbox WHERE state IN ('waiting', 'set_aside') AND fields <> ''
                 """)
         }
     }

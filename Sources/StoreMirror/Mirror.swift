@@ -135,13 +135,15 @@ public final class Mirror {
     public let device: String
 
     /// - Throws: `StoreError` when the store was not initialised, or a tracked table cannot be mirrored.
-    public init(db: Connection, cloud: any CloudDatabase, options: MirrorOptions) throws {
+    /// - Parameter entities: the tracked tables' maps, when the caller read them (`entityMaps`) since the schema
+    ///   last changed; else they are read here.
+    public init(db: Connection, cloud: any CloudDatabase, options: MirrorOptions, entities: [EntityMap]? = nil) throws {
         self.db = db
         self.cloud = cloud
         self.options = options
         self.device = try MirrorState.storeID(db)
         try MirrorState.install(db)
-        self.entities = try Self.entityMaps(db)
+        self.entities = try entities ?? Self.entityMaps(db)
     }
 
     /// How each tracked table maps onto records.
@@ -269,8 +271,16 @@ public final class Mirror {
             if try needsBaseline() { try holdBaselineBack() }
             return ExportReport()
         }
+        let baseline = try baseline ?? needsBaseline()
+        // Most rounds of a watcher are woken by another device's save and have nothing to send: they read, and
+        // write nothing (the import moves the export token past its own history, `passImportedHistory`).
+        if !baseline, try Exporter.hasNothingToSend(db, entities: entities) {
+            var report = ExportReport()
+            report.token = try MirrorState.lastHistorySeq(db)
+            return report
+        }
         let exporter = Exporter(db: db, cloud: cloud, options: options, entities: entities, device: device)
-        let report = try exporter.run(baseline: try baseline ?? needsBaseline(), progress: progress)
+        let report = try exporter.run(baseline: baseline, progress: progress)
         if !report.unsent.isEmpty {
             throw RowsNotSentError(rows: report.unsent, limit: options.maxRecordSize)
         }

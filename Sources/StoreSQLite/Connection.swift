@@ -209,9 +209,15 @@ public final class Connection {
             return statement
         }
         let statement = try prepare(sql)
+        // A bound on what a long-lived connection (`storectl watch`) keeps prepared, should a caller ever put a
+        // changing value into the text of a cached statement instead of a parameter.
+        if statementCache.count >= Self.statementCacheLimit { statementCache.removeAll() }
         statementCache[sql] = statement
         return statement
     }
+
+    /// The most statements `cached` keeps prepared at once.
+    static let statementCacheLimit = 1000
 
     /// Drops every cached statement (needed after schema changes that a cached statement would block).
     public func clearStatementCache() { statementCache.removeAll() }
@@ -300,10 +306,10 @@ public final class Connection {
             savepointDepth += 1
             let name = "storectl_sp\(savepointDepth)"
             defer { savepointDepth -= 1 }
-            try execute("SAVEPOINT \(name)")
+            try run("SAVEPOINT \(name)")
             do {
                 let result = try body()
-                try execute("RELEASE \(name)")
+                try run("RELEASE \(name)")
                 return result
             } catch {
                 try? execute("ROLLBACK TO \(name)")
@@ -311,10 +317,12 @@ public final class Connection {
                 throw error
             }
         }
-        try execute("BEGIN \(kind.rawValue)")
+        // Kept prepared, as every statement a round runs often: compiling them each time was a measurable part of
+        // a watcher's round.
+        try run("BEGIN \(kind.rawValue)")
         do {
             let result = try body()
-            try execute("COMMIT")
+            try run("COMMIT")
             return result
         } catch {
             if isInTransaction { try? execute("ROLLBACK") }
