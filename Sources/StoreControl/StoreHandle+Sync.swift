@@ -207,14 +207,17 @@ extension StoreHandle {
         return mirror
     }
 
-    /// The tracked tables' maps (`Mirror.entityMaps`), read again only when the schema or the tracked list changed
-    /// since this handle last read them.
+    /// The tracked tables' maps (`Mirror.entityMaps`), read again only when the schema, the tracked list or the
+    /// store id (`init --new-identity` under a running watcher) changed since this handle last read them.
     func entityMaps(_ db: Connection) throws -> [EntityMap] {
         let version = try db.scalar("PRAGMA schema_version")?.int64 ?? -1
         let tracked = try Mirror.trackedTables(db)
-        if let read = entityMapsRead, read.schemaVersion == version, read.tracked == tracked { return read.maps }
+        let storeID = try MirrorState.meta(db, .storeID) ?? ""
+        if let read = entityMapsRead, read.schemaVersion == version, read.tracked == tracked, read.storeID == storeID {
+            return read.maps
+        }
         let maps = try Mirror.entityMaps(db)
-        entityMapsRead = (version, tracked, maps)
+        entityMapsRead = (version, tracked, storeID, maps)
         return maps
     }
 

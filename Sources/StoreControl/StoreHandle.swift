@@ -54,9 +54,9 @@ public final class StoreHandle {
     /// The schema version (`PRAGMA schema_version`) at which the history triggers were last found whole and current
     /// on this handle's connection: until the schema changes, a round does not compare every trigger again.
     var trackingCheckedAt: Int64?
-    /// The tracked tables' maps as last read on this handle's connection, with the schema version and the tracked
-    /// list they were read at: a round reads them again only when either changed.
-    var entityMapsRead: (schemaVersion: Int64, tracked: [String], maps: [EntityMap])?
+    /// The tracked tables' maps as last read on this handle's connection, with the schema version, the tracked list
+    /// and the store id (the maps' record-name prefix) they were read at: a round reads them again when any changed.
+    var entityMapsRead: (schemaVersion: Int64, tracked: [String], storeID: String, maps: [EntityMap])?
     /// Where notes for the user go (a format upgrade, say); the CLI prints them on stderr.
     public var log: (String) -> Void = { _ in }
 

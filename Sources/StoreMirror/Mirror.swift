@@ -203,6 +203,9 @@ public final class Mirror {
         }
     }
 
+    /// Whether an export of this mirror found nothing to send and wrote nothing (not even `last_export_at`).
+    private var exportFoundNothing = false
+
     /// What `prepare` found and did before the last export or import.
     public private(set) var lastPreparation = Preparation()
 
@@ -277,6 +280,11 @@ public final class Mirror {
         if !baseline, try Exporter.hasNothingToSend(db, entities: entities) {
             var report = ExportReport()
             report.token = try MirrorState.lastHistorySeq(db)
+            // `last_export_at` says when the export last succeeded: `sync` writes it with `last_sync_at`.
+            exportFoundNothing = true
+            // The export's end, as for one that sent something (crash tests pause and kill there).
+            Failpoint.hit("export.before-commit")
+            Failpoint.hit("export.after-commit")
             return report
         }
         let exporter = Exporter(db: db, cloud: cloud, options: options, entities: entities, device: device)
@@ -420,7 +428,12 @@ public final class Mirror {
             exported.conflictsResolved += more.conflictsResolved
             exported.token = more.token
         }
-        try MirrorState.setMeta(db, .lastSyncAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
+        let now = String(Int64(Date().timeIntervalSince1970 * 1000))
+        try db.transaction {
+            try MirrorState.setMeta(db, .lastSyncAt, now)
+            if exportFoundNothing { try MirrorState.setMeta(db, .lastExportAt, now) }
+        }
+        exportFoundNothing = false
         var report = SyncReport(exported: exported, imported: imported)
         report.note(cloud)
         if options.readOnly { report.notSent = try MirrorState.localChangesNotSent(db).count }

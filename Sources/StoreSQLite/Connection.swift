@@ -216,6 +216,9 @@ public final class Connection {
         return statement
     }
 
+    /// How many statements `cached` keeps prepared now.
+    var cachedStatementCount: Int { statementCache.count }
+
     /// The most statements `cached` keeps prepared at once.
     static let statementCacheLimit = 1000
 
