@@ -1,7 +1,8 @@
 #!/bin/sh
 # A fleet of storectl watchers on one PostgreSQL server (storectl-bench fleet): 8 and 24 devices each writing
-# 2 changes a second for 30 s, then 48 idle watchers for 30 s. Writes the three JSON documents into
-# Benchmarks/results-fleet.json (an array, in that order) and prints each run's table on stderr.
+# 2 changes a second for 30 s, then 48 idle watchers for 30 s, then 8 devices again in stores whose schema declares
+# a foreign key (--references). Writes the four JSON documents into Benchmarks/results-fleet.json (an array, in
+# that order) and prints each run's table on stderr.
 #
 # usage: Benchmarks/fleet.sh [storectl-bench fleet options added to every run, e.g. --pg-bin DIR]
 # Needs STORECTL_TEST_PG_URL (a server on this machine, whose role may create a schema) and pgbench (from the
@@ -24,10 +25,11 @@ run() {  # run NAME ARGS...: one fleet run, its JSON kept, its table shown
 run a --devices 8 --rate 2 --seconds 30 "$@"
 run b --devices 24 --rate 2 --seconds 30 "$@"
 run c --devices 48 --rate 0 --seconds 30 "$@"
+run d --devices 8 --rate 2 --seconds 30 --references "$@"
 {
     echo "["
     first=1
-    for name in a b c; do
+    for name in a b c d; do
         [ -f "$tmp/$name.json" ] || continue
         [ "$first" = 1 ] || echo ","
         first=0

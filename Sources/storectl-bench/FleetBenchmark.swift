@@ -12,9 +12,9 @@ import Glibc
 /// storectl costs them and the server, and how soon a change made on one is on all the others.
 enum FleetBenchmark {
     static let help = """
-        usage: storectl-bench fleet [--devices N] [--rate R] [--seconds S] [--pg-url URL] [--pg-bin DIR]
-                                    [--storectl PATH] [--no-pgbench] [--dir PATH] [--keep] [--json]
-                                    [--json-file PATH]
+        usage: storectl-bench fleet [--devices N] [--rate R] [--seconds S] [--references] [--pg-url URL]
+                                    [--pg-bin DIR] [--storectl PATH] [--no-pgbench] [--dir PATH] [--keep]
+                                    [--json] [--json-file PATH]
 
         A fleet of N devices on one PostgreSQL server: a throwaway container ('storectl cloud init'), N stores
         (each its own folder, config.yaml and SQLite file, put in cloud mode with 'storectl mode cloud'), and one
@@ -24,6 +24,10 @@ enum FleetBenchmark {
         notes(uuid TEXT PRIMARY KEY, title, body, updated_at) per BEGIN IMMEDIATE ... COMMIT, 70% inserts of new
         rows, 30% updates of one of its rows that every device already has. Then it waits for every change to
         reach every device, checks that every store holds exactly the rows the apps wrote, and stops the watchers.
+        --references adds a second table to the schema, note_links(id INTEGER PRIMARY KEY, note TEXT NOT NULL
+        REFERENCES notes(uuid) ON DELETE CASCADE, label TEXT NOT NULL), which the apps leave empty: the same
+        writes, in stores whose schema declares a foreign key (an import then defers the foreign key checks of
+        its transaction, which makes SQLite compile the watcher's prepared statements again).
 
         Measured:
           latency      from a change's COMMIT on its device until the last other device's watcher printed the
@@ -73,6 +77,8 @@ enum FleetBenchmark {
         var devices = 8
         var rate = 2.0
         var seconds = 30
+        /// The schema declares a foreign key (`note_links`, left empty).
+        var references = false
         var pgURL: String?
         var pgBin: String?
         var storectl: String?
@@ -87,6 +93,7 @@ enum FleetBenchmark {
         var reproducing: [String] {
             var args = ["--devices", String(devices), "--rate", String(format: "%g", rate), "--seconds",
                         String(seconds)]
+            if references { args.append("--references") }
             if let pgURL { args += ["--pg-url", "'\(Redaction.connectionString(pgURL))'"] }
             if let pgBin { args += ["--pg-bin", pgBin] }
             if let storectl { args += ["--storectl", storectl] }
@@ -118,6 +125,7 @@ enum FleetBenchmark {
             case "--pg-url": o.pgURL = try value()
             case "--pg-bin": o.pgBin = try value()
             case "--storectl": o.storectl = try value()
+            case "--references": o.references = true
             case "--no-pgbench": o.pgbench = false
             case "--dir": o.directory = try value()
             case "--keep": o.keep = true
@@ -307,11 +315,16 @@ final class FleetRun {
 
     private func writeConfigs() throws {
         let schema = (dir as NSString).appendingPathComponent("schema.sql")
-        try """
+        try ("""
             CREATE TABLE IF NOT EXISTS notes(uuid TEXT PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL,
                                              updated_at INTEGER NOT NULL);
 
-            """.write(toFile: schema, atomically: true, encoding: .utf8)
+            """ + (options.references ? """
+            CREATE TABLE IF NOT EXISTS note_links(id INTEGER PRIMARY KEY,
+                                                  note TEXT NOT NULL REFERENCES notes(uuid) ON DELETE CASCADE,
+                                                  label TEXT NOT NULL);
+
+            """ : "")).write(toFile: schema, atomically: true, encoding: .utf8)
         let yamlURL = url.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
         for d in 0..<options.devices {
             try FileManager.default.createDirectory(atPath: device(d), withIntermediateDirectories: true)
