@@ -566,12 +566,7 @@ final class PostgresEncryptionEdgeTests: EncryptionEdgeTests {
 
     override func setUpWithError() throws {
         try super.setUpWithError()
-        if serverURL?.isEmpty ?? true {
-            if ProcessInfo.processInfo.environment["STORECTL_REQUIRE_PG"] == "1" {
-                XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set: start PostgreSQL (see .ci/run)")
-            }
-            throw XCTSkip("no PostgreSQL server (set STORECTL_TEST_PG_URL)")
-        }
+        try requirePostgresServer()
     }
 
     // The scenarios that depend on the backend; the others are the container file's (the engine above the backend

@@ -30,6 +30,17 @@ class EncryptionTestCase: XCTestCase {
     /// The variable holding a store's passphrase.
     func keyVariable(_ store: String) -> String { store.uppercased() + "_KEY" }
 
+    /// For the PostgreSQL subclasses: fails the test when CI set PostgreSQL up (`STORECTL_REQUIRE_PG=1`) and no
+    /// server URL is given, skips it otherwise.
+    func requirePostgresServer() throws {
+        if serverURL?.isEmpty ?? true {
+            if ProcessInfo.processInfo.environment["STORECTL_REQUIRE_PG"] == "1" {
+                XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set: start PostgreSQL (see .ci/run)")
+            }
+            throw XCTSkip("no PostgreSQL server (set STORECTL_TEST_PG_URL)")
+        }
+    }
+
     /// The account every store signs in as: `demo` in a container file, the test server's role on PostgreSQL.
     var account: String { serverURL == nil ? "demo" : (ProcessInfo.processInfo.environment["PGUSER"] ?? "postgres") }
     var pgSchema: String { PostgresCloudDatabase.schemaName(container: container) }
@@ -737,12 +748,7 @@ final class PostgresEncryptionTests: EncryptionTests {
 
     override func setUpWithError() throws {
         try super.setUpWithError()
-        if serverURL?.isEmpty ?? true {
-            if ProcessInfo.processInfo.environment["STORECTL_REQUIRE_PG"] == "1" {
-                XCTFail("STORECTL_REQUIRE_PG=1 but STORECTL_TEST_PG_URL is not set: start PostgreSQL (see .ci/run)")
-            }
-            throw XCTSkip("no PostgreSQL server (set STORECTL_TEST_PG_URL)")
-        }
+        try requirePostgresServer()
     }
 
     // Test discovery on Linux finds a class by the test methods it declares: each scenario is listed here.
