@@ -142,6 +142,10 @@ struct Exporter {
         var extra: String?
         /// The base of `save.fields` as the page read them (`EntityMap.fieldsBase`), while they are what is sent.
         var sentBase: Value?
+        /// The row changed nowhere but in the record its reference names: it is sent only because its parent was
+        /// renamed (`reexportChildrenOfRenamedParents`). No user changed it, so another device's edit or delete of
+        /// it stands, whatever the merge policy; only the re-pointed reference is this side's.
+        var repointOnly = false
     }
 
     func run(baseline: Bool, progress: (Int, Int?) -> Void) throws -> ExportReport {
@@ -211,7 +215,8 @@ struct Exporter {
     /// that an earlier export could not send (too large then).
     private func collectChanges(baseline: Bool, after: Int64, upto: Int64) throws {
         try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_changes(entity TEXT NOT NULL, pk TEXT NOT NULL, "
-                       + "together INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (entity, pk)) WITHOUT ROWID")
+                       + "together INTEGER NOT NULL DEFAULT 0, repoint INTEGER NOT NULL DEFAULT 0, "
+                       + "PRIMARY KEY (entity, pk)) WITHOUT ROWID")
         try db.execute("DELETE FROM temp._storectl_changes")
         if !baseline {
             try db.run("""
@@ -289,7 +294,8 @@ struct Exporter {
     /// the parent inserted again in the same transaction) are exported too, though unchanged: their records name
     /// the old record, whose tombstone goes out, and every other store would delete them with it. A surrogate-keyed
     /// row is sent with its reference to the new name; a row whose key holds the reference is renamed
-    /// (`renameReusedReferenceKeys`).
+    /// (`renameReusedReferenceKeys`). A row no user changed is marked `repoint`: only its reference is this side's
+    /// change (`Pending.repointOnly`).
     private func reexportChildrenOfRenamedParents(_ ordered: [EntityMap]) throws {
         // Almost always none: then no child table is read.
         let renamed = Set(try db.query("SELECT DISTINCT entity FROM _storectl_renamed").compactMap { $0[0].string })
@@ -297,8 +303,8 @@ struct Exporter {
         for child in ordered {
             for ref in child.references where renamed.contains(ref.parent) {
                 try db.run("""
-                    INSERT OR IGNORE INTO temp._storectl_changes(entity, pk)
-                    SELECT ?1, \(child.pkJSON("t")) FROM main.\(child.quotedName) t
+                    INSERT OR IGNORE INTO temp._storectl_changes(entity, pk, repoint)
+                    SELECT ?1, \(child.pkJSON("t")), 1 FROM main.\(child.quotedName) t
                     WHERE t.\(quoteIdentifier(ref.column)) IN (SELECT json_extract(x.pk, '$[0]') FROM _storectl_renamed x
                                                               WHERE x.entity = ?2)
                     """, [child.name, ref.parent])
@@ -322,28 +328,33 @@ struct Exporter {
                 + " AND x.pk = json_array(t.\(quoteIdentifier(column))))"
         }
         // As for the parents: history an interrupted export already renamed the key for is not looked at again.
+        let recreated = """
+            (SELECT min(CASE WHEN h.op = 'D' THEN h.seq END) < max(CASE WHEN h.op = 'I' THEN h.seq END)
+             FROM _storectl_history h
+             WHERE h.seq > ?2 AND h.entity = c.entity AND h.pk = c.pk AND h.author <> ?3 AND \(RecordMap.notRenamedFor))
+            """
         let rows = try db.query("""
             SELECT m.pk, m.record_name, m.change_tag, m.deleted, \(e.naturalName("t")) AS wanted,
                    (SELECT max(h.seq) FROM _storectl_history h WHERE h.seq > ?2 AND h.entity = c.entity
-                    AND h.pk = c.pk AND h.author <> ?3)
+                    AND h.pk = c.pk AND h.author <> ?3),
+                   coalesce(\(recreated), 0)
             FROM temp._storectl_changes c
             JOIN _storectl_records m ON m.entity = c.entity AND m.pk = c.pk
             JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
             WHERE c.entity = ?1 AND m.record_name IS NOT wanted
-              AND (m.deleted = 1 OR \((parentRenamed + [""]).joined(separator: " OR ")) (SELECT min(CASE WHEN h.op = 'D' THEN h.seq END)
-                                             < max(CASE WHEN h.op = 'I' THEN h.seq END)
-                                     FROM _storectl_history h
-                                     WHERE h.seq > ?2 AND h.entity = c.entity AND h.pk = c.pk AND h.author <> ?3
-                                       AND \(RecordMap.notRenamedFor)))
+              AND (m.deleted = 1 OR \((parentRenamed + [""]).joined(separator: " OR ")) \(recreated))
             """, [e.name, try MirrorState.exportToken(db), MirrorState.importAuthor])
         for row in rows {
             guard let pk = row[0].string, let old = row[1].string, let wanted = row[4].string else { continue }
             let map = RecordMap(db)
             if let upto = row[5].int64 { try map.markRenamed(entity: e.name, pk: pk, upto: upto) }
+            // The row is its old record still (only its parent's name moved): the old record's changes elsewhere
+            // follow it to the new name (`followOldRecord`). A row deleted and inserted again is a new row.
+            let carriedOn = row[3].int64 == 0 && row[6].int64 == 0
             if row[3].int64 == 0, let tag = row[2].string {
-                try Outgoing(db).delete(old, type: e.name, tag: tag, reason: .newParent)
+                try Outgoing(db).delete(old, type: e.name, tag: tag, reason: .newParent, pk: carriedOn ? pk : nil)
             }
-            try map.rename(entity: e.name, pk: pk, to: wanted)
+            try map.rename(entity: e.name, pk: pk, to: wanted, carryingOn: carriedOn)
         }
     }
 
@@ -490,7 +501,7 @@ struct Exporter {
             statement = try db.cached("""
                 SELECT c.pk, coalesce(r.record_name, CASE WHEN \(present) THEN \(e.derivedName("t")) END),
                        r.change_tag, r.base, r.deleted, \(present), \(e.fieldsJSON("t", extra: "r.extra")),
-                       r.extra, \(base), c.pk
+                       r.extra, \(base), c.pk, c.repoint
                 FROM temp._storectl_changes c
                 LEFT JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
                 LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = c.pk
@@ -539,7 +550,8 @@ struct Exporter {
                 batch.append(Pending(entity: e, pk: pk,
                                      save: RecordSave(recordName: name, recordType: e.name, fields: fields,
                                                       deleted: false, expectedTag: tag),
-                                     base: base, historySeq: historySeq, extra: extra, sentBase: sentBase))
+                                     base: base, historySeq: historySeq, extra: extra, sentBase: sentBase,
+                                     repointOnly: !baseline && row.int64(10) == 1))
             } else if !mappedDeleted && tag != nil {
                 sent.append(pk)
                 batch.append(Pending(entity: e, pk: pk,
@@ -652,6 +664,9 @@ struct Exporter {
                                     expectedTag: entry.changeTag))
             if entry.reason.isUserDelete { userDeletes.insert(entry.recordName) }
         }
+        // The children renamed for their new parent, by their old record's name.
+        let carried = Dictionary(entries.compactMap { entry in entry.pk.map { (entry.recordName, ($0, entry)) } },
+                                 uniquingKeysWith: { a, _ in a })
         var conflicts: [ConflictReport] = []
         let historySeq = try MirrorState.lastHistorySeq(db)
         var round = 0
@@ -664,7 +679,13 @@ struct Exporter {
                                           mark: mark(serial: serial, historySeq: historySeq),
                                           schemaVersion: schemaVersion, atomic: atomic)
             var again: [RecordSave] = []
-            try db.transaction {
+            // A renamed child that follows its old record changes its row here: the cloud's change, not a user's.
+            try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
+              try UserTriggers.suspended(db, tracked: carried.isEmpty ? [] : entities.map(\.name)) {
+                let codec = FieldCodec(db: db)
+                let applier = carried.isEmpty ? nil
+                    : try RecordApplier(db: db, entities: Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) }),
+                                        policy: options.mergePolicy)
                 for (save, outcome) in zip(saves, outcomes) {
                     switch outcome {
                     case .notSaved:
@@ -674,6 +695,17 @@ struct Exporter {
                         try MirrorState.setOwnSeq(db, container: cloud.container, zone: options.zone, seq)
                         try outgoing.remove(save.recordName)
                     case .conflict(let server):
+                        if let server, server.modifiedBy != device, let (pk, entry) = carried[save.recordName],
+                           let applier
+                        {
+                            if let conflict = try followOldRecord(entry, pk: pk, server: server, applier: applier,
+                                                                  codec: codec)
+                            {
+                                conflicts.append(conflict)
+                                continue
+                            }
+                            report.conflictsResolved += 1
+                        }
                         guard let server, !server.deleted else {
                             // Gone or deleted already: nothing left to do.
                             try outgoing.remove(save.recordName)
@@ -703,12 +735,53 @@ struct Exporter {
                         again.append(retry)
                     }
                 }
+              }
             }
             // Under `error` a conflict stops the export: nothing else of its batch is sent.
             if !conflicts.isEmpty { break }
             saves = again
         }
         if !conflicts.isEmpty { throw ConflictError(conflicts: conflicts) }
+    }
+
+    /// A child renamed for its new parent (`renameReusedReferenceKeys`) is its old record under a new name. When
+    /// another device changed or deleted the old record since this store last saw it, the row takes that change
+    /// before its new record is read, as the old record would have: by the merge policy over the row's own changes
+    /// here, and whatever the policy when no user changed the row here (only its parent's name moved: the server's
+    /// values stand, and its deletion). The key's columns (the re-pointed reference among them) stay this side's.
+    /// Returns the conflict under `merge_policy: error`; the old record's tombstone goes either way.
+    private func followOldRecord(_ entry: Outgoing.Delete, pk: String, server: CloudRecord, applier: RecordApplier,
+                                 codec: FieldCodec) throws -> ConflictReport?
+    {
+        guard let e = entities.first(where: { $0.name == entry.recordType }), try applier.rowExists(e, pk: pk) else {
+            return nil
+        }
+        let base = try db.query("SELECT base FROM _storectl_records WHERE entity = ? AND pk = ?", [e.name, pk])
+            .first?[0]
+        let key = Set(e.primaryKey)
+        var local = try applier.localChanges(e, pk: pk, against: base) ?? MergeSide(deleted: false, changed: [])
+        local.changed.subtract(key)
+        let serverSide = MergeSide(deleted: server.deleted, changed: server.deleted ? [] :
+            Set(try codec.differing(base: base, server.fields, columns: e.fieldColumns)).subtracting(key))
+        let policy = local.changed.isEmpty ? MergePolicy.propertyServerWins : options.mergePolicy
+        switch policy.decide(local: local, server: serverSide, columns: e.fieldColumns,
+                             uniqueKeys: e.uniqueKeys(with: options.uniqueRules[e.name]).map(Set.init)) {
+        case .fail:
+            return ConflictReport(entity: e.name, recordName: entry.recordName, localColumns: local.changed.sorted(),
+                                  serverDeleted: server.deleted)
+        case .deleted:
+            // Its new record was never saved: the page finds the row gone and forgets the name.
+            try applier.deleteRow(e, pk: pk)
+        case .live(let take):
+            guard !server.deleted else { return nil }  // the row stays: its new record brings it back
+            let values = try serverValues(server, of: e, pk: pk, take: take.subtracting(key), applier: applier,
+                                          codec: codec)
+            if !values.values.isEmpty { try applier.update(e, pk: pk, values: values.values) }
+            if let extra = values.extra {
+                try db.run("UPDATE _storectl_records SET extra = ? WHERE entity = ? AND pk = ?", [extra, e.name, pk])
+            }
+        }
+        return nil
     }
 
     /// Under `merge_policy: error` a batch is saved whole or not at all, and one batch at a time: a conflict leaves
@@ -1063,19 +1136,30 @@ struct Exporter {
         }
         var local = try applier.localChanges(e, pk: item.pk)
             ?? MergeSide(deleted: item.save.deleted, changed: item.save.deleted ? [] : Set(e.fieldColumns))
+        // References that name their parent's record by another name than the base does, though no user changed
+        // them here: the parent was renamed (a new row at its reused rowid, `renameReusedKeys`), and the name the
+        // server's record holds is the one this store's outgoing queue deletes. They stay this side's under every
+        // policy, unless the server moved the row to another parent.
+        var repointed: Set<String> = []
         if !local.deleted, !local.recreated, !item.save.deleted, item.base != nil {
             // A column whose value is the base's is no change of this side: its history may be older than the base
             // (a save of an interrupted export, adopted since: `Reconciler`), or a value changed and changed back.
-            local.changed.formIntersection(try codec.differing(base: item.base, item.save.fields,
-                                                               columns: e.fieldColumns))
+            let differing = Set(try codec.differing(base: item.base, item.save.fields, columns: e.fieldColumns))
+            repointed = differing.filter { e.reference(for: $0) != nil }.subtracting(local.changed)
+            local.changed.formIntersection(differing)
+            local.changed.formUnion(repointed)
         }
         let serverSide = MergeSide(deleted: server.deleted, changed: server.deleted ? [] :
             Set(try codec.differing(base: item.base, server.fields, columns: e.fieldColumns)))
+        repointed.subtract(serverSide.changed)
         let holdsLocal = try !local.deleted && !server.deleted && !item.save.deleted
             && codec.differing(item.save.fields, server.fields, columns: local.changed.sorted()).isEmpty
         let unique = e.uniqueKeys(with: options.uniqueRules[e.name]).map(Set.init)
-        switch options.mergePolicy.decide(local: local, server: serverSide, columns: e.fieldColumns,
-                                          serverHoldsLocalValues: holdsLocal, uniqueKeys: unique) {
+        // A row sent only for its re-pointed reference keeps the server's record but for that reference, and
+        // follows its delete: the property rule that keeps the server's value wherever it changed one.
+        let policy = item.repointOnly && !item.save.deleted ? MergePolicy.propertyServerWins : options.mergePolicy
+        switch policy.decide(local: local, server: serverSide, columns: e.fieldColumns,
+                             serverHoldsLocalValues: holdsLocal, uniqueKeys: unique) {
         case .fail:
             return .failed(ConflictReport(entity: e.name, recordName: item.save.recordName,
                                           localColumns: local.changed.sorted(), serverDeleted: server.deleted))
@@ -1096,7 +1180,8 @@ struct Exporter {
                 return .resolved
             }
             return .saveAgain(tombstone(item, over: server))
-        case .live(let take):
+        case .live(var take):
+            take.subtract(repointed)
             if item.save.deleted, !server.deleted,
                try parentGone(e, fields: server.fields, of: item, applier: applier, codec: codec) == true
             {
@@ -1183,6 +1268,21 @@ struct Exporter {
                              codec: FieldCodec) throws
     {
         let e = item.entity
+        var (values, extra) = try serverValues(record, of: e, pk: item.pk, take: take, applier: applier, codec: codec)
+        if try applier.rowExists(e, pk: item.pk) {
+            try applier.update(e, pk: item.pk, values: values)
+        } else {
+            if e.isSurrogate, let rowid = RecordApplier.rowID(item.pk) { values[e.primaryKey[0]] = .integer(rowid) }
+            _ = try applier.insert(e, values: values)
+        }
+        try markSaved(item, tag: record.changeTag, base: .text(record.fields), extra: extra, deleted: false)
+    }
+
+    /// The local values of `record`'s fields in the columns `take` of row `pk`, and the fields the table lacks. A
+    /// reference to a parent this store does not know is left out.
+    private func serverValues(_ record: CloudRecord, of e: EntityMap, pk: String, take: Set<String>,
+                              applier: RecordApplier, codec: FieldCodec) throws -> (values: [String: Value], extra: String?)
+    {
         let decoded = try codec.decodeRecord(record.fields, columns: e.fieldColumns)
         var values: [String: Value] = [:]
         for (column, value) in decoded.values where take.contains(column) {
@@ -1193,20 +1293,14 @@ struct Exporter {
                 guard let ref = e.reference(for: column) else { continue }
                 if let key = try applier.parentKey(parent: ref.parent, recordName: name) {
                     values[column] = key
-                } else if ref.parent == e.name, let own = RecordApplier.rowID(item.pk),
+                } else if ref.parent == e.name, let own = RecordApplier.rowID(pk),
                           try applier.sameRecord(name, record.recordName)
                 {
                     values[column] = .integer(own)  // a row that is its own parent, brought back
                 }
             }
         }
-        if try applier.rowExists(e, pk: item.pk) {
-            try applier.update(e, pk: item.pk, values: values)
-        } else {
-            if e.isSurrogate, let rowid = RecordApplier.rowID(item.pk) { values[e.primaryKey[0]] = .integer(rowid) }
-            _ = try applier.insert(e, values: values)
-        }
-        try markSaved(item, tag: record.changeTag, base: .text(record.fields), extra: decoded.extra, deleted: false)
+        return (values, decoded.extra)
     }
 
     /// Records a successful save in the record map; a merged save also makes the local row match.

@@ -17,6 +17,9 @@ struct Outgoing {
         var recordType: String
         var changeTag: String?
         var reason: Reason
+        /// The local row that stands for the record under a new name (a child renamed for its new parent, whose
+        /// old record is this delete), when the row is that record still, not a new row.
+        var pk: String? = nil
     }
 
     let db: Connection
@@ -25,23 +28,24 @@ struct Outgoing {
 
     // MARK: Deletes
 
-    /// Queues the tombstone of record `name` (last seen with `tag`) for the next export.
-    func delete(_ name: String, type: String, tag: String?, reason: Reason) throws {
+    /// Queues the tombstone of record `name` (last seen with `tag`) for the next export. `pk`: the local row that
+    /// carries the record on under another name (`Delete.pk`).
+    func delete(_ name: String, type: String, tag: String?, reason: Reason, pk: String? = nil) throws {
         precondition(reason.kind == .delete, "\(reason) is not a reason to delete")
         try db.run("""
             INSERT OR REPLACE INTO _storectl_outgoing(record_name, record_type, kind, pk, change_tag, reason, created_at)
-            VALUES (?, ?, 'delete', NULL, ?, ?, \(StoreFormat.nowMillisecondsSQL))
-            """, [name, type, tag, reason.rawValue])
+            VALUES (?, ?, 'delete', ?, ?, ?, \(StoreFormat.nowMillisecondsSQL))
+            """, [name, type, pk, tag, reason.rawValue])
     }
 
     /// The queued deletes, by record name.
     func deletes() throws -> [Delete] {
         try db.query("""
-            SELECT record_name, record_type, change_tag, reason FROM _storectl_outgoing WHERE kind = 'delete'
+            SELECT record_name, record_type, change_tag, reason, pk FROM _storectl_outgoing WHERE kind = 'delete'
             ORDER BY record_name
             """).map {
             Delete(recordName: $0[0].string ?? "", recordType: $0[1].string ?? "", changeTag: $0[2].string,
-                   reason: $0[3].string.flatMap(Reason.init(rawValue:)) ?? .leftByCrash)
+                   reason: $0[3].string.flatMap(Reason.init(rawValue:)) ?? .leftByCrash, pk: $0[4].string)
         }
     }
 

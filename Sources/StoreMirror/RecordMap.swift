@@ -171,15 +171,18 @@ public struct RecordMap {
     }
 
     /// Gives (entity, pk) the record name `wanted` (with a random suffix when another entry holds it), never
-    /// synced.
-    func rename(entity: String, pk: String, to wanted: String) throws {
+    /// synced. With `carryingOn`, the row is its old record still under the new name: the entry keeps the old
+    /// record's base and the fields the table lacks, so that the new record starts from them (and a change the
+    /// old record got elsewhere meanwhile is told from this row's own, `Exporter.followOldRecord`).
+    func rename(entity: String, pk: String, to wanted: String, carryingOn: Bool = false) throws {
         let taken = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_records WHERE record_name = ?)",
                                   [wanted])?.int64 == 1
         try db.run("""
             UPDATE _storectl_records SET record_name = ?1 || CASE WHEN ?2 THEN '.' || lower(hex(randomblob(6)))
-                ELSE '' END, change_tag = NULL, base = NULL, extra = NULL, deleted = 0
+                ELSE '' END, change_tag = NULL, base = CASE WHEN ?5 THEN base END,
+                extra = CASE WHEN ?5 THEN extra END, deleted = 0
             WHERE entity = ?3 AND pk = ?4
-            """, [wanted, taken, entity, pk])
+            """, [wanted, taken, entity, pk, carryingOn])
     }
 
     /// A condition on history row `h`: it is past what a rename of its key already looked at.

@@ -1,0 +1,110 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// A note deleted and inserted again at its rowid on store a (its rows that reference it kept: a deferred foreign
+/// key without an action), while store b edits or deletes those rows. a sends them again under the note's new
+/// name; they are the same rows, not new ones, so b's edits and deletes stand, under every merge policy, and a's own
+/// edits of them meet b's by the policy. Before, a sent them whole: b's edits were lost and its deletes undone.
+final class RenamedParentChildEditsTests: XCTestCase {
+    static let one = "->notes{title=t:'one again',uuid=t:'u1'}"
+    static let notes = ["notes|title=t:'one again'|uuid=t:'u1'", "notes|title=t:'two'|uuid=t:'u2'"]
+    static let linkR = "links|label=t:'r'|note_id=->notes{title=t:'two',uuid=t:'u2'}|weight=i:1"
+
+    /// b changes the rows of note u1 (`bSQL`), syncs; then a deletes and inserts u1 again at its rowid, with
+    /// `aSQL` in the same transaction.
+    func scenario(_ backend: FleetBackend, policy: String, bSQL: String, aSQL: String = "", expected: [String],
+                  what: String) throws
+    {
+        let f = try Fleet.pair(backend, schema: ChildrenOfARenamedParentTests.schema, policy: policy, rows: """
+            INSERT INTO notes VALUES (1, 'u1', 'one'), (2, 'u2', 'two');
+            INSERT INTO links VALUES (1, 'p', 1), (1, 'q', 1), (2, 'r', 1);
+            INSERT INTO comments VALUES (10, 1, 'on one'), (11, 1, 'also on one');
+            """, label: "storectl-renamed-parent-edits")
+        // b's rowids are its own: its rows are found by their values.
+        try f.sql("b", bSQL)
+        try f.run("b", ["sync"])
+        try f.sql("a", """
+            BEGIN; DELETE FROM notes WHERE id = 1; INSERT INTO notes VALUES (1, 'u1', 'one again'); \(aSQL) COMMIT;
+            """, foreignKeys: true)
+        try f.syncRounds(3, ["a", "b"])
+        let what = "[\(backend), \(policy)] \(what)"
+        try f.assertRows((expected + Self.notes + [Self.linkR]).sorted(), what)
+        for s in f.stores { try f.assertHealthy(s, what) }
+    }
+
+    static let policies = ["server-wins", "local-wins", "property-server-wins", "property-local-wins", "error"]
+
+    func testEditsOfTheRowsOfANoteInsertedAgainStandUnderEveryPolicyFile() throws {
+        for policy in Self.policies {
+            try scenario(.file, policy: policy, bSQL: """
+                UPDATE comments SET body = 'edited by b' WHERE body = 'on one';
+                UPDATE links SET weight = 9 WHERE label = 'q';
+                """, expected: ["comments|body=t:'also on one'|note_id=\(Self.one)",
+                                "comments|body=t:'edited by b'|note_id=\(Self.one)",
+                                "links|label=t:'p'|note_id=\(Self.one)|weight=i:1",
+                                "links|label=t:'q'|note_id=\(Self.one)|weight=i:9"],
+                what: "b's edits of the rows of a note a inserted again")
+        }
+    }
+
+    func testDeletesOfTheRowsOfANoteInsertedAgainStandUnderEveryPolicyFile() throws {
+        for policy in Self.policies {
+            try scenario(.file, policy: policy, bSQL: """
+                DELETE FROM comments WHERE body = 'on one'; DELETE FROM links WHERE label = 'q';
+                """, expected: ["comments|body=t:'also on one'|note_id=\(Self.one)",
+                                "links|label=t:'p'|note_id=\(Self.one)|weight=i:1"],
+                what: "b's deletes of the rows of a note a inserted again")
+        }
+    }
+
+    /// a edits the same rows in the transaction that inserts the note again: the merge policy decides between
+    /// the two edits, as for any row.
+    func testBothSidesEditingTheRowsOfANoteInsertedAgainMeetByThePolicyFile() throws {
+        let bSQL = """
+            UPDATE comments SET body = 'edited by b' WHERE body = 'on one';
+            UPDATE links SET weight = 9 WHERE label = 'q';
+            """
+        let aSQL = "UPDATE comments SET body = 'edited by a' WHERE id = 10; UPDATE links SET weight = 5 WHERE label = 'q';"
+        for (policy, winner) in [("server-wins", "b"), ("local-wins", "a"), ("property-local-wins", "a")] {
+            try scenario(.file, policy: policy, bSQL: bSQL, aSQL: aSQL, expected: [
+                "comments|body=t:'also on one'|note_id=\(Self.one)",
+                "comments|body=t:'edited by \(winner)'|note_id=\(Self.one)",
+                "links|label=t:'p'|note_id=\(Self.one)|weight=i:1",
+                "links|label=t:'q'|note_id=\(Self.one)|weight=i:\(winner == "a" ? 5 : 9)"],
+                what: "both sides' edits of the rows of a note a inserted again")
+        }
+    }
+
+    /// Under `error`, the two edits are a conflict: a's sync exits 65 and nothing of the rows is lost either way.
+    func testBothSidesEditingUnderErrorIsAConflictFile() throws {
+        let f = try Fleet.pair(.file, schema: ChildrenOfARenamedParentTests.schema, policy: "error", rows: """
+            INSERT INTO notes VALUES (1, 'u1', 'one');
+            INSERT INTO links VALUES (1, 'q', 1);
+            """, label: "storectl-renamed-parent-conflict")
+        try f.sql("b", "UPDATE links SET weight = 9 WHERE label = 'q'")
+        try f.run("b", ["sync"])
+        try f.sql("a", """
+            BEGIN; DELETE FROM notes WHERE id = 1; INSERT INTO notes VALUES (1, 'u1', 'one again');
+            UPDATE links SET weight = 5 WHERE label = 'q'; COMMIT;
+            """, foreignKeys: true)
+        let result = try f.run("a", ["sync"], expect: 65)
+        XCTAssertTrue(result.stderr.contains("conflict"), result.stderr)
+        XCTAssertEqual(try f.rows("a", tables: ["links"]),
+                       ["links|label=t:'q'|note_id=\(Self.one)|weight=i:5"], "a's edit stays on a")
+        XCTAssertEqual(try f.rows("b", tables: ["links"]),
+                       ["links|label=t:'q'|note_id=->notes{title=t:'one',uuid=t:'u1'}|weight=i:9"],
+                       "b's edit stays on b and in the cloud")
+    }
+
+    func testEditsOfTheRowsOfANoteInsertedAgainStandPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try scenario(pg, policy: "local-wins", bSQL: """
+            UPDATE comments SET body = 'edited by b' WHERE body = 'on one';
+            DELETE FROM links WHERE label = 'q';
+            """, expected: ["comments|body=t:'also on one'|note_id=\(Self.one)",
+                            "comments|body=t:'edited by b'|note_id=\(Self.one)",
+                            "links|label=t:'p'|note_id=\(Self.one)|weight=i:1"],
+            what: "b's edit and delete of the rows of a note a inserted again")
+    }
+}
