@@ -1202,6 +1202,14 @@ struct Exporter {
             if try takesHeldUniqueValue(item, server: server, take: take, applier: applier, codec: codec) {
                 return .importFirst(ImportFirstError(entity: e.name, recordName: item.save.recordName))
             }
+            if try takesParentNotHereYet(item, server: server, take: take, applier: applier, codec: codec) {
+                // The row cannot take that reference now, and kept under its old parent it would go with that
+                // parent's tombstone if the same change deleted it. The import brings the parent and meets the
+                // record with the row's changes here (by the same policy); the export after it sends the rest.
+                return .importFirst(ImportFirstError(entity: e.name, recordName: item.save.recordName,
+                                                     why: "was moved in the cloud under a parent this store has "
+                                                        + "not imported yet"))
+            }
             // Start from the server's record (its fields this store lacks included), put the local values of the
             // columns the local side wins.
             let localWins = Set(e.fieldColumns).subtracting(take)
@@ -1221,6 +1229,29 @@ struct Exporter {
             again.takeServer = take
             return .saveAgain(again)
         }
+    }
+
+    /// Whether the server's record, in the columns `take`, moves the row of `item` to a parent whose record this
+    /// store has not imported yet (not in the record map, not waiting or set aside: the next import brings it).
+    private func takesParentNotHereYet(_ item: Pending, server: CloudRecord, take: Set<String>,
+                                       applier: RecordApplier, codec: FieldCodec) throws -> Bool
+    {
+        let e = item.entity
+        let moved = try codec.differing(item.save.fields, server.fields, columns: e.fieldColumns.filter {
+            take.contains($0) && e.reference(for: $0) != nil
+        })
+        guard !moved.isEmpty else { return false }
+        let decoded = try codec.decodeRecord(server.fields, columns: e.fieldColumns)
+        for column in moved {
+            guard case .ref(let name?)? = decoded.values[column] else { continue }
+            if try applier.mapEntry(name: name) == nil,
+               try !Inbox(db).holds(name, in: Inbox.State.allCases),
+               try !applier.sameRecord(name, server.recordName)
+            {
+                return true
+            }
+        }
+        return false
     }
 
     /// Whether bringing the local row of `item` to the server's values of the columns `take` would give it a UNIQUE
