@@ -1024,14 +1024,18 @@ struct Exporter {
                             retry.append(again)
                             continue
                         }
-                        if server.deleted, !item.save.deleted, item.save.expectedTag == nil, item.entity.isSurrogate,
+                        if !item.save.deleted, item.save.expectedTag == nil, item.entity.isSurrogate,
                            let inserted = try insertTime(item),
-                           Double(inserted) > server.modifiedAt * 1000 || inserted > applier.restoredAt ?? Int64.max
+                           server.deleted
+                               ? Double(inserted) > server.modifiedAt * 1000 || inserted > applier.restoredAt ?? Int64.max
+                               : server.modifiedBy != device && inserted > applier.restoredAt ?? Int64.max
                         {
                             // A new row whose derived name belongs to a record deleted before the row existed (its
                             // rowid was reused, here or in an older copy of this store), or, on a restored copy, a
                             // row inserted after the later self's last export (the record is the later self's row,
-                            // whoever deleted or merged it since): not that record. It gets a new name of its own.
+                            // whoever deleted, merged or edited it since; the import brings it back as a row of its
+                            // own): not that record. It gets a new name of its own. (After a crash, the store's own
+                            // save under the name, edited elsewhere since, is in the record map: `Reconciler`.)
                             var again = item
                             again.save.recordName = try freshName(item)
                             retry.append(again)
