@@ -37,6 +37,10 @@ public struct EntityMap: Sendable, Equatable {
     /// The UNIQUE keys of `uniqueKeys` whose values can be equal with different bytes: a collation other than
     /// BINARY (`COLLATE NOCASE`), or a column without affinity (the integer 2 and the real 2.0).
     public var looseUniqueKeys: [[String]] = []
+    /// For each key of `uniqueKeys`, the collation its index compares each column with (`pragma_index_xinfo`):
+    /// the column's own, or the one the index names (`CREATE UNIQUE INDEX ... (email COLLATE NOCASE)` on a column
+    /// without one).
+    public var uniqueCollations: [[String]: [String]] = [:]
     /// The table's UNIQUE keys with its `unique:` rule, if it has one: the keys the merge policies decide whole.
     func uniqueKeys(with rule: UniqueRule?) -> [[String]] { uniqueKeys + (rule.map { [$0.columns] } ?? []) }
     /// The columns declared NOT NULL.
@@ -75,7 +79,7 @@ public struct EntityMap: Sendable, Equatable {
                 refs.append(Reference(column: fk.columns[0], parent: fk.parentTable))
             }
         }
-        let (unique, loose) = try uniqueKeys(db, table: table, primaryKey: pk.map(\.name), columns: info)
+        let (unique, loose, collations) = try uniqueKeys(db, table: table, primaryKey: pk.map(\.name), columns: info)
         let storeID = try StoreMeta.value(db, .storeID) ?? ""
         var map = EntityMap(name: table, columns: info.map(\.name), declaredTypes: info.map(\.declaredType),
                             primaryKey: pk.map(\.name), isSurrogate: surrogate, references: refs, parents: parents,
@@ -83,6 +87,7 @@ public struct EntityMap: Sendable, Equatable {
         map.foreignKeys = keys
         map.uniqueKeys = unique
         map.looseUniqueKeys = loose
+        map.uniqueCollations = collations
         map.notNullColumns = Set(info.filter(\.notNull).map(\.name))
         map.withoutRowID = try db.scalar("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?",
                                          [table])?.int64 == 1
@@ -92,10 +97,11 @@ public struct EntityMap: Sendable, Equatable {
     /// The column sets of `table`'s UNIQUE constraints and plain unique indexes other than the primary key, and
     /// those of them whose values can be equal with other bytes (`looseUniqueKeys`).
     private static func uniqueKeys(_ db: Connection, table: String, primaryKey: [String], columns info: [ColumnInfo])
-        throws -> ([[String]], [[String]])
+        throws -> ([[String]], [[String]], [[String]: [String]])
     {
         var unique: [[String]] = []
         var loose: [[String]] = []
+        var collations: [[String]: [String]] = [:]
         for index in try db.query("""
             SELECT name FROM pragma_index_list(?) WHERE "unique" = 1 AND origin <> 'pk' AND partial = 0
             """, [table]) {
@@ -107,6 +113,7 @@ public struct EntityMap: Sendable, Equatable {
             let columns = parts.compactMap { $0[1].string }
             if columns.sorted() != primaryKey.sorted() && !unique.contains(columns) {
                 unique.append(columns)
+                collations[columns] = parts.map { ($0[2].string ?? "BINARY").uppercased() }
                 // Equal under the index's collation, or as numbers in a column without affinity (2 and 2.0).
                 let affinityless = columns.contains { column in
                     let declared = info.first { $0.name == column }?.declaredType.uppercased() ?? ""
@@ -119,7 +126,29 @@ public struct EntityMap: Sendable, Equatable {
                 }
             }
         }
-        return (unique, loose)
+        return (unique, loose, collations)
+    }
+
+    /// SQL that is true when `lhs` (a column of the table, or an expression) equals `rhs` as the index of UNIQUE
+    /// key `key` compares column `column`: under the index's collation, which a plain `=` on the column does not
+    /// follow when the index names another one than the column's. (A collation SQLite does not build in is left to
+    /// the column's.)
+    func uniqueEquals(_ key: [String], column: String, _ lhs: String, _ rhs: String) -> String {
+        guard let i = key.firstIndex(of: column), let collation = uniqueCollations[key]?[i],
+              ["BINARY", "NOCASE", "RTRIM"].contains(collation) else { return "\(lhs) = \(rhs)" }
+        return "\(lhs) = \(rhs) COLLATE \(collation)"
+    }
+
+    /// `value` as the index of UNIQUE key `key` compares column `column`, made byte for byte comparable: the
+    /// text folded to lower case under NOCASE (SQLite folds ASCII only, as `lower` does), trailing spaces dropped
+    /// under RTRIM.
+    func uniqueComparable(_ key: [String], column: String, _ value: String) -> String {
+        guard let i = key.firstIndex(of: column), let collation = uniqueCollations[key]?[i] else { return value }
+        switch collation {
+        case "NOCASE": return "CASE WHEN typeof(\(value)) = 'text' THEN lower(\(value)) ELSE \(value) END"
+        case "RTRIM": return "CASE WHEN typeof(\(value)) = 'text' THEN rtrim(\(value), ' ') ELSE \(value) END"
+        default: return value
+        }
     }
 
     /// Whether `table`'s primary key is an alias of the rowid: a single column declared exactly `INTEGER`, in a

@@ -117,6 +117,11 @@ struct Exporter {
     /// The store's schema version: every save carries it, and a zone at a later one refuses the batch.
     private let schemaVersion: Int
 
+    /// Whether an import follows this export in the same sync (`Mirror.sync`'s first export): a row the cloud moved
+    /// under a parent not imported yet is then left to it (`takesParentNotHereYet`). Without one (the sync's
+    /// second export, after the import could not bring the parent), the row is merged as any other.
+    var importFollows = false
+
     init(db: Connection, cloud: any CloudDatabase, options: MirrorOptions, entities: [EntityMap], device: String) {
         self.db = db
         self.cloud = cloud
@@ -777,9 +782,7 @@ struct Exporter {
             let values = try serverValues(server, of: e, pk: pk, take: take.subtracting(key), applier: applier,
                                           codec: codec)
             if !values.values.isEmpty { try applier.update(e, pk: pk, values: values.values) }
-            if let extra = values.extra {
-                try db.run("UPDATE _storectl_records SET extra = ? WHERE entity = ? AND pk = ?", [extra, e.name, pk])
-            }
+            if let extra = values.extra { try RecordMap(db).setExtra(entity: e.name, pk: pk, extra: extra) }
         }
         return nil
     }
@@ -1157,7 +1160,8 @@ struct Exporter {
             Set(try codec.differing(base: item.base, server.fields, columns: e.fieldColumns)))
         repointed.subtract(serverSide.changed)
         let holdsLocal = try !local.deleted && !server.deleted && !item.save.deleted
-            && codec.differing(item.save.fields, server.fields, columns: local.changed.sorted()).isEmpty
+            && codec.differing(item.save.fields, server.fields, columns: local.changed.subtracting(repointed).sorted())
+                .isEmpty
         let unique = e.uniqueKeys(with: options.uniqueRules[e.name]).map(Set.init)
         // A row sent only for its re-pointed reference keeps the server's record but for that reference, and
         // follows its delete: the property rule that keeps the server's value wherever it changed one.
@@ -1206,7 +1210,7 @@ struct Exporter {
             if try takesHeldUniqueValue(item, server: server, take: take, applier: applier, codec: codec) {
                 return .importFirst(ImportFirstError(entity: e.name, recordName: item.save.recordName))
             }
-            if try takesParentNotHereYet(item, server: server, take: take, applier: applier, codec: codec) {
+            if importFollows, try takesParentNotHereYet(item, server: server, take: take, applier: applier, codec: codec) {
                 // The row cannot take that reference now, and kept under its old parent it would go with that
                 // parent's tombstone if the same change deleted it. The import brings the parent and meets the
                 // record with the row's changes here (by the same policy); the export after it sends the rest.
@@ -1288,7 +1292,9 @@ struct Exporter {
                 }
             }
             if values.contains(where: \.isNull) || values == local { continue }
-            let match = key.enumerated().map { "t.\(quoteIdentifier($1)) = ?\($0 + 2)" }.joined(separator: " AND ")
+            let match = key.enumerated().map {
+                e.uniqueEquals(key, column: $1, "t.\(quoteIdentifier($1))", "?\($0 + 2)")
+            }.joined(separator: " AND ")
             if try db.scalar("SELECT 1 FROM \(e.quotedName) t WHERE \(match) AND NOT (\(e.pkMatches("t", json: "?1"))) "
                                 + "LIMIT 1", [Value.text(item.pk)] + values) != nil
             {

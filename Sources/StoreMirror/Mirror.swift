@@ -265,8 +265,9 @@ public final class Mirror {
     /// Pushes local changes (or a baseline of every row) to the cloud.
     /// - Throws: `MassDeleteError`, `ConflictError`, `CloudError`, `SQLiteError`; `RowsNotSentError` after
     ///   everything else was sent.
-    public func exportChanges(baseline: Bool? = nil, progress: (Int, Int?) -> Void = { _, _ in }) throws
-        -> ExportReport
+    /// `importFollows`: the sync imports right after (`Exporter.importFollows`).
+    public func exportChanges(baseline: Bool? = nil, importFollows: Bool = false,
+                              progress: (Int, Int?) -> Void = { _, _ in }) throws -> ExportReport
     {
         try prepare()
         // A read-only participant sends nothing: its local changes stay in history, reported as not sent.
@@ -287,7 +288,8 @@ public final class Mirror {
             Failpoint.hit("export.after-commit")
             return report
         }
-        let exporter = Exporter(db: db, cloud: cloud, options: options, entities: entities, device: device)
+        var exporter = Exporter(db: db, cloud: cloud, options: options, entities: entities, device: device)
+        exporter.importFollows = importFollows
         let report = try exporter.run(baseline: baseline, progress: progress)
         if !report.unsent.isEmpty {
             throw RowsNotSentError(rows: report.unsent, limit: options.maxRecordSize)
@@ -405,7 +407,7 @@ public final class Mirror {
         var importFirst = false
         var notSent: RowsNotSentError?
         do {
-            exported = try exportChanges { progress("export", $0, $1) }
+            exported = try exportChanges(importFollows: true) { progress("export", $0, $1) }
         } catch is ImportFirstError {
             // A row the cloud moved to a UNIQUE value another row holds here: the import settles them together,
             // then the export below sends what is left.

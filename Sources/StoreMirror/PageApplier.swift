@@ -340,7 +340,9 @@ final class PageApplier {
             // way to another row); two records of the run with the same values are, one by one, the second a
             // duplicate of the first. A NULL never collides.
             try db.run(sql("unique\(n)", entity) {
-                let match = key.map { "t.\(quoteIdentifier($0)) = \(Self.value(entity, $0))" }.joined(separator: " AND ")
+                let match = key.map {
+                    entity.uniqueEquals(key, column: $0, "t.\(quoteIdentifier($0))", Self.value(entity, $0))
+                }.joined(separator: " AND ")
                 return """
                     UPDATE temp._storectl_page_kind AS k SET kind = 'rest' FROM temp._storectl_page p
                     WHERE p.i = k.i AND \(candidates)
@@ -351,9 +353,10 @@ final class PageApplier {
             try db.run(sql("uniqueRun\(n)", entity) {
                 let values = key.map { Self.value(entity, $0) }
                 let nulls = values.map { "\($0) IS NULL" }.joined(separator: " OR ")
+                let comparable = zip(key, values).map { entity.uniqueComparable(key, column: $0, $1) }
                 return """
                     WITH c(i, u) AS (
-                        SELECT k.i, CASE WHEN \(nulls) THEN NULL ELSE json_array(\(values.joined(separator: ", "))) END
+                        SELECT k.i, CASE WHEN \(nulls) THEN NULL ELSE json_array(\(comparable.joined(separator: ", "))) END
                         FROM temp._storectl_page_kind k JOIN temp._storectl_page p ON p.i = k.i WHERE \(candidates))
                     UPDATE temp._storectl_page_kind SET kind = 'rest' WHERE i IN (
                         SELECT i FROM c WHERE u IN (SELECT u FROM c WHERE u IS NOT NULL GROUP BY u HAVING count(*) > 1))

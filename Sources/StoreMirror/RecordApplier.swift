@@ -883,7 +883,9 @@ final class RecordApplier {
         for columns in entity.uniqueKeys {
             let keyValues = columns.map { values[$0] ?? .null }
             if keyValues.contains(where: \.isNull) { continue }  // NULLs never collide in a UNIQUE index
-            let match = columns.enumerated().map { "t.\(quoteIdentifier($1)) = ?\($0 + 1)" }.joined(separator: " AND ")
+            let match = columns.enumerated().map {
+                entity.uniqueEquals(columns, column: $1, "t.\(quoteIdentifier($1))", "?\($0 + 1)")
+            }.joined(separator: " AND ")
             let n = columns.count
             let rows = try db.query("""
                 SELECT \(entity.pkJSON("t")), coalesce(r.record_name, \(entity.derivedName("t"))), r.change_tag,
