@@ -99,12 +99,14 @@ public struct CloudRecord: Sendable, Equatable {
 /// One record to save: a new state, or a deletion.
 public struct RecordSave: Sendable, Equatable {
     /// What a tombstone's fields are stored as: `{}`, unless they are an alias (`{"$alias": "NAME"}`: the record was
-    /// merged into NAME as a duplicate), which every backend keeps as it is.
+    /// merged into NAME as a duplicate) or the orphan rule's mark (`orphanTombstone`), which every backend keeps as
+    /// they are.
     ///
     /// The alias is kept only when the fields are exactly that object, one string member: a record name may hold
     /// any character (a natural key's name holds commas and quotes, `tag_props:["tags/1","color"]`), so the test is
     /// a JSON decoding, not a look at the text.
     public static func tombstoneFields(_ fields: String) -> String {
+        if fields == orphanTombstone { return fields }
         guard fields.hasPrefix("{\"$alias\":"),
               let object = try? JSONDecoder().decode([String: String].self, from: Data(fields.utf8)),
               object.count == 1, let target = object["$alias"], !target.isEmpty
@@ -114,8 +116,12 @@ public struct RecordSave: Sendable, Equatable {
 
     public var recordName: String
     public var recordType: String
+    /// The fields of the tombstone of a row deleted by the orphan rule (its parent was deleted), not by a user.
+    public static let orphanTombstone = #"{"$orphan":true}"#
+
     /// JSON object text. A deletion's fields are stored as `{}`, unless they say where a merged record went:
-    /// `{"$alias": "NAME"}` (a duplicate merged into NAME) is kept.
+    /// `{"$alias": "NAME"}` (a duplicate merged into NAME) is kept, or that the row went with its parent by the
+    /// orphan rule (`orphanTombstone`, exactly).
     public var fields: String
     public var deleted: Bool
     /// The change tag the saver last saw; nil when it believes the record does not exist yet.

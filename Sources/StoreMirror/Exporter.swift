@@ -506,7 +506,12 @@ struct Exporter {
             statement = try db.cached("""
                 SELECT c.pk, coalesce(r.record_name, CASE WHEN \(present) THEN \(e.derivedName("t")) END),
                        r.change_tag, r.base, r.deleted, \(present), \(e.fieldsJSON("t", extra: "r.extra")),
-                       r.extra, \(base), c.pk, c.repoint
+                       r.extra, \(base), c.pk, c.repoint,
+                       CASE WHEN \(present) THEN 0 ELSE coalesce((
+                           SELECT h.author = \(quoteLiteral(MirrorState.cascadeAuthor)) FROM main._storectl_history h
+                           WHERE h.entity = ?1 AND h.pk = c.pk AND h.op = 'D'
+                             AND h.author <> \(quoteLiteral(MirrorState.importAuthor))
+                           ORDER BY h.seq DESC LIMIT 1), 0) END
                 FROM temp._storectl_changes c
                 LEFT JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
                 LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = c.pk
@@ -561,7 +566,8 @@ struct Exporter {
                 sent.append(pk)
                 batch.append(Pending(entity: e, pk: pk,
                                      save: RecordSave(recordName: name, recordType: e.name,
-                                                      fields: try tombstoneFields(name), deleted: true,
+                                                      fields: try tombstoneFields(name, orphan: !baseline && row.int64(11) == 1),
+                                                      deleted: true,
                                                       expectedTag: tag),
                                      base: base, historySeq: historySeq))
             } else if !mappedDeleted {
@@ -665,7 +671,8 @@ struct Exporter {
         var userDeletes: Set<String> = []
         for entry in entries {
             saves.append(RecordSave(recordName: entry.recordName, recordType: entry.recordType,
-                                    fields: try tombstoneFields(entry.recordName), deleted: true,
+                                    fields: try tombstoneFields(entry.recordName, orphan: entry.reason == .parentDeleted),
+                                    deleted: true,
                                     expectedTag: entry.changeTag))
             if entry.reason.isUserDelete { userDeletes.insert(entry.recordName) }
         }
@@ -891,8 +898,11 @@ struct Exporter {
 
     /// The fields of the tombstone of record `name`: `{}`, or `{"$alias": WINNER}` when the record was merged into
     /// another as a duplicate, so that other devices re-point its children instead of deleting them.
-    private func tombstoneFields(_ name: String) throws -> String {
-        guard let target = try RecordMap(db).aliasTarget(of: name) else { return "{}" }
+    /// `orphan`: the row went by the orphan rule (its parent was deleted on another device), not by a user's delete
+    /// here: `{"$orphan": true}` tells the other devices so (`Exporter.resolve`: a row sent again only for its
+    /// re-pointed reference is not deleted by it).
+    private func tombstoneFields(_ name: String, orphan: Bool = false) throws -> String {
+        guard let target = try RecordMap(db).aliasTarget(of: name) else { return orphan ? RecordSave.orphanTombstone : "{}" }
         return try db.scalar("SELECT json_object('$alias', ?)", [target])?.string ?? "{}"
     }
 
@@ -1163,6 +1173,16 @@ struct Exporter {
             && codec.differing(item.save.fields, server.fields, columns: local.changed.subtracting(repointed).sorted())
                 .isEmpty
         let unique = e.uniqueKeys(with: options.uniqueRules[e.name]).map(Set.init)
+        if item.repointOnly, !item.save.deleted, server.deleted, server.modifiedBy != device,
+           server.fields == RecordSave.orphanTombstone
+        {
+            // Deleted elsewhere by the orphan rule: its old parent's tombstone (this store's rename, sent before
+            // the row's re-point) reached that device first. The row is under its new parent: it lives on.
+            var again = item
+            again.save.expectedTag = server.changeTag
+            again.takeServer = []
+            return .saveAgain(again)
+        }
         // A row sent only for its re-pointed reference keeps the server's record but for that reference, and
         // follows its delete: the property rule that keeps the server's value wherever it changed one.
         let policy = item.repointOnly && !item.save.deleted ? MergePolicy.propertyServerWins : options.mergePolicy

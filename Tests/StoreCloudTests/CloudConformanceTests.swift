@@ -334,12 +334,18 @@ class CloudConformanceTests: XCTestCase {
         _ = try db.save(zone: zone, [save("bad-alias", #"{"$alias":"x","more":1}"#, deleted: true, expecting: nil)],
                         device: "d3")
         XCTAssertEqual(try db.fetchRecord(zone: zone, recordName: "bad-alias")?.fields, "{}")
+        // So is the mark of a row the orphan rule deleted, exactly as written.
+        _ = try db.save(zone: zone, [save("orphan", RecordSave.orphanTombstone, deleted: true, expecting: nil),
+                                     save("bad-orphan", #"{"$orphan":true,"x":1}"#, deleted: true, expecting: nil)],
+                        device: "d3")
+        XCTAssertEqual(try db.fetchRecord(zone: zone, recordName: "orphan")?.fields, RecordSave.orphanTombstone)
+        XCTAssertEqual(try db.fetchRecord(zone: zone, recordName: "bad-orphan")?.fields, "{}")
         _ = try db.save(zone: zone, [save("kept", #"{"x":2}"#, expecting: try db.fetchRecord(zone: zone,
                                                                                           recordName: "kept")?.changeTag)],
                         device: "d3")
         // From the beginning, the tombstone is there too (a reader that never saw the record learns of it).
         XCTAssertEqual(try db.fetchChanges(zone: zone, since: nil, limit: 10).records.filter(\.deleted).map(\.recordName),
-                       ["gone", "bad-alias"])
+                       ["gone", "bad-alias", "orphan", "bad-orphan"])
 
         // A tombstone counts as existing: "must not exist" conflicts with it and returns it.
         let recreate = try db.save(zone: zone, [save("gone", #"{"x":2}"#, expecting: nil)], device: "d")
