@@ -221,13 +221,17 @@ struct Exporter {
     private func collectChanges(baseline: Bool, after: Int64, upto: Int64) throws {
         try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_changes(entity TEXT NOT NULL, pk TEXT NOT NULL, "
                        + "together INTEGER NOT NULL DEFAULT 0, repoint INTEGER NOT NULL DEFAULT 0, "
-                       + "PRIMARY KEY (entity, pk)) WITHOUT ROWID")
+                       + "orphan INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (entity, pk)) WITHOUT ROWID")
         try db.execute("DELETE FROM temp._storectl_changes")
         if !baseline {
+            // `orphan`: the key's last change is a delete by the orphan rule (`tombstoneFields`). SQLite takes the
+            // bare columns of a `max()` aggregate from the row that holds the maximum: the key's last change.
             try db.run("""
-                INSERT INTO temp._storectl_changes(entity, pk)
-                SELECT DISTINCT entity, pk FROM main._storectl_history WHERE seq > ?1 AND seq <= ?2 AND author <> ?3
-                """, [after, upto, MirrorState.importAuthor])
+                INSERT INTO temp._storectl_changes(entity, pk, orphan)
+                SELECT entity, pk, orphan FROM (
+                    SELECT entity, pk, op = 'D' AND author = ?4 AS orphan, max(seq)
+                    FROM main._storectl_history WHERE seq > ?1 AND seq <= ?2 AND author <> ?3 GROUP BY entity, pk)
+                """, [after, upto, MirrorState.importAuthor, MirrorState.cascadeAuthor])
             try db.execute("INSERT OR IGNORE INTO temp._storectl_changes(entity, pk) " + Outgoing.unsentRowsSQL)
         }
     }
@@ -506,12 +510,7 @@ struct Exporter {
             statement = try db.cached("""
                 SELECT c.pk, coalesce(r.record_name, CASE WHEN \(present) THEN \(e.derivedName("t")) END),
                        r.change_tag, r.base, r.deleted, \(present), \(e.fieldsJSON("t", extra: "r.extra")),
-                       r.extra, \(base), c.pk, c.repoint,
-                       CASE WHEN \(present) THEN 0 ELSE coalesce((
-                           SELECT h.author = \(quoteLiteral(MirrorState.cascadeAuthor)) FROM main._storectl_history h
-                           WHERE h.entity = ?1 AND h.pk = c.pk AND h.op = 'D'
-                             AND h.author <> \(quoteLiteral(MirrorState.importAuthor))
-                           ORDER BY h.seq DESC LIMIT 1), 0) END
+                       r.extra, \(base), c.pk, c.repoint, c.orphan
                 FROM temp._storectl_changes c
                 LEFT JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
                 LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = c.pk
@@ -886,7 +885,9 @@ struct Exporter {
         for key in keys {
             let values = key.compactMap { resolved[$0] }
             guard values.count == key.count, !values.contains(where: \.isNull) else { continue }
-            let match = key.map { "t.\(quoteIdentifier($0)) = ?" }.joined(separator: " AND ")
+            // As the key's index compares (a `unique:` rule: as its columns do).
+            let match = key.map { e.uniqueEquals(key, column: $0, "t.\(quoteIdentifier($0))", "?") }
+                .joined(separator: " AND ")
             if try db.scalar("SELECT 1 FROM main.\(e.quotedName) t WHERE \(match) LIMIT 1",
                              values.map { $0 as any SQLBindable }) != nil
             {
