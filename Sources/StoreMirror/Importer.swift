@@ -89,6 +89,7 @@ struct Importer {
         }
 
         // Apply: what was fetched, in one write transaction, with no network call.
+        do {
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             // A child may arrive in the same import as its parent, in any order: check at commit.
             try db.deferForeignKeys()
@@ -162,6 +163,9 @@ struct Importer {
             Failpoint.hit("import.before-commit")
             tCommit = Trace.start()
         }
+        } catch let error as SQLiteError where error.extendedCode == 787 {
+            throw try foreignKeyBroken(error)
+        }
         Trace.add("import.commit", tCommit)
         Failpoint.hit("import.after-commit")
         report.token = token?.rawValue
@@ -199,6 +203,28 @@ struct Importer {
         }
         applier.conflicts.removeLast(applier.conflicts.count - conflictsBefore)
         for record in records { try applyOne(record, applier: applier, report: &report) }
+    }
+
+    /// The import's commit met a foreign key its rows break (checked at commit): the records reference rows this
+    /// store does not have, which no import brings when the parent table is not tracked. Nothing was applied; the
+    /// error names the foreign keys to untracked tables, and the fix.
+    private func foreignKeyBroken(_ error: SQLiteError) throws -> StoreError {
+        let tracked = Set(entities.map(\.name))
+        var untracked: [String] = []
+        for e in entities {
+            for fk in try db.foreignKeys(of: e.name) where !tracked.contains(fk.parentTable) {
+                untracked.append("\(e.name)(\(fk.columns.joined(separator: ", "))) references '\(fk.parentTable)', "
+                                 + "which is not tracked")
+            }
+        }
+        return StoreError(.dataError, "the import would leave rows of this store referencing rows it does not have "
+                            + "(\(error.message)); nothing of it was applied",
+                          details: untracked.map { "  " + $0 },
+                          hint: untracked.isEmpty
+                            ? "run 'storectl cloud check' to see the tables' foreign keys; give this store the rows "
+                                + "they reference, then run 'storectl sync' again"
+                            : "add the referenced tables to the store's 'entities:' (or give this store the rows "
+                                + "they reference), then run 'storectl sync' again")
     }
 
     /// The one drain of the inbox, once the pages are applied, in one order:
