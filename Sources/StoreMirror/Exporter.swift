@@ -767,8 +767,7 @@ struct Exporter {
         guard let e = entities.first(where: { $0.name == entry.recordType }), try applier.rowExists(e, pk: pk) else {
             return nil
         }
-        let base = try db.query("SELECT base FROM _storectl_records WHERE entity = ? AND pk = ?", [e.name, pk])
-            .first?[0]
+        let base = try applier.mapEntry(entity: e.name, pk: pk)?.base
         let key = Set(e.primaryKey)
         var local = try applier.localChanges(e, pk: pk, against: base) ?? MergeSide(deleted: false, changed: [])
         local.changed.subtract(key)

@@ -11,15 +11,21 @@ final class RestoredRowidEditedTests: XCTestCase {
         CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE, title TEXT NOT NULL);
         """
 
-    func newRowOverAnEditedRecord(_ backend: FleetBackend, policy: String) throws {
-        let f = try Fleet(backend: backend, schema: Self.schema, cloudExtra: "      merge_policy: \(policy)",
-                          label: "storectl-restored-edited")
+    /// Stores a and b under `policy`; a backed up empty ("empty"), then its later self writes note u1 at rowid 1 and
+    /// syncs.
+    func laterSelf(_ backend: FleetBackend, policy: String, label: String) throws -> Fleet {
+        let f = try Fleet(backend: backend, schema: Self.schema, cloudExtra: "      merge_policy: \(policy)", label: label)
         try f.cloudMode("a")
         try f.cloudMode("b")
         try f.backup("a", as: "empty")
-        // a's later self: note u1 at rowid 1, synced; b edits it.
         try f.sql("a", "INSERT INTO notes VALUES (1, 'u1', 'by a')")
         try f.run("a", ["sync"])
+        return f
+    }
+
+    func newRowOverAnEditedRecord(_ backend: FleetBackend, policy: String) throws {
+        // a's later self's note u1, edited by b.
+        let f = try laterSelf(backend, policy: policy, label: "storectl-restored-edited")
         try f.run("b", ["sync"])
         try f.sql("b", "UPDATE notes SET title = 'edited by b' WHERE uuid = 'u1'")
         try f.run("b", ["sync"])
@@ -41,13 +47,7 @@ final class RestoredRowidEditedTests: XCTestCase {
     /// On a store restored once, a later row's save killed before the store recorded it, then edited by b: the
     /// resumed sync finds its own save (`Reconciler`) and the row stays one row with b's edit, not two.
     func testAKilledSaveOnAStoreRestoredEarlierStaysOneRowFile() throws {
-        let f = try Fleet(backend: .file, schema: Self.schema, cloudExtra: "      merge_policy: local-wins",
-                          label: "storectl-restored-killed")
-        try f.cloudMode("a")
-        try f.cloudMode("b")
-        try f.backup("a", as: "empty")
-        try f.sql("a", "INSERT INTO notes VALUES (1, 'u1', 'by a')")
-        try f.run("a", ["sync"])
+        let f = try laterSelf(.file, policy: "local-wins", label: "storectl-restored-killed")
         try f.restore("a", from: "empty")
         try f.syncRounds(2, ["a", "b"])
         try f.sql("a", "INSERT INTO notes VALUES (5, 'u5', 'later on a')")
