@@ -77,7 +77,11 @@ final class PostgresStandby {
         if getuid() == 0, let pw = getpwnam("postgres") { chown(directory, pw.pointee.pw_uid, pw.pointee.pw_gid) }
         // A replication slot of its own keeps the primary's WAL until the standby has it: a standby stopped while
         // other tests write much WAL catches up when started again, rather than finding its segments recycled.
-        try run(bin + "/pg_basebackup", ["-D", directory + "/data", "-R", "-X", "stream", "-c", "fast", "-C",
+        // The slot is made and reserves WAL before the backup starts: `pg_basebackup -C` makes it only once the
+        // backup is under way, and a checkpoint in between (other tests writing) can recycle the segment the
+        // backup starts in ("requested WAL segment ... has already been removed").
+        _ = try Self.psql(url: primary, "SELECT 1 FROM pg_create_physical_replication_slot('\(slot)', true)", in: "/tmp")
+        try run(bin + "/pg_basebackup", ["-D", directory + "/data", "-R", "-X", "stream", "-c", "fast",
                                          "-S", slot, "-h", primarySocket, "-U", "postgres"])
         try start()
     }
