@@ -125,8 +125,9 @@ public final class StoreHandle {
         guard let report = try tracker.upgradeFormat(backupPath: backup, { from in
             try MirrorState.install(db)
             // Every table is compared once with its last synced record: values that older formats wrote with
-            // too few digits, and changes of a value's type only that their triggers did not record, go out.
-            if from < 3 { try StoreMeta.removeAll(db, .columns) }
+            // too few digits, and changes of a value's type (before 3) or of its case or trailing spaces under a
+            // column's collation (before 5) that their triggers did not record, go out.
+            if from < 5 { try StoreMeta.removeAll(db, .columns) }
             // Format 1 left no export marks in the container: the first sync compares the store's own records with
             // its record map once (a store restored from a copy is recognised that way too).
             if from < 2 { try StoreMeta.set(db, .ownRecordsUnchecked, "1") }

@@ -1,6 +1,6 @@
 import StoreSQLite
 
-/// The names and SQL of the store format, version 4.
+/// The names and SQL of the store format, version 5.
 ///
 /// Other programs (the sync engine, scripts, any SQLite client) rely on these names exactly: columns and keys may
 /// be added in later versions, never changed.
@@ -18,9 +18,13 @@ import StoreSQLite
 ///   state: waiting for a parent, held back, set aside) instead of `_storectl_pending` and `_storectl_quarantine`.
 ///   The triggers are unchanged. A format-3 store is upgraded the same way (its waiting records move into the
 ///   inbox); an older storectl refuses a format-4 store instead of making the old tables again beside it.
+/// - 5: the triggers compare values as bytes (`COLLATE BINARY`): under a column's `NOCASE` or `RTRIM` collation a
+///   change of case or of trailing spaces was not recorded, so never synced. A format-4 store is upgraded the same
+///   way, and its first sync compares every row once with its last synced record, so that such a change the older
+///   triggers missed is exported too.
 public enum StoreFormat {
     /// The format version this storectl writes, as a number.
-    public static let currentVersion = 4
+    public static let currentVersion = 5
     /// The format version written to meta `format_version`.
     public static let version = String(currentVersion)
     /// The oldest format this storectl upgrades.

@@ -69,9 +69,19 @@ struct TriggerSQL {
     /// Whether column `c` changed between OLD and NEW: its value, or (format 3) only its type. A disjunction
     /// without parentheses: it is only ever OR-ed with others, or a `CASE WHEN` of its own.
     private func changed(_ c: String) -> String {
-        let old = "OLD.\(quoteIdentifier(c))", new = "NEW.\(quoteIdentifier(c))"
+        let old = "OLD.\(quoteIdentifier(c))", new = newValue(c)
         if format < 3 || !holdsEitherNumber(c) { return "\(old) IS NOT \(new)" }
         return "\(old) IS NOT \(new) OR typeof(\(old)) <> typeof(\(new))"
+    }
+
+    /// `NEW.c` as the comparisons read it. SQLite compares two column values under the column's collation, so
+    /// under `NOCASE` or `RTRIM` `'alice' IS NOT 'Alice'` is false and a change of case (or of trailing spaces) was
+    /// never recorded, so never synced. From format 5 every column but the rowid alias compares as `BINARY`: a
+    /// value is its bytes.
+    private func newValue(_ c: String) -> String {
+        let new = "NEW.\(quoteIdentifier(c))"
+        if format < 5 || (table.keyIsRowID && table.primaryKey == [c]) { return new }
+        return new + " COLLATE BINARY"
     }
 
     /// Whether column `c` can hold both an integer and a real that `IS NOT` finds equal (1 and 1.0), the only
@@ -90,11 +100,11 @@ struct TriggerSQL {
         return type == "ANY"
     }
 
-    /// The key did not change: neither its value nor (format 3) its type. Format 2 wrote `OLD.k IS NEW.k`, the
+    /// The key did not change: neither its value nor (format 3) its type nor (format 5) its bytes. Format 2 wrote `OLD.k IS NEW.k`, the
     /// exact text its stores hold (a store keeps its format's triggers until upgraded).
     private var pkUnchanged: String {
         table.primaryKey.map { c -> String in
-            let old = "OLD.\(quoteIdentifier(c))", new = "NEW.\(quoteIdentifier(c))"
+            let old = "OLD.\(quoteIdentifier(c))", new = newValue(c)
             if format < 3 || !holdsEitherNumber(c) { return "\(old) IS \(new)" }
             return "\(old) IS \(new) AND typeof(\(old)) = typeof(\(new))"
         }.joined(separator: " AND ")

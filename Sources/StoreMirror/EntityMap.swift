@@ -282,11 +282,15 @@ public struct EntityMap: Sendable, Equatable {
 
     /// `t."a" IS json_extract(<json>, '$[0]') AND ...`: joins a row to a canonical key. `IS`, because SQLite lets a
     /// primary key that is not a rowid alias hold NULL (`[null]` is then the row's key); it uses the index as `=`
-    /// does.
+    /// does. A key is its bytes: under a key column's `NOCASE` (or `RTRIM`) collation `'urgent' IS 'Urgent'`, so each
+    /// natural key column is also compared `COLLATE BINARY` (the first test, under the column's collation, is the one
+    /// its index serves).
     func pkMatches(_ alias: String, json: String) -> String {
         primaryKey.enumerated().map { i, column in
-            if isSurrogate { return "\(alias).\(quoteIdentifier(column)) = json_extract(\(json), '$[\(i)]')" }
-            return "\(alias).\(quoteIdentifier(column)) IS \(ValueJSON.keyValue(json, i))"
+            let c = "\(alias).\(quoteIdentifier(column))"
+            if isSurrogate { return "\(c) = json_extract(\(json), '$[\(i)]')" }
+            let value = ValueJSON.keyValue(json, i)
+            return "\(c) IS \(value) AND \(c) IS \(value) COLLATE BINARY"
         }.joined(separator: " AND ")
     }
 

@@ -1386,7 +1386,7 @@ final class RecordApplier {
                             UPDATE main.\(child.quotedName) AS t SET \(c) = ?5
                             FROM _storectl_records r
                             WHERE r.entity = ?1 AND r.pk = \(child.pkJSON("t")) AND r.deleted = 0
-                              AND typeof(r.base) = 'blob' AND (t.\(c) IS NOT ?5 OR typeof(t.\(c)) <> typeof(?5))
+                              AND typeof(r.base) = 'blob' AND (t.\(c) IS NOT ?5 COLLATE BINARY OR typeof(t.\(c)) <> typeof(?5))
                               AND storectl_base_has(r.base, json_quote(?4),
                                                     \(FieldHashes.canonicalSQL(type: "typeof(?5)", value: "?5"))) = 1
                               AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE h.seq > ?2 AND h.entity = ?1

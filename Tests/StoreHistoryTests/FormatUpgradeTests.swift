@@ -35,7 +35,7 @@ final class FormatUpgradeTests: XCTestCase {
         })
         XCTAssertTrue(moreRan)
         XCTAssertEqual(report, FormatUpgradeReport(from: 1, to: 4, backup: backup, regenerated: ["readings"]))
-        XCTAssertEqual(try f.tracker.meta(MetaKey.formatVersion), "4")
+        XCTAssertEqual(try f.tracker.meta(MetaKey.formatVersion), StoreFormat.version)
         XCTAssertEqual(try f.tracker.inspect().state, .ok)
         try f.tracker.write { try f.db.run("INSERT INTO readings VALUES (?, 'new')", [123456789.123456789]) }
         XCTAssertEqual(try f.db.query("SELECT pk FROM _storectl_history ORDER BY seq").map { $0[0].string ?? "" },

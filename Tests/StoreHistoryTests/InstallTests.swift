@@ -12,7 +12,7 @@ final class InstallTests: XCTestCase {
             .compactMap { $0[0].string }
         XCTAssertEqual(tables, ["_storectl_consumers", "_storectl_context", "_storectl_history", "_storectl_meta",
                                 "_storectl_tokens"])
-        XCTAssertEqual(try f.tracker.meta(.formatVersion), "4")
+        XCTAssertEqual(try f.tracker.meta(.formatVersion), StoreFormat.version)
         XCTAssertEqual(try f.tracker.meta(.mode), "local")
         XCTAssertEqual(try f.tracker.meta(.nextTx), "1")
         XCTAssertEqual(try f.tracker.meta(.tracked), #"["notes","tags"]"#)
