@@ -55,6 +55,22 @@ final class CaseOnlyChangeTests: XCTestCase {
         for s in f.stores { try f.assertHealthy(s, "a key's case changed") }
     }
 
+    /// Two stores insert one key in two spellings under a NOCASE key: one row can hold it, so every store ends
+    /// with the same one row and is healthy.
+    func testOneKeyInTwoSpellingsOnTwoStoresFile() throws {
+        let f = try Fleet.pair(.file, schema: """
+            CREATE TABLE IF NOT EXISTS tags(name TEXT COLLATE NOCASE PRIMARY KEY, color TEXT) WITHOUT ROWID;
+            """, policy: "property-local-wins", rows: "INSERT INTO tags VALUES ('later', 'blue')",
+            label: "storectl-case-only-two-keys")
+        try f.sql("a", "INSERT INTO tags VALUES ('Urgent', 'red')")
+        try f.sql("b", "INSERT INTO tags VALUES ('urgent', 'orange')")
+        try f.syncRounds(3, ["a", "b"])
+        try f.assertSameRows("one key in two spellings on two stores")
+        let rows = try f.rows("a")
+        XCTAssertEqual(rows.count, 2, "one row for the key: \(rows)")
+        for s in f.stores { try f.assertHealthy(s, "one key in two spellings on two stores") }
+    }
+
     /// A NOCASE column under a BINARY unique index: two values that differ in case only are swapped. Before, only
     /// the row whose value changed in more than its case was sent, and the other stores merged the two rows as
     /// duplicates: one row was lost.

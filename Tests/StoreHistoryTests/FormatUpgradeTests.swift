@@ -34,7 +34,7 @@ final class FormatUpgradeTests: XCTestCase {
             moreRan = true
         })
         XCTAssertTrue(moreRan)
-        XCTAssertEqual(report, FormatUpgradeReport(from: 1, to: 4, backup: backup, regenerated: ["readings"]))
+        XCTAssertEqual(report, FormatUpgradeReport(from: 1, to: StoreFormat.currentVersion, backup: backup, regenerated: ["readings"]))
         XCTAssertEqual(try f.tracker.meta(MetaKey.formatVersion), StoreFormat.version)
         XCTAssertEqual(try f.tracker.inspect().state, .ok)
         try f.tracker.write { try f.db.run("INSERT INTO readings VALUES (?, 'new')", [123456789.123456789]) }
