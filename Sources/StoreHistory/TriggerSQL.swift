@@ -76,11 +76,12 @@ struct TriggerSQL {
 
     /// `NEW.c` as the comparisons read it. SQLite compares two column values under the column's collation, so
     /// under `NOCASE` or `RTRIM` `'alice' IS NOT 'Alice'` is false and a change of case (or of trailing spaces) was
-    /// never recorded, so never synced. From format 5 every column but the rowid alias compares as `BINARY`: a
-    /// value is its bytes.
+    /// never recorded, so never synced. From format 5 every column outside the primary key compares as `BINARY`: a
+    /// value is its bytes. Key columns keep their collation: to SQLite (and its foreign-key actions) `'Urgent'` is
+    /// still the row `'urgent'` was, and a change of the key's case only is not sent (docs/sync-guarantees.md).
     private func newValue(_ c: String) -> String {
         let new = "NEW.\(quoteIdentifier(c))"
-        if format < 5 || (table.keyIsRowID && table.primaryKey == [c]) { return new }
+        if format < 5 || table.primaryKey.contains(c) { return new }
         return new + " COLLATE BINARY"
     }
 
@@ -100,7 +101,7 @@ struct TriggerSQL {
         return type == "ANY"
     }
 
-    /// The key did not change: neither its value nor (format 3) its type nor (format 5) its bytes. Format 2 wrote `OLD.k IS NEW.k`, the
+    /// The key did not change: neither its value nor (format 3) its type. Format 2 wrote `OLD.k IS NEW.k`, the
     /// exact text its stores hold (a store keeps its format's triggers until upgraded).
     private var pkUnchanged: String {
         table.primaryKey.map { c -> String in

@@ -103,7 +103,7 @@ public struct EntityMap: Sendable, Equatable {
         var loose: [[String]] = []
         var collations: [[String]: [String]] = [:]
         for index in try db.query("""
-            SELECT name, origin FROM pragma_index_list(?) WHERE "unique" = 1 AND partial = 0
+            SELECT name FROM pragma_index_list(?) WHERE "unique" = 1 AND origin <> 'pk' AND partial = 0
             """, [table]) {
             guard let name = index[0].string else { continue }
             let parts = try db.query("SELECT cid, name, coll FROM pragma_index_xinfo(?) WHERE key = 1 ORDER BY seqno",
@@ -111,12 +111,7 @@ public struct EntityMap: Sendable, Equatable {
             // An index on an expression has a part with cid -2: its values are not columns that travel.
             guard !parts.isEmpty, parts.allSatisfy({ ($0[0].int64 ?? -1) >= 0 }) else { continue }
             let columns = parts.compactMap { $0[1].string }
-            // A natural key is its record's name, by its bytes; under a NOCASE or RTRIM key two records ('Urgent'
-            // and 'urgent', made on two stores) can name one row, so the key is also a UNIQUE key: the two are
-            // duplicates, merged like any other.
-            let isKey = index[1].string == "pk" || columns.sorted() == primaryKey.sorted()
-            if isKey && !parts.contains(where: { ($0[2].string ?? "BINARY").uppercased() != "BINARY" }) { continue }
-            if !unique.contains(columns) {
+            if columns.sorted() != primaryKey.sorted() && !unique.contains(columns) {
                 unique.append(columns)
                 collations[columns] = parts.map { ($0[2].string ?? "BINARY").uppercased() }
                 // Equal under the index's collation, or as numbers in a column without affinity (2 and 2.0).
@@ -287,15 +282,11 @@ public struct EntityMap: Sendable, Equatable {
 
     /// `t."a" IS json_extract(<json>, '$[0]') AND ...`: joins a row to a canonical key. `IS`, because SQLite lets a
     /// primary key that is not a rowid alias hold NULL (`[null]` is then the row's key); it uses the index as `=`
-    /// does. A key is its bytes: under a key column's `NOCASE` (or `RTRIM`) collation `'urgent' IS 'Urgent'`, so each
-    /// natural key column is also compared `COLLATE BINARY` (the first test, under the column's collation, is the one
-    /// its index serves).
+    /// does.
     func pkMatches(_ alias: String, json: String) -> String {
         primaryKey.enumerated().map { i, column in
-            let c = "\(alias).\(quoteIdentifier(column))"
-            if isSurrogate { return "\(c) = json_extract(\(json), '$[\(i)]')" }
-            let value = ValueJSON.keyValue(json, i)
-            return "\(c) IS \(value) AND \(c) IS \(value) COLLATE BINARY"
+            if isSurrogate { return "\(alias).\(quoteIdentifier(column)) = json_extract(\(json), '$[\(i)]')" }
+            return "\(alias).\(quoteIdentifier(column)) IS \(ValueJSON.keyValue(json, i))"
         }.joined(separator: " AND ")
     }
 

@@ -959,6 +959,14 @@ final class RecordApplier {
                     try markChildrenChanged(entity, pk: holderPK)
                     return .applied
                 }
+                // A natural key: the incoming record becomes a new row at its own key, inserted after this
+                // returns. The holder's children follow it first (foreign keys are deferred in the import's
+                // transaction), or the holder's delete would take them with it (ON DELETE CASCADE).
+                if entity.primaryKey.count == 1, let key = values[entity.primaryKey[0]], !key.isNull,
+                   let winnerPK = try db.scalar("SELECT json_array(?1)", [key])?.string
+                {
+                    try repoint(entity, from: holderPK, to: winnerPK)
+                }
                 try deleteLoser(entity, pk: holderPK, name: holderName, winner: record.recordName,
                                 tag: holder[2].string)
                 return nil
