@@ -961,7 +961,13 @@ final class ModelRun {
             note("\(step) \(s): mode local\(noFinal ? " --no-final-sync" : "")")
             guard try storectl(s, ["mode", "local"] + (noFinal ? ["--no-final-sync"] : [])) != nil else { return }
             mode[s] = "local"
-            if !noFinal { cleanSync(s) }
+            if !noFinal {
+                // The final sync of `mode local` only exports: a restored file still lacks what it made or took in
+                // after its backup until it imports (in cloud mode again).
+                let wasRestored = restored.contains(s)
+                cleanSync(s)
+                if wasRestored { restored.insert(s) }
+            }
         } else {
             note("\(step) \(s): mode cloud")
             guard try storectl(s, ["mode", "cloud"]) != nil else { return }
