@@ -221,17 +221,25 @@ struct Exporter {
     private func collectChanges(baseline: Bool, after: Int64, upto: Int64) throws {
         try db.execute("CREATE TEMP TABLE IF NOT EXISTS _storectl_changes(entity TEXT NOT NULL, pk TEXT NOT NULL, "
                        + "together INTEGER NOT NULL DEFAULT 0, repoint INTEGER NOT NULL DEFAULT 0, "
-                       + "orphan INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (entity, pk)) WITHOUT ROWID")
+                       + "orphan INTEGER NOT NULL DEFAULT 0, rank INTEGER NOT NULL DEFAULT 1, "
+                       + "PRIMARY KEY (entity, pk)) WITHOUT ROWID")
         try db.execute("DELETE FROM temp._storectl_changes")
         if !baseline {
             // `orphan`: the key's last change is a delete by the orphan rule (`tombstoneFields`). SQLite takes the
             // bare columns of a `max()` aggregate from the row that holds the maximum: the key's last change.
+            // `rank`: 0 for a row inserted since the last export, 2 for a row deleted last, 1 for the rest: the
+            // order in which a table that references itself is sent (`page`).
             try db.run("""
-                INSERT INTO temp._storectl_changes(entity, pk, orphan)
-                SELECT entity, pk, orphan FROM (
-                    SELECT entity, pk, op = 'D' AND author = ?4 AS orphan, max(seq)
+                INSERT INTO temp._storectl_changes(entity, pk, orphan, rank)
+                SELECT entity, pk, orphan, rank FROM (
+                    SELECT entity, pk, op = 'D' AND author = ?4 AS orphan,
+                           CASE WHEN op = 'D' THEN 2 WHEN sum(op = 'I') > 0 THEN 0 ELSE 1 END AS rank, max(seq)
                     FROM main._storectl_history WHERE seq > ?1 AND seq <= ?2 AND author <> ?3 GROUP BY entity, pk)
                 """, [after, upto, MirrorState.importAuthor, MirrorState.cascadeAuthor])
+            if entities.contains(where: \.referencesItself) {
+                try db.execute("CREATE INDEX IF NOT EXISTS temp._storectl_changes_rank "
+                               + "ON _storectl_changes(entity, together, rank, pk)")
+            }
             try db.execute("INSERT OR IGNORE INTO temp._storectl_changes(entity, pk) " + Outgoing.unsentRowsSQL)
         }
     }
@@ -476,6 +484,7 @@ struct Exporter {
                       report: inout ExportReport) throws -> ([Pending], [Value]?)
     {
         let limit = together ? Int.max : options.batchSize
+        let ranked = !baseline && !together && e.referencesItself
         // Read before the rows, so that it is never later than what they hold.
         let historySeq = try MirrorState.lastHistorySeq(db)
         // The base of what is sent: from the columns, or (a row with fields the table lacks) from its JSON.
@@ -502,19 +511,24 @@ struct Exporter {
             // Whether the change's row is still there: its rowid, or (WITHOUT ROWID, where keys are never NULL) its
             // first key column.
             let present = e.withoutRowID ? "t.\(quoteIdentifier(e.primaryKey[0])) IS NOT NULL" : "t.rowid IS NOT NULL"
+            // A table that references itself sends its new rows first and its deleted rows last (`rank`): a row
+            // moved under a new parent never reaches the cloud before that parent, and an old parent's tombstone
+            // never before the rows moved away from it, whatever their keys, even when the export stops between
+            // two batches. Other tables go in key order (parents are whole tables before).
             var whereClause = ""
             if let after {
-                whereClause = "AND c.pk > ?2"
+                whereClause = ranked ? "AND (c.rank, c.pk) > (?2, ?3)" : "AND c.pk > ?2"
                 args += after
             }
             statement = try db.cached("""
                 SELECT c.pk, coalesce(r.record_name, CASE WHEN \(present) THEN \(e.derivedName("t")) END),
                        r.change_tag, r.base, r.deleted, \(present), \(e.fieldsJSON("t", extra: "r.extra")),
-                       r.extra, \(base), c.pk, c.repoint, c.orphan
+                       r.extra, \(base), \(ranked ? "c.rank" : "c.pk"), c.repoint, c.orphan, c.pk
                 FROM temp._storectl_changes c
                 LEFT JOIN main.\(e.quotedName) t ON \(e.pkMatches("t", json: "c.pk"))
                 LEFT JOIN _storectl_records r ON r.entity = ?1 AND r.pk = c.pk
-                WHERE c.entity = ?1 AND c.together = \(together ? 1 : 0) \(whereClause) ORDER BY c.pk
+                WHERE c.entity = ?1 AND c.together = \(together ? 1 : 0) \(whereClause)
+                ORDER BY \(ranked ? "c.rank, c.pk" : "c.pk")
                 LIMIT \(together ? -1 : limit)
                 """)
         }
@@ -529,7 +543,10 @@ struct Exporter {
         try statement.forEach(args) { row in
             rows += 1
             // Only the last row's key is kept: it is where the next page starts.
-            if rows == limit { lastKey = (0..<keyCount).map { row.column(9 + $0) } }
+            // Where the next page starts: the key columns (baseline), the rank and the key (`ranked`), or the key.
+            if rows == limit {
+                lastKey = ranked ? [row.column(9), row.column(12)] : (0..<keyCount).map { row.column(9 + $0) }
+            }
             let pk = row.string(0) ?? "[]"
             guard let name = row.string(1) else {
                 // No record stands for the key and no row is there (a row not sent, then deleted): nothing to send.

@@ -56,40 +56,75 @@ final class MovedUnderANewParentTests: XCTestCase {
         CREATE TABLE IF NOT EXISTS tags(id INTEGER PRIMARY KEY, name TEXT NOT NULL);
         """
 
-    /// The new parent never reaches the cloud while b syncs: a's export is killed after it saved the moved row
-    /// and before its new parent (a folder tree, rows saved in key order). b's syncs still exit 0 and send b's
-    /// other rows (the import cannot bring the parent, so the sync's second export does not wait for it). Known
-    /// limit (docs/sync-guarantees.md, "Cases found and not fixed yet"): the moved row can be lost, or end
-    /// differently on the two stores; stores that differ are reported by `doctor` (65), never called healthy.
-    func testAParentThatNeverArrivesBlocksNothingFile() throws {
-        var ran = 0
+    /// A folder tree (a table that references itself): a moves folder 3 under a new folder 9 and deletes its old
+    /// parent 2, and its export is killed after each of its three saves in turn (one row a batch), while b edits
+    /// folder 3 and syncs. The new folder is always saved before the row moved under it, and the old parent's
+    /// tombstone after it (new rows first, deleted rows last, whatever the keys): every store ends equal and
+    /// healthy, and under the property policies folder 3 is under folder 9 with b's edit. Before, rows went in key order (2's tombstone, 3, then 9):
+    /// killed before 9's save, the moved row could be lost, or end differently on the two stores.
+    func testAMovedRowNeverReachesTheCloudBeforeItsNewParentFile() throws {
         for policy in ["property-local-wins", "property-server-wins", "server-wins", "local-wins"] {
-            let f = try Fleet(backend: .file, schema: Self.treeSchema, cloudExtra: "      merge_policy: \(policy)",
-                              label: "storectl-parent-never-arrives")
-            try f.cloudMode("a")
-            try f.cloudMode("b")
-            try f.sql("a", "INSERT INTO folders VALUES (1, 'r1', NULL), (2, 'r2', NULL), (3, 'c3', 2)")
-            try f.syncRounds(2, ["a", "b"])
-            try f.sql("a", "INSERT INTO folders VALUES (9, 'new9', NULL); UPDATE folders SET parent = 9 WHERE id = 3; "
-                      + "DELETE FROM folders WHERE id = 2", foreignKeys: true)
-            try f.run("a", ["sync"], env: ["STORECTL_FAILPOINT": "export.before-save:3", "STORECTL_BATCH_SIZE": "1"],
-                      expect: nil)
-            // The saves overlap the reading of the next page: the kill may come after the parent's save too.
-            if try f.cloudRecords().contains(where: { $0.recordName.hasSuffix("000000000009") }) { continue }
-            ran += 1
-            let what = "[\(policy)] a row moved under a parent that reaches the cloud only later"
-            try f.sql("b", "UPDATE folders SET name = 'c3 by b' WHERE name = 'c3'; INSERT INTO tags VALUES (1, 'tag by b')")
-            for _ in 0..<2 { try f.run("b", ["sync"]) }
-            XCTAssertEqual(try f.liveCloudCounts()["tags"] ?? 0, 1, "\(what): b's other row is sent")
-            try f.syncRounds(3, ["a", "b"])
-            // Known limit: the row may be lost, or differ between the stores; stores that differ are reported.
-            if try f.rows("b") != f.rows("a") {
-                let doctors = try ["a", "b"].map { try f.run($0, ["doctor"], expect: nil).status }
-                XCTAssertTrue(doctors.contains(65), "\(what): the stores differ and neither is reported: \(doctors)")
-            } else {
+            for save in 1...3 {
+                let f = try Fleet(backend: .file, schema: Self.treeSchema,
+                                  cloudExtra: "      merge_policy: \(policy)", label: "storectl-parent-first")
+                try f.cloudMode("a")
+                try f.cloudMode("b")
+                try f.sql("a", "INSERT INTO folders VALUES (1, 'r1', NULL), (2, 'r2', NULL), (3, 'c3', 2)")
+                try f.syncRounds(2, ["a", "b"])
+                try f.sql("a", "INSERT INTO folders VALUES (9, 'new9', NULL); UPDATE folders SET parent = 9 WHERE id = 3; "
+                          + "DELETE FROM folders WHERE id = 2", foreignKeys: true)
+                try f.run("a", ["sync"], env: ["STORECTL_FAILPOINT": "export.before-save:\(save)",
+                                               "STORECTL_BATCH_SIZE": "1"], expect: nil)
+                let what = "[\(policy)] a row moved under a new parent, the export killed before save \(save)"
+                let names = Set(try f.cloudRecords().filter { !$0.deleted }.map(\.recordName))
+                if names.contains(where: { $0.hasSuffix("000000000003") }) {
+                    // The moved row is in the cloud only with its new parent.
+                    let moved = try f.cloudRecords().first { $0.recordName.hasSuffix("000000000003") && !$0.deleted }
+                    if moved?.fields.contains("000000000009") == true {
+                        XCTAssertTrue(names.contains { $0.hasSuffix("000000000009") },
+                                      "\(what): the moved row reached the cloud before its new parent")
+                    }
+                }
+                try f.sql("b", "UPDATE folders SET name = 'c3 by b' WHERE id = 3; INSERT INTO tags VALUES (1, 'tag by b')")
+                for _ in 0..<2 { try f.run("b", ["sync"]) }
+                XCTAssertEqual(try f.liveCloudCounts()["tags"] ?? 0, 1, "\(what): b's other row is sent")
+                try f.syncRounds(3, ["a", "b"])
+                try f.assertSameRows(what)
+                // Under the row-level policies the row that wins takes its parent with it: b's row (its old parent
+                // included) under `local-wins`, and under `server-wins` when b's edit reached the cloud first.
+                if policy.hasPrefix("property-") {
+                    XCTAssertEqual(try f.sql("a", "SELECT p.name FROM folders c JOIN folders p ON p.id = c.parent "
+                                                + "WHERE c.name = 'c3 by b'"), "new9\n",
+                                   "\(what): folder 3 is under the new folder")
+                }
+                XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM folders WHERE name = 'r2'"), "0\n",
+                               "\(what): the old parent is deleted")
                 for s in f.stores { try f.assertHealthy(s, what) }
             }
         }
-        XCTAssertGreaterThan(ran, 0, "the kill never came before the parent's save")
+    }
+
+    /// A tree's export over many small batches, its new, changed and deleted rows in every order of keys: each page
+    /// starts after the last (rank and key), so every row reaches the other store once.
+    func testATreeExportsInPagesOfNewChangedAndDeletedRowsFile() throws {
+        let f = try Fleet(backend: .file, schema: Self.treeSchema, cloudExtra: "      merge_policy: property-local-wins",
+                          label: "storectl-parent-first-pages")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        try f.sql("a", "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 40) "
+                  + "INSERT INTO folders SELECT i, 'f' || i, CASE WHEN i > 1 THEN i - 1 END FROM n", foreignKeys: true)
+        try f.syncRounds(2, ["a", "b"])
+        try f.sql("a", """
+            WITH RECURSIVE n(i) AS (SELECT 100 UNION ALL SELECT i + 1 FROM n WHERE i < 130)
+            INSERT INTO folders SELECT i, 'new' || i, CASE WHEN i > 100 THEN i - 1 END FROM n;
+            UPDATE folders SET parent = 100 + id WHERE id BETWEEN 2 AND 30 AND id % 3 = 0;
+            UPDATE folders SET name = name || '!' WHERE id % 5 = 0;
+            DELETE FROM folders WHERE id = 40;
+            """, foreignKeys: true)
+        try f.run("a", ["sync"], env: ["STORECTL_BATCH_SIZE": "7"])
+        try f.run("b", ["sync"])
+        try f.assertSameRows("a tree exported in pages of 7")
+        XCTAssertEqual(try f.sql("b", "SELECT count(*) FROM folders"), "70\n", "39 old folders and 31 new ones")
+        for s in f.stores { try f.assertHealthy(s, "a tree exported in pages of 7") }
     }
 }
