@@ -185,8 +185,9 @@ public struct EntityMap: Sendable, Equatable {
 
     func reference(for column: String) -> Reference? { references.first { $0.column == column } }
 
-    /// Whether a column of the table references the table itself (a tree of folders).
-    var referencesItself: Bool { references.contains { $0.parent == name } }
+    /// Whether a foreign key of the table references the table itself (a tree of folders), by its rowid or by a
+    /// natural key.
+    var referencesItself: Bool { foreignKeys.contains { $0.parentTable == name } }
 
     /// Whether every column can be named in a JSON path (SQLite's paths cannot name a key with a double quote).
     var pathSafe: Bool { columns.allSatisfy { !$0.utf8.contains(UInt8(ascii: "\"")) } }

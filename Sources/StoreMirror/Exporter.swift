@@ -427,13 +427,19 @@ struct Exporter {
         // outcomes in the store. The saves stay in order, one at a time; only the local work overlaps them.
         var inFlight: SaveFlight? = nil
         defer { inFlight?.wait() }
-        // The rows that move UNIQUE values among themselves go last, in one batch (`markMovesTogether`).
-        let passes = try !baseline && markMovesTogether(e) ? [false, true] : [false]
-        for together in passes {
+        // The rows that move UNIQUE values among themselves go last, in one batch (`markMovesTogether`); in a table
+        // that references itself, before its deleted rows (a row of that batch may be moved away from one).
+        let passes: [(together: Bool, ranks: ClosedRange<Int>?)]
+        if try !baseline && markMovesTogether(e) {
+            passes = e.referencesItself ? [(false, 0...1), (true, nil), (false, 2...2)] : [(false, nil), (true, nil)]
+        } else {
+            passes = [(false, nil)]
+        }
+        for (together, ranks) in passes {
             var lastKey: [Value]? = nil
             while true {
                 let tPage = Trace.start()
-                let (batch, nextKey) = try page(e, baseline: baseline, after: lastKey, together: together,
+                let (batch, nextKey) = try page(e, baseline: baseline, after: lastKey, together: together, ranks: ranks,
                                                 report: &report)
                 Trace.add("export.page", tPage)
                 if batch.isEmpty && nextKey == nil { break }
@@ -481,6 +487,7 @@ struct Exporter {
     /// One page of rows to export, and the key to continue after (nil at the end). With `together`, every changed
     /// row marked by `markMovesTogether`, in one page; without, the other changed rows.
     private func page(_ e: EntityMap, baseline: Bool, after: [Value]?, together: Bool = false,
+                      ranks: ClosedRange<Int>? = nil,
                       report: inout ExportReport) throws -> ([Pending], [Value]?)
     {
         let limit = together ? Int.max : options.batchSize
@@ -520,6 +527,7 @@ struct Exporter {
                 whereClause = ranked ? "AND (c.rank, c.pk) > (?2, ?3)" : "AND c.pk > ?2"
                 args += after
             }
+            if ranked, let ranks { whereClause += " AND c.rank BETWEEN \(ranks.lowerBound) AND \(ranks.upperBound)" }
             statement = try db.cached("""
                 SELECT c.pk, coalesce(r.record_name, CASE WHEN \(present) THEN \(e.derivedName("t")) END),
                        r.change_tag, r.base, r.deleted, \(present), \(e.fieldsJSON("t", extra: "r.extra")),
