@@ -962,8 +962,10 @@ final class RecordApplier {
                 // A natural key: the incoming record becomes a new row at its own key, inserted after this
                 // returns. The holder's children follow it first (foreign keys are deferred in the import's
                 // transaction), or the holder's delete would take them with it (ON DELETE CASCADE).
-                if entity.primaryKey.count == 1, let key = values[entity.primaryKey[0]], !key.isNull,
-                   let winnerPK = try db.scalar("SELECT json_array(?1)", [key])?.string
+                let key = entity.primaryKey.map { values[$0] ?? .null }
+                if !key.contains(where: \.isNull),
+                   let winnerPK = try db.scalar("SELECT json_array(\(key.indices.map { "?\($0 + 1)" }.joined(separator: ", ")))",
+                                                key)?.string
                 {
                     try repoint(entity, from: holderPK, to: winnerPK)
                 }
@@ -1092,17 +1094,19 @@ final class RecordApplier {
         }
     }
 
-    /// Points the children of the row `from` at the row `to` (single-column references to the primary key).
+    /// Points the children of the row `from` at the row `to`: every foreign key that references the parent's whole
+    /// primary key (a composite key too, its columns in any order).
     func repoint(_ parent: EntityMap, from: String, to: String) throws {
-        guard parent.primaryKey.count == 1 else { return }
         for child in entities.values {
-            for fk in child.foreignKeys where fk.parentTable == parent.name && fk.columns.count == 1
-                && (fk.parentColumns.first ?? nil) == parent.primaryKey[0]
-            {
-                let col = quoteIdentifier(fk.columns[0])
+            for fk in child.foreignKeys where fk.parentTable == parent.name && fk.columns.count == parent.primaryKey.count {
+                // The position in the parent's key of the column each referencing column names.
+                let positions = fk.parentColumns.compactMap { $0.flatMap { parent.primaryKey.firstIndex(of: $0) } }
+                guard positions.count == fk.columns.count, Set(positions).count == positions.count else { continue }
+                let pairs = zip(fk.columns.map(quoteIdentifier), positions)
+                let set = pairs.map { "\($0) = json_extract(?1, '$[\($1)]')" }.joined(separator: ", ")
+                let match = pairs.map { "\($0) = json_extract(?2, '$[\($1)]')" }.joined(separator: " AND ")
                 try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
-                    try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(col) = json_extract(?1, '$[0]') "
-                                   + "WHERE \(col) = json_extract(?2, '$[0]')", [to, from])
+                    try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(set) WHERE \(match)", [to, from])
                 }
             }
         }

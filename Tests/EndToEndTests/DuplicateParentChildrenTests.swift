@@ -37,4 +37,25 @@ final class DuplicateParentChildrenTests: XCTestCase {
         guard let pg = FleetBackend.postgres() else { return }
         try duplicates(pg, policy: "property-local-wins")
     }
+
+    /// The same with a composite natural key: the children reference both key columns.
+    func testTheLosersChildFollowsTheWinnerUnderACompositeKeyFile() throws {
+        for policy in ["property-local-wins", "server-wins", "local-wins"] {
+            let f = try Fleet.pair(.file, schema: """
+                CREATE TABLE IF NOT EXISTS tags(ns TEXT NOT NULL, name TEXT NOT NULL, code TEXT UNIQUE, color TEXT,
+                    PRIMARY KEY (ns, name)) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS items(id TEXT PRIMARY KEY, ns TEXT, tag TEXT, body TEXT,
+                    FOREIGN KEY (ns, tag) REFERENCES tags(ns, name) ON DELETE CASCADE);
+                """, policy: policy, rows: "INSERT INTO tags VALUES ('n', 'later', 'L', 'blue')",
+                label: "storectl-duplicate-composite")
+            try f.sql("a", "INSERT INTO tags VALUES ('n', 'A', 'x', 'red'); INSERT INTO items VALUES ('i1', 'n', 'A', 'x')")
+            try f.sql("b", "INSERT INTO tags VALUES ('n', 'B', 'x', 'orange'); INSERT INTO items VALUES ('i2', 'n', 'B', 'y')")
+            try f.syncRounds(3, ["a", "b"])
+            let what = "[\(policy)] duplicate parents under a composite key, a child each"
+            try f.assertSameRows(what)
+            XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM items JOIN tags ON tags.ns = items.ns AND tags.name = items.tag"),
+                           "2\n", "\(what): both children kept, under the parent kept")
+            for s in f.stores { try f.assertHealthy(s, what) }
+        }
+    }
 }
