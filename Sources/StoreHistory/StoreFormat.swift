@@ -18,10 +18,11 @@ import StoreSQLite
 ///   state: waiting for a parent, held back, set aside) instead of `_storectl_pending` and `_storectl_quarantine`.
 ///   The triggers are unchanged. A format-3 store is upgraded the same way (its waiting records move into the
 ///   inbox); an older storectl refuses a format-4 store instead of making the old tables again beside it.
-/// - 5: the triggers compare values as bytes (`COLLATE BINARY`): under a column's `NOCASE` or `RTRIM` collation a
-///   change of case or of trailing spaces was not recorded, so never synced. A format-4 store is upgraded the same
-///   way, and its first sync compares every row once with its last synced record, so that such a change the older
-///   triggers missed is exported too.
+/// - 5: the update triggers compare the columns outside the primary key as bytes (`COLLATE BINARY`): under a
+///   column's `NOCASE` or `RTRIM` collation a change of case or of trailing spaces was not recorded, so never
+///   synced (key columns keep their collation, as SQLite's foreign-key actions do). A format-4 store is upgraded
+///   the same way, and its first sync compares every row once with its last synced record, so that such a change
+///   the older triggers missed is exported too.
 public enum StoreFormat {
     /// The format version this storectl writes, as a number.
     public static let currentVersion = 5

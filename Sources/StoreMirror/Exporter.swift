@@ -550,8 +550,8 @@ struct Exporter {
         let maxSize = options.maxRecordSize
         try statement.forEach(args) { row in
             rows += 1
-            // Only the last row's key is kept: it is where the next page starts.
-            // Where the next page starts: the key columns (baseline), the rank and the key (`ranked`), or the key.
+            // Only the last row's key is kept: it is where the next page starts (the key columns in a baseline, the
+            // rank and the key when `ranked`, else the key).
             if rows == limit {
                 lastKey = ranked ? [row.column(9), row.column(12)] : (0..<keyCount).map { row.column(9 + $0) }
             }
