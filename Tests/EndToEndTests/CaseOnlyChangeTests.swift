@@ -91,20 +91,8 @@ final class CaseOnlyChangeTests: XCTestCase {
         let f = try Fleet.pair(.file, schema: Self.schema, policy: "property-local-wins",
                                rows: "INSERT INTO people VALUES (1, 'alice', 'k', 'n'), (2, 'bob', 'j', 'n')",
                                label: "storectl-case-only-format4")
-        do {
-            let db = try Connection(path: f.path("a"), mode: .readWrite, busyTimeout: 10_000, wal: true,
-                                    foreignKeys: true)
-            let tracker = HistoryTracker(db: db)
-            try db.transaction {
-                try tracker.setMeta(MetaKey.formatVersion, "4")
-                for table in try tracker.trackedTables() {
-                    for trigger in try tracker.triggerSQL(for: table, format: 4).triggers {
-                        XCTAssertFalse(trigger.sql.contains("COLLATE BINARY"), "format 4's triggers")
-                        try db.execute("DROP TRIGGER \(quoteIdentifier(trigger.name))")
-                        try db.execute(trigger.sql)
-                    }
-                }
-            }
+        for sql in try f.putBackStoreFormat("a", 4) {
+            XCTAssertFalse(sql.contains("COLLATE BINARY"), "format 4's triggers")
         }
         let seq = try f.sql("a", "SELECT max(seq) FROM _storectl_history")
         try f.sql("a", "UPDATE people SET name = 'ALICE' WHERE id = 1; UPDATE people SET code = 'j   ' WHERE id = 2")

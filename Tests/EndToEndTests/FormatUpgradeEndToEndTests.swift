@@ -15,20 +15,7 @@ final class FormatUpgradeEndToEndTests: XCTestCase {
         try f.sql("a", "INSERT INTO readings VALUES (1.5, 'x')")
         try f.syncRounds(1, ["a", "b"])
         // What format 1 left: its version and its triggers (reals in keys with 15 digits).
-        do {
-            let db = try Connection(path: f.path("a"), mode: .readWrite, busyTimeout: 10_000, wal: true,
-                                    foreignKeys: true)
-            let tracker = HistoryTracker(db: db)
-            try db.transaction {
-                try tracker.setMeta(MetaKey.formatVersion, "1")
-                for table in try tracker.trackedTables() {
-                    for trigger in try tracker.triggerSQL(for: table, format: 1).triggers {
-                        try db.execute("DROP TRIGGER \(quoteIdentifier(trigger.name))")
-                        try db.execute(trigger.sql)
-                    }
-                }
-            }
-        }
+        try f.putBackStoreFormat("a", 1)
         let sync = try f.run("a", ["sync"])
         let said = sync.stdout + sync.stderr
         XCTAssertTrue(said.contains("from store format 1 to 5"), "the upgrade is not reported\n\(sync)")

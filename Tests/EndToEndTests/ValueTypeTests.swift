@@ -252,20 +252,7 @@ final class ValueTypeTests: XCTestCase {
     /// record, and exported.
     func testAFormat2StoreExportsTheTypeChangesItsTriggersMissed() throws {
         let f = try synced(.file)
-        do {
-            let db = try Connection(path: f.path("a"), mode: .readWrite, busyTimeout: 10_000, wal: true,
-                                    foreignKeys: true)
-            let tracker = HistoryTracker(db: db)
-            try db.transaction {
-                try tracker.setMeta(MetaKey.formatVersion, "2")
-                for table in try tracker.trackedTables() {
-                    for trigger in try tracker.triggerSQL(for: table, format: 2).triggers {
-                        try db.execute("DROP TRIGGER \(quoteIdentifier(trigger.name))")
-                        try db.execute(trigger.sql)
-                    }
-                }
-            }
-        }
+        try f.putBackStoreFormat("a", 2)
         let seq = try f.sql("a", "SELECT max(seq) FROM _storectl_history")
         try write(f, "a", ["int-to-real": .real(1.0), "real-to-int": .integer(2)])
         XCTAssertEqual(try f.sql("a", "SELECT max(seq) FROM _storectl_history"), seq,
