@@ -131,19 +131,30 @@ struct Deduplicator {
         try MirrorState.assignNames(db, e, source: "main.\(e.quotedName) t")
     }
 
-    /// Points children of `from` at `to`; children that would then be duplicates are deleted.
+    /// Points children of `from` at `to`; children that would then be duplicates are deleted. Children that
+    /// reference a UNIQUE key of the parent rather than its primary key (`REFERENCES tags(code)`) follow the
+    /// winner's values of that key, or the loser's deletion would reach them by its `ON DELETE` action.
     private func repoint(parent: EntityMap, from: String, to: String) throws -> Int {
-        guard parent.primaryKey.count == 1 else { return 0 }
         var count = 0
         for child in entities {
-            for fk in try db.foreignKeys(of: child.name) where fk.parentTable == parent.name && fk.columns.count == 1 {
-                let target = fk.parentColumns.first ?? nil
-                guard target == nil || target == parent.primaryKey[0] else { continue }
-                let col = quoteIdentifier(fk.columns[0])
-                try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(col) = json_extract(?1, '$[0]') WHERE \(col) = json_extract(?2, '$[0]')",
+            for fk in child.foreignKeys where fk.parentTable == parent.name {
+                let referenced = fk.parentColumns.compactMap { $0 }
+                guard referenced.count == fk.columns.count else { continue }
+                // The values the children hold: the row's key, or its values of the referenced UNIQUE key.
+                let of = { (row: String) in
+                    "(SELECT " + referenced.map { "p.\(quoteIdentifier($0))" }.joined(separator: ", ")
+                        + " FROM main.\(parent.quotedName) p WHERE \(parent.pkMatches("p", json: row)))"
+                }
+                let differ = try db.scalar("SELECT " + referenced.map {
+                    "(SELECT p.\(quoteIdentifier($0)) FROM main.\(parent.quotedName) p WHERE \(parent.pkMatches("p", json: "?1"))) IS NOT "
+                        + "(SELECT p.\(quoteIdentifier($0)) FROM main.\(parent.quotedName) p WHERE \(parent.pkMatches("p", json: "?2")))"
+                }.joined(separator: " OR "), [from, to])?.int64 == 1
+                guard differ else { continue }
+                let columns = "(" + fk.columns.map(quoteIdentifier).joined(separator: ", ") + ")"
+                try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(columns) = \(of("?1")) WHERE \(columns) = \(of("?2"))",
                            [to, from])
                 count += db.changes
-                try db.run("DELETE FROM main.\(child.quotedName) WHERE \(col) = json_extract(?1, '$[0]')", [from])
+                try db.run("DELETE FROM main.\(child.quotedName) WHERE \(columns) = \(of("?1"))", [from])
             }
         }
         return count

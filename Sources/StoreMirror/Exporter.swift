@@ -1286,16 +1286,43 @@ struct Exporter {
 
     /// Whether the server's record, in the columns `take`, moves the row of `item` to a parent whose record this
     /// store has not imported yet (not in the record map, not waiting or set aside: the next import brings it).
+    /// A reference that travels as the parent's key (a natural-key parent, a UNIQUE column) names a parent not
+    /// here yet when no local row holds the values the row would take.
     private func takesParentNotHereYet(_ item: Pending, server: CloudRecord, take: Set<String>,
                                        applier: RecordApplier, codec: FieldCodec) throws -> Bool
     {
         let e = item.entity
-        let moved = try codec.differing(item.save.fields, server.fields, columns: e.fieldColumns.filter {
-            take.contains($0) && e.reference(for: $0) != nil
+        let byKey = e.foreignKeys.filter { fk in
+            fk.columns.allSatisfy { e.reference(for: $0) == nil } && fk.columns.contains(where: take.contains)
+        }
+        let moved = try codec.differing(item.save.fields, server.fields, columns: e.fieldColumns.filter { column in
+            take.contains(column) && (e.reference(for: column) != nil || byKey.contains { $0.columns.contains(column) })
         })
         guard !moved.isEmpty else { return false }
         let decoded = try codec.decodeRecord(server.fields, columns: e.fieldColumns)
-        for column in moved {
+        for fk in byKey where fk.columns.contains(where: moved.contains) {
+            let referenced = fk.parentColumns.compactMap { $0 }
+            guard referenced.count == fk.columns.count else { continue }
+            // The values the row would hold: the server's in the columns it takes, the row's own in the others.
+            let own = try db.query("SELECT " + fk.columns.map { "t.\(quoteIdentifier($0))" }.joined(separator: ", ")
+                                       + " FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "?1"))",
+                                   [item.pk]).first?.values ?? []
+            var values: [Value] = []
+            for (i, column) in fk.columns.enumerated() {
+                if take.contains(column) {
+                    guard case .value(let v)? = decoded.values[column] else { break }
+                    values.append(v)
+                } else if i < own.count {
+                    values.append(own[i])
+                }
+            }
+            guard values.count == fk.columns.count, !values.contains(where: \.isNull) else { continue }
+            let match = referenced.enumerated().map { "p.\(quoteIdentifier($1)) = ?\($0 + 1)" }.joined(separator: " AND ")
+            if try db.scalar("SELECT 1 FROM main.\(quoteIdentifier(fk.parentTable)) p WHERE \(match) LIMIT 1", values) == nil {
+                return true
+            }
+        }
+        for column in moved where e.reference(for: column) != nil {
             guard case .ref(let name?)? = decoded.values[column] else { continue }
             if try applier.mapEntry(name: name) == nil,
                try !Inbox(db).holds(name, in: Inbox.State.allCases),

@@ -939,6 +939,7 @@ final class RecordApplier {
                 // The local holder loses: its children follow the incoming record's row, then it goes.
                 if let target {
                     try repoint(entity, from: holderPK, to: target)
+                    try keepUniqueReferences(entity, loser: holderPK, winner: values)
                     try deleteLoser(entity, pk: holderPK, name: holderName, winner: record.recordName,
                                     tag: holder[2].string)
                     return nil
@@ -969,6 +970,7 @@ final class RecordApplier {
                 {
                     try repoint(entity, from: holderPK, to: winnerPK)
                 }
+                try keepUniqueReferences(entity, loser: holderPK, winner: values)
                 try deleteLoser(entity, pk: holderPK, name: holderName, winner: record.recordName,
                                 tag: holder[2].string)
                 return nil
@@ -977,6 +979,9 @@ final class RecordApplier {
             try alias(record.recordName, to: holderName, entity: entity)
             if let target {
                 try repoint(entity, from: target, to: holderPK)
+                let kept = try currentValues(entity, pk: holderPK, columns: entity.columns)
+                try keepUniqueReferences(entity, loser: target,
+                                         winner: Dictionary(zip(entity.columns, kept), uniquingKeysWith: { a, _ in a }))
                 // The row the record mapped to goes; its deletion is exported as this record's tombstone.
                 try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
                     try deleteRow(entity, pk: target)
@@ -1111,6 +1116,66 @@ final class RecordApplier {
             }
         }
     }
+
+    /// Keeps the children that reference the loser `pk` of a duplicate merge by a UNIQUE key of `parent` rather than
+    /// its primary key (`REFERENCES tags(code)`; `repoint` moves those that reference the key): they follow the
+    /// winner's values of that key (`winner`: the winning row's values as they will be once the merge is applied).
+    /// Where the winner holds the same values (the key the two rows collide on), the children already name the
+    /// winner, but the loser's deletion would still reach them through its `ON DELETE` action (CASCADE, SET NULL,
+    /// SET DEFAULT, RESTRICT), and SQL cannot put the value on the winner while the loser holds it. So the loser's
+    /// value is set aside first (a placeholder, as for a UNIQUE value that moves between rows), the children are put
+    /// back on the value (their `ON UPDATE` action followed the placeholder), and the winner takes the value when the
+    /// merge is applied: foreign keys are checked at the import's commit. A table that refuses every placeholder
+    /// (or an `ON UPDATE RESTRICT` child) leaves the loser's deletion to its action, as before.
+    private func keepUniqueReferences(_ parent: EntityMap, loser pk: String, winner: [String: Value]) throws {
+        var held: [(child: EntityMap, fk: ForeignKeyInfo, values: [Value], keys: String)] = []
+        var toFree: [[(String, Value)]] = []
+        for child in entities.values {
+            for fk in child.foreignKeys where fk.parentTable == parent.name {
+                let columns = fk.parentColumns.compactMap { $0 }
+                guard columns.count == fk.columns.count, Set(columns) != Set(parent.primaryKey) else { continue }
+                let from = try currentValues(parent, pk: pk, columns: columns)
+                let to = columns.map { winner[$0] ?? .null }
+                guard from.count == columns.count, !from.contains(where: \.isNull), !to.contains(where: \.isNull)
+                else { continue }
+                let n = columns.count
+                let match = fk.columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 1)" }.joined(separator: " AND ")
+                if from != to {
+                    // Another UNIQUE key of the table: the children follow the winner's value, as to its key.
+                    let set = fk.columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 1 + n)" }
+                        .joined(separator: ", ")
+                    try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
+                        try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(set) WHERE \(match)", from + to)
+                    }
+                    continue
+                }
+                guard fk.onDelete.uppercased() != "NO ACTION", fk.onUpdate.uppercased() != "RESTRICT" else { continue }
+                guard let keys = try db.scalar("SELECT json_group_array(\(child.pkJSON("c"))) FROM main.\(child.quotedName) c WHERE \(match)",
+                                               from)?.string, keys != "[]"
+                else { continue }
+                held.append((child, fk, from, keys))
+                toFree.append(Array(zip(columns, from)))
+            }
+        }
+        guard !held.isEmpty else { return }
+        var freed: Set<String> = []
+        for columns in toFree where !columns.contains(where: { freed.contains($0.0) }) {
+            keptChildrenSerial += 1
+            guard let value = try free(parent, pk: pk, columns: columns, name: "kept children",
+                                       serial: 1_000_000 + keptChildrenSerial)
+            else { break }  // the children keep the value; the loser's deletion reaches them as before
+            freed.insert(value.column)
+        }
+        for h in held {
+            let set = h.fk.columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 1)" }.joined(separator: ", ")
+            try db.run("""
+                UPDATE main.\(h.child.quotedName) SET \(set)
+                WHERE \(h.child.pkJSON("main.\(h.child.quotedName)")) IN (SELECT value FROM json_each(?\(h.values.count + 1)))
+                """, h.values + [Value.text(h.keys)])
+        }
+    }
+
+    private var keptChildrenSerial = 0
 
     /// Writes a history row (author `dedupe`) for every row that references the row `pk` of `parent`, so that the
     /// next export sends their records again with the parent's current record name.

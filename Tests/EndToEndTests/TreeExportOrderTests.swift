@@ -96,6 +96,26 @@ final class TreeExportOrderTests: XCTestCase {
             expected: "new100/by b\n", label: "storectl-tree-chain")
     }
 
+    /// A natural-key tree (the reference travels as the parent's key): a row moved under a new parent, the old
+    /// parent deleted, a's export killed before each save while b edits the moved row. b's export meets the moved
+    /// record naming a parent b has not imported yet: it leaves the row to its import, which brings the parent
+    /// (before, the merge wrote the reference at once and b's sync failed with SQLite's foreign-key error).
+    func testNaturalKeyTreeKilledBetweenBatchesFile() throws {
+        try killedTreeExport(
+            schema: """
+                CREATE TABLE IF NOT EXISTS folders(name TEXT PRIMARY KEY,
+                    parent TEXT REFERENCES folders(name) ON DELETE CASCADE, note TEXT);
+                """,
+            rows: "INSERT INTO folders VALUES ('r1', NULL, 'x'), ('r2', NULL, 'x'), ('c3', 'r2', 'x')",
+            change: """
+                INSERT INTO folders VALUES ('new9', NULL, 'x'), ('new10', 'new9', 'x');
+                UPDATE folders SET parent = 'new10' WHERE name = 'c3'; DELETE FROM folders WHERE name = 'r2';
+                """,
+            edit: "UPDATE folders SET note = 'by b' WHERE name = 'c3'", saves: 1...4,
+            check: "SELECT c.parent || '/' || c.note FROM folders c WHERE c.name = 'c3'",
+            expected: "new10/by b\n", label: "storectl-tree-natural")
+    }
+
     /// Many rows in small pages, killed after every few saves and resumed: every row once, no endless loop.
     func testRankedPagesKilledAndResumedFile() throws {
         let f = try Fleet(backend: .file, schema: MovedUnderANewParentTests.treeSchema,
