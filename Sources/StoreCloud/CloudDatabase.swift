@@ -236,6 +236,9 @@ public struct ChangeBatch: Sendable, Equatable {
     public var token: ServerChangeToken
     /// Whether more changes are waiting after `token`.
     public var moreComing: Bool
+    /// The zone's schema version as the page's own snapshot saw it, when the backend reads it with the page (one
+    /// statement instead of two): a record saved after a raise is never seen without the raise.
+    public var schemaVersion: SchemaVersionRead = .notRead
 
     public init(records: [CloudRecord], token: ServerChangeToken, moreComing: Bool) {
         self.records = records
@@ -258,6 +261,12 @@ public struct ZoneInfo: Sendable, Equatable, Codable {
     /// What this connection's account may do in the zone, when the backend knows shares; nil reads as `.owner`.
     /// `zoneInfo` throws `.permission` rather than return a zone the account has no share of.
     public var access: ZoneAccess.Level? = nil
+    /// The zone's schema version, when the backend reads it with the zone (one statement instead of two).
+    public var schemaVersion: SchemaVersionRead = .notRead
+    /// The export state of the device that asked (`roundZoneInfo`), when the backend reads it with the zone.
+    public var exportState: ReadAlong<DeviceExportState> = .notRead
+
+    private enum CodingKeys: String, CodingKey { case name, epoch, lastSeq, liveRecords, owner, access }
 
     public init(name: String, epoch: String, lastSeq: Int64, liveRecords: Int64) {
         self.name = name
@@ -288,6 +297,18 @@ public struct Marker: Sendable, Equatable, Codable {
 /// The schema version a zone's records are written at: raised by the first store that runs `storectl migrate
 /// --sql FILE --schema-version N` and syncs, so that a data migration is applied once per zone, not once per device.
 /// Kept as a marker of the zone (`CloudContract.schemaMarkerName`), so a purge resets it with the records.
+/// A value read along with something else in the same statement (`ZoneInfo`, `ChangeBatch`), or not read there:
+/// then the backend's own call for it is made.
+public enum ReadAlong<Value: Sendable & Equatable>: Sendable, Equatable {
+    case notRead
+    /// Read: nil when there is none.
+    case read(Value?)
+}
+
+/// A zone's schema version read along (`.read(nil)`: no data migration ever raised the zone, version 0); else
+/// `CloudDatabase.schemaVersion(zone:)` is asked.
+public typealias SchemaVersionRead = ReadAlong<ZoneSchemaVersion>
+
 public struct ZoneSchemaVersion: Sendable, Equatable, Codable {
     /// The version the zone's records are written at now.
     public var version: Int
@@ -405,6 +426,11 @@ public protocol CloudDatabase: AnyObject {
     /// counting is O(records), the epoch and last seq are not.
     /// - Throws: `CloudError`.
     func zoneInfo(_ zone: String, countLive: Bool) throws -> ZoneInfo?
+
+    /// The zone as a sync round starts with it (`zoneInfo` without the live count), with, where the backend reads
+    /// them in the same statement, the zone's schema version and `device`'s export state (`ReadAlong`).
+    /// - Throws: `CloudError`.
+    func roundZoneInfo(_ zone: String, device: String) throws -> ZoneInfo?
 
     /// Creates the zone if it is missing, and returns it.
     /// - Throws: `CloudError`.
@@ -541,6 +567,10 @@ public struct QuietState: Sendable, Equatable {
 
 extension CloudDatabase {
     public var fetchesConcurrently: Bool { true }
+
+    public func roundZoneInfo(_ zone: String, device: String) throws -> ZoneInfo? {
+        try zoneInfo(zone, countLive: false)
+    }
 
     public func quietState(zone: String, known: QuietState?) throws -> QuietState? { nil }
 

@@ -515,12 +515,26 @@ public final class PostgresCloudDatabase: CloudDatabase {
     /// The zone with its owner and this role's access. Throws `.permission` for a zone the role has no share of,
     /// never nil as if it did not exist.
     public func zoneInfo(_ zone: String, countLive: Bool) throws -> ZoneInfo? {
+        try zoneInfo(zone, countLive: countLive, device: nil)
+    }
+
+    /// One statement: the zone, its schema version, and `device`'s export state.
+    public func roundZoneInfo(_ zone: String, device: String) throws -> ZoneInfo? {
+        try zoneInfo(zone, countLive: false, device: device)
+    }
+
+    private func zoneInfo(_ zone: String, countLive: Bool, device: String?) throws -> ZoneInfo? {
         try run("cannot read zone \(zone) of \(container)") { c in
             let count = "(SELECT count(*) FROM \(s).records WHERE zone = $1 AND NOT deleted)"
             let live = countLive ? "CASE WHEN a.level <> 'none' THEN \(count) END" : "-1"
             let r = try c.execute("""
-                SELECT a.epoch, a.last_seq, \(live), \(Self.accessColumns("a")) FROM \(zoneRow("$1")) a
-                """, [zone])
+                SELECT a.epoch, a.last_seq, \(live), \(Self.accessColumns("a")), \(Self.schemaMarkerColumns),
+                       e.last_seq, e.serial, e.history_seq, e.saved_at
+                FROM \(zoneRow("$1")) a \(schemaMarkerJoin(zone: "$1", from: "$2", to: "$3"))
+                LEFT JOIN LATERAL (SELECT last_seq, serial, history_seq, saved_at FROM \(s).export_marks
+                                   WHERE zone = $1 AND device = $4 ORDER BY last_seq DESC LIMIT 1) e
+                    ON a.level <> 'none' AND $4 IS NOT NULL
+                """, [zone] + Self.schemaMarkerRange + [device])
             guard let access = ZoneAccessRow(r, row: 0, at: 3, zone: zone) else {
                 if let hidden = try hiddenZoneError(c, zone: zone) { throw hidden }
                 return nil
@@ -531,6 +545,13 @@ public final class PostgresCloudDatabase: CloudDatabase {
                                 liveRecords: r.int64(0, 2) ?? 0)
             info.owner = access.access.owner
             info.access = access.access.level
+            info.schemaVersion = .read(schemaMarker(r, row: 0, at: 7, zone: zone))
+            if device != nil {
+                info.exportState = .read(r.string(0, 11) == nil ? nil : DeviceExportState(
+                    mark: ExportMark(serial: r.int64(0, 12) ?? 0, historySeq: r.int64(0, 13) ?? 0,
+                                     time: r.int64(0, 14) ?? 0),
+                    lastSeq: r.int64(0, 11) ?? 0))
+            }
             primaryEpochs[zone] = info.epoch
             primaryLastSeqs[zone] = info.lastSeq
             return info
@@ -701,6 +722,8 @@ public final class PostgresCloudDatabase: CloudDatabase {
         var inRecovery: Bool
         /// The role's access to the zone, in the same snapshot (no records come for a role without a share).
         var access: ZoneAccessRow
+        /// The zone's schema version, in the same snapshot.
+        var schemaVersion: ZoneSchemaVersion?
 
         /// The batch of at most `limit` records, with the token after it.
         func batch(after: Int64, limit: Int) -> ChangeBatch {
@@ -709,10 +732,12 @@ public final class PostgresCloudDatabase: CloudDatabase {
             if moreComing { records.removeLast(records.count - limit) }
             // A complete page has seen everything up to last_seq, so the token may jump there; a partial page
             // stops at its last record.
-            return ChangeBatch(records: records,
-                               token: CloudContract.nextToken(epoch: epoch, after: after, zoneLastSeq: lastSeq,
-                                                              page: records, moreComing: moreComing),
-                               moreComing: moreComing)
+            var batch = ChangeBatch(records: records,
+                                    token: CloudContract.nextToken(epoch: epoch, after: after, zoneLastSeq: lastSeq,
+                                                                   page: records, moreComing: moreComing),
+                                    moreComing: moreComing)
+            batch.schemaVersion = .read(schemaVersion)
+            return batch
         }
     }
 
@@ -735,13 +760,15 @@ public final class PostgresCloudDatabase: CloudDatabase {
             PGQuery("SELECT set_config('enable_bitmapscan', 'off', true)"),
             PGQuery("""
             SELECT a.epoch, a.last_seq, pg_is_in_recovery(), r.record_name, r.record_type, r.fields, r.change_tag,
-                   r.seq, r.deleted, r.modified_by, r.modified_at, r.rejected_by, \(Self.accessColumns("a"))
+                   r.seq, r.deleted, r.modified_by, r.modified_at, r.rejected_by, \(Self.accessColumns("a")),
+                   \(Self.schemaMarkerColumns)
             FROM \(zoneRow("$1")) a
+            \(schemaMarkerJoin(zone: "$1", from: "$5", to: "$6"))
             LEFT JOIN LATERAL (
                 \(checkedRecords("seq > $2 AND modified_by IS DISTINCT FROM $4", "ORDER BY seq LIMIT $3"))
             ) r ON a.level <> 'none'
             ORDER BY r.seq
-            """, [zone, String(after), String(limit + 1), excludingDevice]),
+            """, [zone, String(after), String(limit + 1), excludingDevice] + Self.schemaMarkerRange),
         ])[1]
         guard let access = ZoneAccessRow(r, row: 0, at: 12, zone: zone) else { return nil }
         var records: [CloudRecord] = []
@@ -749,7 +776,27 @@ public final class PostgresCloudDatabase: CloudDatabase {
             if let record = checkedRecord(from: r, row: row, at: 3, zone: zone) { records.append(record) }
         }
         return ChangePage(epoch: r.string(0, 0) ?? "", lastSeq: r.int64(0, 1) ?? 0, records: records,
-                          inRecovery: r.bool(0, 2) ?? false, access: access)
+                          inRecovery: r.bool(0, 2) ?? false, access: access,
+                          schemaVersion: schemaMarker(r, row: 0, at: 16, zone: zone))
+    }
+
+    /// The zone's schema-version marker read in the same statement as the zone (`zoneInfo`) or a page of its feed
+    /// (`changePage`): the columns, the join (after the zone's row `a`), and its parameters (the marker range).
+    static let schemaMarkerColumns = "m.name, m.created_by, m.created_at, m.payload"
+    static var schemaMarkerRange: [String?] { [CloudContract.schemaMarkerPrefix, CloudContract.schemaMarkerPrefix + "~"] }
+    func schemaMarkerJoin(zone: String, from: String, to: String) -> String {
+        """
+        LEFT JOIN LATERAL (SELECT name, created_by, created_at, payload FROM \(s).markers
+                           WHERE zone = \(zone) AND name COLLATE "C" >= \(from) AND name COLLATE "C" < \(to)
+                           ORDER BY name COLLATE "C" DESC LIMIT 1) m ON a.level <> 'none'
+        """
+    }
+
+    /// The schema version from the columns `schemaMarkerColumns` at `at` of row `row`, or nil (version 0).
+    func schemaMarker(_ r: PGResult, row: Int, at: Int, zone: String) -> ZoneSchemaVersion? {
+        guard let name = r.string(row, at) else { return nil }
+        return CloudContract.schemaVersion(Marker(zone: zone, name: name, createdBy: r.string(row, at + 1) ?? "",
+                                                  createdAt: r.double(row, at + 2) ?? 0, payload: r.string(row, at + 3) ?? ""))
     }
 
     public func fetchRecord(zone: String, recordName: String) throws -> CloudRecord? {

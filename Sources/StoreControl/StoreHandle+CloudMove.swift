@@ -547,6 +547,7 @@ final class TakeInFilter: CloudDatabase {
     var displayURL: String { base.displayURL }
     func accountStatus() -> AccountStatusReport { base.accountStatus() }
     func zoneInfo(_ zone: String, countLive: Bool) throws -> ZoneInfo? { try base.zoneInfo(zone, countLive: countLive) }
+    func roundZoneInfo(_ zone: String, device: String) throws -> ZoneInfo? { try base.roundZoneInfo(zone, device: device) }
     func ensureZone(_ zone: String) throws -> ZoneInfo { try base.ensureZone(zone) }
     func fetchChanges(zone: String, since token: ServerChangeToken?, limit: Int, excludingDevice: String?) throws
         -> ChangeBatch

@@ -308,6 +308,10 @@ public final class EncryptedCloud: CloudDatabase, @unchecked Sendable {
     public var displayURL: String { base.displayURL }
     public func accountStatus() -> AccountStatusReport { base.accountStatus() }
 
+    public func roundZoneInfo(_ zone: String, device: String) throws -> ZoneInfo? {
+        try base.roundZoneInfo(zone, device: device)
+    }
+
     public func zoneInfo(_ zone: String, countLive: Bool) throws -> ZoneInfo? {
         guard var info = try base.zoneInfo(zone, countLive: countLive) else { return nil }
         // The key record is no row's.

@@ -78,6 +78,10 @@ final class ImportStaging {
     /// (through the cloud's own connection) while this one is staged. Returns the token after the last page and how
     /// many records the pages held. With `onlyTypes`, only records of those types are staged.
     /// - Throws: `CloudError`, `SQLiteError`.
+    /// The highest schema version the pages of the last `fetchChanges` read in their own snapshots, or `.notRead`
+    /// when a page did not read it (`SchemaGate.recheck` asks the cloud then).
+    private(set) var schemaVersionSeen: SchemaVersionRead = .notRead
+
     func fetchChanges(cloud: any CloudDatabase, zone: String, after token: ServerChangeToken?, limit: Int,
                       device: String, onlyTypes: Set<String>?) throws -> (token: ServerChangeToken?, fetched: Int)
     {
@@ -93,6 +97,7 @@ final class ImportStaging {
         }
         var token = token
         var fetched = 0
+        schemaVersionSeen = .read(nil)
         var inFlight: BackgroundCall<ChangeBatch>? = fetch(after: token)
         defer { inFlight?.wait() }  // a failed stage leaves no fetch running
         while let flight = inFlight {
@@ -106,6 +111,12 @@ final class ImportStaging {
             try stage(records.filter { $0.rejection == nil })
             fetched += batch.records.count
             token = batch.token
+            switch (schemaVersionSeen, batch.schemaVersion) {
+            case (.read(let highest), .read(let version)):
+                if (version?.version ?? 0) >= (highest?.version ?? 0) { schemaVersionSeen = .read(version) }
+            default:
+                schemaVersionSeen = .notRead
+            }
             Failpoint.hit("import.after-fetch")
         }
         return (token, fetched)

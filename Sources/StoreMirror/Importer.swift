@@ -85,7 +85,8 @@ struct Importer {
         // Records fetched after another device raised the zone's schema version are of a shape this store has not
         // migrated to: nothing of them is applied, and the import waits (`SchemaGate`).
         if fetched > 0 {
-            try SchemaGate.recheck(db, cloud: cloud, zone: options.zone, local: try SchemaGate.schemaVersion(db))
+            try SchemaGate.recheck(db, cloud: cloud, zone: options.zone, local: try SchemaGate.schemaVersion(db),
+                                   seen: staging.schemaVersionSeen)
         }
 
         // Apply: what was fetched, in one write transaction, with no network call.

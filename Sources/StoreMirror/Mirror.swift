@@ -173,7 +173,7 @@ public final class Mirror {
     /// - Throws: `ZoneResetError` when it was purged or deleted elsewhere.
     public func checkZone() throws -> ZoneInfo {
         let token = try MirrorState.serverToken(db, zone: options.zone).flatMap(ServerChangeToken.init(rawValue:))
-        if let zone = try cloud.zoneInfo(options.zone, countLive: false) {
+        if let zone = try cloud.roundZoneInfo(options.zone, device: device) {
             try noteAccess(zone)
             if let token, token.epoch != zone.epoch { throw ZoneResetError(zone: options.zone) }
             // Seqs only grow: a zone below what this store imported or saved went back to an older copy.
@@ -231,12 +231,14 @@ public final class Mirror {
     public func prepare() throws {
         let tPrepare = Trace.start()
         defer { Trace.add("sync.prepare", tPrepare) }
-        _ = try checkZone()
+        let zoneInfo = try checkZone()
         if schemaGate == nil {
-            schemaGate = try SchemaGate.check(db, cloud: cloud, zone: options.zone, device: device, entities: entities)
+            schemaGate = try SchemaGate.check(db, cloud: cloud, zone: options.zone, device: device, entities: entities,
+                                              known: zoneInfo.schemaVersion)
         }
         var done = Preparation()
-        done.reconcile = try Reconciler(db: db, cloud: cloud, options: options, entities: entities, device: device).run()
+        done.reconcile = try Reconciler(db: db, cloud: cloud, options: options, entities: entities, device: device)
+            .run(known: zoneInfo.exportState)
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
         _ = try SchemaEvolution.keepDroppedFields(db, entities: entities, cloud: cloud, zone: options.zone)
         // Almost every round has nothing to fill or rescan: then it takes no write lock for them.

@@ -36,9 +36,14 @@ struct Reconciler {
     let entities: [EntityMap]
     let device: String
 
-    func run() throws -> ReconcileReport? {
+    /// `known`: the device's export state when it was read with the zone at the start of this round.
+    func run(known: ReadAlong<DeviceExportState> = .notRead) throws -> ReconcileReport? {
         let ownSeq = try MirrorState.ownSeq(db, container: cloud.container, zone: options.zone)
-        guard let state = try cloud.exportState(zone: options.zone, device: device) else {
+        let exportState: DeviceExportState?
+        if case .read(let state) = known { exportState = state } else {
+            exportState = try cloud.exportState(zone: options.zone, device: device)
+        }
+        guard let state = exportState else {
             if try MirrorState.meta(db, .ownRecordsUnchecked) != nil { return try checkOwnRecords() }
             return nil
         }

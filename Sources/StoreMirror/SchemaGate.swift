@@ -62,11 +62,12 @@ public enum SchemaGate {
     /// the type, and throws when the store must wait.
     /// - Throws: `SchemaBehindError`, `SchemaUnseenError`, `CloudError`, `SQLiteError`.
     @discardableResult
+    /// `known`: the zone's version when it was read along with the zone (`ZoneInfo.schemaVersion`) in this round.
     public static func check(_ db: Connection, cloud: any CloudDatabase, zone: String, device: String,
-                             entities: [EntityMap]) throws -> Outcome
+                             entities: [EntityMap], known: SchemaVersionRead = .notRead) throws -> Outcome
     {
         do {
-            let outcome = try decide(db, cloud: cloud, zone: zone, device: device, entities: entities)
+            let outcome = try decide(db, cloud: cloud, zone: zone, device: device, entities: entities, known: known)
             if try MirrorState.meta(db, .schemaWait) != nil {
                 try db.transaction { try MirrorState.setMeta(db, .schemaWait, nil) }
             }
@@ -100,10 +101,10 @@ public enum SchemaGate {
     }
 
     private static func decide(_ db: Connection, cloud: any CloudDatabase, zone: String, device: String,
-                               entities: [EntityMap]) throws -> Outcome
+                               entities: [EntityMap], known: SchemaVersionRead) throws -> Outcome
     {
         let schema = try schemaVersion(db)
-        let current = try requireNotBehind(db, cloud: cloud, zone: zone)
+        let current = try requireNotBehind(db, cloud: cloud, zone: zone, known: known)
         let zoneVersion = current?.version ?? 0
         guard let migration = try localMigration(db) else { return .same(schema) }
         let unsynced = try MirrorState.meta(db, .schemaVersionUnsynced) != nil
@@ -147,11 +148,12 @@ public enum SchemaGate {
     /// anything is changed. `sync --reupload` and `--rebind` call it before they reset anything.
     /// - Throws: `SchemaBehindError`, `SchemaMismatchError`, `CloudError`, `SQLiteError`.
     @discardableResult
-    public static func requireNotBehind(_ db: Connection, cloud: any CloudDatabase, zone: String) throws
-        -> ZoneSchemaVersion?
+    public static func requireNotBehind(_ db: Connection, cloud: any CloudDatabase, zone: String,
+                                        known: SchemaVersionRead = .notRead) throws -> ZoneSchemaVersion?
     {
         let schema = try schemaVersion(db)
-        let current = try cloud.schemaVersion(zone: zone)
+        let current: ZoneSchemaVersion?
+        if case .read(let version) = known { current = version } else { current = try cloud.schemaVersion(zone: zone) }
         guard let current else { return nil }
         if current.version > schema {
             throw SchemaBehindError(zone: zone, container: cloud.container, local: schema, zoneVersion: current)
@@ -268,8 +270,12 @@ public enum SchemaGate {
     /// Inside an import, after its pages were fetched: the zone must still be at most at this store's version (a
     /// raise between the check before the sync and the fetch would have let records of the new shape in).
     /// - Throws: `SchemaBehindError` (the import is rolled back), `CloudError`.
-    static func recheck(_ db: Connection, cloud: any CloudDatabase, zone: String, local: Int) throws {
-        if let current = try cloud.schemaVersion(zone: zone), current.version > local {
+    /// `seen`: the version every fetched page read in its own snapshot, the highest of them, when each did.
+    static func recheck(_ db: Connection, cloud: any CloudDatabase, zone: String, local: Int,
+                        seen: SchemaVersionRead = .notRead) throws {
+        let current: ZoneSchemaVersion?
+        if case .read(let version) = seen { current = version } else { current = try cloud.schemaVersion(zone: zone) }
+        if let current, current.version > local {
             throw SchemaBehindError(zone: zone, container: cloud.container, local: local, zoneVersion: current)
         }
     }

@@ -559,6 +559,52 @@ class CloudConformanceTests: XCTestCase {
         assertCloudError(.zoneNotFound) { _ = try b.schemaVersion(zone: "nowhere") }
     }
 
+    /// Whether the backend reads the zone's schema version along with the zone and each page of its feed (so a
+    /// round asks it nothing more): PostgreSQL does.
+    var readsSchemaVersionAlong: Bool { false }
+
+    /// The schema version a zone or a page of its feed carries is the one `schemaVersion(zone:)` reads, before and
+    /// after a raise.
+    func testAZoneAndAPageOfItsFeedCarryItsSchemaVersion() throws {
+        let container = try makeContainer()
+        let a = try container.connect()
+        try a.ensureZone(zone)
+        func check(_ expected: ZoneSchemaVersion?, _ what: String) throws {
+            let zoneRead = try XCTUnwrap(try a.zoneInfo(zone, countLive: false)).schemaVersion
+            let pageRead = try a.fetchChanges(zone: zone, since: nil, limit: 10, excludingDevice: nil).schemaVersion
+            for (read, source) in [(zoneRead, "zoneInfo"), (pageRead, "fetchChanges")] {
+                switch read {
+                case .read(let version): XCTAssertEqual(version, expected, "\(what): \(source)")
+                case .notRead: XCTAssertFalse(readsSchemaVersionAlong, "\(what): \(source) did not read it")
+                }
+            }
+        }
+        try check(nil, "a new zone")
+        // The round's read of the zone carries the device's export mark, as `exportState` reads it.
+        for device in ["da", "db"] {
+            if case .read(let state) = try XCTUnwrap(try a.roundZoneInfo(zone, device: device)).exportState {
+                XCTAssertEqual(state, try a.exportState(zone: zone, device: device), device)
+            } else {
+                XCTAssertFalse(readsSchemaVersionAlong, "roundZoneInfo did not read \(device)'s export state")
+            }
+        }
+        _ = try a.save(zone: zone, [save("r1", expecting: nil)], device: "da",
+                       mark: ExportMark(serial: 4, historySeq: 17, time: 1), schemaVersion: nil)
+        for device in ["da", "db"] {
+            if case .read(let state) = try XCTUnwrap(try a.roundZoneInfo(zone, device: device)).exportState {
+                XCTAssertEqual(state, try a.exportState(zone: zone, device: device), device)
+                XCTAssertEqual(state?.mark.serial, device == "da" ? 4 : nil, device)
+            } else {
+                XCTAssertFalse(readsSchemaVersionAlong, "roundZoneInfo did not read \(device)'s export state")
+            }
+        }
+        _ = try a.raiseSchemaVersion(zone: zone, to: ZoneSchemaVersion(version: 3, sha256: "cd34", file: "m/3.sql"),
+                                     device: "da", seenUpTo: 1)
+        let stored = try XCTUnwrap(try a.schemaVersion(zone: zone))
+        XCTAssertEqual(stored.version, 3)
+        try check(stored, "after a raise")
+    }
+
     func testASaveAtAnOlderSchemaVersionIsRefusedWhole() throws {
         let container = try makeContainer()
         let a = try container.connect(), b = try container.connect()

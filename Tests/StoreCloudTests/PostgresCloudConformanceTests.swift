@@ -36,6 +36,10 @@ final class PostgresCloudConformanceTests: CloudConformanceTests {
     override func testExportMarksRecordWhereEachDeviceStands() throws {
         try super.testExportMarksRecordWhereEachDeviceStands()
     }
+    override var readsSchemaVersionAlong: Bool { true }
+    override func testAZoneAndAPageOfItsFeedCarryItsSchemaVersion() throws {
+        try super.testAZoneAndAPageOfItsFeedCarryItsSchemaVersion()
+    }
     override func testZonesAreCreatedOnceAndReportTheirState() throws {
         try super.testZonesAreCreatedOnceAndReportTheirState()
     }
@@ -121,6 +125,7 @@ final class PostgresCloudConformanceTests: CloudConformanceTests {
         "testConcurrentWritersOfOneRecordConflictInsteadOfLosingUpdates",
         "testMarkersAreCreatedOnce",
         "testASchemaVersionIsRaisedOnceAndOnlyByADeviceThatSawEveryRecord",
+        "testAZoneAndAPageOfItsFeedCarryItsSchemaVersion",
         "testASaveAtAnOlderSchemaVersionIsRefusedWhole",
         "testMarkersStayAtomicUnderConcurrentCreation",
         "testARecordNamedTwiceInOneBatchRefusesTheWholeBatch",

@@ -51,6 +51,11 @@ final class TransactionGuardCloud: CloudDatabase {
         return try base.zoneInfo(zone, countLive: countLive)
     }
 
+    func roundZoneInfo(_ zone: String, device: String) throws -> ZoneInfo? {
+        try check("zoneInfo")
+        return try base.roundZoneInfo(zone, device: device)
+    }
+
     func ensureZone(_ zone: String) throws -> ZoneInfo {
         try check("ensureZone")
         return try base.ensureZone(zone)
