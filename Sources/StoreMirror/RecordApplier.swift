@@ -673,6 +673,13 @@ final class RecordApplier {
             return .skipped
         case .mergeIntoWinner(let winner):
             try repoint(entity, from: entry.pk, to: winner)
+            // The winner's values as they will be: its row's, or its record's when the settle applies it next.
+            var values = Dictionary(zip(entity.columns, try currentValues(entity, pk: winner, columns: entity.columns)),
+                                    uniquingKeysWith: { a, _ in a })
+            if let name = facts.aliasTarget, let incoming = settleValues[name] {
+                values.merge(incoming) { _, new in new }
+            }
+            try keepUniqueReferences(entity, loser: entry.pk, winner: values)
             try deleteRow(entity, pk: entry.pk)
             try mark(deleted: true)
             return .deleted
@@ -952,6 +959,8 @@ final class RecordApplier {
                         try outbox(holderName, type: entity.name, tag: holder[2].string,
                                    reason: .duplicate)
                     }
+                    // Children on another UNIQUE key of the holder follow the incoming record's value of it.
+                    try keepUniqueReferences(entity, loser: holderPK, winner: values, deleted: false)
                     try update(entity, pk: holderPK, values: values.filter { entity.fieldColumns.contains($0.key) })
                     let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
                     try finish(record, entity: entity, entry: nil, pk: holderPK, extra: decoded.extra)
@@ -1120,14 +1129,19 @@ final class RecordApplier {
     /// Keeps the children that reference the loser `pk` of a duplicate merge by a UNIQUE key of `parent` rather than
     /// its primary key (`REFERENCES tags(code)`; `repoint` moves those that reference the key): they follow the
     /// winner's values of that key (`winner`: the winning row's values as they will be once the merge is applied).
-    /// Where the winner holds the same values (the key the two rows collide on), the children already name the
+    /// Where the winner holds the same values (the key the two rows collide on, in the same spelling or another
+    /// one its collation matches), the children already name the
     /// winner, but the loser's deletion would still reach them through its `ON DELETE` action (CASCADE, SET NULL,
     /// SET DEFAULT, RESTRICT), and SQL cannot put the value on the winner while the loser holds it. So the loser's
     /// value is set aside first (a placeholder, as for a UNIQUE value that moves between rows), the children are put
     /// back on the value (their `ON UPDATE` action followed the placeholder), and the winner takes the value when the
     /// merge is applied: foreign keys are checked at the import's commit. A table that refuses every placeholder
     /// (or an `ON UPDATE RESTRICT` child) leaves the loser's deletion to its action, as before.
-    private func keepUniqueReferences(_ parent: EntityMap, loser pk: String, winner: [String: Value]) throws {
+    /// `deleted`: false when the loser's row is not deleted but takes the winner's values (a surrogate row that
+    /// becomes the incoming record's): then only the children's values follow.
+    private func keepUniqueReferences(_ parent: EntityMap, loser pk: String, winner: [String: Value],
+                                      deleted: Bool = true) throws
+    {
         var held: [(child: EntityMap, fk: ForeignKeyInfo, values: [Value], keys: String)] = []
         var toFree: [[(String, Value)]] = []
         for child in entities.values {
@@ -1139,21 +1153,26 @@ final class RecordApplier {
                 guard from.count == columns.count, !from.contains(where: \.isNull), !to.contains(where: \.isNull)
                 else { continue }
                 let n = columns.count
-                let match = fk.columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 1)" }.joined(separator: " AND ")
+                // A child matches a parent's value as the foreign key compares them: under the key's collation.
+                let key = parent.uniqueKeys.first { Set($0) == Set(columns) } ?? columns
+                let match = zip(fk.columns, columns).enumerated().map { i, pair in
+                    parent.uniqueEquals(key, column: pair.1, quoteIdentifier(pair.0), "?\(i + 1)")
+                }.joined(separator: " AND ")
                 if from != to {
-                    // Another UNIQUE key of the table: the children follow the winner's value, as to its key.
+                    // The children follow the winner's value (another UNIQUE key of the table, or another spelling).
                     let set = fk.columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 1 + n)" }
                         .joined(separator: ", ")
                     try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
                         try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(set) WHERE \(match)", from + to)
                     }
-                    continue
                 }
-                guard fk.onDelete.uppercased() != "NO ACTION", fk.onUpdate.uppercased() != "RESTRICT" else { continue }
+                guard deleted, fk.onDelete.uppercased() != "NO ACTION", fk.onUpdate.uppercased() != "RESTRICT"
+                else { continue }
+                // The children the loser's deletion would still reach: those on a value the loser's matches.
                 guard let keys = try db.scalar("SELECT json_group_array(\(child.pkJSON("c"))) FROM main.\(child.quotedName) c WHERE \(match)",
                                                from)?.string, keys != "[]"
                 else { continue }
-                held.append((child, fk, from, keys))
+                held.append((child, fk, to, keys))
                 toFree.append(Array(zip(columns, from)))
             }
         }
@@ -1261,6 +1280,9 @@ final class RecordApplier {
     var unfreeableTombstones: Set<String> = []
     /// The UNIQUE values the settle's live records bring (`avoidKey`): never a placeholder.
     private var avoid: Set<String> = []
+    /// The values of the settle's live records with UNIQUE keys, by record name: what a merged duplicate's winner
+    /// will hold once its record is applied (`keepUniqueReferences` when the loser's tombstone goes first).
+    private var settleValues: [String: [String: Value]] = [:]
 
     private static func avoidKey(_ entity: String, _ column: String, _ value: Value) -> String {
         // Lower-cased: a NOCASE column finds 'A' and 'a' equal.
@@ -1290,10 +1312,12 @@ final class RecordApplier {
     private func incomingUniqueValues(_ records: [CloudRecord]) throws -> [(entity: EntityMap, values: [String: Value])] {
         var takers: [(entity: EntityMap, values: [String: Value])] = []
         avoid = []
+        settleValues = [:]
         for record in records where !record.deleted {
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty else { continue }
             let values = try keyValues(of: codec.decodeRecord(record.fields, columns: entity.fieldColumns), entity: entity)
             takers.append((entity, values))
+            settleValues[record.recordName] = values
             for key in entity.uniqueKeys {
                 for column in key { if let v = values[column] { avoid.insert(Self.avoidKey(entity.name, column, v)) } }
             }

@@ -59,25 +59,36 @@ final class UniqueReferenceChildrenTests: XCTestCase {
     }
 
     /// One store changes a synced tag's code to the code of a tag the other store inserted (with a child): the
-    /// other store meets the change on a row it maps to while another of its rows holds the value.
-    func changedInto(_ backend: FleetBackend, key: String, action: String, policy: String) throws {
+    /// other store meets the change on a row it maps to while another of its rows holds the value. `nocase`: the
+    /// code is `COLLATE NOCASE` and the rename spells it in lower case. `order`: which store syncs first.
+    func changedInto(_ backend: FleetBackend, key: String, action: String, policy: String, nocase: Bool = false,
+                     order: [String] = ["b", "a"]) throws
+    {
         let natural = key.hasPrefix("name")
-        let f = try Fleet.pair(backend, schema: Self.schema(key: key, action: action), policy: policy,
+        var schema = Self.schema(key: key, action: action)
+        if nocase {
+            schema = schema.replacingOccurrences(of: "code TEXT NOT NULL UNIQUE", with: "code TEXT NOT NULL UNIQUE COLLATE NOCASE")
+        }
+        let f = try Fleet.pair(backend, schema: schema, policy: policy,
                                rows: natural ? "INSERT INTO tags VALUES ('old', 'y', 'blue')"
                                              : "INSERT INTO tags(code, color) VALUES ('y', 'blue')",
                                label: "storectl-unique-reference-change")
         try f.sql("a", "INSERT INTO items VALUES ('i0', 'y', 'on the old code')")
         try f.syncRounds(2, ["a", "b"])
-        try f.sql("a", (natural ? "INSERT INTO tags VALUES ('new', 'x', 'red')"
-                                : "INSERT INTO tags(code, color) VALUES ('x', 'red')")
-                       + "; INSERT INTO items VALUES ('i1', 'x', 'from a')")
-        try f.sql("b", "UPDATE tags SET code = 'x' WHERE code = 'y'")
-        try f.syncRounds(3, ["b", "a"])
-        let what = "[\(backend), \(key), ON DELETE/UPDATE \(action), \(policy)] a synced tag's code changed to a new tag's"
+        try f.sql("a", (natural ? "INSERT INTO tags VALUES ('new', 'X', 'red')"
+                                : "INSERT INTO tags(code, color) VALUES ('X', 'red')")
+                       + "; INSERT INTO items VALUES ('i1', 'X', 'from a')")
+        try f.sql("b", "UPDATE tags SET code = '\(nocase ? "x" : "X")' WHERE code = 'y'")
+        // What b's rename did to its own child (ON UPDATE CASCADE moves it, SET NULL or SET DEFAULT clears it).
+        let i0 = try f.sql("b", "SELECT coalesce(tag, 'NULL') FROM items WHERE id = 'i0'")
+        try f.syncRounds(3, order)
+        let what = "[\(backend), \(key), ON DELETE/UPDATE \(action), \(policy), nocase \(nocase), \(order) first] "
+            + "a synced tag's code changed to a new tag's"
         try f.assertSameRows(what)
-        XCTAssertEqual(try f.sql("a", "SELECT id || '=' || coalesce(tag, 'NULL') FROM items ORDER BY id"),
-                       "i0=x\ni1=x\n", "\(what): both tags' children kept, under the code")
-        XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM tags WHERE code = 'x'"), "1\n", "\(what): one tag")
+        XCTAssertEqual(try f.sql("a", "SELECT id || '=' || coalesce(upper(tag), 'NULL') FROM items ORDER BY id"),
+                       "i0=\(i0.trimmingCharacters(in: .newlines).uppercased())\ni1=X\n",
+                       "\(what): both tags' children kept; the new tag's under the code")
+        XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM tags WHERE upper(code) = 'X'"), "1\n", "\(what): one tag")
         for s in f.stores { try f.assertHealthy(s, what) }
     }
 
@@ -87,6 +98,62 @@ final class UniqueReferenceChildrenTests: XCTestCase {
                 for policy in Self.policies { try changedInto(.file, key: key, action: action, policy: policy) }
             }
         }
+    }
+
+    /// The same with the other store syncing first, and `ON UPDATE SET NULL` or `SET DEFAULT`: the merged
+    /// duplicate's tombstone goes before its winner's record in the import, and the children follow the value
+    /// the winner's record brings, not the one its row holds until then.
+    func testChangedIntoAnotherRowsCodeEitherOrderFile() throws {
+        for key in ["id INTEGER PRIMARY KEY", "name TEXT PRIMARY KEY"] {
+            for action in ["CASCADE SET_NULL", "SET_NULL SET_NULL", "SET_NULL SET_DEFAULT", "CASCADE CASCADE"] {
+                for policy in ["property-local-wins", "server-wins"] {
+                    for order in [["a", "b"], ["b", "a"]] {
+                        try changedInto(.file, key: key, action: action, policy: policy, order: order)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The rename spells the code in another case under `COLLATE NOCASE`.
+    func testChangedIntoAnotherSpellingFile() throws {
+        for key in ["id INTEGER PRIMARY KEY", "name TEXT PRIMARY KEY"] {
+            for policy in Self.policies {
+                for order in [["a", "b"], ["b", "a"]] {
+                    try changedInto(.file, key: key, action: "CASCADE CASCADE", policy: policy, nocase: true, order: order)
+                }
+            }
+        }
+    }
+
+    /// Two rows collide on one UNIQUE column (`code`) while the children reference another (`label`): they follow
+    /// the label of the row kept (before, a store whose row became the other record's kept the children on a
+    /// label no row held, and its sync failed with the foreign-key error for good).
+    func otherKey(_ backend: FleetBackend, policy: String) throws {
+        let f = try Fleet.pair(backend, schema: """
+            CREATE TABLE IF NOT EXISTS tags(id INTEGER PRIMARY KEY, code TEXT NOT NULL UNIQUE, label TEXT UNIQUE,
+                color TEXT);
+            CREATE TABLE IF NOT EXISTS items(id TEXT PRIMARY KEY, tag TEXT REFERENCES tags(label) ON DELETE CASCADE,
+                body TEXT);
+            """, policy: policy, rows: "INSERT INTO tags(code, label, color) VALUES ('L', 'll', 'blue')",
+            label: "storectl-unique-reference-other-key")
+        try f.sql("a", "INSERT INTO tags(code, label, color) VALUES ('x', 'la', 'red'); INSERT INTO items VALUES ('i1', 'la', 'a')")
+        try f.sql("b", "INSERT INTO tags(code, label, color) VALUES ('x', 'lb', 'blue'); INSERT INTO items VALUES ('i2', 'lb', 'b')")
+        try f.syncRounds(3, ["a", "b"])
+        let what = "[\(backend), \(policy)] collide on code, children on label"
+        try f.assertSameRows(what)
+        XCTAssertEqual(try f.sql("a", "SELECT count(*), count(DISTINCT i.tag) FROM items i JOIN tags t ON t.label = i.tag"),
+                       "2|1\n", "\(what): both children kept, under the tag kept")
+        for s in f.stores { try f.assertHealthy(s, what) }
+    }
+
+    func testChildrenOnAnotherUniqueKeyFile() throws {
+        for policy in Self.policies { try otherKey(.file, policy: policy) }
+    }
+
+    func testChildrenOnAnotherUniqueKeyPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try otherKey(pg, policy: "server-wins")
     }
 
     /// A `unique:` rule on another column (`name`): the two stores' tags are duplicates with different codes, and
@@ -120,6 +187,37 @@ final class UniqueReferenceChildrenTests: XCTestCase {
     func testRuleDuplicatesKeepChildrenFile() throws {
         for key in ["id INTEGER PRIMARY KEY", "name TEXT PRIMARY KEY"] {
             for action in ["CASCADE", "SET_NULL", "CASCADE CASCADE"] { try ruleDuplicates(.file, key: key, action: action) }
+        }
+    }
+
+    /// The code under `COLLATE NOCASE`, inserted in two spellings: the two rows are duplicates, and both children
+    /// stay under the tag kept (a child on the other spelling matches the loser under the collation too).
+    func testTwoSpellingsUnderNoCaseKeepTheirChildrenFile() throws {
+        for key in ["id INTEGER PRIMARY KEY", "name TEXT PRIMARY KEY"] {
+            for action in ["CASCADE", "SET_NULL", "CASCADE CASCADE"] {
+                for policy in ["property-local-wins", "server-wins"] {
+                    let natural = key.hasPrefix("name")
+                    let f = try Fleet.pair(.file, schema: Self.schema(key: key, action: action).replacingOccurrences(
+                                               of: "code TEXT NOT NULL UNIQUE", with: "code TEXT NOT NULL UNIQUE COLLATE NOCASE"),
+                                           policy: policy,
+                                           rows: natural ? "INSERT INTO tags VALUES ('later', 'L', 'blue')"
+                                                         : "INSERT INTO tags(code, color) VALUES ('L', 'blue')",
+                                           label: "storectl-unique-reference-nocase")
+                    let tag = { (name: String, code: String) in
+                        natural ? "INSERT INTO tags VALUES ('\(name)', '\(code)', 'red')"
+                                : "INSERT INTO tags(code, color) VALUES ('\(code)', 'red')"
+                    }
+                    try f.sql("a", "\(tag("A", "x")); INSERT INTO items VALUES ('i1', 'x', 'from a')")
+                    try f.sql("b", "\(tag("B", "X")); INSERT INTO items VALUES ('i2', 'X', 'from b')")
+                    try f.syncRounds(3, ["a", "b"])
+                    let what = "[\(key), ON DELETE/UPDATE \(action), \(policy)] one code in two spellings, a child each"
+                    try f.assertSameRows(what)
+                    XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM tags WHERE code = 'x'"), "1\n", "\(what): one tag")
+                    XCTAssertEqual(try f.sql("a", "SELECT group_concat(i.id) FROM items i JOIN tags t ON t.code = i.tag"),
+                                   "i1,i2\n", "\(what): both children kept, under the tag kept")
+                    for s in f.stores { try f.assertHealthy(s, what) }
+                }
+            }
         }
     }
 }
