@@ -149,7 +149,11 @@ struct Deduplicator {
                     "(SELECT p.\(quoteIdentifier($0)) FROM main.\(parent.quotedName) p WHERE \(parent.pkMatches("p", json: "?1"))) IS NOT "
                         + "(SELECT p.\(quoteIdentifier($0)) FROM main.\(parent.quotedName) p WHERE \(parent.pkMatches("p", json: "?2")))"
                 }.joined(separator: " OR "), [from, to])?.int64 == 1
-                guard differ else { continue }
+                // A winner without a value there (NULL) gives the children nothing to follow.
+                let winnerHolds = try db.scalar("SELECT " + referenced.map {
+                    "(SELECT p.\(quoteIdentifier($0)) FROM main.\(parent.quotedName) p WHERE \(parent.pkMatches("p", json: "?1"))) IS NOT NULL"
+                }.joined(separator: " AND "), [to])?.int64 == 1
+                guard differ, winnerHolds else { continue }
                 let columns = "(" + fk.columns.map(quoteIdentifier).joined(separator: ", ") + ")"
                 try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(columns) = \(of("?1")) WHERE \(columns) = \(of("?2"))",
                            [to, from])

@@ -74,14 +74,14 @@ final class ImportStaging {
         }
     }
 
+    /// The highest schema version the pages of the last `fetchChanges` read in their own snapshots, or `.notRead`
+    /// when a page did not read it, or a lookup fetched a record after them (`SchemaGate.recheck` asks the cloud).
+    private(set) var schemaVersionSeen: SchemaVersionRead = .notRead
+
     /// Fetches every page of changes after `token` into the staging table, the next page on a thread of its own
     /// (through the cloud's own connection) while this one is staged. Returns the token after the last page and how
     /// many records the pages held. With `onlyTypes`, only records of those types are staged.
     /// - Throws: `CloudError`, `SQLiteError`.
-    /// The highest schema version the pages of the last `fetchChanges` read in their own snapshots, or `.notRead`
-    /// when a page did not read it (`SchemaGate.recheck` asks the cloud then).
-    private(set) var schemaVersionSeen: SchemaVersionRead = .notRead
-
     func fetchChanges(cloud: any CloudDatabase, zone: String, after token: ServerChangeToken?, limit: Int,
                       device: String, onlyTypes: Set<String>?) throws -> (token: ServerChangeToken?, fetched: Int)
     {
@@ -258,6 +258,8 @@ final class ImportStaging {
     private func fetchRecord(cloud: any CloudDatabase, zone: String, _ name: String) throws -> CloudRecord? {
         try requireNoWriteTransaction("fetchRecord")
         let fetched = try cloud.fetchRecord(zone: zone, recordName: name)
+        // A record read after the pages, outside their snapshots: the schema version is asked again after it.
+        if fetched != nil { schemaVersionSeen = .notRead }
         // A record saved by an account that may not write the zone is not taken for the record's state.
         if fetched?.rejection != nil { return nil }
         let record = fetched

@@ -278,6 +278,7 @@ struct Importer {
             applier.unfreeableRows = []
             applier.lateTombstones = []
             applier.unfreeableTombstones = []
+            applier.settleValues = [:]
         }
         // A freed value another row took meanwhile: the settle is done again with the row that kept its value
         // (by the merge policy) not freed, or, when its record could not be applied, blocking the records that

@@ -673,13 +673,15 @@ final class RecordApplier {
             return .skipped
         case .mergeIntoWinner(let winner):
             try repoint(entity, from: entry.pk, to: winner)
-            // The winner's values as they will be: its row's, or its record's when the settle applies it next.
-            var values = Dictionary(zip(entity.columns, try currentValues(entity, pk: winner, columns: entity.columns)),
-                                    uniquingKeysWith: { a, _ in a })
+            // Children on a UNIQUE column follow the value the winner's record brings, when the settle applies
+            // it next (the winner's row does not hold it yet). Without that record, the row's values are not
+            // known to be the winner's final ones: the loser's deletion takes its course, as before.
             if let name = facts.aliasTarget, let incoming = settleValues[name] {
+                var values = Dictionary(zip(entity.columns, try currentValues(entity, pk: winner, columns: entity.columns)),
+                                        uniquingKeysWith: { a, _ in a })
                 values.merge(incoming) { _, new in new }
+                try keepUniqueReferences(entity, loser: entry.pk, winner: values)
             }
-            try keepUniqueReferences(entity, loser: entry.pk, winner: values)
             try deleteRow(entity, pk: entry.pk)
             try mark(deleted: true)
             return .deleted
@@ -1187,8 +1189,10 @@ final class RecordApplier {
         }
         for h in held {
             let set = h.fk.columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 1)" }.joined(separator: ", ")
+            // OR IGNORE: a child that would duplicate another on the value (its own UNIQUE key) stays where the
+            // placeholder put it, and the loser's deletion takes its course for it, as for a duplicate child.
             try db.run("""
-                UPDATE main.\(h.child.quotedName) SET \(set)
+                UPDATE OR IGNORE main.\(h.child.quotedName) SET \(set)
                 WHERE \(h.child.pkJSON("main.\(h.child.quotedName)")) IN (SELECT value FROM json_each(?\(h.values.count + 1)))
                 """, h.values + [Value.text(h.keys)])
         }
@@ -1282,7 +1286,7 @@ final class RecordApplier {
     private var avoid: Set<String> = []
     /// The values of the settle's live records with UNIQUE keys, by record name: what a merged duplicate's winner
     /// will hold once its record is applied (`keepUniqueReferences` when the loser's tombstone goes first).
-    private var settleValues: [String: [String: Value]] = [:]
+    var settleValues: [String: [String: Value]] = [:]
 
     private static func avoidKey(_ entity: String, _ column: String, _ value: Value) -> String {
         // Lower-cased: a NOCASE column finds 'A' and 'a' equal.

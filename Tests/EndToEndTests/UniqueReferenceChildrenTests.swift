@@ -220,4 +220,35 @@ final class UniqueReferenceChildrenTests: XCTestCase {
             }
         }
     }
+
+    /// A plain reference (no `ON DELETE` action): the merged duplicate's tombstone is applied where it comes, not
+    /// held back, and its winner's record may come after it. The children stay on the value the winner's record
+    /// then brings (before a review, they were moved to the value the winner's row held until then, and the sync
+    /// failed with the foreign-key error for good).
+    func testAPlainReferenceStaysOnTheValueFile() throws {
+        for key in ["id INTEGER PRIMARY KEY", "name TEXT PRIMARY KEY"] {
+            for policy in Self.policies {
+                for order in [["a", "b"], ["b", "a"]] {
+                    let natural = key.hasPrefix("name")
+                    let f = try Fleet.pair(.file, schema: """
+                        CREATE TABLE IF NOT EXISTS tags(\(key), code TEXT NOT NULL UNIQUE, color TEXT);
+                        CREATE TABLE IF NOT EXISTS items(id TEXT PRIMARY KEY, tag TEXT REFERENCES tags(code), body TEXT);
+                        """, policy: policy,
+                        rows: natural ? "INSERT INTO tags VALUES ('old', 'y', 'blue')"
+                                      : "INSERT INTO tags(code, color) VALUES ('y', 'blue')",
+                        label: "storectl-unique-reference-plain")
+                    try f.sql("a", (natural ? "INSERT INTO tags VALUES ('new', 'X', 'red')"
+                                            : "INSERT INTO tags(code, color) VALUES ('X', 'red')")
+                                   + "; INSERT INTO items VALUES ('i1', 'X', 'from a')")
+                    try f.sql("b", "UPDATE tags SET code = 'X' WHERE code = 'y'")
+                    try f.syncRounds(3, order)
+                    let what = "[\(key), \(policy), \(order) first] a plain reference to a renamed duplicate's code"
+                    try f.assertSameRows(what)
+                    XCTAssertEqual(try f.sql("a", "SELECT id || '=' || coalesce(tag, 'NULL') FROM items"), "i1=X\n", what)
+                    XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM tags WHERE code = 'X'"), "1\n", "\(what): one tag")
+                    for s in f.stores { try f.assertHealthy(s, what) }
+                }
+            }
+        }
+    }
 }
