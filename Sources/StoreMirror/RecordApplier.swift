@@ -677,8 +677,7 @@ final class RecordApplier {
             // it next (the winner's row does not hold it yet). Without that record, the row's values are not
             // known to be the winner's final ones: the loser's deletion takes its course, as before.
             if let name = facts.aliasTarget, let incoming = settleValues[name] {
-                var values = Dictionary(zip(entity.columns, try currentValues(entity, pk: winner, columns: entity.columns)),
-                                        uniquingKeysWith: { a, _ in a })
+                var values = try rowValues(entity, pk: winner)
                 values.merge(incoming) { _, new in new }
                 try keepUniqueReferences(entity, loser: entry.pk, winner: values)
             }
@@ -990,9 +989,7 @@ final class RecordApplier {
             try alias(record.recordName, to: holderName, entity: entity)
             if let target {
                 try repoint(entity, from: target, to: holderPK)
-                let kept = try currentValues(entity, pk: holderPK, columns: entity.columns)
-                try keepUniqueReferences(entity, loser: target,
-                                         winner: Dictionary(zip(entity.columns, kept), uniquingKeysWith: { a, _ in a }))
+                try keepUniqueReferences(entity, loser: target, winner: try rowValues(entity, pk: holderPK))
                 // The row the record mapped to goes; its deletion is exported as this record's tombstone.
                 try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
                     try deleteRow(entity, pk: target)
@@ -1461,6 +1458,12 @@ final class RecordApplier {
         let row = try db.query("SELECT " + columns.map { "t.\(quoteIdentifier($0))" }.joined(separator: ", ")
                                    + " FROM \(entity.quotedName) t WHERE \(entity.pkMatches("t", json: "?1"))", [pk])
         return row.first?.values ?? []
+    }
+
+    /// Every column of the row `pk`, by name.
+    private func rowValues(_ entity: EntityMap, pk: String) throws -> [String: Value] {
+        Dictionary(zip(entity.columns, try currentValues(entity, pk: pk, columns: entity.columns)),
+                   uniquingKeysWith: { a, _ in a })
     }
 
     /// Brings the referencing columns of synced child rows back to their last synced records where a freed

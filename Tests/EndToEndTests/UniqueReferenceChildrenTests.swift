@@ -21,24 +21,40 @@ final class UniqueReferenceChildrenTests: XCTestCase {
             """
     }
 
-    /// Both stores insert a tag with one code, each with a child that references the code.
-    func bothInsert(_ backend: FleetBackend, key: String, action: String, policy: String) throws {
-        let natural = key.hasPrefix("name")
-        let f = try Fleet.pair(backend, schema: Self.schema(key: key, action: action), policy: policy,
-                               rows: natural ? "INSERT INTO tags VALUES ('later', 'L', 'blue')"
-                                             : "INSERT INTO tags(code, color) VALUES ('L', 'blue')",
-                               label: "storectl-unique-reference")
-        let tag = { (name: String, color: String) in
-            natural ? "INSERT INTO tags VALUES ('\(name)', 'x', '\(color)')"
-                    : "INSERT INTO tags(code, color) VALUES ('x', '\(color)')"
+    /// The INSERT of one tag under `key` (a natural key names it `name`; a rowid key leaves the key to SQLite),
+    /// with a `label` where the schema has that column.
+    static func insertTag(key: String, name: String, code: String, color: String, label: String? = nil) -> String {
+        let extra = label.map { ", '\($0)'" } ?? ""
+        return key.hasPrefix("name")
+            ? "INSERT INTO tags VALUES ('\(name)', '\(code)', '\(color)'\(extra))"
+            : "INSERT INTO tags(code, color\(label == nil ? "" : ", label")) VALUES ('\(code)', '\(color)'\(extra))"
+    }
+
+    /// Both stores insert a tag with one code, each with a child that references the code. `nocase`: the code is
+    /// `COLLATE NOCASE` and b spells it in upper case.
+    func bothInsert(_ backend: FleetBackend, key: String, action: String, policy: String, nocase: Bool = false) throws {
+        var schema = Self.schema(key: key, action: action)
+        if nocase {
+            schema = schema.replacingOccurrences(of: "code TEXT NOT NULL UNIQUE", with: "code TEXT NOT NULL UNIQUE COLLATE NOCASE")
         }
-        try f.sql("a", "\(tag("A", "red")); INSERT INTO items VALUES ('i1', 'x', 'from a')")
-        try f.sql("b", "\(tag("B", "orange")); INSERT INTO items VALUES ('i2', 'x', 'from b')")
+        let f = try Fleet.pair(backend, schema: schema, policy: policy,
+                               rows: Self.insertTag(key: key, name: "later", code: "L", color: "blue"),
+                               label: "storectl-unique-reference")
+        let b = nocase ? "X" : "x"
+        try f.sql("a", "\(Self.insertTag(key: key, name: "A", code: "x", color: "red")); INSERT INTO items VALUES ('i1', 'x', 'from a')")
+        try f.sql("b", "\(Self.insertTag(key: key, name: "B", code: b, color: "orange")); INSERT INTO items VALUES ('i2', '\(b)', 'from b')")
         try f.syncRounds(3, ["a", "b"])
-        let what = "[\(backend), \(key), ON DELETE/UPDATE \(action), \(policy)] one code inserted on two stores, a child each"
+        let what = "[\(backend), \(key), ON DELETE/UPDATE \(action), \(policy), nocase \(nocase)] one code inserted on "
+            + "two stores, a child each"
         try f.assertSameRows(what)
-        XCTAssertEqual(try f.sql("a", "SELECT id || '=' || coalesce(tag, 'NULL') FROM items ORDER BY id"),
-                       "i1=x\ni2=x\n", "\(what): both children kept, under the code")
+        if nocase {
+            // The spelling kept is the winner's; both children are under it.
+            XCTAssertEqual(try f.sql("a", "SELECT group_concat(i.id) FROM items i JOIN tags t ON t.code = i.tag"),
+                           "i1,i2\n", "\(what): both children kept, under the tag kept")
+        } else {
+            XCTAssertEqual(try f.sql("a", "SELECT id || '=' || coalesce(tag, 'NULL') FROM items ORDER BY id"),
+                           "i1=x\ni2=x\n", "\(what): both children kept, under the code")
+        }
         XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM tags WHERE code = 'x'"), "1\n", "\(what): one tag")
         for s in f.stores { try f.assertHealthy(s, what) }
     }
@@ -64,19 +80,16 @@ final class UniqueReferenceChildrenTests: XCTestCase {
     func changedInto(_ backend: FleetBackend, key: String, action: String, policy: String, nocase: Bool = false,
                      order: [String] = ["b", "a"]) throws
     {
-        let natural = key.hasPrefix("name")
         var schema = Self.schema(key: key, action: action)
         if nocase {
             schema = schema.replacingOccurrences(of: "code TEXT NOT NULL UNIQUE", with: "code TEXT NOT NULL UNIQUE COLLATE NOCASE")
         }
         let f = try Fleet.pair(backend, schema: schema, policy: policy,
-                               rows: natural ? "INSERT INTO tags VALUES ('old', 'y', 'blue')"
-                                             : "INSERT INTO tags(code, color) VALUES ('y', 'blue')",
+                               rows: Self.insertTag(key: key, name: "old", code: "y", color: "blue"),
                                label: "storectl-unique-reference-change")
         try f.sql("a", "INSERT INTO items VALUES ('i0', 'y', 'on the old code')")
         try f.syncRounds(2, ["a", "b"])
-        try f.sql("a", (natural ? "INSERT INTO tags VALUES ('new', 'X', 'red')"
-                                : "INSERT INTO tags(code, color) VALUES ('X', 'red')")
+        try f.sql("a", Self.insertTag(key: key, name: "new", code: "X", color: "red")
                        + "; INSERT INTO items VALUES ('i1', 'X', 'from a')")
         try f.sql("b", "UPDATE tags SET code = '\(nocase ? "x" : "X")' WHERE code = 'y'")
         // What b's rename did to its own child (ON UPDATE CASCADE moves it, SET NULL or SET DEFAULT clears it).
@@ -159,7 +172,6 @@ final class UniqueReferenceChildrenTests: XCTestCase {
     /// A `unique:` rule on another column (`name`): the two stores' tags are duplicates with different codes, and
     /// the loser's children follow the winner's code.
     func ruleDuplicates(_ backend: FleetBackend, key: String, action: String) throws {
-        let natural = key.hasPrefix("name")
         let f = try Fleet(backend: backend, schema: Self.schema(key: key, action: action).replacingOccurrences(
                               of: "color TEXT", with: "color TEXT, label TEXT"),
                           storeYAML: """
@@ -170,8 +182,7 @@ final class UniqueReferenceChildrenTests: XCTestCase {
         try f.cloudMode("a")
         try f.cloudMode("b")
         let tag = { (name: String, code: String) in
-            natural ? "INSERT INTO tags VALUES ('\(name)', '\(code)', 'red', 'shared')"
-                    : "INSERT INTO tags(code, color, label) VALUES ('\(code)', 'red', 'shared')"
+            Self.insertTag(key: key, name: name, code: code, color: "red", label: "shared")
         }
         try f.sql("a", "\(tag("A", "c1")); INSERT INTO items VALUES ('i1', 'c1', 'from a')")
         try f.sql("b", "\(tag("B", "c2")); INSERT INTO items VALUES ('i2', 'c2', 'from b')")
@@ -196,26 +207,7 @@ final class UniqueReferenceChildrenTests: XCTestCase {
         for key in ["id INTEGER PRIMARY KEY", "name TEXT PRIMARY KEY"] {
             for action in ["CASCADE", "SET_NULL", "CASCADE CASCADE"] {
                 for policy in ["property-local-wins", "server-wins"] {
-                    let natural = key.hasPrefix("name")
-                    let f = try Fleet.pair(.file, schema: Self.schema(key: key, action: action).replacingOccurrences(
-                                               of: "code TEXT NOT NULL UNIQUE", with: "code TEXT NOT NULL UNIQUE COLLATE NOCASE"),
-                                           policy: policy,
-                                           rows: natural ? "INSERT INTO tags VALUES ('later', 'L', 'blue')"
-                                                         : "INSERT INTO tags(code, color) VALUES ('L', 'blue')",
-                                           label: "storectl-unique-reference-nocase")
-                    let tag = { (name: String, code: String) in
-                        natural ? "INSERT INTO tags VALUES ('\(name)', '\(code)', 'red')"
-                                : "INSERT INTO tags(code, color) VALUES ('\(code)', 'red')"
-                    }
-                    try f.sql("a", "\(tag("A", "x")); INSERT INTO items VALUES ('i1', 'x', 'from a')")
-                    try f.sql("b", "\(tag("B", "X")); INSERT INTO items VALUES ('i2', 'X', 'from b')")
-                    try f.syncRounds(3, ["a", "b"])
-                    let what = "[\(key), ON DELETE/UPDATE \(action), \(policy)] one code in two spellings, a child each"
-                    try f.assertSameRows(what)
-                    XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM tags WHERE code = 'x'"), "1\n", "\(what): one tag")
-                    XCTAssertEqual(try f.sql("a", "SELECT group_concat(i.id) FROM items i JOIN tags t ON t.code = i.tag"),
-                                   "i1,i2\n", "\(what): both children kept, under the tag kept")
-                    for s in f.stores { try f.assertHealthy(s, what) }
+                    try bothInsert(.file, key: key, action: action, policy: policy, nocase: true)
                 }
             }
         }
@@ -229,16 +221,13 @@ final class UniqueReferenceChildrenTests: XCTestCase {
         for key in ["id INTEGER PRIMARY KEY", "name TEXT PRIMARY KEY"] {
             for policy in Self.policies {
                 for order in [["a", "b"], ["b", "a"]] {
-                    let natural = key.hasPrefix("name")
                     let f = try Fleet.pair(.file, schema: """
                         CREATE TABLE IF NOT EXISTS tags(\(key), code TEXT NOT NULL UNIQUE, color TEXT);
                         CREATE TABLE IF NOT EXISTS items(id TEXT PRIMARY KEY, tag TEXT REFERENCES tags(code), body TEXT);
                         """, policy: policy,
-                        rows: natural ? "INSERT INTO tags VALUES ('old', 'y', 'blue')"
-                                      : "INSERT INTO tags(code, color) VALUES ('y', 'blue')",
+                        rows: Self.insertTag(key: key, name: "old", code: "y", color: "blue"),
                         label: "storectl-unique-reference-plain")
-                    try f.sql("a", (natural ? "INSERT INTO tags VALUES ('new', 'X', 'red')"
-                                            : "INSERT INTO tags(code, color) VALUES ('X', 'red')")
+                    try f.sql("a", Self.insertTag(key: key, name: "new", code: "X", color: "red")
                                    + "; INSERT INTO items VALUES ('i1', 'X', 'from a')")
                     try f.sql("b", "UPDATE tags SET code = 'X' WHERE code = 'y'")
                     try f.syncRounds(3, order)
