@@ -187,9 +187,7 @@ struct Exporter {
                 try MirrorState.setMeta(db, .baselineContainer, cloud.container + "/" + options.zone)
                 try MirrorState.setMeta(db, .historyGap, nil)
             }
-            for e in ordered {
-                try MirrorState.setMeta(db, .columns(e.name), try e.fieldColumnsJSON(db))
-            }
+            try SchemaEvolution.recordColumns(db, entities: ordered)
             try MirrorState.setMeta(db, .lastExportAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
         }
         Failpoint.hit("export.after-commit")

@@ -248,7 +248,15 @@ public final class Mirror {
                     let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy)
                     done.backfilled = try SchemaEvolution.backfill(db, entities: entities, applier: applier)
                 }
-                done.rescanned = try SchemaEvolution.rescan(db, entities: entities)
+                // The rescan finds rows changed without history so that the export sends them. A read-only
+                // participant sends nothing, and the rows that differ from their records without history there
+                // are the import's merges (a child whose parent's record was merged into another): not changes
+                // of its own.
+                if options.readOnly {
+                    try SchemaEvolution.recordColumns(db, entities: entities)
+                } else {
+                    done.rescanned = try SchemaEvolution.rescan(db, entities: entities)
+                }
             }
         }
         let skipped = try StoreMeta.entries(db, .unknownType).map(\.name).filter { byName[$0] != nil }

@@ -991,7 +991,7 @@ final class RecordApplier {
                 try repoint(entity, from: target, to: holderPK)
                 try keepUniqueReferences(entity, loser: target, winner: try rowValues(entity, pk: holderPK))
                 // The row the record mapped to goes; its deletion is exported as this record's tombstone.
-                try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
+                try HistoryTracker(db: db).transaction(author: mergeAuthor) { _ in
                     try deleteRow(entity, pk: target)
                 }
                 try setMap(entity: entity.name, pk: target, name: record.recordName, tag: record.changeTag,
@@ -1098,7 +1098,7 @@ final class RecordApplier {
 
     private func deleteLoser(_ entity: EntityMap, pk: String, name: String, winner: String, tag: String?) throws {
         try alias(name, to: winner, entity: entity)
-        try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
+        try HistoryTracker(db: db).transaction(author: mergeAuthor) { _ in
             try deleteRow(entity, pk: pk)
         }
         if tag == nil {
@@ -1118,7 +1118,7 @@ final class RecordApplier {
                 let pairs = zip(fk.columns.map(quoteIdentifier), positions)
                 let set = pairs.map { "\($0) = json_extract(?1, '$[\($1)]')" }.joined(separator: ", ")
                 let match = pairs.map { "\($0) = json_extract(?2, '$[\($1)]')" }.joined(separator: " AND ")
-                try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
+                try HistoryTracker(db: db).transaction(author: mergeAuthor) { _ in
                     try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(set) WHERE \(match)", [to, from])
                 }
             }
@@ -1161,7 +1161,7 @@ final class RecordApplier {
                     // The children follow the winner's value (another UNIQUE key of the table, or another spelling).
                     let set = fk.columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 1 + n)" }
                         .joined(separator: ", ")
-                    try HistoryTracker(db: db).transaction(author: Deduplicator.author) { _ in
+                    try HistoryTracker(db: db).transaction(author: mergeAuthor) { _ in
                         try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(set) WHERE \(match)", from + to)
                     }
                 }
@@ -1197,10 +1197,14 @@ final class RecordApplier {
 
     private var keptChildrenSerial = 0
 
+    /// The author of what a duplicate merge changes here (the loser's deletion, its children re-pointed).
+    private var mergeAuthor: String { Deduplicator.importAuthor(readOnly: cloudWins) }
+
     /// Writes a history row (author `dedupe`) for every row that references the row `pk` of `parent`, so that the
     /// next export sends their records again with the parent's current record name.
     private func markChildrenChanged(_ parent: EntityMap, pk: String) throws {
-        guard parent.primaryKey.count == 1 else { return }
+        // A read-only participant sends nothing: the writers send the children again.
+        guard parent.primaryKey.count == 1, !cloudWins else { return }
         for child in entities.values {
             for fk in child.foreignKeys where fk.parentTable == parent.name && fk.columns.count == 1
                 && (fk.parentColumns.first ?? nil) == parent.primaryKey[0]
@@ -1234,6 +1238,8 @@ final class RecordApplier {
 
     /// Queues a tombstone for a record that no local row stands for: the next export deletes it in the cloud.
     func outbox(_ name: String, type: String, tag: String?, reason: Outgoing.Reason) throws {
+        // A read-only participant sends nothing: the writers, which merge the same duplicates, send the tombstones.
+        if cloudWins, reason == .duplicate { return }
         try Outgoing(db).delete(name, type: type, tag: tag, reason: reason)
     }
 

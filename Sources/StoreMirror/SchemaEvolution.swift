@@ -76,6 +76,14 @@ enum SchemaEvolution {
         return filled
     }
 
+    /// Records every entity's columns as the ones its rows were last compared with (meta `columns:<table>`): the
+    /// export does after it sent them; a read-only participant, which sends nothing, instead of a rescan.
+    static func recordColumns(_ db: Connection, entities: [EntityMap]) throws {
+        for e in entities {
+            try MirrorState.setMeta(db, .columns(e.name), try e.fieldColumnsJSON(db))
+        }
+    }
+
     /// For every entity whose columns changed since the last export (meta `columns:<table>`): writes a history row (author `rescan`) for each row whose values differ from
     /// its last synced record, so that the export sends it. Returns how many rows it found.
     static func rescan(_ db: Connection, entities: [EntityMap]) throws -> Int {

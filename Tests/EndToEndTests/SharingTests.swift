@@ -242,6 +242,39 @@ class SharingTests: XCTestCase {
         try p.run(["-s", "bob", "doctor"])
     }
 
+    /// Two writers insert one UNIQUE value, the one whose record loses the merge with a child row on it. A read-only
+    /// participant that holds the losing row when the winning record arrives merges them as the writers do, and
+    /// nothing of that merge is a change of its own "not sent": its `status` and `doctor` stay healthy.
+    func testAReadOnlyParticipantThatMergesADuplicateHasNothingNotSent() throws {
+        let p = try project(schema: E2EProject.notesSchema + """
+            CREATE TABLE codes(id INTEGER PRIMARY KEY, code TEXT NOT NULL UNIQUE);
+            CREATE TABLE uses(code_id INTEGER NOT NULL REFERENCES codes(id) ON DELETE CASCADE, label TEXT NOT NULL,
+                              PRIMARY KEY (code_id, label));
+
+            """)
+        try shareWithBobAndCarol(p)
+        // A surrogate row's record name starts with its store's id: at one rowid, the lower id wins the merge.
+        let id = { (store: String) in try p.sql(store, "SELECT value FROM _storectl_meta WHERE key = 'store_id'") }
+        let (winner, loser) = try id("alice") < id("carol") ? ("alice", "carol") : ("carol", "alice")
+        try p.sql(loser, "INSERT INTO codes(id, code) VALUES (1, 'shared'); INSERT INTO uses VALUES (1, 'on the loser')")
+        try p.sql(winner, "INSERT INTO codes(id, code) VALUES (1, 'shared')")
+        try p.run(["-s", loser, "sync"])
+        try p.run(["-s", "bob", "sync"])
+        // The winner merges the loser's record; bob then meets the winning record while it holds the losing row.
+        try p.run(["-s", winner, "sync"])
+        try p.run(["-s", "bob", "sync"])
+        for store in [loser, winner, loser, winner, "bob"] { try p.run(["-s", store, "sync"]) }
+        let rows = { (store: String) in
+            try p.sql(store, "SELECT c.code, u.label FROM codes c LEFT JOIN uses u ON u.code_id = c.id ORDER BY 1, 2")
+        }
+        XCTAssertEqual(try rows(winner), "shared|on the loser\n")
+        XCTAssertEqual(try rows(loser), try rows(winner))
+        XCTAssertEqual(try rows("bob"), try rows(winner))
+        let status = try p.run(["-s", "bob", "status", "--json"], expect: nil)
+        XCTAssertEqual(status.status, 0, status.stdout)
+        try p.run(["-s", "bob", "doctor"])
+    }
+
     func testAReadWriteParticipantsEditsMerge() throws {
         let p = try project()
         try shareWithBobAndCarol(p)
