@@ -57,6 +57,16 @@ final class LibPQ: @unchecked Sendable {
     let PQsendQueryParams: @convention(c) (OpaquePointer?, UnsafePointer<CChar>?, Int32, UnsafePointer<Oid>?,
                                            UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?,
                                            UnsafePointer<Int32>?, Int32) -> Int32
+    // Prepared statements: conn, stmtName, query, nParams, paramTypes; conn, stmtName, nParams, paramValues,
+    // paramLengths, paramFormats, resultFormat.
+    let PQprepare: @convention(c) (OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<CChar>?, Int32,
+                                   UnsafePointer<Oid>?) -> OpaquePointer?
+    let PQexecPrepared: @convention(c) (OpaquePointer?, UnsafePointer<CChar>?, Int32,
+                                        UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?,
+                                        UnsafePointer<Int32>?, Int32) -> OpaquePointer?
+    let PQsendQueryPrepared: @convention(c) (OpaquePointer?, UnsafePointer<CChar>?, Int32,
+                                             UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?,
+                                             UnsafePointer<Int32>?, Int32) -> Int32
     let PQgetResult: @convention(c) (OpaquePointer?) -> OpaquePointer?
     let PQenterPipelineMode: @convention(c) (OpaquePointer?) -> Int32
     let PQexitPipelineMode: @convention(c) (OpaquePointer?) -> Int32
@@ -128,6 +138,9 @@ final class LibPQ: @unchecked Sendable {
         PQfreemem = try symbol("PQfreemem")
         PQexecParams = try symbol("PQexecParams")
         PQsendQueryParams = try symbol("PQsendQueryParams")
+        PQprepare = try symbol("PQprepare")
+        PQexecPrepared = try symbol("PQexecPrepared")
+        PQsendQueryPrepared = try symbol("PQsendQueryPrepared")
         PQgetResult = try symbol("PQgetResult")
         PQenterPipelineMode = try symbol("PQenterPipelineMode")
         PQexitPipelineMode = try symbol("PQexitPipelineMode")

@@ -106,6 +106,13 @@ final class PGResult {
 final class PGConnection {
     private let handle: OpaquePointer
     private let pq: LibPQ
+    /// The statements prepared on this session, by their SQL (see `preparedName`).
+    private var prepared: [String: String] = [:]
+    /// Statements run once, unnamed, on this session: the second run prepares them.
+    private var runOnce: Set<String> = []
+    private var preparedCount = 0
+    /// At most this many statements are prepared on one session (a watcher's rounds run about 30 different ones).
+    static let preparedLimit = 128
 
     /// Connects. `parameters` are libpq keywords and values, processed in order so that later ones override
     /// earlier ones; a `dbname` holding a URL or connection string is expanded in place (`expand_dbname`).
@@ -195,21 +202,67 @@ final class PGConnection {
         return result
     }
 
-    /// Runs one parameterised statement (`PQexecParams`, text format).
+    /// Runs one parameterised statement (`PQexecParams`, text format; `PQexecPrepared` once it is prepared).
     /// - Throws: `PGError`.
     @discardableResult
     func execute(_ sql: String, _ parameters: [String?] = []) throws -> PGResult {
+        let name = try preparedName(sql, parameters: parameters.count)
         let values = parameters.map { $0.flatMap { strdup($0) } }
         defer { for p in values { free(p) } }
         let raw: OpaquePointer? = values.map { UnsafePointer($0) }.withUnsafeBufferPointer { v in
-            pq.PQexecParams(handle, sql, Int32(parameters.count), nil, v.baseAddress, nil, nil, 0)
+            if let name { return pq.PQexecPrepared(handle, name, Int32(parameters.count), v.baseAddress, nil, nil, 0) }
+            return pq.PQexecParams(handle, sql, Int32(parameters.count), nil, v.baseAddress, nil, nil, 0)
         }
         guard let raw else { throw lostError(sql: sql) }
         let result = PGResult(raw, pq)
         switch result.status {
         case PGRES_TUPLES_OK, PGRES_COMMAND_OK: return result
-        default: throw result.error(sql: sql, connectionLost: !isHealthy)
+        default:
+            let error = result.error(sql: sql, connectionLost: !isHealthy)
+            forgetPrepared(sql, after: error)
+            throw error
         }
+    }
+
+    /// The name `sql` runs under on this session, or nil to send it unnamed. The server parses and plans an unnamed
+    /// statement each time it runs it, and a watcher's session runs the same few statements round after round (the
+    /// change feed's page query spent most of its server time being parsed and planned): a statement is prepared
+    /// on its second run, so a command that runs each statement once pays no extra round trip, and PostgreSQL
+    /// decides per execution between a plan for the values and a generic one (`plan_cache_mode = auto`).
+    /// Only plain DML is prepared, and none whose result columns follow a table's (`*`), which a prepared
+    /// statement refuses once the table changes.
+    private func preparedName(_ sql: String, parameters: Int) throws -> String? {
+        if let name = prepared[sql] { return name }
+        guard prepared.count < Self.preparedLimit, Self.preparable(sql) else { return nil }
+        guard runOnce.contains(sql) else {
+            if runOnce.count >= 4 * Self.preparedLimit { runOnce.removeAll() }
+            runOnce.insert(sql)
+            return nil
+        }
+        preparedCount += 1
+        let name = "storectl_\(preparedCount)"
+        guard let raw = pq.PQprepare(handle, name, sql, Int32(parameters), nil) else { throw lostError(sql: sql) }
+        let result = PGResult(raw, pq)
+        guard result.status == PGRES_COMMAND_OK else { throw result.error(sql: sql, connectionLost: !isHealthy) }
+        runOnce.remove(sql)
+        prepared[sql] = name
+        return name
+    }
+
+    /// Whether `sql` may be prepared: a SELECT, WITH, INSERT, UPDATE or DELETE without `*` in its text.
+    static func preparable(_ sql: String) -> Bool {
+        let head = sql.drop { $0 == " " || $0 == "\n" || $0 == "\t" }.prefix(7).uppercased()
+        guard ["SELECT", "WITH", "INSERT", "UPDATE", "DELETE"].contains(where: { head.hasPrefix($0) }) else { return false }
+        return !sql.contains("*")
+    }
+
+    /// Drops a prepared statement the server no longer runs as it was prepared: gone (26000: a pooler reset the
+    /// session) or planned for another shape of a table (0A000, "cached plan must not change result type"). The
+    /// next run prepares it again.
+    private func forgetPrepared(_ sql: String, after error: PGError) {
+        guard prepared[sql] != nil, error.sqlState == "26000" || error.sqlState == "0A000" else { return }
+        prepared[sql] = nil
+        runOnce.insert(sql)
     }
 
     /// Runs several statements in one network round trip (libpq pipeline mode), ended by one sync point.
@@ -222,13 +275,16 @@ final class PGConnection {
     /// - Returns: one result per statement, in order.
     /// - Throws: `PGError` for the first statement that failed; nothing of the pipeline was committed then.
     func pipeline(_ queries: [PGQuery]) throws -> [PGResult] {
+        // Statements to prepare are prepared before the pipeline starts (a prepare is a round trip of its own).
+        let names = try queries.map { try preparedName($0.sql, parameters: $0.parameters.count) }
         guard pq.PQenterPipelineMode(handle) == 1 else { throw lostError(sql: queries.first?.sql) }
         var sendFailure: PGError?
-        for query in queries {
+        for (query, name) in zip(queries, names) {
             let values = query.parameters.map { $0.flatMap { strdup($0) } }
             defer { for p in values { free(p) } }
             let sent = values.map { UnsafePointer($0) }.withUnsafeBufferPointer { v in
-                pq.PQsendQueryParams(handle, query.sql, Int32(values.count), nil, v.baseAddress, nil, nil, 0)
+                if let name { return pq.PQsendQueryPrepared(handle, name, Int32(values.count), v.baseAddress, nil, nil, 0) }
+                return pq.PQsendQueryParams(handle, query.sql, Int32(values.count), nil, v.baseAddress, nil, nil, 0)
             }
             if sent != 1 {
                 sendFailure = lostError(sql: query.sql)
@@ -254,7 +310,11 @@ final class PGConnection {
             case PGRES_PIPELINE_ABORTED:
                 break
             default:
-                if firstError == nil { firstError = result.error(sql: query.sql, connectionLost: !isHealthy) }
+                if firstError == nil {
+                    let error = result.error(sql: query.sql, connectionLost: !isHealthy)
+                    forgetPrepared(query.sql, after: error)
+                    firstError = error
+                }
             }
         }
         guard let sync = pq.PQgetResult(handle) else { throw lostError(sql: nil) }
