@@ -42,6 +42,7 @@ final class LibPQ: @unchecked Sendable {
     let PQstatus: @convention(c) (OpaquePointer?) -> ConnStatusType
     let PQsocket: @convention(c) (OpaquePointer?) -> Int32
     let PQuser: @convention(c) (OpaquePointer?) -> UnsafeMutablePointer<CChar>?
+    let PQtransactionStatus: @convention(c) (OpaquePointer?) -> PGTransactionStatusType
     let PQerrorMessage: @convention(c) (OpaquePointer?) -> UnsafeMutablePointer<CChar>?
 
     // Connection strings.
@@ -132,6 +133,7 @@ final class LibPQ: @unchecked Sendable {
         PQstatus = try symbol("PQstatus")
         PQsocket = try symbol("PQsocket")
         PQuser = try symbol("PQuser")
+        PQtransactionStatus = try symbol("PQtransactionStatus")
         PQerrorMessage = try symbol("PQerrorMessage")
         PQconninfoParse = try symbol("PQconninfoParse")
         PQconninfoFree = try symbol("PQconninfoFree")

@@ -111,6 +111,10 @@ final class PGConnection {
     /// Statements run once, unnamed, on this session: the second run prepares them.
     private var runOnce: Set<String> = []
     private var preparedCount = 0
+    /// This connection's own prefix of statement names: behind a pooler that hands the statements of one session
+    /// to another server session, a name this connection never prepared there is unknown (26000), never another
+    /// client's statement of the same name.
+    private let preparedPrefix = "storectl_" + String(UInt64.random(in: 0...UInt64.max), radix: 16) + "_"
     /// At most this many statements are prepared on one session (a watcher's rounds run about 30 different ones).
     static let preparedLimit = 128
 
@@ -206,6 +210,12 @@ final class PGConnection {
     /// - Throws: `PGError`.
     @discardableResult
     func execute(_ sql: String, _ parameters: [String?] = []) throws -> PGResult {
+        try execute(sql, parameters, again: true)
+    }
+
+    /// `again`: a prepared statement the server no longer runs as prepared, run outside a transaction (so nothing
+    /// of it happened), runs once more, prepared again.
+    private func execute(_ sql: String, _ parameters: [String?], again: Bool) throws -> PGResult {
         let name = try preparedName(sql, parameters: parameters.count)
         let values = parameters.map { $0.flatMap { strdup($0) } }
         defer { for p in values { free(p) } }
@@ -219,10 +229,13 @@ final class PGConnection {
         case PGRES_TUPLES_OK, PGRES_COMMAND_OK: return result
         default:
             let error = result.error(sql: sql, connectionLost: !isHealthy)
-            forgetPrepared(sql, after: error)
+            if forgetPrepared(sql, after: error), again, idle { return try execute(sql, parameters, again: false) }
             throw error
         }
     }
+
+    /// Whether the session is outside any transaction (a statement that failed there changed nothing).
+    private var idle: Bool { pq.PQtransactionStatus(handle) == PQTRANS_IDLE }
 
     /// The name `sql` runs under on this session, or nil to send it unnamed. The server parses and plans an unnamed
     /// statement each time it runs it, and a watcher's session runs the same few statements round after round (the
@@ -240,7 +253,7 @@ final class PGConnection {
             return nil
         }
         preparedCount += 1
-        let name = "storectl_\(preparedCount)"
+        let name = preparedPrefix + String(preparedCount)
         guard let raw = pq.PQprepare(handle, name, sql, Int32(parameters), nil) else { throw lostError(sql: sql) }
         let result = PGResult(raw, pq)
         guard result.status == PGRES_COMMAND_OK else { throw result.error(sql: sql, connectionLost: !isHealthy) }
@@ -256,13 +269,21 @@ final class PGConnection {
         return !sql.contains("*")
     }
 
-    /// Drops a prepared statement the server no longer runs as it was prepared: gone (26000: a pooler reset the
-    /// session) or planned for another shape of a table (0A000, "cached plan must not change result type"). The
-    /// next run prepares it again.
-    private func forgetPrepared(_ sql: String, after error: PGError) {
-        guard prepared[sql] != nil, error.sqlState == "26000" || error.sqlState == "0A000" else { return }
-        prepared[sql] = nil
-        runOnce.insert(sql)
+    /// Drops a prepared statement the server no longer runs as it was prepared, and says whether it did: gone
+    /// (26000: the session's statements were deallocated, by `DISCARD ALL` or a pooler; every one is prepared
+    /// again) or planned for another shape of a table (0A000, "cached plan must not change result type"; it is
+    /// deallocated when the session is outside a transaction). The next run prepares it again.
+    private func forgetPrepared(_ sql: String, after error: PGError) -> Bool {
+        guard let name = prepared[sql], error.sqlState == "26000" || error.sqlState == "0A000" else { return false }
+        if error.sqlState == "26000" {
+            runOnce.formUnion(prepared.keys)
+            prepared.removeAll()
+        } else {
+            prepared[sql] = nil
+            runOnce.insert(sql)
+            if idle { _ = try? execute("DEALLOCATE \"\(name)\"", [], again: false) }
+        }
+        return true
     }
 
     /// Runs several statements in one network round trip (libpq pipeline mode), ended by one sync point.
@@ -275,6 +296,11 @@ final class PGConnection {
     /// - Returns: one result per statement, in order.
     /// - Throws: `PGError` for the first statement that failed; nothing of the pipeline was committed then.
     func pipeline(_ queries: [PGQuery]) throws -> [PGResult] {
+        try pipeline(queries, again: true)
+    }
+
+    /// `again`: as for `execute`; a pipeline's implicit transaction kept nothing of a pipeline that failed.
+    private func pipeline(_ queries: [PGQuery], again: Bool) throws -> [PGResult] {
         // Statements to prepare are prepared before the pipeline starts (a prepare is a round trip of its own).
         let names = try queries.map { try preparedName($0.sql, parameters: $0.parameters.count) }
         guard pq.PQenterPipelineMode(handle) == 1 else { throw lostError(sql: queries.first?.sql) }
@@ -311,9 +337,7 @@ final class PGConnection {
                 break
             default:
                 if firstError == nil {
-                    let error = result.error(sql: query.sql, connectionLost: !isHealthy)
-                    forgetPrepared(query.sql, after: error)
-                    firstError = error
+                    firstError = result.error(sql: query.sql, connectionLost: !isHealthy)
                 }
             }
         }
@@ -323,7 +347,12 @@ final class PGConnection {
         guard syncStatus == PGRES_PIPELINE_SYNC, pq.PQexitPipelineMode(handle) == 1 else {
             throw firstError ?? lostError(sql: nil)
         }
-        if let firstError { throw firstError }
+        if let firstError {
+            if let failed = firstError.sql, forgetPrepared(failed, after: firstError), again, idle {
+                return try pipeline(queries, again: false)
+            }
+            throw firstError
+        }
         return results
     }
 

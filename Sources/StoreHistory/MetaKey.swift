@@ -131,6 +131,9 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
     public enum Family: String, Sendable, CaseIterable {
         /// The columns of a table the record map's fields were last compared with.
         case columns = "columns:"
+        /// A read-only participant's: the columns of a table its rows were last compared with their records (it
+        /// never exports, and the export is what records `columns:`).
+        case columnsCompared = "columns_compared:"
         /// A seed that ran (or whose rows came from another device).
         case seedDone = "seed_done:"
         /// A seed whose cloud marker is still to be created.
@@ -154,6 +157,7 @@ public struct MetaKey: Hashable, Sendable, CustomStringConvertible {
     }
 
     public static func columns(_ table: String) -> MetaKey { Family.columns.key(table) }
+    public static func columnsCompared(_ table: String) -> MetaKey { Family.columnsCompared.key(table) }
     public static func seedDone(_ seed: String) -> MetaKey { Family.seedDone.key(seed) }
     public static func seedMarkerPending(_ seed: String) -> MetaKey { Family.seedMarkerPending.key(seed) }
     public static func unknownType(_ type: String) -> MetaKey { Family.unknownType.key(type) }

@@ -67,10 +67,10 @@ struct Deduplicator {
     /// The author of dedup's own deletes and re-points, which are exported like any local change.
     static let author = "dedupe"
 
-    /// The author of a merge made while importing: dedup's, exported like a local change. A read-only participant
-    /// sends nothing, and its merges follow from the cloud's records as an `ON DELETE` action's changes do: they are
-    /// the import's, never a change of its own "not sent".
-    static func importAuthor(readOnly: Bool) -> String { readOnly ? MirrorState.cascadeAuthor : author }
+    /// The author of a merge made while importing: dedup's, exported like a local change. `cloudRowsOnly`: a
+    /// read-only participant with no change of its own pending, which sends nothing; its merges follow from the
+    /// cloud's records as an `ON DELETE` action's changes do: they are the import's, never a change "not sent".
+    static func importAuthor(cloudRowsOnly: Bool) -> String { cloudRowsOnly ? MirrorState.cascadeAuthor : author }
 
     /// Runs dedup. With `touchedOnly`, only keys of rows listed in `temp._storectl_touched` are considered.
     func run(touchedOnly: Bool, entity filter: String? = nil, dryRun: Bool = false) throws -> DedupReport {

@@ -187,7 +187,9 @@ struct Exporter {
                 try MirrorState.setMeta(db, .baselineContainer, cloud.container + "/" + options.zone)
                 try MirrorState.setMeta(db, .historyGap, nil)
             }
-            try SchemaEvolution.recordColumns(db, entities: ordered)
+            for e in ordered {
+                try MirrorState.setMeta(db, .columns(e.name), try e.fieldColumnsJSON(db))
+            }
             try MirrorState.setMeta(db, .lastExportAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
         }
         Failpoint.hit("export.after-commit")

@@ -147,7 +147,7 @@ struct Importer {
                 if !options.uniqueRules.isEmpty {
                     // Dedup in the same transaction, so that no reader ever sees the duplicate. Its deletes and
                     // re-points carry their own author, so that the next export sends them.
-                    let author = Deduplicator.importAuthor(readOnly: options.readOnly)
+                    let author = Deduplicator.importAuthor(cloudRowsOnly: applier.mergesOnlyCloudRows)
                     report.dedup = try HistoryTracker(db: db).transaction(author: author) { _ in
                         try Deduplicator(db: db, entities: entities, rules: options.uniqueRules).run(touchedOnly: true)
                     }

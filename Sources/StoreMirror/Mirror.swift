@@ -242,21 +242,13 @@ public final class Mirror {
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
         _ = try SchemaEvolution.keepDroppedFields(db, entities: entities, cloud: cloud, zone: options.zone)
         // Almost every round has nothing to fill or rescan: then it takes no write lock for them.
-        if try SchemaEvolution.hasWork(db, entities: entities) {
+        if try SchemaEvolution.hasWork(db, entities: entities, readOnly: options.readOnly) {
             try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
                 try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
                     let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy)
                     done.backfilled = try SchemaEvolution.backfill(db, entities: entities, applier: applier)
                 }
-                // The rescan finds rows changed without history so that the export sends them. A read-only
-                // participant sends nothing, and the rows that differ from their records without history there
-                // are the import's merges (a child whose parent's record was merged into another): not changes
-                // of its own.
-                if options.readOnly {
-                    try SchemaEvolution.recordColumns(db, entities: entities)
-                } else {
-                    done.rescanned = try SchemaEvolution.rescan(db, entities: entities)
-                }
+                done.rescanned = try SchemaEvolution.rescan(db, entities: entities, readOnly: options.readOnly)
             }
         }
         let skipped = try StoreMeta.entries(db, .unknownType).map(\.name).filter { byName[$0] != nil }

@@ -1198,7 +1198,12 @@ final class RecordApplier {
     private var keptChildrenSerial = 0
 
     /// The author of what a duplicate merge changes here (the loser's deletion, its children re-pointed).
-    private var mergeAuthor: String { Deduplicator.importAuthor(readOnly: cloudWins) }
+    private var mergeAuthor: String { Deduplicator.importAuthor(cloudRowsOnly: mergesOnlyCloudRows) }
+
+    /// A read-only participant with no change of its own pending: the rows a merge meets are the cloud's, and so is
+    /// what the merge does to them (the writers make the same merge and send it). Where the participant holds
+    /// changes it has not sent, a merge can meet them, and stays its own (reported as not sent).
+    var mergesOnlyCloudRows: Bool { cloudWins && !hasPendingLocal }
 
     /// Writes a history row (author `dedupe`) for every row that references the row `pk` of `parent`, so that the
     /// next export sends their records again with the parent's current record name.
@@ -1239,7 +1244,7 @@ final class RecordApplier {
     /// Queues a tombstone for a record that no local row stands for: the next export deletes it in the cloud.
     func outbox(_ name: String, type: String, tag: String?, reason: Outgoing.Reason) throws {
         // A read-only participant sends nothing: the writers, which merge the same duplicates, send the tombstones.
-        if cloudWins, reason == .duplicate { return }
+        if mergesOnlyCloudRows, reason == .duplicate { return }
         try Outgoing(db).delete(name, type: type, tag: tag, reason: reason)
     }
 

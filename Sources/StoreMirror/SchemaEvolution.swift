@@ -16,14 +16,16 @@ import StoreSQLite
 enum SchemaEvolution {
     /// Whether `backfill` or `rescan` could do anything: `backfill` reads only records that hold `extra` fields,
     /// and `rescan` only entities whose columns differ from what the last export recorded (meta `columns:<table>`).
-    static func hasWork(_ db: Connection, entities: [EntityMap]) throws -> Bool {
+    static func hasWork(_ db: Connection, entities: [EntityMap], readOnly: Bool = false) throws -> Bool {
         if try db.scalar("""
             SELECT 1 FROM _storectl_records INDEXED BY _storectl_records_extra WHERE extra IS NOT NULL LIMIT 1
             """) != nil
         {
             return true
         }
-        for e in entities where try MirrorState.meta(db, .columns(e.name)) != e.fieldColumnsJSON(db) { return true }
+        for e in entities where try MirrorState.meta(db, comparedKey(e, readOnly: readOnly)) != e.fieldColumnsJSON(db) {
+            return true
+        }
         return false
     }
 
@@ -76,22 +78,27 @@ enum SchemaEvolution {
         return filled
     }
 
-    /// Records every entity's columns as the ones its rows were last compared with (meta `columns:<table>`): the
-    /// export does after it sent them; a read-only participant, which sends nothing, instead of a rescan.
-    static func recordColumns(_ db: Connection, entities: [EntityMap]) throws {
-        for e in entities {
-            try MirrorState.setMeta(db, .columns(e.name), try e.fieldColumnsJSON(db))
-        }
+    /// The meta key of the columns `e`'s rows were last compared with: `columns:` (recorded by the export), or a
+    /// read-only participant's own `columns_compared:` (recorded by its rescan), so that a participant later given
+    /// write access still compares its rows once before its first export.
+    private static func comparedKey(_ e: EntityMap, readOnly: Bool) -> MetaKey {
+        readOnly ? .columnsCompared(e.name) : .columns(e.name)
     }
 
     /// For every entity whose columns changed since the last export (meta `columns:<table>`): writes a history row (author `rescan`) for each row whose values differ from
     /// its last synced record, so that the export sends it. Returns how many rows it found.
-    static func rescan(_ db: Connection, entities: [EntityMap]) throws -> Int {
+    /// `readOnly`: a read-only participant, which sends nothing, compares its rows once per change of columns (it
+    /// records them itself) and leaves out the references: a child whose parent's record was merged into another
+    /// names the winner here and the loser in its last record, which is the import's doing, not a change of its own.
+    static func rescan(_ db: Connection, entities: [EntityMap], readOnly: Bool = false) throws -> Int {
         var found = 0
         for e in entities {
             let now = try e.fieldColumnsJSON(db)
-            let before = try MirrorState.meta(db, .columns(e.name))
+            let key = comparedKey(e, readOnly: readOnly)
+            let before = try MirrorState.meta(db, key)
             if before == now { continue }
+            // In the transaction of the comparison: both are kept, or neither.
+            if readOnly { try MirrorState.setMeta(db, key, now) }
             if before == nil,
                try db.scalar("SELECT 1 FROM _storectl_records WHERE entity = ? LIMIT 1", [e.name]) == nil { continue }
             // A column the last synced record lacks differs only when the row holds something other than the
@@ -104,11 +111,14 @@ enum SchemaEvolution {
             }
             if !constant.isEmpty { defaults = "CASE f.key " + constant.joined(separator: " ") + " ELSE NULL END" }
             let fields = e.fieldsJSON("t")
+            let references = Set(e.foreignKeys.flatMap(\.columns)).sorted()
+            let skipped = readOnly && !references.isEmpty
+                ? "f.key NOT IN (" + references.map(quoteLiteral).joined(separator: ", ") + ") AND" : ""
             let rows = try db.query("""
                 SELECT pk, changed FROM (
                     SELECT r.pk AS pk, (
                         SELECT json_group_array(f.key) FROM json_each(\(fields)) f
-                        WHERE CASE storectl_base_has(r.base, json_quote(f.key),
+                        WHERE \(skipped) CASE storectl_base_has(r.base, json_quote(f.key),
                                                      \(FieldHashes.canonicalSQL(type: "f.type", value: "f.value")))
                             WHEN 1 THEN 0 WHEN 0 THEN 1 ELSE f.value IS NOT (\(defaults)) END) AS changed
                     FROM _storectl_records r CROSS JOIN main.\(e.quotedName) t

@@ -56,17 +56,31 @@ final class PostgresPreparedStatementTests: XCTestCase {
         }
     }
 
-    func testAStatementTheServerDroppedIsPreparedAgain() throws {
+    func testStatementsTheServerDroppedArePreparedAgain() throws {
         guard let c = try connection() else { return }
-        let sql = "SELECT $1::int + 10"
-        _ = try c.execute(sql, ["1"])
-        _ = try c.execute(sql, ["1"])
+        let sql = "SELECT $1::int + 10", other = "SELECT $1::text || '!'"
+        for _ in 0..<2 {
+            _ = try c.execute(sql, ["1"])
+            _ = try c.pipeline([PGQuery(other, ["a"])])
+        }
         XCTAssertEqual(try preparedCount(c, sql), 1)
+        XCTAssertEqual(try preparedCount(c, other), 1)
+        // Outside a transaction, the statement that meets the loss runs again, prepared again: nothing ran.
+        try c.execute("DEALLOCATE ALL")
+        XCTAssertEqual(try c.execute(sql, ["5"]).string(0, 0), "15")
+        XCTAssertEqual(try preparedCount(c, sql), 1)
+        XCTAssertEqual(try c.pipeline([PGQuery(other, ["b"])]).first?.string(0, 0), "b!")
+        XCTAssertEqual(try c.pipeline([PGQuery(other, ["c"])]).first?.string(0, 0), "c!")
+        XCTAssertEqual(try preparedCount(c, other), 1)
+        // Inside a transaction, it fails (the transaction is the caller's to run again), and runs after it.
+        try c.execute("BEGIN")
         try c.execute("DEALLOCATE ALL")
         XCTAssertThrowsError(try c.execute(sql, ["1"])) { error in
             XCTAssertEqual((error as? PGError)?.sqlState, "26000", "\(error)")
         }
-        XCTAssertEqual(try c.execute(sql, ["5"]).string(0, 0), "15")
+        try c.execute("ROLLBACK")
+        XCTAssertEqual(try c.execute(sql, ["7"]).string(0, 0), "17")
+        XCTAssertEqual(try c.execute(sql, ["8"]).string(0, 0), "18")
         XCTAssertEqual(try preparedCount(c, sql), 1)
     }
 
@@ -79,11 +93,18 @@ final class PostgresPreparedStatementTests: XCTestCase {
         XCTAssertEqual(try c.execute(sql, ["1"]).string(0, 0), "7")
         XCTAssertEqual(try preparedCount(c, sql), 1)
         try c.execute("ALTER TABLE pg_temp.prepared_shape ALTER COLUMN a TYPE text")
-        // "cached plan must not change result type": the one run fails, the next prepares the statement again.
+        // "cached plan must not change result type": outside a transaction the statement runs again, unnamed
+        // (the old one deallocated), and is prepared again on the next run.
+        XCTAssertEqual(try c.execute(sql, ["1"]).string(0, 0), "7")
+        XCTAssertEqual(try c.execute(sql, ["1"]).string(0, 0), "7")
+        XCTAssertEqual(try preparedCount(c, sql), 1)
+        // Inside a transaction it fails once.
+        try c.execute("ALTER TABLE pg_temp.prepared_shape ALTER COLUMN a TYPE int USING a::int")
+        try c.execute("BEGIN")
         XCTAssertThrowsError(try c.execute(sql, ["1"])) { error in
             XCTAssertEqual((error as? PGError)?.sqlState, "0A000", "\(error)")
         }
+        try c.execute("ROLLBACK")
         XCTAssertEqual(try c.execute(sql, ["1"]).string(0, 0), "7")
-        XCTAssertEqual(try preparedCount(c, sql), 1)
     }
 }
