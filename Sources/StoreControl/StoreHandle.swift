@@ -127,7 +127,10 @@ public final class StoreHandle {
             // Every table is compared once with its last synced record: values that older formats wrote with
             // too few digits, and changes of a value's type (before 3) or of its case or trailing spaces under a
             // column's collation (before 5) that their triggers did not record, go out.
-            if from < 5 { try StoreMeta.removeAll(db, .columns) }
+            if from < 5 {
+                try StoreMeta.removeAll(db, .columns)
+                try StoreMeta.removeAll(db, .columnsCompared)
+            }
             // Format 1 left no export marks in the container: the first sync compares the store's own records with
             // its record map once (a store restored from a copy is recognised that way too).
             if from < 2 { try StoreMeta.set(db, .ownRecordsUnchecked, "1") }

@@ -144,6 +144,11 @@ struct Importer {
                 let tSettle = Trace.start()
                 defer { Trace.add("import.settle", tSettle) }
                 try drainInbox(applier, staging: staging, entities: byName, report: &report)
+                if applier.mergesOnlyCloudRows {
+                    // A read-only participant sends nothing: the tombstones of its merges and of the orphan rule
+                    // served this import; the writers, which decide the same, send theirs.
+                    try Outgoing(db).forgetDeletes([.duplicate, .parentDeleted])
+                }
                 if !options.uniqueRules.isEmpty {
                     // Dedup in the same transaction, so that no reader ever sees the duplicate. Its deletes and
                     // re-points carry their own author, so that the next export sends them.
@@ -158,7 +163,7 @@ struct Importer {
                 try rememberUnknown(unknown)
             }
             try MirrorState.setMeta(db, .lastImportAt, String(Int64(Date().timeIntervalSince1970 * 1000)))
-            try MirrorState.passImportedHistory(db)
+            try MirrorState.passImportedHistory(db, readOnly: options.readOnly)
             let unsettled = try MirrorState.unsettled(db)
             report.setAsideRecords = unsettled.setAside
             report.waitingRecords = unsettled.waitingForParent

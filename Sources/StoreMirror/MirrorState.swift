@@ -93,13 +93,28 @@ public enum MirrorState {
     /// (every row after it is authored `cloud-import`), so that what reads "changes not exported" (`status`,
     /// `watch`, the next export) does not walk the import's history, which grows with the rows imported. The
     /// token only moves when the export consumer exists (before it, the first export is a baseline).
-    static func passImportedHistory(_ db: Connection) throws {
+    /// `readOnly`: a read-only participant, which never exports (and so has no export token of its own until this
+    /// gives it one), passes what followed from the import too (its `ON DELETE` actions' changes and its duplicate
+    /// merges, author `import-cascade`): the writers send theirs, and only a change of its own keeps its export
+    /// token (and the history after it) where it is.
+    static func passImportedHistory(_ db: Connection, readOnly: Bool = false) throws {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
+        guard readOnly else {
+            try db.run("""
+                UPDATE _storectl_consumers AS c SET token = (SELECT max(seq) FROM _storectl_history), updated_at = ?3
+                WHERE c.name = ?1 AND (SELECT max(seq) FROM _storectl_history) > c.token
+                  AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE h.seq > c.token AND h.author <> ?2)
+                """, [exportConsumer, importAuthor, now])
+            return
+        }
         try db.run("""
-            UPDATE _storectl_consumers AS c SET token = (SELECT max(seq) FROM _storectl_history), updated_at = ?3
-            WHERE c.name = ?1 AND (SELECT max(seq) FROM _storectl_history) > c.token
-              AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE h.seq > c.token AND h.author <> ?2)
-            """, [exportConsumer, importAuthor, now])
+            WITH t(token) AS (SELECT coalesce((SELECT token FROM _storectl_consumers WHERE name = ?1), 0))
+            INSERT INTO _storectl_consumers(name, token, created_at, updated_at)
+            SELECT ?1, (SELECT max(seq) FROM _storectl_history), ?3, ?3 FROM t
+            WHERE (SELECT max(seq) FROM _storectl_history) > t.token
+              AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE h.seq > t.token AND h.author NOT IN (?2, ?4))
+            ON CONFLICT(name) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
+            """, [exportConsumer, importAuthor, now, cascadeAuthor])
     }
 
     /// The server change token of `zone`, or nil when nothing was imported yet.

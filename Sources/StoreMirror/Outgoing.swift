@@ -60,6 +60,12 @@ struct Outgoing {
         try db.run("DELETE FROM _storectl_outgoing WHERE record_name = ? AND kind = 'delete'", [name])
     }
 
+    /// Forgets the queued deletes of these reasons.
+    func forgetDeletes(_ reasons: [Reason]) throws {
+        try db.execute("DELETE FROM _storectl_outgoing WHERE kind = 'delete' AND reason IN ("
+                       + reasons.map { quoteLiteral($0.rawValue) }.joined(separator: ", ") + ")")
+    }
+
     /// Forgets every queued delete (a new zone or account: there is nothing to delete there).
     func clearDeletes() throws {
         try db.execute("DELETE FROM _storectl_outgoing WHERE kind = 'delete'")

@@ -1202,7 +1202,8 @@ final class RecordApplier {
 
     /// A read-only participant with no change of its own pending: the rows a merge meets are the cloud's, and so is
     /// what the merge does to them (the writers make the same merge and send it). Where the participant holds
-    /// changes it has not sent, a merge can meet them, and stays its own (reported as not sent).
+    /// changes it has not sent, a merge can meet them, and stays its own (reported as not sent). What followed from
+    /// its earlier imports does not count: its export token passes that (`MirrorState.passImportedHistory`).
     var mergesOnlyCloudRows: Bool { cloudWins && !hasPendingLocal }
 
     /// Writes a history row (author `dedupe`) for every row that references the row `pk` of `parent`, so that the
@@ -1243,8 +1244,6 @@ final class RecordApplier {
 
     /// Queues a tombstone for a record that no local row stands for: the next export deletes it in the cloud.
     func outbox(_ name: String, type: String, tag: String?, reason: Outgoing.Reason) throws {
-        // A read-only participant sends nothing: the writers, which merge the same duplicates, send the tombstones.
-        if mergesOnlyCloudRows, reason == .duplicate { return }
         try Outgoing(db).delete(name, type: type, tag: tag, reason: reason)
     }
 

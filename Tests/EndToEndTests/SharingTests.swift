@@ -256,23 +256,41 @@ class SharingTests: XCTestCase {
         // A surrogate row's record name starts with its store's id: at one rowid, the lower id wins the merge.
         let id = { (store: String) in try p.sql(store, "SELECT value FROM _storectl_meta WHERE key = 'store_id'") }
         let (winner, loser) = try id("alice") < id("carol") ? ("alice", "carol") : ("carol", "alice")
-        try p.sql(loser, "INSERT INTO codes(id, code) VALUES (1, 'shared'); INSERT INTO uses VALUES (1, 'on the loser')")
-        try p.sql(winner, "INSERT INTO codes(id, code) VALUES (1, 'shared')")
-        try p.run(["-s", loser, "sync"])
-        try p.run(["-s", "bob", "sync"])
-        // The winner merges the loser's record; bob then meets the winning record while it holds the losing row.
-        try p.run(["-s", winner, "sync"])
-        try p.run(["-s", "bob", "sync"])
-        for store in [loser, winner, loser, winner, "bob"] { try p.run(["-s", store, "sync"]) }
         let rows = { (store: String) in
             try p.sql(store, "SELECT c.code, u.label FROM codes c LEFT JOIN uses u ON u.code_id = c.id ORDER BY 1, 2")
         }
-        XCTAssertEqual(try rows(winner), "shared|on the loser\n")
-        XCTAssertEqual(try rows(loser), try rows(winner))
-        XCTAssertEqual(try rows("bob"), try rows(winner))
-        let status = try p.run(["-s", "bob", "status", "--json"], expect: nil)
-        XCTAssertEqual(status.status, 0, status.stdout)
-        try p.run(["-s", "bob", "doctor"])
+        let healthy = { (what: String) in
+            let status = try p.run(["-s", "bob", "status", "--json"], expect: nil)
+            XCTAssertEqual(status.status, 0, "\(what)\n\(status.stdout)")
+            try p.run(["-s", "bob", "doctor"])
+        }
+        // The second time, bob's history holds what its import's ON DELETE CASCADE wrote after its export token.
+        for (round, code) in ["shared", "again"].enumerated() {
+            try p.sql(loser, "INSERT INTO codes(id, code) VALUES (\(round + 1), '\(code)'); "
+                          + "INSERT INTO uses VALUES (\(round + 1), 'on the loser')")
+            try p.sql(winner, "INSERT INTO codes(id, code) VALUES (\(round + 1), '\(code)')")
+            try p.run(["-s", loser, "sync"])
+            try p.run(["-s", "bob", "sync"])
+            // The winner merges the loser's record; bob then meets the winning record while it holds the losing row.
+            try p.run(["-s", winner, "sync"])
+            try p.run(["-s", "bob", "sync"])
+            for store in [loser, winner, loser, winner, "bob"] { try p.run(["-s", store, "sync"]) }
+            XCTAssertEqual(try rows(winner), "\(code)|on the loser\n")
+            XCTAssertEqual(try rows(loser), try rows(winner))
+            XCTAssertEqual(try rows("bob"), try rows(winner))
+            try healthy("after the merge of '\(code)'")
+            if round == 0 {
+                try p.sql(winner, "PRAGMA foreign_keys = ON; DELETE FROM codes WHERE code = 'shared'")
+                for store in [winner, loser, "bob"] { try p.run(["-s", store, "sync"]) }
+                XCTAssertEqual(try rows("bob"), "")
+                try healthy("after the delete")
+                // What an import's ON DELETE action writes on bob (a child deleted with the parent the cloud
+                // deleted): the import's consequence, which bob's next merge must not take for a change of its own.
+                try p.sql("bob", "INSERT INTO _storectl_history(tx, author, ts, entity, pk, op) "
+                              + "VALUES (NULL, 'import-cascade', 0, 'uses', '[9,\"cut\"]', 'D')")
+                try healthy("after an import's ON DELETE action")
+            }
+        }
     }
 
     func testAReadWriteParticipantsEditsMerge() throws {

@@ -93,8 +93,8 @@ final class PostgresPreparedStatementTests: XCTestCase {
         XCTAssertEqual(try c.execute(sql, ["1"]).string(0, 0), "7")
         XCTAssertEqual(try preparedCount(c, sql), 1)
         try c.execute("ALTER TABLE pg_temp.prepared_shape ALTER COLUMN a TYPE text")
-        // "cached plan must not change result type": outside a transaction the statement runs again, unnamed
-        // (the old one deallocated), and is prepared again on the next run.
+        // "cached plan must not change result type": outside a transaction the statement runs again, prepared
+        // again (the old one deallocated).
         XCTAssertEqual(try c.execute(sql, ["1"]).string(0, 0), "7")
         XCTAssertEqual(try c.execute(sql, ["1"]).string(0, 0), "7")
         XCTAssertEqual(try preparedCount(c, sql), 1)

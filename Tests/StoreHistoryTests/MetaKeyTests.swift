@@ -18,6 +18,7 @@ final class MetaKeyTests: XCTestCase {
             "schema_wait", "schema_adopted_through", "switch_target", "switch_export_token", "switch_server_token", "switch_snapshot",
         ])
         XCTAssertEqual(MetaKey.columns("notes").rawValue, "columns:notes")
+        XCTAssertEqual(MetaKey.columnsCompared("notes").rawValue, "columns_compared:notes")
         XCTAssertEqual(MetaKey.seedDone("tags").rawValue, "seed_done:tags")
         XCTAssertEqual(MetaKey.seedMarkerPending("tags").rawValue, "seed_marker_pending:tags")
         XCTAssertEqual(MetaKey.unknownType("folders").rawValue, "unknown_type:folders")
