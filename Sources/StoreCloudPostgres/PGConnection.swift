@@ -19,6 +19,9 @@ struct PGError: Error, CustomStringConvertible {
     var connectionLost: Bool
     /// Whether the failure happened while connecting (as opposed to running a statement).
     var duringConnect: Bool
+    /// Whether the statement failed because the session no longer ran it as it was prepared (26000, 0A000): it is
+    /// prepared again on its next run, so trying again goes through.
+    var preparedStatementLost = false
 
     var description: String {
         (sqlState.map { "PostgreSQL error \($0): " } ?? "PostgreSQL: ") + message
@@ -228,8 +231,11 @@ final class PGConnection {
         switch result.status {
         case PGRES_TUPLES_OK, PGRES_COMMAND_OK: return result
         default:
-            let error = result.error(sql: sql, connectionLost: !isHealthy)
-            if forgetPrepared(sql, after: error), again, idle { return try execute(sql, parameters, again: false) }
+            var error = result.error(sql: sql, connectionLost: !isHealthy)
+            if forgetPrepared(sql, after: error) {
+                if again, idle { return try execute(sql, parameters, again: false) }
+                error.preparedStatementLost = true
+            }
             throw error
         }
     }
@@ -347,9 +353,10 @@ final class PGConnection {
         guard syncStatus == PGRES_PIPELINE_SYNC, pq.PQexitPipelineMode(handle) == 1 else {
             throw firstError ?? lostError(sql: nil)
         }
-        if let firstError {
-            if let failed = firstError.sql, forgetPrepared(failed, after: firstError), again, idle {
-                return try pipeline(queries, again: false)
+        if var firstError {
+            if let failed = firstError.sql, forgetPrepared(failed, after: firstError) {
+                if again, idle { return try pipeline(queries, again: false) }
+                firstError.preparedStatementLost = true
             }
             throw firstError
         }

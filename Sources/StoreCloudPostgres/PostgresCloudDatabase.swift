@@ -403,8 +403,7 @@ public final class PostgresCloudDatabase: CloudDatabase {
         }
         // A prepared statement the session lost (26000) or that its table's new shape outdated (0A000) inside a
         // transaction: the session prepares it again (`PGConnection`), so the next try goes through.
-        let statementLost = state == "26000"
-            || (state == "0A000" && error.message.contains("cached plan must not change result type"))
+        let statementLost = state == "26000" || error.preparedStatementLost
         if error.connectionLost || klass == "08" || klass == "53" || klass == "40" || state == "57P01"
             || state == "57P02" || state == "57P03" || state == "55P03" || state == "57014" || state == "25006"
             || statementLost

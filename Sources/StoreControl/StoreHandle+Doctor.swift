@@ -281,9 +281,15 @@ private struct DoctorRun {
         let consumers = try store.historyTracker().consumers()
         let oldest = try db.scalar("SELECT min(seq) FROM _storectl_history WHERE ts < ?", [cutoff])?.int64
         if let oldest, let holder = consumers.min(by: { $0.token < $1.token }), holder.token < oldest {
-            fix = holder.name == MirrorState.exportConsumer
-                ? command("sync") + " (the export has not caught up), then " + fix
-                : command("history consumer drop \(holder.name)") + " or advance its token, then " + fix
+            if holder.name != MirrorState.exportConsumer {
+                fix = command("history consumer drop \(holder.name)") + " or advance its token, then " + fix
+            } else if try MirrorState.readOnlyShareOwner(db) != nil {
+                // A read-only participant's changes are never sent: they hold its history until they are gone.
+                fix = command("sync --discard-local") + " (changes made here are never sent from a read-only share), "
+                    + "or ask the zone's owner for read-write access; then " + fix
+            } else {
+                fix = command("sync") + " (the export has not caught up), then " + fix
+            }
         }
         add("retention", "\(old) history row(s) are older than history.retention \(retention.text)", fix, .dataError)
     }

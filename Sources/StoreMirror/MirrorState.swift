@@ -107,13 +107,18 @@ public enum MirrorState {
                 """, [exportConsumer, importAuthor, now])
             return
         }
+        // The row first (at 0): it keeps the history of changes not sent from `history prune`.
         try db.run("""
-            WITH t(token) AS (SELECT coalesce((SELECT token FROM _storectl_consumers WHERE name = ?1), 0))
-            INSERT INTO _storectl_consumers(name, token, created_at, updated_at)
-            SELECT ?1, (SELECT max(seq) FROM _storectl_history), ?3, ?3 FROM t
-            WHERE (SELECT max(seq) FROM _storectl_history) > t.token
-              AND NOT EXISTS (SELECT 1 FROM _storectl_history h WHERE h.seq > t.token AND h.author NOT IN (?2, ?4))
-            ON CONFLICT(name) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
+            INSERT OR IGNORE INTO _storectl_consumers(name, token, created_at, updated_at) VALUES (?1, 0, ?2, ?2)
+            """, [exportConsumer, now])
+        // A change of its own that the cloud's value overwrote since is not pending (`localChangesNotSent`).
+        try db.run("""
+            UPDATE _storectl_consumers AS c SET token = (SELECT max(seq) FROM _storectl_history), updated_at = ?3
+            WHERE c.name = ?1 AND (SELECT max(seq) FROM _storectl_history) > c.token
+              AND NOT EXISTS (
+                  SELECT 1 FROM _storectl_history h WHERE h.seq > c.token GROUP BY h.entity, h.pk
+                  HAVING max(CASE WHEN h.author NOT IN (?2, ?4) THEN h.seq END)
+                         > coalesce(max(CASE WHEN h.author IN (?2, ?4) THEN h.seq END), 0))
             """, [exportConsumer, importAuthor, now, cascadeAuthor])
     }
 

@@ -264,6 +264,14 @@ class SharingTests: XCTestCase {
             XCTAssertEqual(status.status, 0, "\(what)\n\(status.stdout)")
             try p.run(["-s", "bob", "doctor"])
         }
+        // An edit of bob's own that the cloud's value then overwrote is no change pending.
+        try p.sql("bob", "UPDATE notes SET title = 'bob was here' WHERE id = 1")
+        try p.run(["-s", "bob", "sync"])
+        try p.run(["-s", "bob", "status"], expect: 65)
+        try p.sql("alice", "UPDATE notes SET title = 'one, by alice' WHERE id = 1")
+        try p.run(["-s", "alice", "sync"])
+        try p.run(["-s", "bob", "sync"])
+        try healthy("after the cloud's value overwrote bob's edit")
         // The second time, bob's history holds what its import's ON DELETE CASCADE wrote after its export token.
         for (round, code) in ["shared", "again"].enumerated() {
             try p.sql(loser, "INSERT INTO codes(id, code) VALUES (\(round + 1), '\(code)'); "

@@ -77,6 +77,7 @@ final class PostgresPreparedStatementTests: XCTestCase {
         try c.execute("DEALLOCATE ALL")
         XCTAssertThrowsError(try c.execute(sql, ["1"])) { error in
             XCTAssertEqual((error as? PGError)?.sqlState, "26000", "\(error)")
+            XCTAssertEqual((error as? PGError)?.preparedStatementLost, true, "\(error)")
         }
         try c.execute("ROLLBACK")
         XCTAssertEqual(try c.execute(sql, ["7"]).string(0, 0), "17")
@@ -103,6 +104,7 @@ final class PostgresPreparedStatementTests: XCTestCase {
         try c.execute("BEGIN")
         XCTAssertThrowsError(try c.execute(sql, ["1"])) { error in
             XCTAssertEqual((error as? PGError)?.sqlState, "0A000", "\(error)")
+            XCTAssertEqual((error as? PGError)?.preparedStatementLost, true, "\(error)")
         }
         try c.execute("ROLLBACK")
         XCTAssertEqual(try c.execute(sql, ["1"]).string(0, 0), "7")
