@@ -359,6 +359,7 @@ final class RecordApplier {
                 return merged
             }
             if !values.isEmpty { try update(entity, pk: pk, values: values) }
+            try applyTaken(entity, pk: pk)
             finalPK = pk
         case .insert(let columns):
             if let merged = try resolveUnique(entity, record: record, values: resolved, target: nil,
@@ -371,6 +372,7 @@ final class RecordApplier {
                 values[entity.primaryKey[0]] = .integer(rowid)  // an own record's row comes back at its rowid
             }
             finalPK = try insert(entity, values: values)
+            try applyTaken(entity, pk: finalPK)
         }
         try finish(record, entity: entity, entry: entry, pk: finalPK, extra: decoded.extra)
         return .applied
@@ -676,12 +678,15 @@ final class RecordApplier {
             // Children on a UNIQUE column follow the value the winner's record brings, when the settle applies
             // it next (the winner's row does not hold it yet). Without that record, the row's values are not
             // known to be the winner's final ones: the loser's deletion takes its course, as before.
-            if let name = facts.aliasTarget, let incoming = settleValues[name] {
-                var values = try rowValues(entity, pk: winner)
-                values.merge(incoming) { _, new in new }
-                try keepUniqueReferences(entity, loser: entry.pk, winner: values)
+            var values = try rowValues(entity, pk: winner)
+            let incoming = facts.aliasTarget.flatMap { settleValues[$0] }
+            if let incoming { values.merge(incoming) { _, new in new } }
+            takenByWinner = valuesTaken(entity, loser: try rowValues(entity, pk: entry.pk), winner: values)
+            if incoming != nil || !takenByWinner.isEmpty {
+                try keepUniqueReferences(entity, loser: entry.pk, winner: values.merging(takenByWinner) { $1 })
             }
             try deleteRow(entity, pk: entry.pk)
+            try applyTaken(entity, pk: winner)
             try mark(deleted: true)
             return .deleted
         case .waitForWinner:
@@ -887,6 +892,7 @@ final class RecordApplier {
     private func resolveUnique(_ entity: EntityMap, record: CloudRecord, values: [String: Value], target: String?,
                                selfReferences: [String] = [], weighed: [String: Value]? = nil) throws -> Outcome?
     {
+        takenByWinner = [:]
         guard !entity.uniqueKeys.isEmpty else { return nil }
         for columns in entity.uniqueKeys {
             let keyValues = columns.map { values[$0] ?? .null }
@@ -945,11 +951,13 @@ final class RecordApplier {
                                         holder: (holderName, holderPK))
             if incomingWins {
                 // The local holder loses: its children follow the incoming record's row, then it goes.
+                let taken = valuesTaken(entity, loser: try rowValues(entity, pk: holderPK), winner: values)
                 if let target {
                     try repoint(entity, from: holderPK, to: target)
-                    try keepUniqueReferences(entity, loser: holderPK, winner: values)
+                    try keepUniqueReferences(entity, loser: holderPK, winner: values.merging(taken) { $1 })
                     try deleteLoser(entity, pk: holderPK, name: holderName, winner: record.recordName,
                                     tag: holder[2].string)
+                    takenByWinner = taken
                     return nil
                 }
                 if entity.isSurrogate {
@@ -962,7 +970,10 @@ final class RecordApplier {
                     }
                     // Children on another UNIQUE key of the holder follow the incoming record's value of it.
                     try keepUniqueReferences(entity, loser: holderPK, winner: values, deleted: false)
-                    try update(entity, pk: holderPK, values: values.filter { entity.fieldColumns.contains($0.key) })
+                    try update(entity, pk: holderPK, values: values.merging(taken) { $1 }.filter {
+                        entity.fieldColumns.contains($0.key)
+                    })
+                    try markTaken(entity, pk: holderPK, columns: Array(taken.keys))
                     let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
                     try finish(record, entity: entity, entry: nil, pk: holderPK, extra: decoded.extra)
                     try note(entity, pk: holderPK)
@@ -980,25 +991,33 @@ final class RecordApplier {
                 {
                     try repoint(entity, from: holderPK, to: winnerPK)
                 }
-                try keepUniqueReferences(entity, loser: holderPK, winner: values)
+                try keepUniqueReferences(entity, loser: holderPK, winner: values.merging(taken) { $1 })
                 try deleteLoser(entity, pk: holderPK, name: holderName, winner: record.recordName,
                                 tag: holder[2].string)
+                takenByWinner = taken
                 return nil
             }
             // The incoming record loses: it is deleted everywhere, its children follow the holder.
             try alias(record.recordName, to: holderName, entity: entity)
             if let target {
                 try repoint(entity, from: target, to: holderPK)
-                try keepUniqueReferences(entity, loser: target, winner: try rowValues(entity, pk: holderPK))
+                let winner = try rowValues(entity, pk: holderPK)
+                let taken = valuesTaken(entity, loser: try rowValues(entity, pk: target), winner: winner)
+                try keepUniqueReferences(entity, loser: target, winner: winner.merging(taken) { $1 })
                 // The row the record mapped to goes; its deletion is exported as this record's tombstone.
                 try HistoryTracker(db: db).transaction(author: mergeAuthor) { _ in
                     try deleteRow(entity, pk: target)
                 }
+                takenByWinner = taken
+                try applyTaken(entity, pk: holderPK)
                 try setMap(entity: entity.name, pk: target, name: record.recordName, tag: record.changeTag,
                            base: .text(record.fields), extra: nil, deleted: false)
             } else {
                 try outbox(record.recordName, type: entity.name, tag: record.changeTag,
                            reason: .duplicate)
+                // The incoming record's children (on their way) reference its values.
+                takenByWinner = valuesTaken(entity, loser: values, winner: try rowValues(entity, pk: holderPK))
+                try applyTaken(entity, pk: holderPK)
             }
             try note(entity, pk: holderPK)
             return .deleted
@@ -1196,6 +1215,58 @@ final class RecordApplier {
     }
 
     private var keptChildrenSerial = 0
+
+    /// What the winner of the duplicate merge `resolveUnique` just made takes from its loser (`valuesTaken`), for
+    /// the caller that writes the winner's row (`applyTaken`).
+    private var takenByWinner: [String: Value] = [:]
+
+    /// The values a duplicate merge's winner takes from its loser: a UNIQUE value children reference (`REFERENCES
+    /// tags(label)`, another column than the one the two collide on) that the loser holds and the winner does not
+    /// (NULL in every column of the reference). The loser's children stay under the winner with it; without it they
+    /// would reference a value no row holds (the import failed with the foreign-key error until a store set the
+    /// value again) or go with the loser by `ON DELETE CASCADE`. The winner takes it whether or not children are
+    /// here yet, so every store that makes the merge makes it alike, and the merge sends it (`markTaken`).
+    private func valuesTaken(_ parent: EntityMap, loser: [String: Value], winner: [String: Value]) -> [String: Value] {
+        var taken: [String: Value] = [:]
+        for child in entities.values {
+            for fk in child.foreignKeys where fk.parentTable == parent.name {
+                let columns = fk.parentColumns.compactMap { $0 }
+                guard columns.count == fk.columns.count, Set(columns) != Set(parent.primaryKey),
+                      columns.allSatisfy({ (winner[$0] ?? .null).isNull && taken[$0] == nil })
+                else { continue }
+                let from = columns.map { loser[$0] ?? .null }
+                guard !from.contains(where: \.isNull) else { continue }
+                for (column, value) in zip(columns, from) { taken[column] = value }
+            }
+        }
+        return taken
+    }
+
+    /// Writes what the winner of the last merge takes from its loser (`takenByWinner`) into its row `pk`, where the
+    /// row still holds NULL there and no other row holds the value, and marks it to be sent.
+    private func applyTaken(_ entity: EntityMap, pk: String) throws {
+        let taken = takenByWinner
+        takenByWinner = [:]
+        guard !taken.isEmpty else { return }
+        let columns = taken.keys.sorted()
+        let sets = columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 2)" }.joined(separator: ", ")
+        let null = columns.map { "\(quoteIdentifier($0)) IS NULL" }.joined(separator: " AND ")
+        let table = "main.\(entity.quotedName)"
+        try db.run("UPDATE OR IGNORE \(table) SET \(sets) WHERE \(entity.pkMatches(table, json: "?1")) AND \(null)",
+                   [Value.text(pk)] + columns.map { taken[$0] ?? .null })
+        if db.changes > 0 { try markTaken(entity, pk: pk, columns: columns) }
+    }
+
+    /// Writes a history row (author `dedupe`) for the columns of the row `pk` a merge's winner took from its loser,
+    /// so that the next export sends them. A read-only participant sends nothing: the writers send them.
+    private func markTaken(_ entity: EntityMap, pk: String, columns: [String]) throws {
+        guard !columns.isEmpty, !cloudWins else { return }
+        let list = columns.indices.map { "?\($0 + 4)" }.joined(separator: ", ")
+        try db.run("""
+            INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
+            VALUES (NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2, ?3, 'U', json_array(\(list)))
+            """, [Value.text(Deduplicator.author), .text(entity.name), .text(pk)] + columns.map { Value.text($0) })
+    }
 
     /// The author of what a duplicate merge changes here (the loser's deletion, its children re-pointed).
     private var mergeAuthor: String { Deduplicator.importAuthor(cloudRowsOnly: mergesOnlyCloudRows) }

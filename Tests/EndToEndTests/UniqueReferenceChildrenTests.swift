@@ -169,6 +169,57 @@ final class UniqueReferenceChildrenTests: XCTestCase {
         try otherKey(pg, policy: "server-wins")
     }
 
+    /// Two rows collide on `code` while the children reference `label`, and one of the two holds no label: the
+    /// row kept takes the label of the other, whose children would otherwise be left on a value no row holds (the
+    /// import failed with the foreign-key error until a store set the label again, or `ON DELETE CASCADE` took
+    /// them). Either store may hold the NULL, and either may sync first.
+    func nullLabel(_ backend: FleetBackend, key: String, action: String, policy: String, nullOn: String,
+                   order: [String]) throws
+    {
+        let f = try Fleet.pair(backend, schema: """
+            CREATE TABLE IF NOT EXISTS tags(\(key), code TEXT NOT NULL UNIQUE, label TEXT UNIQUE, color TEXT);
+            CREATE TABLE IF NOT EXISTS items(id TEXT PRIMARY KEY,
+                tag TEXT REFERENCES tags(label)\(action.isEmpty ? "" : " ON DELETE " + action), body TEXT);
+            """, policy: policy, rows: "INSERT INTO tags(\(key.hasPrefix("name") ? "name, " : "")code, label, color) "
+                + "VALUES (\(key.hasPrefix("name") ? "'L', " : "")'L', 'll', 'blue')",
+            label: "storectl-unique-reference-null-label")
+        let other = nullOn == "a" ? "b" : "a"
+        let name = key.hasPrefix("name")
+        try f.sql(nullOn, "INSERT INTO tags(\(name ? "name, " : "")code, label, color) VALUES (\(name ? "'N', " : "")'x', NULL, 'red')")
+        try f.sql(other, "INSERT INTO tags(\(name ? "name, " : "")code, label, color) VALUES (\(name ? "'V', " : "")'x', 'lv', 'green'); "
+                      + "INSERT INTO items VALUES ('i1', 'lv', 'under lv')")
+        try f.syncRounds(3, order)
+        let what = "[\(backend), \(key), ON DELETE \(action.isEmpty ? "none" : action), \(policy), NULL on \(nullOn), "
+            + "\(order[0]) first] collide on code, one without a label, its duplicate's child on the label"
+        try f.assertSameRows(what)
+        XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM tags WHERE code = 'x'"), "1\n", "\(what): one tag")
+        XCTAssertEqual(try f.sql("a", "SELECT i.id || '=' || t.code FROM items i JOIN tags t ON t.label = i.tag"),
+                       "i1=x\n", "\(what): the child kept, under the tag kept")
+        for s in f.stores { try f.assertHealthy(s, what) }
+    }
+
+    func testAWinnerWithoutTheLabelTakesItFile() throws {
+        for key in ["id INTEGER PRIMARY KEY", "name TEXT PRIMARY KEY"] {
+            for action in ["CASCADE", "SET NULL", ""] {
+                for policy in ["server-wins", "property-local-wins"] {
+                    for nullOn in ["a", "b"] {
+                        for order in [["a", "b"], ["b", "a"]] {
+                            try nullLabel(.file, key: key, action: action, policy: policy, nullOn: nullOn, order: order)
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    func testAWinnerWithoutTheLabelTakesItPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        for nullOn in ["a", "b"] {
+            try nullLabel(pg, key: "id INTEGER PRIMARY KEY", action: "CASCADE", policy: "server-wins", nullOn: nullOn,
+                          order: ["a", "b"])
+        }
+    }
+
     /// A `unique:` rule on another column (`name`): the two stores' tags are duplicates with different codes, and
     /// the loser's children follow the winner's code.
     func ruleDuplicates(_ backend: FleetBackend, key: String, action: String) throws {
