@@ -140,7 +140,7 @@ struct Deduplicator {
     /// reference a UNIQUE key of the parent rather than its primary key (`REFERENCES tags(code)`) follow the
     /// winner's values of that key, or the loser's deletion would reach them by its `ON DELETE` action.
     private func repoint(parent: EntityMap, from: String, to: String) throws -> Int {
-        var count = 0
+        var count = try takeReferencedValues(parent: parent, from: from, to: to)
         for child in entities {
             for fk in child.foreignKeys where fk.parentTable == parent.name {
                 let referenced = fk.parentColumns.compactMap { $0 }
@@ -164,6 +164,59 @@ struct Deduplicator {
                            [to, from])
                 count += db.changes
                 try db.run("DELETE FROM main.\(child.quotedName) WHERE \(columns) = \(of("?1"))", [from])
+            }
+        }
+        return count
+    }
+
+    /// Where the winner `to` holds NULL in every column of a UNIQUE key that children reference and the loser
+    /// `from` holds a value there, the winner takes it (as a SQL UNIQUE duplicate's winner does:
+    /// `RecordApplier.valuesTaken`), so that the loser's children keep a row to reference: the loser lets go of the
+    /// value (NULL), the winner takes it, and the children its `ON UPDATE` action moved are put back on it. Foreign
+    /// keys are checked at the commit. A reference declared `ON UPDATE RESTRICT` leaves the loser's value to its
+    /// deletion. Returns the children put back.
+    private func takeReferencedValues(parent: EntityMap, from: String, to: String) throws -> Int {
+        var keys: [[String]: [(child: EntityMap, fk: ForeignKeyInfo)]] = [:]
+        for child in entities {
+            for fk in child.foreignKeys where fk.parentTable == parent.name {
+                let referenced = fk.parentColumns.compactMap { $0 }
+                guard referenced.count == fk.columns.count, Set(referenced) != Set(parent.primaryKey) else { continue }
+                keys[referenced, default: []].append((child, fk))
+            }
+        }
+        var count = 0
+        for (referenced, children) in keys.sorted(by: { $0.key.joined(separator: ",") < $1.key.joined(separator: ",") }) {
+            guard !children.contains(where: { $0.fk.onUpdate.uppercased() == "RESTRICT" }) else { continue }
+            let select = "SELECT " + referenced.map { "p.\(quoteIdentifier($0))" }.joined(separator: ", ")
+                + " FROM main.\(parent.quotedName) p WHERE \(parent.pkMatches("p", json: "?1"))"
+            guard let values = try db.query(select, [from]).first?.values, !values.contains(where: \.isNull),
+                  let winner = try db.query(select, [to]).first?.values, winner.allSatisfy(\.isNull)
+            else { continue }
+            // The children on the loser's value, by key, before the loser lets go of it.
+            var held: [(EntityMap, ForeignKeyInfo, String)] = []
+            for (child, fk) in children {
+                let match = zip(fk.columns, referenced).enumerated().map { i, pair in
+                    "c.\(quoteIdentifier(pair.0)) = ?\(i + 1)"
+                }.joined(separator: " AND ")
+                if let found = try db.scalar("SELECT json_group_array(\(child.pkJSON("c"))) FROM main.\(child.quotedName) c WHERE \(match)",
+                                             values)?.string, found != "[]" {
+                    held.append((child, fk, found))
+                }
+            }
+            try db.deferForeignKeys()
+            let setNull = referenced.map { "\(quoteIdentifier($0)) = NULL" }.joined(separator: ", ")
+            let setValues = referenced.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 2)" }.joined(separator: ", ")
+            let table = "main.\(parent.quotedName)"
+            try db.run("UPDATE \(table) SET \(setNull) WHERE \(parent.pkMatches(table, json: "?1"))", [from])
+            try db.run("UPDATE \(table) SET \(setValues) WHERE \(parent.pkMatches(table, json: "?1"))", [Value.text(to)] + values)
+            for (child, fk, found) in held {
+                let set = fk.columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 1)" }.joined(separator: ", ")
+                let childTable = "main.\(child.quotedName)"
+                try db.run("""
+                    UPDATE OR IGNORE \(childTable) SET \(set)
+                    WHERE \(child.pkJSON(childTable)) IN (SELECT value FROM json_each(?\(values.count + 1)))
+                    """, values + [Value.text(found)])
+                count += db.changes
             }
         }
         return count

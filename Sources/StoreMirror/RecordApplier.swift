@@ -678,15 +678,15 @@ final class RecordApplier {
             // Children on a UNIQUE column follow the value the winner's record brings, when the settle applies
             // it next (the winner's row does not hold it yet). Without that record, the row's values are not
             // known to be the winner's final ones: the loser's deletion takes its course, as before.
-            var values = try rowValues(entity, pk: winner)
-            let incoming = facts.aliasTarget.flatMap { settleValues[$0] }
-            if let incoming { values.merge(incoming) { _, new in new } }
-            takenByWinner = valuesTaken(entity, loser: try rowValues(entity, pk: entry.pk), winner: values)
-            if incoming != nil || !takenByWinner.isEmpty {
-                try keepUniqueReferences(entity, loser: entry.pk, winner: values.merging(takenByWinner) { $1 })
+            if let name = facts.aliasTarget, let incoming = settleValues[name] {
+                var values = try rowValues(entity, pk: winner)
+                values.merge(incoming) { _, new in new }
+                try keepUniqueReferences(entity, loser: entry.pk, winner: values)
             }
+            // The winner takes nothing from the loser here (`valuesTaken`): the store that made the merge took what
+            // it needed and sent it with this tombstone; the winner's record since is what every store holds, and a
+            // store that meets the merge late must not take a value back over it.
             try deleteRow(entity, pk: entry.pk)
-            try applyTaken(entity, pk: winner)
             try mark(deleted: true)
             return .deleted
         case .waitForWinner:

@@ -103,8 +103,7 @@ class EncryptionEdgeTests: EncryptionTestCase {
     func psql(_ sql: String, as role: String? = nil, expect: Int32 = 0) throws -> ProcessResult {
         var url = serverURL ?? ""
         if let role { url += (url.contains("?") ? "&" : "?") + "user=\(role)" }
-        let r = try Binary.run(Self.pgProgram("psql"), [url, "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-c", sql],
-                               in: FileManager.default.temporaryDirectory.path)
+        let r = try Binary.psql(Self.pgProgram("psql"), url: url, sql)
         XCTAssertEqual(r.status, expect, "\(sql)\n\(r.stderr)")
         return r
     }

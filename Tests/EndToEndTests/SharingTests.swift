@@ -78,15 +78,7 @@ class SharingTests: XCTestCase {
     func psql(_ sql: String, as role: String? = nil, expect: Int32 = 0) throws -> ProcessResult {
         var url = serverURL ?? ""
         if let role { url += (url.contains("?") ? "&" : "?") + "user=\(role)" }
-        var r = try Binary.run("/usr/bin/psql", [url, "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-c", sql],
-                               in: FileManager.default.temporaryDirectory.path)
-        // Tests run side by side on one server: a statement that met another test's update of the same catalog
-        // row (two GRANTs on the database at once) failed whole, and is tried again.
-        for _ in 0..<5 where r.status != 0 && r.stderr.contains("tuple concurrently updated") {
-            Thread.sleep(forTimeInterval: 0.2)
-            r = try Binary.run("/usr/bin/psql", [url, "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-c", sql],
-                               in: FileManager.default.temporaryDirectory.path)
-        }
+        let r = try Binary.psql(url: url, sql)
         XCTAssertEqual(r.status, expect, "\(sql)\n\(r.stderr)")
         return r
     }

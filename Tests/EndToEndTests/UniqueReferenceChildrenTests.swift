@@ -252,6 +252,82 @@ final class UniqueReferenceChildrenTests: XCTestCase {
         }
     }
 
+    /// A store that meets a merge late (the loser's tombstone arrives while it still holds the loser's row and
+    /// its label) takes nothing back: the store that made the merge took the label, and its users cleared it since
+    /// (before a review, the late store took it again over that edit and sent it).
+    func lateMerge(_ backend: FleetBackend, policy: String) throws {
+        let f = try Fleet.pair(backend, schema: """
+            CREATE TABLE IF NOT EXISTS tags(id INTEGER PRIMARY KEY, code TEXT NOT NULL UNIQUE, label TEXT UNIQUE,
+                color TEXT);
+            CREATE TABLE IF NOT EXISTS items(id TEXT PRIMARY KEY, tag TEXT REFERENCES tags(label) ON DELETE CASCADE,
+                body TEXT);
+            """, policy: policy, rows: """
+                INSERT INTO tags(code, label, color) VALUES ('x', NULL, 'W'), ('y', 'lv', 'L');
+                INSERT INTO items VALUES ('i1', 'lv', 'under lv')
+                """, label: "storectl-unique-reference-late-merge")
+        // Both rows take one code: b merges them (a's two names sort alike on both stores), the winner W takes lv.
+        try f.sql("a", "UPDATE tags SET code = 'n' WHERE color = 'W'")
+        try f.sql("b", "UPDATE tags SET code = 'n' WHERE color = 'L'")
+        try f.syncRounds(1, ["a", "b"])
+        let what = "[\(backend), \(policy)] a merge met late by the store that still holds the loser"
+        XCTAssertEqual(try f.sql("b", "SELECT code || '/' || coalesce(label, 'NULL') FROM tags"), "n/lv\n",
+                       "\(what): the winner took the label on the store that merged")
+        try f.sql("b", "DELETE FROM items; UPDATE tags SET label = NULL")
+        try f.syncRounds(1, ["b"])
+        try f.syncRounds(2, ["a", "b"])
+        try f.assertSameRows(what)
+        XCTAssertEqual(try f.sql("a", "SELECT code || '/' || coalesce(label, 'NULL') FROM tags"), "n/NULL\n",
+                       "\(what): b's clear of the label holds")
+        for s in f.stores { try f.assertHealthy(s, what) }
+    }
+
+    func testAStoreThatMeetsTheMergeLateTakesNothingBackFile() throws {
+        for policy in Self.policies + ["error"] { try lateMerge(.file, policy: policy) }
+    }
+
+    /// A `unique:` rule's duplicates (`label`) where one of the two holds no code and the other's child references
+    /// its code: the row kept takes the code (before, the loser's deletion took the child by `ON DELETE CASCADE`,
+    /// or left it on a code no row held).
+    func ruleNullCode(_ backend: FleetBackend, key: String, action: String, nullOn: String, order: [String]) throws {
+        let f = try Fleet(backend: backend, schema: """
+                              CREATE TABLE IF NOT EXISTS tags(\(key), code TEXT UNIQUE, color TEXT, label TEXT);
+                              CREATE TABLE IF NOT EXISTS items(id TEXT PRIMARY KEY,
+                                  tag TEXT REFERENCES tags(code) ON DELETE \(action), body TEXT);
+                              """,
+                          storeYAML: """
+                              entities:
+                                tags: {unique: [label]}
+                                items: {}
+                          """, cloudExtra: "      merge_policy: server-wins", label: "storectl-unique-rule-null")
+        try f.cloudMode("a")
+        try f.cloudMode("b")
+        let name = key.hasPrefix("name")
+        let other = nullOn == "a" ? "b" : "a"
+        try f.sql(nullOn, "INSERT INTO tags(\(name ? "name, " : "")code, color, label) VALUES (\(name ? "'N', " : "")NULL, 'red', 'shared')")
+        try f.sql(other, "INSERT INTO tags(\(name ? "name, " : "")code, color, label) VALUES (\(name ? "'V', " : "")'c2', 'blue', 'shared'); "
+                      + "INSERT INTO items VALUES ('i1', 'c2', 'under c2')")
+        try f.syncRounds(3, order)
+        let what = "[\(backend), \(key), ON DELETE \(action), NULL on \(nullOn), \(order[0]) first] a unique: rule's "
+            + "duplicates, one without the code its duplicate's child references"
+        try f.assertSameRows(what)
+        XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM tags"), "1\n", "\(what): one tag")
+        XCTAssertEqual(try f.sql("a", "SELECT i.id || '=' || t.code FROM items i JOIN tags t ON t.code = i.tag"),
+                       "i1=c2\n", "\(what): the child kept, under the tag kept")
+        for s in f.stores { try f.assertHealthy(s, what) }
+    }
+
+    func testARuleWinnerWithoutTheCodeTakesItFile() throws {
+        for key in ["id INTEGER PRIMARY KEY", "name TEXT PRIMARY KEY"] {
+            for action in ["CASCADE", "SET NULL", "NO ACTION"] {
+                for nullOn in ["a", "b"] {
+                    for order in [["a", "b"], ["b", "a"]] {
+                        try ruleNullCode(.file, key: key, action: action, nullOn: nullOn, order: order)
+                    }
+                }
+            }
+        }
+    }
+
     /// The code under `COLLATE NOCASE`, inserted in two spellings: the two rows are duplicates, and both children
     /// stay under the tag kept (a child on the other spelling matches the loser under the collation too).
     func testTwoSpellingsUnderNoCaseKeepTheirChildrenFile() throws {

@@ -47,6 +47,15 @@ enum PostgresTestServer {
     /// Runs SQL as the test superuser.
     static func superuser(_ url: String, _ sql: String, _ parameters: [String?] = []) throws -> PGResult {
         let c = try PGConnection(parameters: [("dbname", url)], timeout: 10)
+        // Tests run side by side on one server: a statement that met another test's update of the same catalog
+        // row (two `GRANT ... ON DATABASE` at once) failed whole, and is tried again.
+        for _ in 0..<5 {
+            do { return try c.execute(sql, parameters) } catch let error as PGError
+                where error.message.contains("tuple concurrently updated")
+            {
+                Thread.sleep(forTimeInterval: 0.2)
+            }
+        }
         return try c.execute(sql, parameters)
     }
 }

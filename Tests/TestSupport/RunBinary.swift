@@ -87,3 +87,19 @@ public enum Binary {
 final class DataBox: @unchecked Sendable {
     var data = Data()
 }
+
+extension Binary {
+    /// Runs one SQL text on a PostgreSQL server with `psql` (`program`: its path) at `url`, stopping at the first
+    /// error. Tests run side by side on one server: a statement that met another test's update of the same catalog
+    /// row (two `GRANT ... ON DATABASE` at once: "tuple concurrently updated") failed whole, and is tried again.
+    public static func psql(_ program: String = "/usr/bin/psql", url: String, _ sql: String) throws -> ProcessResult {
+        let args = [url, "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-c", sql]
+        let directory = FileManager.default.temporaryDirectory.path
+        var r = try run(program, args, in: directory)
+        for _ in 0..<5 where r.status != 0 && r.stderr.contains("tuple concurrently updated") {
+            Thread.sleep(forTimeInterval: 0.2)
+            r = try run(program, args, in: directory)
+        }
+        return r
+    }
+}
