@@ -43,6 +43,19 @@ public struct EntityMap: Sendable, Equatable {
     public var uniqueCollations: [[String]: [String]] = [:]
     /// The table's UNIQUE keys with its `unique:` rule, if it has one: the keys the merge policies decide whole.
     func uniqueKeys(with rule: UniqueRule?) -> [[String]] { uniqueKeys + (rule.map { [$0.columns] } ?? []) }
+    /// What the merge policies decide whole (`MergePolicy.decide`, `uniqueKeys`): the UNIQUE keys with the `unique:`
+    /// rule, and the columns of each reference that travels as the parent's values (a UNIQUE column or a natural
+    /// key, not a record name). Such a reference names another row's value, which moves as a UNIQUE value does (a
+    /// rename): a reference only one side changed is that side's, since the other side's value may be held by no
+    /// row any more (a child that followed its parent's rename here, `ON UPDATE CASCADE`, is not put back on the
+    /// old value by a row-level `server-wins`).
+    func mergeKeys(with rule: UniqueRule?) -> [Set<String>] {
+        let named = Set(references.map(\.column))
+        return uniqueKeys(with: rule).map(Set.init) + foreignKeys.compactMap { fk in
+            let columns = Set(fk.columns)
+            return columns.isEmpty || !columns.isDisjoint(with: named) ? nil : columns
+        }
+    }
     /// The columns declared NOT NULL.
     public var notNullColumns: Set<String> = []
     /// Whether the table was declared WITHOUT ROWID (its key columns are then never NULL).

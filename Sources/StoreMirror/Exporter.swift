@@ -800,7 +800,7 @@ struct Exporter {
             Set(try codec.differing(base: base, server.fields, columns: e.fieldColumns)).subtracting(key))
         let policy = local.changed.isEmpty ? MergePolicy.propertyServerWins : options.mergePolicy
         switch policy.decide(local: local, server: serverSide, columns: e.fieldColumns,
-                             uniqueKeys: e.uniqueKeys(with: options.uniqueRules[e.name]).map(Set.init)) {
+                             uniqueKeys: e.mergeKeys(with: options.uniqueRules[e.name])) {
         case .fail:
             return ConflictReport(entity: e.name, recordName: entry.recordName, localColumns: local.changed.sorted(),
                                   serverDeleted: server.deleted)
@@ -1197,7 +1197,7 @@ struct Exporter {
         let holdsLocal = try !local.deleted && !server.deleted && !item.save.deleted
             && codec.differing(item.save.fields, server.fields, columns: local.changed.subtracting(repointed).sorted())
                 .isEmpty
-        let unique = e.uniqueKeys(with: options.uniqueRules[e.name]).map(Set.init)
+        let unique = e.mergeKeys(with: options.uniqueRules[e.name])
         if item.repointOnly, !item.save.deleted, server.deleted, server.modifiedBy != device,
            server.fields == RecordSave.orphanTombstone
         {

@@ -343,7 +343,7 @@ final class RecordApplier {
                                   decoded: decoded, resolved: resolved, respectLocalChanges: respectLocalChanges)
         let finalPK: String
         switch LiveAction.decide(facts, policy: policy, columns: entity.fieldColumns,
-                                 uniqueKeys: entity.uniqueKeys(with: uniqueRules[entity.name]).map(Set.init)) {
+                                 uniqueKeys: entity.mergeKeys(with: uniqueRules[entity.name])) {
         case .conflict(let columns):
             return conflict(record, entity: entity, columns: columns, serverDeleted: false)
         case .keepLocalDelete:
@@ -678,10 +678,16 @@ final class RecordApplier {
             // Children on a UNIQUE column follow the value the winner's record brings, when the settle applies
             // it next (the winner's row does not hold it yet). Without that record, the row's values are not
             // known to be the winner's final ones: the loser's deletion takes its course, as before.
-            if let name = facts.aliasTarget, let incoming = settleValues[name] {
-                var values = try rowValues(entity, pk: winner)
-                values.merge(incoming) { _, new in new }
-                try keepUniqueReferences(entity, loser: entry.pk, winner: values)
+            if let name = facts.aliasTarget {
+                if let incoming = settleValues[name] {
+                    var values = try rowValues(entity, pk: winner)
+                    values.merge(incoming) { _, new in new }
+                    try keepUniqueReferences(entity, loser: entry.pk, winner: values)
+                } else if settling {
+                    // Every record of the import that is not held back is in: the winner's row holds what its
+                    // record says (its children follow its value, as a store that made the merge moved them).
+                    try keepUniqueReferences(entity, loser: entry.pk, winner: try rowValues(entity, pk: winner))
+                }
             }
             // The winner takes nothing from the loser here (`valuesTaken`): the store that made the merge took what
             // it needed and sent it with this tombstone; the winner's record since is what every store holds, and a
@@ -1261,11 +1267,7 @@ final class RecordApplier {
     /// so that the next export sends them. A read-only participant sends nothing: the writers send them.
     private func markTaken(_ entity: EntityMap, pk: String, columns: [String]) throws {
         guard !columns.isEmpty, !cloudWins else { return }
-        let list = columns.indices.map { "?\($0 + 4)" }.joined(separator: ", ")
-        try db.run("""
-            INSERT INTO _storectl_history(tx, author, ts, entity, pk, op, changed)
-            VALUES (NULL, ?1, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?2, ?3, 'U', json_array(\(list)))
-            """, [Value.text(Deduplicator.author), .text(entity.name), .text(pk)] + columns.map { Value.text($0) })
+        try MirrorState.markChanged(db, entity: entity.name, pk: pk, columns: columns, author: Deduplicator.author)
     }
 
     /// The author of what a duplicate merge changes here (the loser's deletion, its children re-pointed).
@@ -1365,6 +1367,9 @@ final class RecordApplier {
     /// The values of the settle's live records with UNIQUE keys, by record name: what a merged duplicate's winner
     /// will hold once its record is applied (`keepUniqueReferences` when the loser's tombstone goes first).
     var settleValues: [String: [String: Value]] = [:]
+    /// Whether the held-back records are being applied (`Importer.applyHeldBack`): every other record of the
+    /// import is in.
+    var settling = false
 
     private static func avoidKey(_ entity: String, _ column: String, _ value: Value) -> String {
         // Lower-cased: a NOCASE column finds 'A' and 'a' equal.

@@ -285,6 +285,88 @@ final class UniqueReferenceChildrenTests: XCTestCase {
         for policy in Self.policies + ["error"] { try lateMerge(.file, policy: policy) }
     }
 
+    /// A child moved onto a code while another store renames that code: the store that moved it sent the old code,
+    /// which no row holds anywhere once the rename is in. Its import of the rename moves its child by the
+    /// reference's `ON UPDATE` action, and the child's record then names a value no longer there: it sends the
+    /// child again (before, the renaming store kept the child's record waiting for the old code for good, and a
+    /// store that joined later never had the child).
+    func movedOntoARenamedCode(_ backend: FleetBackend, onUpdate: String, policy: String, order: [String]) throws {
+        let f = try Fleet.pair(backend, schema: """
+            CREATE TABLE IF NOT EXISTS tags(id INTEGER PRIMARY KEY, code TEXT NOT NULL UNIQUE, color TEXT);
+            CREATE TABLE IF NOT EXISTS items(id TEXT PRIMARY KEY,
+                tag TEXT REFERENCES tags(code) ON UPDATE \(onUpdate) ON DELETE CASCADE, body TEXT);
+            """, policy: policy, rows: """
+                INSERT INTO tags(code, color) VALUES ('x', 'red'), ('w', 'blue');
+                INSERT INTO items VALUES ('i1', 'w', 'moved')
+                """, label: "storectl-unique-reference-renamed-code")
+        try f.sql("a", "UPDATE items SET tag = 'x' WHERE id = 'i1'")
+        try f.sql("b", "UPDATE tags SET code = 'y' WHERE code = 'x'")
+        try f.syncRounds(3, order)
+        let what = "[\(backend), ON UPDATE \(onUpdate), \(policy), \(order[0]) first] a child moved onto a code "
+            + "another store renamed"
+        try f.assertSameRows(what)
+        let expected = onUpdate == "CASCADE" ? "i1=y\n" : "i1=NULL\n"
+        XCTAssertEqual(try f.sql("a", "SELECT id || '=' || coalesce(tag, 'NULL') FROM items"), expected, what)
+        for s in f.stores { try f.assertHealthy(s, what) }
+    }
+
+    func testAChildMovedOntoARenamedCodeFollowsItFile() throws {
+        for onUpdate in ["CASCADE", "SET NULL"] {
+            for policy in Self.policies {
+                for order in [["a", "b"], ["b", "a"]] {
+                    try movedOntoARenamedCode(.file, onUpdate: onUpdate, policy: policy, order: order)
+                }
+            }
+        }
+    }
+
+    func testAChildMovedOntoARenamedCodeFollowsItPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        try movedOntoARenamedCode(pg, onUpdate: "CASCADE", policy: "server-wins", order: ["a", "b"])
+    }
+
+    /// Two stores rename two different tags to one code while each edits the other tag's child: the two tags are
+    /// duplicates, and both children stay under the tag kept. Before, the store that met the merge as the loser's
+    /// tombstone deleted the loser's child by `ON DELETE CASCADE`, and its deletion reached every store (under
+    /// `server-wins`), or a store's sync failed with exit 65 until the code changed again (`local-wins`).
+    func bothRenamedIntoOneCode(_ backend: FleetBackend, policy: String, order: [String]) throws {
+        let f = try Fleet.pair(backend, schema: """
+            CREATE TABLE IF NOT EXISTS tags(id INTEGER PRIMARY KEY, code TEXT NOT NULL UNIQUE, color TEXT);
+            CREATE TABLE IF NOT EXISTS items(id TEXT PRIMARY KEY,
+                tag TEXT REFERENCES tags(code) ON UPDATE CASCADE ON DELETE CASCADE, body TEXT);
+            """, policy: policy, rows: """
+                INSERT INTO tags(code, color) VALUES ('p', 'red'), ('q', 'blue');
+                INSERT INTO items VALUES ('c1', 'p', 'one'), ('c2', 'q', 'two')
+                """, label: "storectl-unique-reference-both-renamed")
+        try f.sql("a", "UPDATE tags SET code = 'z' WHERE code = 'p'; UPDATE items SET body = 'two by a' WHERE id = 'c2'")
+        try f.sql("b", "UPDATE tags SET code = 'z' WHERE code = 'q'; UPDATE items SET body = 'one by b' WHERE id = 'c1'")
+        try f.syncRounds(3, order)
+        let what = "[\(backend), \(policy), \(order[0]) first] two tags renamed into one code, each store editing "
+            + "the other's child"
+        try f.assertSameRows(what)
+        XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM tags WHERE code = 'z'"), "1\n", "\(what): one tag")
+        XCTAssertEqual(try f.sql("a", "SELECT id || '=' || coalesce(tag, 'NULL') FROM items ORDER BY id"),
+                       "c1=z\nc2=z\n", "\(what): both children kept, under the tag kept")
+        if policy.hasPrefix("property") {
+            // A row-level policy keeps one side's row of a child both stores changed (the tag, by the rename's
+            // cascade, and the body); the property policies keep both changes.
+            XCTAssertEqual(try f.sql("a", "SELECT body FROM items ORDER BY id"), "one by b\ntwo by a\n",
+                           "\(what): both edits kept")
+        }
+        for s in f.stores { try f.assertHealthy(s, what) }
+    }
+
+    func testTwoTagsRenamedIntoOneCodeKeepBothChildrenFile() throws {
+        for policy in Self.policies {
+            for order in [["a", "b"], ["b", "a"]] { try bothRenamedIntoOneCode(.file, policy: policy, order: order) }
+        }
+    }
+
+    func testTwoTagsRenamedIntoOneCodeKeepBothChildrenPostgres() throws {
+        guard let pg = FleetBackend.postgres() else { return }
+        for order in [["a", "b"], ["b", "a"]] { try bothRenamedIntoOneCode(pg, policy: "server-wins", order: order) }
+    }
+
     /// A `unique:` rule's duplicates (`label`) where one of the two holds no code and the other's child references
     /// its code: the row kept takes the code (before, the loser's deletion took the child by `ON DELETE CASCADE`,
     /// or left it on a code no row held).
