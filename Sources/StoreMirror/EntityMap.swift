@@ -44,17 +44,14 @@ public struct EntityMap: Sendable, Equatable {
     /// The table's UNIQUE keys with its `unique:` rule, if it has one: the keys the merge policies decide whole.
     func uniqueKeys(with rule: UniqueRule?) -> [[String]] { uniqueKeys + (rule.map { [$0.columns] } ?? []) }
     /// What the merge policies decide whole (`MergePolicy.decide`, `uniqueKeys`): the UNIQUE keys with the `unique:`
-    /// rule, and the columns of each reference that travels as the parent's values (a UNIQUE column or a natural
-    /// key, not a record name). Such a reference names another row's value, which moves as a UNIQUE value does (a
-    /// rename): a reference only one side changed is that side's, since the other side's value may be held by no
-    /// row any more (a child that followed its parent's rename here, `ON UPDATE CASCADE`, is not put back on the
-    /// old value by a row-level `server-wins`).
+    /// rule, and the columns of each foreign key. A reference names another row, by a value that moves as a UNIQUE
+    /// value does (a rename of the parent's UNIQUE column, a parent inserted again at its rowid under a new record
+    /// name, a merged duplicate): a reference only one side changed is that side's, since the other side's may name
+    /// a row that is no longer there (a child that followed its parent's rename here, `ON UPDATE CASCADE`, is not
+    /// put back on the old value by a row-level `server-wins`; a row-level `local-wins` follows another store's
+    /// re-point of a child it edited, instead of keeping it on its parent's deleted record).
     func mergeKeys(with rule: UniqueRule?) -> [Set<String>] {
-        let named = Set(references.map(\.column))
-        return uniqueKeys(with: rule).map(Set.init) + foreignKeys.compactMap { fk in
-            let columns = Set(fk.columns)
-            return columns.isEmpty || !columns.isDisjoint(with: named) ? nil : columns
-        }
+        uniqueKeys(with: rule).map(Set.init) + foreignKeys.compactMap { fk in fk.columns.isEmpty ? nil : Set(fk.columns) }
     }
     /// The columns declared NOT NULL.
     public var notNullColumns: Set<String> = []

@@ -94,7 +94,6 @@ struct Importer {
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             // A child may arrive in the same import as its parent, in any order: check at commit.
             try db.deferForeignKeys()
-            let historyBefore = try MirrorState.lastHistorySeq(db)
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
                 let applier = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy,
                                                 dedupEntities: Set(options.uniqueRules.keys),
@@ -145,7 +144,6 @@ struct Importer {
                 let tSettle = Trace.start()
                 defer { Trace.add("import.settle", tSettle) }
                 try drainInbox(applier, staging: staging, entities: byName, report: &report)
-                if !options.readOnly { try sendMovedReferences(since: historyBefore) }
                 if applier.mergesOnlyCloudRows {
                     // A read-only participant sends nothing: the tombstones of its merges and of the orphan rule
                     // served this import; the writers, which decide the same, send theirs.
@@ -234,40 +232,6 @@ struct Importer {
                                 + "they reference, then run 'storectl sync' again"
                             : "add the referenced tables to the store's 'entities:' (or give this store the rows "
                                 + "they reference), then run 'storectl sync' again")
-    }
-
-    /// Children whose reference to a UNIQUE column (not the key) this import's updates moved by its `ON UPDATE`
-    /// action (CASCADE, SET NULL, SET DEFAULT), where the child's record names another value: a child this store
-    /// moved onto a value another store renamed at the same time. Its record names a value no row holds once the
-    /// rename is in, so a store that has not got the child yet would wait for that value for good: the child is sent
-    /// again with the value it follows. Where the child's record was made after the rename (the renaming store
-    /// moved it too), its record names the new value already and nothing is sent.
-    private func sendMovedReferences(since seq: Int64) throws {
-        for child in entities {
-            for fk in child.foreignKeys where !["NO ACTION", "RESTRICT"].contains(fk.onUpdate.uppercased()) {
-                guard let parent = entities.first(where: { $0.name == fk.parentTable }) else { continue }
-                let referenced = fk.parentColumns.compactMap { $0 }
-                guard referenced.count == fk.columns.count, Set(referenced) != Set(parent.primaryKey) else { continue }
-                for column in fk.columns where child.fieldColumns.contains(column) {
-                    let c = "t.\(quoteIdentifier(column))"
-                    let moved = try db.query("""
-                        SELECT DISTINCT h.pk FROM _storectl_history h
-                        JOIN _storectl_records r ON r.entity = h.entity AND r.pk = h.pk AND r.deleted = 0
-                             AND typeof(r.base) = 'blob'
-                        JOIN main.\(child.quotedName) t ON \(child.pkMatches("t", json: "h.pk"))
-                        WHERE h.seq > ?1 AND h.entity = ?2 AND h.op = 'U' AND h.author = ?3
-                          AND EXISTS (SELECT 1 FROM json_each(h.changed) x WHERE x.value = ?4)
-                          AND storectl_base_has(r.base, json_quote(?4),
-                                                \(FieldHashes.canonicalSQL(type: "typeof(\(c))", value: c))) = 0
-                        """, [Value.integer(seq), .text(child.name), .text(MirrorState.importAuthor), .text(column)])
-                    for row in moved {
-                        guard let pk = row[0].string else { continue }
-                        try MirrorState.markChanged(db, entity: child.name, pk: pk, columns: [column],
-                                                    author: MirrorState.cascadeAuthor)
-                    }
-                }
-            }
-        }
     }
 
     /// The one drain of the inbox, once the pages are applied, in one order:

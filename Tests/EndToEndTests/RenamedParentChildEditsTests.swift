@@ -58,6 +58,35 @@ final class RenamedParentChildEditsTests: XCTestCase {
         }
     }
 
+    /// The other order: a inserts the note again and syncs first, and b edits its rows before it imports that.
+    /// b's import meets a's re-point of each row as the cloud's change of its reference, and b's edit as its own:
+    /// the reference follows the note under every policy (a reference only one side changed is that side's), and
+    /// b's edit stands (a changed nothing else of the rows) but under a row-level `server-wins`. Before, a
+    /// row-level `local-wins` kept b's whole row, its reference to the note's old record with it, and the row went
+    /// with that record's tombstone on every store.
+    func testEditsMadeBeforeTheNewNoteArrivesStandFile() throws {
+        for policy in Self.policies where policy != "error" {
+            let f = try Fleet.pair(.file, schema: ChildrenOfARenamedParentTests.schema, policy: policy, rows: """
+                INSERT INTO notes VALUES (1, 'u1', 'one'), (2, 'u2', 'two');
+                INSERT INTO links VALUES (2, 'r', 1);
+                INSERT INTO comments VALUES (10, 1, 'on one'), (11, 1, 'also on one');
+                """, label: "storectl-renamed-parent-edited-after")
+            try f.sql("a", "BEGIN; DELETE FROM notes WHERE id = 1; INSERT INTO notes VALUES (1, 'u1', 'one again'); COMMIT;",
+                      foreignKeys: true)
+            try f.run("a", ["sync"])
+            try f.sql("b", "UPDATE comments SET body = 'edited by b' WHERE body = 'on one'")
+            try f.syncRounds(3, ["b", "a"])
+            let what = "[\(policy)] b's edits of the rows of a note a inserted again, made before b imported it"
+            // Under a row-level `server-wins`, the cloud's record of the comment (a's, sent again for its new
+            // reference) wins b's edit: the import cannot tell a re-point from another store's move of the row.
+            let body = policy == "server-wins" ? "on one" : "edited by b"
+            try f.assertRows((["comments|body=t:'also on one'|note_id=\(Self.one)",
+                               "comments|body=t:'\(body)'|note_id=\(Self.one)"] + Self.notes + [Self.linkR]).sorted(),
+                             what)
+            for s in f.stores { try f.assertHealthy(s, what) }
+        }
+    }
+
     /// a edits the same rows in the transaction that inserts the note again: the merge policy decides between
     /// the two edits, as for any row.
     func testBothSidesEditingTheRowsOfANoteInsertedAgainMeetByThePolicyFile() throws {

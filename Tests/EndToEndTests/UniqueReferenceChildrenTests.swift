@@ -286,10 +286,10 @@ final class UniqueReferenceChildrenTests: XCTestCase {
     }
 
     /// A child moved onto a code while another store renames that code: the store that moved it sent the old code,
-    /// which no row holds anywhere once the rename is in. Its import of the rename moves its child by the
-    /// reference's `ON UPDATE` action, and the child's record then names a value no longer there: it sends the
-    /// child again (before, the renaming store kept the child's record waiting for the old code for good, and a
-    /// store that joined later never had the child).
+    /// which no row holds anywhere once the rename is in. Not fixed (docs/sync-guarantees.md, "Cases found and not
+    /// fixed yet"): the renaming store keeps the child's record waiting for the old code, and says so; it is never
+    /// called healthy while it differs. (Sending the child again from the store whose import of the rename moves
+    /// it was tried and lost edits in an ordinary rename whose export another store met half-way.)
     func movedOntoARenamedCode(_ backend: FleetBackend, onUpdate: String, policy: String, order: [String]) throws {
         let f = try Fleet.pair(backend, schema: """
             CREATE TABLE IF NOT EXISTS tags(id INTEGER PRIMARY KEY, code TEXT NOT NULL UNIQUE, color TEXT);
@@ -304,25 +304,19 @@ final class UniqueReferenceChildrenTests: XCTestCase {
         try f.syncRounds(3, order)
         let what = "[\(backend), ON UPDATE \(onUpdate), \(policy), \(order[0]) first] a child moved onto a code "
             + "another store renamed"
-        try f.assertSameRows(what)
-        let expected = onUpdate == "CASCADE" ? "i1=y\n" : "i1=NULL\n"
-        XCTAssertEqual(try f.sql("a", "SELECT id || '=' || coalesce(tag, 'NULL') FROM items"), expected, what)
-        for s in f.stores { try f.assertHealthy(s, what) }
+        XCTAssertEqual(try f.sql("a", "SELECT id || '=' || coalesce(tag, 'NULL') FROM items"),
+                       onUpdate == "CASCADE" ? "i1=y\n" : "i1=NULL\n", "\(what): the mover's child follows the rename")
+        try f.assertReported("b", mentions: ["items"], "\(what): the renaming store waits for the old code")
     }
 
-    func testAChildMovedOntoARenamedCodeFollowsItFile() throws {
+    func testAChildMovedOntoARenamedCodeIsReportedFile() throws {
         for onUpdate in ["CASCADE", "SET NULL"] {
-            for policy in Self.policies {
+            for policy in ["server-wins", "property-local-wins"] {
                 for order in [["a", "b"], ["b", "a"]] {
                     try movedOntoARenamedCode(.file, onUpdate: onUpdate, policy: policy, order: order)
                 }
             }
         }
-    }
-
-    func testAChildMovedOntoARenamedCodeFollowsItPostgres() throws {
-        guard let pg = FleetBackend.postgres() else { return }
-        try movedOntoARenamedCode(pg, onUpdate: "CASCADE", policy: "server-wins", order: ["a", "b"])
     }
 
     /// Two stores rename two different tags to one code while each edits the other tag's child: the two tags are
