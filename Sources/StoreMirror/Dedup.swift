@@ -173,9 +173,12 @@ struct Deduplicator {
     /// `from` holds a value there, the winner takes it (as a SQL UNIQUE duplicate's winner does:
     /// `RecordApplier.valuesTaken`), so that the loser's children keep a row to reference: the loser lets go of the
     /// value (NULL), the winner takes it, and the children its `ON UPDATE` action moved are put back on it. Foreign
-    /// keys are checked at the commit. A reference declared `ON UPDATE RESTRICT` leaves the loser's value to its
-    /// deletion. Returns the children put back.
+    /// keys are checked at the commit. Left to the loser's deletion, as before: a rule that keeps the newest or the
+    /// oldest row (a store that meets the two records as a SQL UNIQUE collision picks the lowest record name, and
+    /// could merge them the other way), and a reference whose `ON UPDATE` action could not take a NULL and come
+    /// back (RESTRICT, SET DEFAULT, a NOT NULL column or one of the child's key). Returns the children put back.
     private func takeReferencedValues(parent: EntityMap, from: String, to: String) throws -> Int {
+        guard rules[parent.name]?.keep == .first else { return 0 }
         var keys: [[String]: [(child: EntityMap, fk: ForeignKeyInfo)]] = [:]
         for child in entities {
             for fk in child.foreignKeys where fk.parentTable == parent.name {
@@ -186,7 +189,11 @@ struct Deduplicator {
         }
         var count = 0
         for (referenced, children) in keys.sorted(by: { $0.key.joined(separator: ",") < $1.key.joined(separator: ",") }) {
-            guard !children.contains(where: { $0.fk.onUpdate.uppercased() == "RESTRICT" }) else { continue }
+            guard children.allSatisfy({ child, fk in
+                let action = fk.onUpdate.uppercased()
+                return action == "NO ACTION" || (["CASCADE", "SET NULL"].contains(action)
+                    && fk.columns.allSatisfy { !child.notNullColumns.contains($0) && !child.primaryKey.contains($0) })
+            }) else { continue }
             let select = "SELECT " + referenced.map { "p.\(quoteIdentifier($0))" }.joined(separator: ", ")
                 + " FROM main.\(parent.quotedName) p WHERE \(parent.pkMatches("p", json: "?1"))"
             guard let values = try db.query(select, [from]).first?.values, !values.contains(where: \.isNull),
@@ -194,9 +201,11 @@ struct Deduplicator {
             else { continue }
             // The children on the loser's value, by key, before the loser lets go of it.
             var held: [(EntityMap, ForeignKeyInfo, String)] = []
+            // A child matches the value as the foreign key compares them: under the parent key's collation.
+            let key = parent.uniqueKeys.first { Set($0) == Set(referenced) } ?? referenced
             for (child, fk) in children {
                 let match = zip(fk.columns, referenced).enumerated().map { i, pair in
-                    "c.\(quoteIdentifier(pair.0)) = ?\(i + 1)"
+                    parent.uniqueEquals(key, column: pair.1, "c.\(quoteIdentifier(pair.0))", "?\(i + 1)")
                 }.joined(separator: " AND ")
                 if let found = try db.scalar("SELECT json_group_array(\(child.pkJSON("c"))) FROM main.\(child.quotedName) c WHERE \(match)",
                                              values)?.string, found != "[]" {

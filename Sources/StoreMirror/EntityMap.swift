@@ -50,8 +50,14 @@ public struct EntityMap: Sendable, Equatable {
     /// a row that is no longer there (a child that followed its parent's rename here, `ON UPDATE CASCADE`, is not
     /// put back on the old value by a row-level `server-wins`; a row-level `local-wins` follows another store's
     /// re-point of a child it edited, instead of keeping it on its parent's deleted record).
+    /// A reference that shares a column with a UNIQUE key (`UNIQUE(list, pos)`, `list` a reference) is left to that
+    /// key's rule, as before: the key is decided whole, and a reference decided on its own would drag it along.
     func mergeKeys(with rule: UniqueRule?) -> [Set<String>] {
-        uniqueKeys(with: rule).map(Set.init) + foreignKeys.compactMap { fk in fk.columns.isEmpty ? nil : Set(fk.columns) }
+        let unique = uniqueKeys(with: rule).map(Set.init)
+        return unique + foreignKeys.compactMap { fk in
+            let columns = Set(fk.columns)
+            return columns.isEmpty || unique.contains(where: { !$0.isDisjoint(with: columns) }) ? nil : columns
+        }
     }
     /// The columns declared NOT NULL.
     public var notNullColumns: Set<String> = []

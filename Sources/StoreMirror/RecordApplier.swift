@@ -1234,7 +1234,8 @@ final class RecordApplier {
     /// here yet, so every store that makes the merge makes it alike, and the merge sends it (`markTaken`).
     private func valuesTaken(_ parent: EntityMap, loser: [String: Value], winner: [String: Value]) -> [String: Value] {
         var taken: [String: Value] = [:]
-        for child in entities.values {
+        // In one order on every store: two references that share a column take the same values everywhere.
+        for child in entities.values.sorted(by: { $0.name < $1.name }) {
             for fk in child.foreignKeys where fk.parentTable == parent.name {
                 let columns = fk.parentColumns.compactMap { $0 }
                 guard columns.count == fk.columns.count, Set(columns) != Set(parent.primaryKey),

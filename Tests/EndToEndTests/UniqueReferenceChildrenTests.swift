@@ -364,11 +364,16 @@ final class UniqueReferenceChildrenTests: XCTestCase {
     /// A `unique:` rule's duplicates (`label`) where one of the two holds no code and the other's child references
     /// its code: the row kept takes the code (before, the loser's deletion took the child by `ON DELETE CASCADE`,
     /// or left it on a code no row held).
-    func ruleNullCode(_ backend: FleetBackend, key: String, action: String, nullOn: String, order: [String]) throws {
+    /// `child`: the children's reference column (a NOT NULL one whose `ON UPDATE CASCADE` cannot let the value go
+    /// and come back: the winner takes nothing, and the child goes with the loser by `ON DELETE CASCADE`, on every
+    /// store alike, every sync exiting 0).
+    func ruleNullCode(_ backend: FleetBackend, key: String, action: String, nullOn: String, order: [String],
+                      child: String = "tag TEXT") throws
+    {
         let f = try Fleet(backend: backend, schema: """
                               CREATE TABLE IF NOT EXISTS tags(\(key), code TEXT UNIQUE, color TEXT, label TEXT);
                               CREATE TABLE IF NOT EXISTS items(id TEXT PRIMARY KEY,
-                                  tag TEXT REFERENCES tags(code) ON DELETE \(action), body TEXT);
+                                  \(child) REFERENCES tags(code) ON DELETE \(action), body TEXT);
                               """,
                           storeYAML: """
                               entities:
@@ -387,9 +392,18 @@ final class UniqueReferenceChildrenTests: XCTestCase {
             + "duplicates, one without the code its duplicate's child references"
         try f.assertSameRows(what)
         XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM tags"), "1\n", "\(what): one tag")
-        XCTAssertEqual(try f.sql("a", "SELECT i.id || '=' || t.code FROM items i JOIN tags t ON t.code = i.tag"),
-                       "i1=c2\n", "\(what): the child kept, under the tag kept")
+        if child == "tag TEXT" {
+            XCTAssertEqual(try f.sql("a", "SELECT i.id || '=' || t.code FROM items i JOIN tags t ON t.code = i.tag"),
+                           "i1=c2\n", "\(what): the child kept, under the tag kept")
+        }
         for s in f.stores { try f.assertHealthy(s, what) }
+    }
+
+    func testARuleWinnerLeavesAValueItCannotTakeFile() throws {
+        for nullOn in ["a", "b"] {
+            try ruleNullCode(.file, key: "id INTEGER PRIMARY KEY", action: "CASCADE ON UPDATE CASCADE", nullOn: nullOn,
+                             order: ["a", "b"], child: "tag TEXT NOT NULL")
+        }
     }
 
     func testARuleWinnerWithoutTheCodeTakesItFile() throws {
