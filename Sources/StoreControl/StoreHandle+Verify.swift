@@ -340,7 +340,7 @@ extension StoreHandle {
                        \(orphan),
                        \(setAside)
                 FROM temp._storectl_verify_cloud c
-                LEFT JOIN _storectl_records m ON m.record_name = c.record_name
+                LEFT JOIN _storectl_records m ON \(RecordMap.named("c.record_name", "m"))
                 WHERE c.record_type = ? AND c.deleted = 0
                   AND NOT EXISTS (SELECT 1 FROM temp._storectl_verify_local l WHERE l.record_name = c.record_name)
                 """).forEach([e.name]) { row in
@@ -433,18 +433,18 @@ extension StoreHandle {
         if try !db.tableExists("_storectl_records") {
             try db.execute("""
                 CREATE TEMP TABLE IF NOT EXISTS _storectl_records(entity TEXT NOT NULL, pk TEXT NOT NULL,
-                    record_name TEXT NOT NULL, change_tag TEXT, base TEXT, deleted INTEGER NOT NULL DEFAULT 0,
-                    extra TEXT, PRIMARY KEY (entity, pk)) WITHOUT ROWID
+                    stored_name TEXT, change_tag TEXT, base TEXT, deleted INTEGER NOT NULL DEFAULT 0, extra TEXT,
+                    record_name TEXT GENERATED ALWAYS AS (coalesce(stored_name, entity || ':' || pk)) VIRTUAL,
+                    PRIMARY KEY (entity, pk)) WITHOUT ROWID
                 """)
             made.append("_storectl_records")
         }
         if try db.tableExists("_storectl_records"),
-           try !db.columns(of: "_storectl_records").contains(where: { $0.name == "extra" })
+           try !db.columns(of: "_storectl_records").contains(where: { $0.name == "stored_name" })
         {
-            // A store of format 1, read without writing (it is upgraded on its first write): it has no `extra`.
-            try db.execute("""
-                CREATE TEMP VIEW IF NOT EXISTS _storectl_records AS SELECT *, NULL AS extra FROM main._storectl_records
-                """)
+            // A store of an older format, read without writing (it is upgraded on its first write): its map keeps
+            // every name, and before format 2 it has no `extra`.
+            try RecordMap.readOlderMap(db)
             made.append("view:_storectl_records")
         }
         if try !db.tableExists("_storectl_inbox") {

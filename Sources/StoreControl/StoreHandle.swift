@@ -95,7 +95,7 @@ public final class StoreHandle {
             let db = try Connection(path: path, mode: mode, wal: false)
             try checkNotTruncated(db, path: path)
             if !readOnly, try create || db.tableExists("_storectl_meta") { try Self.enableWAL(db) }
-            if !readOnly { try upgradeFormat(db) }
+            if !readOnly { try upgradeFormat(db) } else { try RecordMap.readOlderMap(db) }
             connection = db
             trackingCheckedAt = nil
             entityMapsRead = nil

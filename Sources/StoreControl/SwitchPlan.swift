@@ -222,7 +222,7 @@ extension StoreHandle {
             guard let e = entities[r.recordType] else { continue }
             let local = try db.query("SELECT pk, fields FROM (\(e.localRecordsSQL)) WHERE record_name = ?",
                                      [r.recordName]).first
-            let pk = try local?[0].string ?? db.scalar("SELECT pk FROM _storectl_records WHERE record_name = ?",
+            let pk = try local?[0].string ?? db.scalar("SELECT pk FROM _storectl_records WHERE \(RecordMap.named("?1"))",
                                                       [r.recordName])?.string
             guard let pk else { continue }
             let changedHere: Bool

@@ -1,6 +1,6 @@
 import StoreSQLite
 
-/// The names and SQL of the store format, version 5.
+/// The names and SQL of the store format, version 6.
 ///
 /// Other programs (the sync engine, scripts, any SQLite client) rely on these names exactly: columns and keys may
 /// be added in later versions, never changed.
@@ -23,9 +23,13 @@ import StoreSQLite
 ///   synced (key columns keep their collation, as SQLite's foreign-key actions do). A format-4 store is upgraded
 ///   the same way, and its first sync compares every row once with its last synced record, so that such a change
 ///   the older triggers missed is exported too.
+/// - 6: the sync engine's record map keeps a record's name only when it is not `entity:pk` (`stored_name`);
+///   `record_name` stays, a generated column that reads either, so readers of the map are unchanged. The triggers
+///   are unchanged. A format-5 store is upgraded the same way (its record map is rebuilt in the upgrade's
+///   transaction); an older storectl refuses a format-6 store instead of writing a column it cannot write.
 public enum StoreFormat {
     /// The format version this storectl writes, as a number.
-    public static let currentVersion = 5
+    public static let currentVersion = 6
     /// The format version written to meta `format_version`.
     public static let version = String(currentVersion)
     /// The oldest format this storectl upgrades.

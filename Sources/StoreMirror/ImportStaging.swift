@@ -188,7 +188,7 @@ final class ImportStaging {
             .compactMap { $0[0].string }
         for name in fieldless { try fetchRecord(cloud: cloud, zone: zone, name) }
         let aliasTargets = try db.query("""
-            SELECT a.target FROM _storectl_aliases a CROSS JOIN _storectl_records r ON r.record_name = a.record_name
+            SELECT a.target FROM _storectl_aliases a CROSS JOIN _storectl_records r ON \(RecordMap.named("a.record_name", "r"))
             WHERE r.deleted = 0
             UNION
             SELECT json_extract(fields, '$."$alias"') FROM temp._storectl_import_staged
@@ -242,7 +242,7 @@ final class ImportStaging {
                         SELECT \(name) FROM temp._storectl_import_lookups
                         WHERE found = 1 AND record_type = ?1 AND deleted = 0 AND json_valid(fields))
                     WHERE n IS NOT NULL
-                      AND NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.record_name = n)
+                      AND NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE \(RecordMap.named("n", "r")))
                       AND NOT EXISTS (SELECT 1 FROM _storectl_aliases a WHERE a.record_name = n)
                       AND NOT EXISTS (SELECT 1 FROM temp._storectl_import_staged s WHERE s.record_name = n)
                       AND NOT EXISTS (SELECT 1 FROM temp._storectl_import_lookups l WHERE l.record_name = n)

@@ -500,13 +500,13 @@ struct Orphans {
         // The aliases (few) drive the join: each is looked up in the record map by name.
         let rows = try db.query("""
             SELECT r.entity, r.pk, r.record_name, a.target FROM _storectl_aliases a
-            CROSS JOIN _storectl_records r ON r.record_name = a.record_name WHERE r.deleted = 0
+            CROSS JOIN _storectl_records r ON \(RecordMap.named("a.record_name", "r")) WHERE r.deleted = 0
             """)
         for row in rows {
             guard let table = row[0].string, let entity = entities[table], let pk = row[1].string,
                   let name = row[2].string, var target = row[3].string, try applier.rowExists(entity, pk: pk)
             else { continue }
-            if let winner = try db.scalar("SELECT pk FROM _storectl_records WHERE record_name = ? AND entity = ? "
+            if let winner = try db.scalar("SELECT pk FROM _storectl_records WHERE \(RecordMap.named("?1")) AND entity = ? "
                                             + "AND deleted = 0", [target, table])?.string,
                winner != pk, try applier.rowExists(entity, pk: winner)
             {
@@ -599,7 +599,7 @@ struct Orphans {
         // fetched it, or had it waiting). Should the import not know it, it waits without its fields, fetched
         // again by the next import, as a record too large to keep.
         let known = try lookups.lookup(name)
-        let tag = try db.scalar("SELECT change_tag FROM _storectl_records WHERE record_name = ?", [name])?.string
+        let tag = try db.scalar("SELECT change_tag FROM _storectl_records WHERE \(RecordMap.named("?1"))", [name])?.string
         try applier.deleteRow(child, pk: pk)
         try RecordMap(db).remove(name: name)
         try db.run("DELETE FROM temp._storectl_applied WHERE entity = ? AND pk = ?", [child.name, pk])
@@ -683,7 +683,7 @@ struct Orphans {
     }
 
     private func keyOf(_ record: CloudRecord, _ entity: EntityMap) throws -> String? {
-        try db.scalar("SELECT pk FROM _storectl_records WHERE record_name = ?", [record.recordName])?.string
+        try db.scalar("SELECT pk FROM _storectl_records WHERE \(RecordMap.named("?1"))", [record.recordName])?.string
     }
 
     /// Whether the parent record `name` is deleted: the record map says so, or the cloud has its tombstone (fetched
@@ -696,7 +696,7 @@ struct Orphans {
         // A waiting record this import sent after its own deleted parent (`parkedOrphans`): gone too, so that a
         // chain of waiting records follows its head in one import, not one level per sync.
         if try Outgoing(db).holdsDelete(name, reason: .parentDeleted) { return true }
-        if let deleted = try db.scalar("SELECT deleted FROM _storectl_records WHERE record_name = ?", [name])?.int64 {
+        if let deleted = try db.scalar("SELECT deleted FROM _storectl_records WHERE \(RecordMap.named("?1"))", [name])?.int64 {
             if deleted == 1 { return true }
         }
         // What the import fetched before its transaction (or brought in its pages); a parent it cannot tell about

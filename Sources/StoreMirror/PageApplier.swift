@@ -239,8 +239,8 @@ final class PageApplier {
         let parentKeyColumn = quoteIdentifier(applier.entities[ref.parent]?.primaryKey.first ?? "rowid")
         return """
             CASE WHEN json_type(\(s).fields, \(quoteLiteral(jsonPath(ref.column) + ".\"$ref\""))) = 'text' THEN coalesce(
-                (SELECT json_extract(m.pk, '$[0]') FROM main._storectl_records m
-                 WHERE m.record_name = \(target) AND m.entity = \(quoteLiteral(ref.parent)) AND m.deleted = 0
+                (SELECT json_extract(m.pk, '$[0]') FROM (SELECT \(target) AS n) x, main._storectl_records m
+                 WHERE \(RecordMap.named("x.n", "m")) AND m.entity = \(quoteLiteral(ref.parent)) AND m.deleted = 0
                    AND EXISTS (SELECT 1 FROM main.\(quoteIdentifier(ref.parent)) t
                                WHERE t.\(parentKeyColumn) = json_extract(m.pk, '$[0]'))),
                 (SELECT pk.local FROM temp._storectl_page pp JOIN temp._storectl_page_kind pk ON pk.i = pp.i
@@ -303,7 +303,7 @@ final class PageApplier {
                     ELSE 'rest' END AS kind, \(pk) AS pk, \(local) AS local,
                     CASE WHEN s.deleted THEN NULL ELSE \(refs) END AS refs
                 FROM temp._storectl_page s
-                LEFT JOIN main._storectl_records r ON r.record_name = s.record_name
+                LEFT JOIN main._storectl_records r ON \(RecordMap.named("s.record_name", "r"))
                 WHERE s.record_type = ?1 AND s.i > ?2 AND s.i < ?7
             """
     }

@@ -178,7 +178,7 @@ final class RecordApplier {
     }
 
     func mapEntry(name: String) throws -> MapEntry? {
-        let s = try db.cached("SELECT entity, pk, change_tag, base, deleted FROM _storectl_records WHERE record_name = ?")
+        let s = try db.cached("SELECT entity, pk, change_tag, base, deleted FROM _storectl_records WHERE \(RecordMap.named("?1"))")
         try s.bind([name])
         guard try s.step() else { return nil }
         let entry = MapEntry(entity: s.string(0) ?? "", pk: s.string(1) ?? "[]", tag: s.string(2),
@@ -726,7 +726,7 @@ final class RecordApplier {
         guard facts.rowExists else { return facts }
         if let target = facts.aliasTarget {
             if let winner = try db.scalar("""
-                SELECT pk FROM _storectl_records WHERE record_name = ? AND entity = ? AND deleted = 0
+                SELECT pk FROM _storectl_records WHERE \(RecordMap.named("?1")) AND entity = ? AND deleted = 0
                 """, [target, entity.name])?.string, try winner == entry.pk || rowExists(entity, pk: winner)
             {
                 facts.winnerPK = winner

@@ -17,13 +17,45 @@ public struct RecordMap {
         self.db = db
     }
 
+    // MARK: Names kept or derived
+
+    /// What the map keeps in `stored_name` for record `name` of (entity, pk): nothing when the name is
+    /// `entity:pk` (compared as bytes, as SQLite does) and the table's name has no colon, so that the name can be
+    /// read back from the key alone; the name otherwise.
+    static func storedName(_ name: String, entity: String, pk: String) -> String? {
+        let n = name.utf8, e = entity.utf8, colon = UInt8(ascii: ":")
+        if !e.contains(colon), n.count == e.count + 1 + pk.utf8.count, n.starts(with: e),
+           n.dropFirst(e.count).first == colon, n.dropFirst(e.count + 1).elementsEqual(pk.utf8)
+        {
+            return nil
+        }
+        return name
+    }
+
+    /// `storedName` in SQL, over the expressions `name`, `entity` and `pk`.
+    static func storedNameSQL(_ name: String, entity: String, pk: String) -> String {
+        "CASE WHEN \(name) = \(entity) || ':' || \(pk) AND instr(\(entity), ':') = 0 THEN NULL ELSE \(name) END"
+    }
+
+    /// A condition: the entry aliased `alias` (nil: the statement's one table) is record `name` (an SQL
+    /// expression, evaluated more than once). A kept name is found through the name index, a derived one through
+    /// the primary key (its table is the name up to the first colon, its key the rest); SQLite uses both.
+    public static func named(_ name: String, _ alias: String? = nil) -> String {
+        let a = alias.map { "\($0)." } ?? ""
+        return "(\(a)stored_name = \(name) OR (\(a)stored_name IS NULL AND \(a)entity = substr(\(name), 1, "
+            + "instr(\(name), ':') - 1) AND \(a)pk = substr(\(name), instr(\(name), ':') + 1)))"
+    }
+
     // MARK: One entry
 
-    /// The upsert of an entry, prepared once per connection.
+    /// The upsert of an entry, prepared once per connection: ?8 is the name, ?3 what the map keeps of it. Nothing
+    /// is written when another key holds the name.
     private static let upsertSQL = """
-        INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-        VALUES (?1, ?2, ?3, ?4, \(FieldHashes.sql("?5")), ?6, ?7)
-        ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name, change_tag = excluded.change_tag,
+        INSERT INTO _storectl_records(entity, pk, stored_name, change_tag, base, deleted, extra)
+        SELECT ?1, ?2, ?3, ?4, \(FieldHashes.sql("?5")), ?6, ?7
+        WHERE NOT EXISTS (SELECT 1 FROM _storectl_records o WHERE \(named("?8", "o"))
+                          AND NOT (o.entity = ?1 AND o.pk = ?2))
+        ON CONFLICT(entity, pk) DO UPDATE SET stored_name = excluded.stored_name, change_tag = excluded.change_tag,
             base = excluded.base, deleted = excluded.deleted, extra = excluded.extra
         """
 
@@ -32,7 +64,7 @@ public struct RecordMap {
     func set(entity: String, pk: String, name: String, tag: String?, base: Value?, extra: String? = nil,
              deleted: Bool) throws
     {
-        try db.run("DELETE FROM _storectl_records WHERE record_name = ?1 AND NOT (entity = ?2 AND pk = ?3)",
+        try db.run("DELETE FROM _storectl_records WHERE \(Self.named("?1")) AND NOT (entity = ?2 AND pk = ?3)",
                    [name, entity, pk])
         try upsert(entity: entity, pk: pk, name: name, tag: tag, base: base, extra: extra, deleted: deleted,
                    detached: true)
@@ -52,30 +84,33 @@ public struct RecordMap {
                         deleted: Bool, detached: Bool) throws
     {
         let s = try db.cached(Self.upsertSQL)
-        do {
-            try s.bind(.text(entity), at: 1)
-            try s.bind(.text(pk), at: 2)
-            try s.bind(.text(name), at: 3)
-            try s.bind(tag.map { .text($0) } ?? .null, at: 4)
-            try s.bind(base ?? .null, at: 5)
-            try s.bind(.integer(deleted ? 1 : 0), at: 6)
-            try s.bind(extra.map { .text($0) } ?? .null, at: 7)
-            try s.step()
-        } catch let error as SQLiteError where error.isConstraint && !detached {
-            try? s.reset()
+        try s.bind(.text(entity), at: 1)
+        try s.bind(.text(pk), at: 2)
+        try s.bind(Self.storedName(name, entity: entity, pk: pk).map { .text($0) } ?? .null, at: 3)
+        try s.bind(tag.map { .text($0) } ?? .null, at: 4)
+        try s.bind(base ?? .null, at: 5)
+        try s.bind(.integer(deleted ? 1 : 0), at: 6)
+        try s.bind(extra.map { .text($0) } ?? .null, at: 7)
+        try s.bind(.text(name), at: 8)
+        try s.step()
+        if db.changes == 0 {
             // The name belongs to another key of the map (a row renamed, a deleted row's old rowid): move it here.
+            guard !detached else {
+                throw StoreError(.software, "record \(name) is still held by another row of the record map after "
+                                 + "it was detached", hint: "run 'storectl doctor' and report it")
+            }
             try set(entity: entity, pk: pk, name: name, tag: tag, base: base, extra: extra, deleted: deleted)
         }
     }
 
     /// Marks record `name` deleted here (a tombstone with no base).
     func markDeleted(name: String) throws {
-        try db.run("UPDATE _storectl_records SET deleted = 1, base = NULL WHERE record_name = ?", [name])
+        try db.run("UPDATE _storectl_records SET deleted = 1, base = NULL WHERE \(Self.named("?1"))", [name])
     }
 
     /// Forgets record `name`.
     func remove(name: String) throws {
-        try db.run("DELETE FROM _storectl_records WHERE record_name = ?", [name])
+        try db.run("DELETE FROM _storectl_records WHERE \(Self.named("?1"))", [name])
     }
 
     /// Forgets the entry of (entity, pk) when it never reached the cloud (no change tag): nothing to delete there.
@@ -86,19 +121,19 @@ public struct RecordMap {
     /// Forgets the change tag `name` was last applied at, so that the record is applied again whole
     /// (`sync --discard-local`, which puts a row back to its record's values).
     func forgetTag(name: String) throws {
-        try db.run("UPDATE _storectl_records SET change_tag = NULL WHERE record_name = ?", [name])
+        try db.run("UPDATE _storectl_records SET change_tag = NULL WHERE \(Self.named("?1"))", [name])
     }
 
     /// Moves record `name` from change tag `old` to `new` when the map has it at `old`: the record was saved
     /// again with the same values (sealed with the zone's current key, `ZoneReencryption`).
     func retag(name: String, from old: String, to new: String) throws {
-        try db.cached("UPDATE _storectl_records SET change_tag = ?1 WHERE record_name = ?2 AND change_tag = ?3")
+        try db.cached("UPDATE _storectl_records SET change_tag = ?1 WHERE \(Self.named("?2")) AND change_tag = ?3")
             .forEach([new, name, old]) { _ in }
     }
 
     /// Records that record `name` was last synced at `tag` with `fields` (hashed here).
     func setSynced(name: String, tag: String, fields: String) throws {
-        try db.run("UPDATE _storectl_records SET change_tag = ?1, base = \(FieldHashes.sql("?2")) WHERE record_name = ?3",
+        try db.run("UPDATE _storectl_records SET change_tag = ?1, base = \(FieldHashes.sql("?2")) WHERE \(Self.named("?3"))",
                    [tag, fields, name])
     }
 
@@ -118,9 +153,9 @@ public struct RecordMap {
     /// device derives alike). Tags and bases stay.
     func assignName(entity: String, pk: String, name: String) throws {
         try db.run("""
-            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted) VALUES (?, ?, ?, NULL, NULL, 0)
-            ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name
-            """, [entity, pk, name])
+            INSERT INTO _storectl_records(entity, pk, stored_name, change_tag, base, deleted) VALUES (?, ?, ?, NULL, NULL, 0)
+            ON CONFLICT(entity, pk) DO UPDATE SET stored_name = excluded.stored_name
+            """, [entity, pk, Self.storedName(name, entity: entity, pk: pk)])
     }
 
     // MARK: Names
@@ -129,10 +164,13 @@ public struct RecordMap {
     /// yet (`EntityMap.derivedName`).
     func assignDerivedNames(_ e: EntityMap, source: String) throws {
         try db.run("""
-            INSERT OR IGNORE INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
-            SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")), \(e.derivedName("t")), NULL, NULL, 0 FROM \(source)
+            INSERT OR IGNORE INTO _storectl_records(entity, pk, stored_name, change_tag, base, deleted)
+            SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")),
+                   \(Self.storedNameSQL(e.derivedName("t"), entity: quoteLiteral(e.name), pk: e.pkJSON("t"))),
+                   NULL, NULL, 0 FROM \(source)
             WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = \(quoteLiteral(e.name))
                               AND r.pk = \(e.pkJSON("t")))
+              AND NOT EXISTS (SELECT 1 FROM _storectl_records o WHERE \(Self.named(e.derivedName("t"), "o")))
             """)
     }
 
@@ -140,13 +178,13 @@ public struct RecordMap {
     /// another entry holds: each gets a name of its own (the derived name and a random suffix).
     func nameRowsWhoseNameIsTaken(_ e: EntityMap, source: String, changed: String) throws {
         try db.execute("""
-            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted)
+            INSERT INTO _storectl_records(entity, pk, stored_name, change_tag, base, deleted)
             SELECT \(quoteLiteral(e.name)), \(e.pkJSON("t")),
                    \(e.derivedName("t")) || '.' || lower(hex(randomblob(6))), NULL, NULL, 0
             FROM \(source)
             WHERE \(changed) NOT EXISTS (SELECT 1 FROM _storectl_records m WHERE m.entity = \(quoteLiteral(e.name))
                                        AND m.pk = \(e.pkJSON("t")))
-              AND EXISTS (SELECT 1 FROM _storectl_records o WHERE o.record_name = \(e.derivedName("t")))
+              AND EXISTS (SELECT 1 FROM _storectl_records o WHERE \(Self.named(e.derivedName("t"), "o")))
             """)
     }
 
@@ -154,7 +192,7 @@ public struct RecordMap {
     /// or empty for all): each becomes a new record (a new name, never synced).
     func renameRevived(_ e: EntityMap, scope: String) throws {
         try db.execute("""
-            UPDATE _storectl_records AS r SET record_name = \(e.surrogateName("json_extract(r.pk, '$[0]')"))
+            UPDATE _storectl_records AS r SET stored_name = \(e.surrogateName("json_extract(r.pk, '$[0]')"))
                 || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, extra = NULL, deleted = 0
             WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(scope)
               AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
@@ -164,7 +202,7 @@ public struct RecordMap {
     /// Gives the live row at rowid key `pk` a new record (a new name, never synced): its rowid was reused.
     func renameReused(_ e: EntityMap, pk: String) throws {
         try db.run("""
-            UPDATE _storectl_records SET record_name = \(e.surrogateName("json_extract(pk, '$[0]')"))
+            UPDATE _storectl_records SET stored_name = \(e.surrogateName("json_extract(pk, '$[0]')"))
                 || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, extra = NULL
             WHERE entity = ? AND pk = ?
             """, [e.name, pk])
@@ -175,14 +213,15 @@ public struct RecordMap {
     /// record's base and the fields the table lacks, so that the new record starts from them (and a change the
     /// old record got elsewhere meanwhile is told from this row's own, `Exporter.followOldRecord`).
     func rename(entity: String, pk: String, to wanted: String, carryingOn: Bool = false) throws {
-        let taken = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_records WHERE record_name = ?)",
+        let taken = try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_records WHERE \(Self.named("?1")))",
                                   [wanted])?.int64 == 1
+        let name = taken ? try db.scalar("SELECT ?1 || '.' || lower(hex(randomblob(6)))", [wanted])?.string ?? wanted
+            : wanted
         try db.run("""
-            UPDATE _storectl_records SET record_name = ?1 || CASE WHEN ?2 THEN '.' || lower(hex(randomblob(6)))
-                ELSE '' END, change_tag = NULL, base = CASE WHEN ?5 THEN base END,
+            UPDATE _storectl_records SET stored_name = ?1, change_tag = NULL, base = CASE WHEN ?5 THEN base END,
                 extra = CASE WHEN ?5 THEN extra END, deleted = 0
             WHERE entity = ?3 AND pk = ?4
-            """, [wanted, taken, entity, pk, carryingOn])
+            """, [Self.storedName(name, entity: entity, pk: pk), taken, entity, pk, carryingOn])
     }
 
     /// A condition on history row `h`: it is past what a rename of its key already looked at.
@@ -273,7 +312,7 @@ public struct RecordMap {
             UPDATE _storectl_records SET extra = (
                 SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_object(f.key, \(FieldCodec.jsonOf("f.type", "f.value"))) END
                 FROM json_each(?3) f WHERE f.key NOT IN (SELECT value FROM json_each(?4)))
-            WHERE record_name = ?1 AND entity = ?2 AND change_tag = ?5 AND deleted = 0 AND typeof(base) = 'blob'
+            WHERE \(Self.named("?1")) AND entity = ?2 AND change_tag = ?5 AND deleted = 0 AND typeof(base) = 'blob'
             """)
     }
 
@@ -310,11 +349,11 @@ public struct RecordMap {
                 """
         case .inserts:
             return """
-                INSERT INTO main._storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-                SELECT \(name), k.pk, p.record_name, p.change_tag,
+                INSERT INTO main._storectl_records(entity, pk, stored_name, change_tag, base, deleted, extra)
+                SELECT \(name), k.pk, \(storedNameSQL("p.record_name", entity: name, pk: "k.pk")), p.change_tag,
                        \(FieldHashes.sql(record: "p.fields", columns: columns)), 0, NULL
                 FROM \(source) WHERE \(filter) AND k.kind = 'new' ORDER BY k.pk
-                ON CONFLICT(entity, pk) DO UPDATE SET record_name = excluded.record_name,
+                ON CONFLICT(entity, pk) DO UPDATE SET stored_name = excluded.stored_name,
                     change_tag = excluded.change_tag, base = excluded.base, deleted = 0, extra = NULL
                 """
         }
@@ -362,11 +401,45 @@ public struct RecordMap {
                        OR p.old_pk IS NULL AND r.pk IN (SELECT new_pk FROM \(pairs)));
             DELETE FROM _storectl_records WHERE entity = \(name)
                 AND (pk IN (SELECT old_pk FROM \(pairs) WHERE old_pk <> new_pk)
-                     OR pk IN (SELECT new_pk FROM \(pairs) WHERE old_pk <> new_pk)
-                     OR record_name IN (SELECT record_name FROM temp._storectl_moved));
-            INSERT INTO _storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-                SELECT \(name), pk, record_name, change_tag, base, deleted, extra FROM temp._storectl_moved;
+                     OR pk IN (SELECT new_pk FROM \(pairs) WHERE old_pk <> new_pk));
+            DELETE FROM _storectl_records WHERE (entity, pk) IN (
+                SELECT r.entity, r.pk FROM temp._storectl_moved m JOIN _storectl_records r
+                ON \(Self.named("m.record_name", "r")));
+            INSERT INTO _storectl_records(entity, pk, stored_name, change_tag, base, deleted, extra)
+                SELECT \(name), pk, \(Self.storedNameSQL("record_name", entity: name, pk: "pk")), change_tag, base,
+                       deleted, extra FROM temp._storectl_moved;
             DROP TABLE temp._storectl_moved;
+            """)
+    }
+
+    /// Rebuilds a record map made before `stored_name` (sync tables version 3) in this shape, keeping only the
+    /// names not derived from their key. Runs inside `SyncTables.install`'s transaction, before the tables are made.
+    func adoptStoredNames() throws {
+        try db.execute("""
+            DROP INDEX IF EXISTS _storectl_records_name;
+            DROP INDEX IF EXISTS _storectl_records_extra;
+            ALTER TABLE _storectl_records RENAME TO _storectl_records_before_v3;
+            \(RecordMapEntry.createSQL)
+            INSERT INTO _storectl_records(entity, pk, stored_name, change_tag, base, deleted, extra)
+                SELECT entity, pk, \(Self.storedNameSQL("record_name", entity: "entity", pk: "pk")), change_tag, base,
+                       deleted, extra FROM _storectl_records_before_v3;
+            DROP TABLE _storectl_records_before_v3;
+            """)
+    }
+
+    /// Lets this version's readers read the record map of an older storectl's store opened without writing (it is
+    /// rebuilt by the first command that writes): a temporary view `_storectl_records` with this version's columns,
+    /// every name kept, in front of the table.
+    public static func readOlderMap(_ db: Connection) throws {
+        guard try db.tableExists(RecordMapEntry.tableName) else { return }
+        let columns = try db.query("SELECT name FROM pragma_table_xinfo('_storectl_records', 'main')")
+            .compactMap { $0[0].string }
+        guard !columns.contains("stored_name") else { return }
+        try db.execute("""
+            CREATE TEMP VIEW IF NOT EXISTS _storectl_records AS
+                SELECT entity, pk, record_name AS stored_name, change_tag, base, deleted,
+                       \(columns.contains("extra") ? "extra" : "NULL AS extra"), record_name
+                FROM main._storectl_records
             """)
     }
 
@@ -379,8 +452,9 @@ public struct RecordMap {
     public func replace(with table: String) throws {
         try db.execute("""
             DELETE FROM main._storectl_records;
-            INSERT INTO main._storectl_records(entity, pk, record_name, change_tag, base, deleted, extra)
-                SELECT entity, pk, record_name, change_tag, base, deleted, extra FROM \(table);
+            INSERT INTO main._storectl_records(entity, pk, stored_name, change_tag, base, deleted, extra)
+                SELECT entity, pk, \(Self.storedNameSQL("record_name", entity: "entity", pk: "pk")), change_tag, base,
+                       deleted, extra FROM \(table);
             """)
     }
 }

@@ -94,7 +94,7 @@ public enum Seeder {
                 guard let key = try db.scalar("SELECT \(keyExpr) FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "?1"))",
                                               [pk])?.string else { continue }
                 let name = try UUIDv5.make(namespace: UUIDv5.storectl, name: "\(seed.name)/\(table)/\(key)")
-                if try db.scalar("SELECT 1 FROM _storectl_records WHERE record_name = ?", [name]) != nil {
+                if try db.scalar("SELECT 1 FROM _storectl_records WHERE \(RecordMap.named("?1"))", [name]) != nil {
                     // This default row already came from another device: keep that one.
                     try db.run("DELETE FROM main.\(e.quotedName) WHERE \(e.pkMatches("main.\(e.quotedName)", json: "?1"))", [pk])
                     inserted -= 1

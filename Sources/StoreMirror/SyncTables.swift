@@ -27,9 +27,13 @@ protocol SyncTable {
 ///   of held-back records; one outgoing queue (`_storectl_outgoing`) of saves and deletes by record name, with
 ///   a reason that is a code, instead of `_storectl_outbox` (tombstones) and `_storectl_unsent` (rows too large).
 ///   The rows of the old tables move into them, in the install's transaction.
+/// - 3 (store format 6): the record map keeps a record's name (`stored_name`) only when it is not `entity:pk`,
+///   the name every natural-keyed row's record has (`EntityMap.naturalName`); `record_name` is a generated column
+///   that reads either, and the name index holds only the names kept. A UUID-keyed row's entry no longer holds its
+///   key three times. An older map is rebuilt in this shape, in the install's transaction (`RecordMap.adoptStoredNames`).
 public enum SyncTables {
     /// The version of the engine's tables this storectl installs.
-    public static let version = 2
+    public static let version = 3
 
     /// Every table, in the order they are made.
     static let all: [any SyncTable.Type] = [
@@ -53,6 +57,12 @@ public enum SyncTables {
             {
                 try db.execute("ALTER TABLE \(RecordMapEntry.tableName) ADD COLUMN extra TEXT")
             }
+            // A record map before version 3 keeps every name: it is rebuilt keeping only those not derived.
+            if try db.tableExists(RecordMapEntry.tableName),
+               try !db.columns(of: RecordMapEntry.tableName).contains(where: { $0.name == "stored_name" })
+            {
+                try RecordMap(db).adoptStoredNames()
+            }
             for table in all { try db.execute(table.createSQL) }
             try Inbox.adoptVersion1Tables(db)
             try Outgoing.adoptVersion1Tables(db)
@@ -71,20 +81,26 @@ public enum SyncTables {
 /// A row of the record map (`_storectl_records`): which record a local row is, the change tag last synced, a
 /// fingerprint of the fields as last synced (`base`, `FieldHashes`), whether the record is a tombstone here, and
 /// the fields of the last synced record that the local table lacks (`extra`). Written by `RecordMap` only.
+///
+/// The record's name is kept (`stored_name`) only when it is not `entity:pk` (a natural-keyed row's record,
+/// `EntityMap.naturalName`); `record_name` is generated from the two and is what every reader reads. A name is
+/// found by `RecordMap.named`: a kept one through the partial index, a derived one through the primary key.
 struct RecordMapEntry: SyncTable {
     static let tableName = "_storectl_records"
     static let createSQL = """
         CREATE TABLE IF NOT EXISTS _storectl_records(
             entity TEXT NOT NULL,
             pk TEXT NOT NULL,
-            record_name TEXT NOT NULL,
+            stored_name TEXT,
             change_tag TEXT,
             base TEXT,
             deleted INTEGER NOT NULL DEFAULT 0,
             extra TEXT,
+            record_name TEXT GENERATED ALWAYS AS (coalesce(stored_name, entity || ':' || pk)) VIRTUAL,
             PRIMARY KEY (entity, pk)
         ) WITHOUT ROWID;
-        CREATE UNIQUE INDEX IF NOT EXISTS _storectl_records_name ON _storectl_records(record_name);
+        CREATE UNIQUE INDEX IF NOT EXISTS _storectl_records_name ON _storectl_records(stored_name)
+            WHERE stored_name IS NOT NULL;
         CREATE INDEX IF NOT EXISTS _storectl_records_extra ON _storectl_records(entity) WHERE extra IS NOT NULL;
         """
     /// The columns `init(_:)` decodes, in order.

@@ -99,7 +99,7 @@ final class CaseOnlyChangeTests: XCTestCase {
         XCTAssertEqual(try f.sql("a", "SELECT max(seq) FROM _storectl_history"), seq,
                        "format 4's triggers record no change of case only (the case this upgrade repairs)")
         let sync = try f.run("a", ["sync"])
-        XCTAssertTrue((sync.stdout + sync.stderr).contains("from store format 4 to 5"), "\(sync)")
+        XCTAssertTrue((sync.stdout + sync.stderr).contains("from store format 4 to 6"), "\(sync)")
         try f.run("b", ["sync"])
         try f.assertRows(["people|code=t:'j   '|name=t:'bob'|note=t:'n'",
                           "people|code=t:'k'|name=t:'ALICE'|note=t:'n'"], "a store upgraded from format 4")

@@ -18,7 +18,7 @@ final class FormatUpgradeEndToEndTests: XCTestCase {
         try f.putBackStoreFormat("a", 1)
         let sync = try f.run("a", ["sync"])
         let said = sync.stdout + sync.stderr
-        XCTAssertTrue(said.contains("from store format 1 to 5"), "the upgrade is not reported\n\(sync)")
+        XCTAssertTrue(said.contains("from store format 1 to 6"), "the upgrade is not reported\n\(sync)")
         XCTAssertTrue(said.contains(".format1.bak"), "the copy taken before is not named\n\(sync)")
         XCTAssertTrue(FileManager.default.fileExists(atPath: f.path("a") + ".format1.bak"), "no copy was saved")
         try f.sql("a", "INSERT INTO readings VALUES (0.30000000000000004, 'every digit')")

@@ -41,7 +41,7 @@ final class HistoryCommandTests: XCTestCase {
         XCTAssertEqual(doc["schema_applied"] as? Bool, false)
         XCTAssertEqual(doc["tracked"] as? [String], ["notes", "tags"])
         XCTAssertEqual(doc["store_id"] as? String, lines.last.map { String($0.dropFirst("Store id: ".count)) })
-        XCTAssertEqual(try p.sql("notes", "SELECT value FROM _storectl_meta WHERE key = 'format_version';"), "5\n")
+        XCTAssertEqual(try p.sql("notes", "SELECT value FROM _storectl_meta WHERE key = 'format_version';"), "6\n")
     }
 
     func testInitAdoptsAnExistingDatabaseWithoutRecordingItsRows() throws {

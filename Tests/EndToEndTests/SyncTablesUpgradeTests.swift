@@ -77,7 +77,7 @@ final class SyncTablesUpgradeTests: XCTestCase {
         XCTAssertEqual(try f.sql("a", "SELECT value FROM _storectl_meta WHERE key = 'format_version'"), "3\n")
         // The next command that writes moves everything into the inbox and the outgoing queue.
         let sync = try f.run("a", ["sync"], expect: 65)
-        XCTAssertTrue((sync.stdout + sync.stderr).contains("from store format 3 to 5"), "[\(backend)] \(sync)")
+        XCTAssertTrue((sync.stdout + sync.stderr).contains("from store format 3 to 6"), "[\(backend)] \(sync)")
         XCTAssertEqual(try f.sql("a", """
             SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'table'
                 AND name IN ('_storectl_pending', '_storectl_quarantine', '_storectl_outbox', '_storectl_unsent',

@@ -258,7 +258,7 @@ final class ValueTypeTests: XCTestCase {
         XCTAssertEqual(try f.sql("a", "SELECT max(seq) FROM _storectl_history"), seq,
                        "format 2's triggers record no change of type alone (the case this upgrade repairs)")
         let sync = try f.run("a", ["sync"])
-        XCTAssertTrue((sync.stdout + sync.stderr).contains("from store format 2 to 5"), "\(sync)")
+        XCTAssertTrue((sync.stdout + sync.stderr).contains("from store format 2 to 6"), "\(sync)")
         try f.run("b", ["sync"])
         XCTAssertEqual(try typed(f, "b"), try typed(f, "a"))
         var model = Self.before
