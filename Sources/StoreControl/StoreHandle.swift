@@ -95,7 +95,12 @@ public final class StoreHandle {
             let db = try Connection(path: path, mode: mode, wal: false)
             try checkNotTruncated(db, path: path)
             if !readOnly, try create || db.tableExists("_storectl_meta") { try Self.enableWAL(db) }
-            if !readOnly { try upgradeFormat(db) } else { try RecordMap.readOlderMap(db) }
+            if !readOnly {
+                try upgradeFormat(db)
+            } else {
+                try refuseNewerFormat(db)
+                try RecordMap.readOlderMap(db)
+            }
             connection = db
             trackingCheckedAt = nil
             entityMapsRead = nil
@@ -114,9 +119,23 @@ public final class StoreHandle {
         }
     }
 
-    /// Upgrades a store of an older format in place (a copy of it is saved first, beside it), and says so.
+    /// Refuses a store of a format newer than this storectl's, read without writing: what it holds may mean
+    /// something this storectl does not know.
+    private func refuseNewerFormat(_ db: Connection) throws {
+        let tracker = HistoryTracker(db: db, options: settings.trackingOptions)
+        guard try tracker.isInitialized() else { return }
+        let version = try tracker.formatVersion()
+        guard version > StoreFormat.currentVersion else { return }
+        throw StoreError(.dataError, "store '\(settings.name)': \(settings.path) has store format version \(version), "
+                            + "this storectl knows version \(StoreFormat.version)",
+                         hint: "upgrade storectl; the store was not changed")
+    }
+
+    /// Upgrades a store of an older format in place (a copy of it is saved first, beside it), and says so; refuses
+    /// one of a newer format before anything is written.
     private func upgradeFormat(_ db: Connection) throws {
         let tracker = HistoryTracker(db: db, options: settings.trackingOptions)
+        try refuseNewerFormat(db)
         guard try tracker.isInitialized(), try tracker.formatVersion() < StoreFormat.currentVersion else { return }
         var backup = settings.path + ".format\(try tracker.formatVersion()).bak"
         if FileManager.default.fileExists(atPath: backup) {

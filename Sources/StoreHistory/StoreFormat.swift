@@ -26,7 +26,8 @@ import StoreSQLite
 /// - 6: the sync engine's record map keeps a record's name only when it is not `entity:pk` (`stored_name`);
 ///   `record_name` stays, a generated column that reads either, so readers of the map are unchanged. The triggers
 ///   are unchanged. A format-5 store is upgraded the same way (its record map is rebuilt in the upgrade's
-///   transaction); an older storectl refuses a format-6 store instead of writing a column it cannot write.
+///   transaction). A storectl of this format refuses a store of a newer one when it opens it; older ones did
+///   not check, and fail on a format-6 store when they write the record map (a generated column).
 public enum StoreFormat {
     /// The format version this storectl writes, as a number.
     public static let currentVersion = 6

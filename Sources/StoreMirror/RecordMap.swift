@@ -414,16 +414,19 @@ public struct RecordMap {
 
     /// Rebuilds a record map made before `stored_name` (sync tables version 3) in this shape, keeping only the
     /// names not derived from their key. Runs inside `SyncTables.install`'s transaction, before the tables are made.
+    /// The entries wait in a temporary table while the map is made again under its own name: no `ALTER TABLE
+    /// RENAME`, which would rewrite a user's views and triggers that read the map to name the old table.
     func adoptStoredNames() throws {
         try db.execute("""
-            DROP INDEX IF EXISTS _storectl_records_name;
-            DROP INDEX IF EXISTS _storectl_records_extra;
-            ALTER TABLE _storectl_records RENAME TO _storectl_records_before_v3;
+            DROP TABLE IF EXISTS temp._storectl_records_before_v3;
+            CREATE TEMP TABLE _storectl_records_before_v3 AS
+                SELECT entity, pk, record_name, change_tag, base, deleted, extra FROM main._storectl_records;
+            DROP TABLE main._storectl_records;
             \(RecordMapEntry.createSQL)
-            INSERT INTO _storectl_records(entity, pk, stored_name, change_tag, base, deleted, extra)
+            INSERT INTO main._storectl_records(entity, pk, stored_name, change_tag, base, deleted, extra)
                 SELECT entity, pk, \(Self.storedNameSQL("record_name", entity: "entity", pk: "pk")), change_tag, base,
-                       deleted, extra FROM _storectl_records_before_v3;
-            DROP TABLE _storectl_records_before_v3;
+                       deleted, extra FROM temp._storectl_records_before_v3 ORDER BY entity, pk;
+            DROP TABLE temp._storectl_records_before_v3;
             """)
     }
 

@@ -119,6 +119,14 @@ final class DerivedRecordNamesTests: XCTestCase {
             COMMIT;
             """)
         _ = try f.putBackStoreFormat("a", 5)
+        // An app's own view and trigger that read the map keep working through the upgrade.
+        try f.sql("a", """
+            CREATE VIEW note_names AS SELECT n.uuid, r.record_name FROM notes n
+                JOIN _storectl_records r ON r.entity = 'notes' AND r.pk = json_array(n.uuid);
+            CREATE TRIGGER notes_mapped AFTER UPDATE ON notes BEGIN
+                SELECT RAISE(ABORT, 'the record map is empty') WHERE (SELECT count(*) FROM _storectl_records) = 0;
+            END;
+            """)
         let (doctor, healthy) = try f.doctor("a")
         XCTAssertTrue(healthy, "doctor of a format-5 store\n\(doctor)")
         XCTAssertEqual(try f.sql("a", "SELECT value FROM _storectl_meta WHERE key = 'format_version'"), "5\n",
@@ -137,12 +145,35 @@ final class DerivedRecordNamesTests: XCTestCase {
         XCTAssertEqual(after, before.split(separator: "\n").filter { !$0.hasPrefix("notes [\"n1\"]") }
             .map { $0 + "\n" }.joined(), "the names, tags and bases of the rebuilt map")
         try assertNamedAsTheCloud(f, "a", "after the upgrade")
-        try f.sql("a", "INSERT INTO notes VALUES ('n5', 'after the upgrade'); DELETE FROM notes WHERE uuid = 'n2';")
+        XCTAssertEqual(try f.sql("a", "SELECT record_name FROM note_names WHERE uuid = 'n2'"), "notes:[\"n2\"]\n")
+        try f.sql("a", "UPDATE notes SET title = 'two, edited' WHERE uuid = 'n2'")
+        XCTAssertEqual(try f.sql("a", "SELECT title FROM notes WHERE uuid = 'n2'"), "two, edited\n")
+        XCTAssertEqual(try f.sql("a", "SELECT count(*) FROM sqlite_master WHERE sql LIKE '%before_v3%'"), "0\n")
+        try f.sql("a", "INSERT INTO notes VALUES ('n5', 'after the upgrade'); DELETE FROM notes WHERE uuid = 'n3';")
         try f.syncRounds(2, ["a", "b"])
         XCTAssertEqual(try f.rows("a"), try f.rows("b"))
         for s in f.stores {
             try assertNamedAsTheCloud(f, s, "after the upgrade and a sync")
             try f.assertHealthy(s, "after the upgrade")
         }
+    }
+
+    /// A store of a format newer than this storectl's is refused by every command, read or write, and not changed.
+    func testAStoreOfANewerFormatIsRefusedByEveryCommandUnchangedFile() throws {
+        let f = try synced(.file)
+        try f.sql("a", "INSERT INTO notes VALUES ('n8', 'not sent'); UPDATE _storectl_meta SET value = '7' WHERE key = 'format_version';")
+        let dump = "SELECT (SELECT group_concat(key || '=' || value) FROM _storectl_meta), "
+            + "(SELECT group_concat(uuid || title) FROM notes), (SELECT count(*) FROM _storectl_history), "
+            + "(SELECT group_concat(record_name || coalesce(change_tag, '-')) FROM _storectl_records)"
+        let before = try f.sql("a", dump)
+        let config = f.config
+        for command in [["sync"], ["status"], ["doctor"], ["mode", "local"], ["verify"], ["history"]] {
+            let r = try f.run("a", command, expect: nil)
+            XCTAssertEqual(r.status, 65, "\(command): \(r)")
+            XCTAssertTrue(r.stderr.contains("has store format version 7") && r.stderr.contains("upgrade storectl"),
+                          "\(command): \(r.stderr)")
+        }
+        XCTAssertEqual(try f.sql("a", dump), before)
+        XCTAssertEqual(f.config, config)
     }
 }
