@@ -1164,7 +1164,7 @@ struct Exporter {
             // children to the winner's row when that is here; otherwise it waits for it (the same rule merges them
             // when it arrives).
             try applier.alias(item.save.recordName, to: target, entity: e)
-            if let winner = try db.scalar("SELECT pk FROM _storectl_records WHERE \(RecordMap.named("?1")) AND entity = ? "
+            if let winner = try db.scalar("SELECT pk FROM _storectl_records WHERE \(RecordMap.named("?1")) AND +entity = ? "
                                             + "AND deleted = 0", [target, e.name])?.string,
                winner != item.pk, try applier.rowExists(e, pk: winner)
             {

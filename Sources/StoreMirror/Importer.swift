@@ -506,7 +506,7 @@ struct Orphans {
             guard let table = row[0].string, let entity = entities[table], let pk = row[1].string,
                   let name = row[2].string, var target = row[3].string, try applier.rowExists(entity, pk: pk)
             else { continue }
-            if let winner = try db.scalar("SELECT pk FROM _storectl_records WHERE \(RecordMap.named("?1")) AND entity = ? "
+            if let winner = try db.scalar("SELECT pk FROM _storectl_records WHERE \(RecordMap.named("?1")) AND +entity = ? "
                                             + "AND deleted = 0", [target, table])?.string,
                winner != pk, try applier.rowExists(entity, pk: winner)
             {

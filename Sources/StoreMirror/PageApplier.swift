@@ -239,8 +239,8 @@ final class PageApplier {
         let parentKeyColumn = quoteIdentifier(applier.entities[ref.parent]?.primaryKey.first ?? "rowid")
         return """
             CASE WHEN json_type(\(s).fields, \(quoteLiteral(jsonPath(ref.column) + ".\"$ref\""))) = 'text' THEN coalesce(
-                (SELECT json_extract(m.pk, '$[0]') FROM (SELECT \(target) AS n) x, main._storectl_records m
-                 WHERE \(RecordMap.named("x.n", "m")) AND m.entity = \(quoteLiteral(ref.parent)) AND m.deleted = 0
+                (SELECT json_extract(m.pk, '$[0]') FROM main._storectl_records m
+                 WHERE \(RecordMap.named(target, "m")) AND +m.entity = \(quoteLiteral(ref.parent)) AND m.deleted = 0
                    AND EXISTS (SELECT 1 FROM main.\(quoteIdentifier(ref.parent)) t
                                WHERE t.\(parentKeyColumn) = json_extract(m.pk, '$[0]'))),
                 (SELECT pk.local FROM temp._storectl_page pp JOIN temp._storectl_page_kind pk ON pk.i = pp.i

@@ -726,7 +726,7 @@ final class RecordApplier {
         guard facts.rowExists else { return facts }
         if let target = facts.aliasTarget {
             if let winner = try db.scalar("""
-                SELECT pk FROM _storectl_records WHERE \(RecordMap.named("?1")) AND entity = ? AND deleted = 0
+                SELECT pk FROM _storectl_records WHERE \(RecordMap.named("?1")) AND +entity = ? AND deleted = 0
                 """, [target, entity.name])?.string, try winner == entry.pk || rowExists(entity, pk: winner)
             {
                 facts.winnerPK = winner

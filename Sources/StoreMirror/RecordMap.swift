@@ -39,7 +39,9 @@ public struct RecordMap {
 
     /// A condition: the entry aliased `alias` (nil: the statement's one table) is record `name` (an SQL
     /// expression, evaluated more than once). A kept name is found through the name index, a derived one through
-    /// the primary key (its table is the name up to the first colon, its key the rest); SQLite uses both.
+    /// the primary key (its table is the name up to the first colon, its key the rest); SQLite uses both. Another
+    /// condition on the entry's `entity` must be written `+entity = ...`: as an index term it makes SQLite scan
+    /// every entry of the table instead.
     public static func named(_ name: String, _ alias: String? = nil) -> String {
         let a = alias.map { "\($0)." } ?? ""
         return "(\(a)stored_name = \(name) OR (\(a)stored_name IS NULL AND \(a)entity = substr(\(name), 1, "
@@ -49,15 +51,22 @@ public struct RecordMap {
     // MARK: One entry
 
     /// The upsert of an entry, prepared once per connection: ?8 is the name, ?3 what the map keeps of it. Nothing
-    /// is written when another key holds the name.
-    private static let upsertSQL = """
+    /// is written when another key holds the name. `holder` finds that other key.
+    private static func upsertSQL(holder: String) -> String {
+        """
         INSERT INTO _storectl_records(entity, pk, stored_name, change_tag, base, deleted, extra)
         SELECT ?1, ?2, ?3, ?4, \(FieldHashes.sql("?5")), ?6, ?7
-        WHERE NOT EXISTS (SELECT 1 FROM _storectl_records o WHERE \(named("?8", "o"))
-                          AND NOT (o.entity = ?1 AND o.pk = ?2))
+        WHERE NOT EXISTS (SELECT 1 FROM _storectl_records o WHERE \(holder) AND NOT (o.entity = ?1 AND o.pk = ?2))
         ON CONFLICT(entity, pk) DO UPDATE SET stored_name = excluded.stored_name, change_tag = excluded.change_tag,
             base = excluded.base, deleted = excluded.deleted, extra = excluded.extra
         """
+    }
+
+    /// For a name derived from its own key: another key can hold it only as a kept name (the key a derived name
+    /// reads back to is this one).
+    private static let upsertDerivedSQL = upsertSQL(holder: "o.stored_name = ?8")
+    /// For a kept name: another key holds it kept, or derived from that key.
+    private static let upsertKeptSQL = upsertSQL(holder: named("?8", "o"))
 
     /// Points `name` at (entity, pk), detaching the name from any other key first.
     /// `base`: a record's fields (JSON text, hashed here) or a base already hashed (`FieldHashes`).
@@ -83,10 +92,11 @@ public struct RecordMap {
     private func upsert(entity: String, pk: String, name: String, tag: String?, base: Value?, extra: String?,
                         deleted: Bool, detached: Bool) throws
     {
-        let s = try db.cached(Self.upsertSQL)
+        let stored = Self.storedName(name, entity: entity, pk: pk)
+        let s = try db.cached(stored == nil ? Self.upsertDerivedSQL : Self.upsertKeptSQL)
         try s.bind(.text(entity), at: 1)
         try s.bind(.text(pk), at: 2)
-        try s.bind(Self.storedName(name, entity: entity, pk: pk).map { .text($0) } ?? .null, at: 3)
+        try s.bind(stored.map { .text($0) } ?? .null, at: 3)
         try s.bind(tag.map { .text($0) } ?? .null, at: 4)
         try s.bind(base ?? .null, at: 5)
         try s.bind(.integer(deleted ? 1 : 0), at: 6)
@@ -170,8 +180,17 @@ public struct RecordMap {
                    NULL, NULL, 0 FROM \(source)
             WHERE NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = \(quoteLiteral(e.name))
                               AND r.pk = \(e.pkJSON("t")))
-              AND NOT EXISTS (SELECT 1 FROM _storectl_records o WHERE \(Self.named(e.derivedName("t"), "o")))
+              AND NOT EXISTS (SELECT 1 FROM _storectl_records o WHERE \(Self.holderOfDerivedName(e, "t", "o")))
             """)
+    }
+
+    /// A condition: entry `o` holds the name `e` derives for its row aliased `t`, which the map does not know. A
+    /// surrogate name, or a natural one made of the row's own key values, reads back to no key but the row's own
+    /// (a JSON key always starts with `[`): only a kept name can be it. A natural name made of parents' names
+    /// (`EntityMap.naturalName` of a key that is a reference) is looked up both ways.
+    static func holderOfDerivedName(_ e: EntityMap, _ t: String, _ o: String) -> String {
+        let keyIsAReference = !e.isSurrogate && e.primaryKey.contains { e.reference(for: $0) != nil }
+        return keyIsAReference ? named(e.derivedName(t), o) : "\(o).stored_name = \(e.derivedName(t))"
     }
 
     /// Rows `source` selects (`t`, filtered by `changed`) that the map does not know and whose derived name
@@ -184,7 +203,7 @@ public struct RecordMap {
             FROM \(source)
             WHERE \(changed) NOT EXISTS (SELECT 1 FROM _storectl_records m WHERE m.entity = \(quoteLiteral(e.name))
                                        AND m.pk = \(e.pkJSON("t")))
-              AND EXISTS (SELECT 1 FROM _storectl_records o WHERE \(Self.named(e.derivedName("t"), "o")))
+              AND EXISTS (SELECT 1 FROM _storectl_records o WHERE \(Self.holderOfDerivedName(e, "t", "o")))
             """)
     }
 
@@ -312,7 +331,7 @@ public struct RecordMap {
             UPDATE _storectl_records SET extra = (
                 SELECT CASE WHEN count(*) = 0 THEN NULL ELSE json_group_object(f.key, \(FieldCodec.jsonOf("f.type", "f.value"))) END
                 FROM json_each(?3) f WHERE f.key NOT IN (SELECT value FROM json_each(?4)))
-            WHERE \(Self.named("?1")) AND entity = ?2 AND change_tag = ?5 AND deleted = 0 AND typeof(base) = 'blob'
+            WHERE \(Self.named("?1")) AND +entity = ?2 AND change_tag = ?5 AND deleted = 0 AND typeof(base) = 'blob'
             """)
     }
 
