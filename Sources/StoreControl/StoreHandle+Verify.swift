@@ -459,9 +459,12 @@ extension StoreHandle {
                            + (try MirrorState.outgoingSource(db)))
             made.append("view:_storectl_outgoing")
         }
-        for table in ["_storectl_aliases"] where try !db.tableExists(table) {
-            try db.execute("CREATE TEMP TABLE IF NOT EXISTS \(table)(record_name TEXT PRIMARY KEY) WITHOUT ROWID")
-            made.append(table)
+        if try !db.tableExists("_storectl_aliases") {
+            try db.execute("""
+                CREATE TEMP TABLE IF NOT EXISTS _storectl_aliases(record_name TEXT PRIMARY KEY, entity TEXT NOT NULL,
+                    target TEXT NOT NULL) WITHOUT ROWID
+                """)
+            made.append("_storectl_aliases")
         }
         return {
             db.clearStatementCache()

@@ -94,11 +94,11 @@ public final class StoreHandle {
             let mode: Connection.OpenMode = readOnly ? .readOnly : create ? .readWriteCreate : .readWrite
             let db = try Connection(path: path, mode: mode, wal: false)
             try checkNotTruncated(db, path: path)
+            try refuseNewerFormat(db)
             if !readOnly, try create || db.tableExists("_storectl_meta") { try Self.enableWAL(db) }
             if !readOnly {
                 try upgradeFormat(db)
             } else {
-                try refuseNewerFormat(db)
                 try RecordMap.readOlderMap(db)
             }
             connection = db
@@ -119,8 +119,8 @@ public final class StoreHandle {
         }
     }
 
-    /// Refuses a store of a format newer than this storectl's, read without writing: what it holds may mean
-    /// something this storectl does not know.
+    /// Refuses a store of a format newer than this storectl's before anything is written to it (its journal mode
+    /// too): what it holds may mean something this storectl does not know.
     private func refuseNewerFormat(_ db: Connection) throws {
         let tracker = HistoryTracker(db: db, options: settings.trackingOptions)
         guard try tracker.isInitialized() else { return }
@@ -131,11 +131,9 @@ public final class StoreHandle {
                          hint: "upgrade storectl; the store was not changed")
     }
 
-    /// Upgrades a store of an older format in place (a copy of it is saved first, beside it), and says so; refuses
-    /// one of a newer format before anything is written.
+    /// Upgrades a store of an older format in place (a copy of it is saved first, beside it), and says so.
     private func upgradeFormat(_ db: Connection) throws {
         let tracker = HistoryTracker(db: db, options: settings.trackingOptions)
-        try refuseNewerFormat(db)
         guard try tracker.isInitialized(), try tracker.formatVersion() < StoreFormat.currentVersion else { return }
         var backup = settings.path + ".format\(try tracker.formatVersion()).bak"
         if FileManager.default.fileExists(atPath: backup) {

@@ -24,7 +24,8 @@ import StoreSQLite
 ///   the same way, and its first sync compares every row once with its last synced record, so that such a change
 ///   the older triggers missed is exported too.
 /// - 6: the sync engine's record map keeps a record's name only when it is not `entity:pk` (`stored_name`);
-///   `record_name` stays, a generated column that reads either, so readers of the map are unchanged. The triggers
+///   `record_name` stays, a generated column that reads either, so readers that name the map's columns are
+///   unchanged (a positional `SELECT *` sees `stored_name` third and `record_name` last). The triggers
 ///   are unchanged. A format-5 store is upgraded the same way (its record map is rebuilt in the upgrade's
 ///   transaction). A storectl of this format refuses a store of a newer one when it opens it; older ones did
 ///   not check, and fail on a format-6 store when they write the record map (a generated column).

@@ -769,9 +769,9 @@ final class RecordApplier {
     /// The local key of the parent row a reference names, or nil when it is not here (yet).
     func parentKey(parent: String, recordName: String) throws -> Value? {
         let s = try db.cached("""
-            SELECT json_extract(pk, '$[0]') FROM _storectl_records
-            WHERE record_name = coalesce((SELECT target FROM _storectl_aliases WHERE record_name = ?1), ?1)
-              AND entity = ?2 AND deleted = 0
+            SELECT json_extract(m.pk, '$[0]') FROM _storectl_records m
+            WHERE \(RecordMap.named("coalesce((SELECT a.target FROM _storectl_aliases a WHERE a.record_name = ?1), ?1)", "m"))
+              AND +m.entity = ?2 AND m.deleted = 0
             """)
         try s.bind([recordName, parent])
         if try s.step() {

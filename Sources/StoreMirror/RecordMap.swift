@@ -44,8 +44,10 @@ public struct RecordMap {
     /// every entry of the table instead.
     public static func named(_ name: String, _ alias: String? = nil) -> String {
         let a = alias.map { "\($0)." } ?? ""
+        // The last term compares every byte (`substr` stops at a NUL a name could hold); it is no index term.
         return "(\(a)stored_name = \(name) OR (\(a)stored_name IS NULL AND \(a)entity = substr(\(name), 1, "
-            + "instr(\(name), ':') - 1) AND \(a)pk = substr(\(name), instr(\(name), ':') + 1)))"
+            + "instr(\(name), ':') - 1) AND \(a)pk = substr(\(name), instr(\(name), ':') + 1) "
+            + "AND \(a)entity || ':' || \(a)pk = \(name)))"
     }
 
     // MARK: One entry
