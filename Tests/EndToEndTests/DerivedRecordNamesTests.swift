@@ -56,12 +56,23 @@ final class DerivedRecordNamesTests: XCTestCase {
                        "[\(what)] \(store) holds a name twice", file: file, line: line)
     }
 
+    /// Every store holds `notes` (uuid=title lines, when given), is named as the cloud and is healthy.
+    func assertSettled(_ f: Fleet, notes: String? = nil, _ what: String, file: StaticString = #filePath,
+                       line: UInt = #line) throws
+    {
+        for s in f.stores {
+            if let notes {
+                XCTAssertEqual(try f.sql(s, "SELECT uuid || '=' || title FROM notes ORDER BY uuid"), notes,
+                               "[\(what)] \(s)", file: file, line: line)
+            }
+            try assertNamedAsTheCloud(f, s, what, file: file, line: line)
+            try f.assertHealthy(s, what, file: file, line: line)
+        }
+    }
+
     func namesAsTheCloud(_ backend: FleetBackend) throws {
         let f = try synced(backend)
-        for s in f.stores {
-            try assertNamedAsTheCloud(f, s, "\(backend)")
-            try f.assertHealthy(s, "\(backend)")
-        }
+        try assertSettled(f, "\(backend)")
         XCTAssertEqual(try f.rows("a"), try f.rows("b"))
         let a = try entries(f, "a")
         XCTAssertTrue(a.contains("notes notes:[\"n1\"] derived"), a.joined(separator: "\n"))
@@ -83,21 +94,11 @@ final class DerivedRecordNamesTests: XCTestCase {
         try f.sql("a", "UPDATE notes SET uuid = 'n9' WHERE uuid = 'n3'; INSERT INTO notes VALUES ('n3', 'again');")
         XCTAssertEqual(try f.sql("a", "SELECT count(*) - count(DISTINCT record_name) FROM _storectl_records"), "0\n")
         try f.syncRounds(2, ["a", "b"])
-        for s in f.stores {
-            XCTAssertEqual(try f.sql(s, "SELECT uuid || '=' || title FROM notes ORDER BY uuid"),
-                           "b1=from b\nn1=one\nn2=two\nn3=again\nn9=three\n", s)
-            try assertNamedAsTheCloud(f, s, "a key changed and taken again")
-            try f.assertHealthy(s, "a key changed and taken again")
-        }
+        try assertSettled(f, notes: "b1=from b\nn1=one\nn2=two\nn3=again\nn9=three\n", "a key changed and taken again")
         // A key changed again on the other store, to one the map of this store named once.
         try f.sql("b", "UPDATE notes SET uuid = 'n4' WHERE uuid = 'n9'")
         try f.syncRounds(2, ["b", "a"])
-        for s in f.stores {
-            XCTAssertEqual(try f.sql(s, "SELECT uuid || '=' || title FROM notes ORDER BY uuid"),
-                           "b1=from b\nn1=one\nn2=two\nn3=again\nn4=three\n", s)
-            try assertNamedAsTheCloud(f, s, "a key changed on the other store")
-            try f.assertHealthy(s, "a key changed on the other store")
-        }
+        try assertSettled(f, notes: "b1=from b\nn1=one\nn2=two\nn3=again\nn4=three\n", "a key changed on the other store")
     }
 
     /// A store whose record map keeps every name (sync tables version 2, store format 5): `doctor` reads it
@@ -152,10 +153,7 @@ final class DerivedRecordNamesTests: XCTestCase {
         try f.sql("a", "INSERT INTO notes VALUES ('n5', 'after the upgrade'); DELETE FROM notes WHERE uuid = 'n3';")
         try f.syncRounds(2, ["a", "b"])
         XCTAssertEqual(try f.rows("a"), try f.rows("b"))
-        for s in f.stores {
-            try assertNamedAsTheCloud(f, s, "after the upgrade and a sync")
-            try f.assertHealthy(s, "after the upgrade")
-        }
+        try assertSettled(f, "after the upgrade and a sync")
     }
 
     /// A store of a format newer than this storectl's is refused by every command, read or write, and not changed.
