@@ -184,7 +184,9 @@ extension StoreHandle {
         let all = enableSteps
         func walk(_ some: ArraySlice<EnableStep>) throws {
             for step in some {
+                let tStep = Trace.start()
                 let detail = options.dryRun ? try step.plan(run) : try step.run(run)
+                Trace.add("mode.\(step.name)", tStep)
                 steps.append(PlanStep(step: step.name, detail: detail))
                 log("\(step.name): \(detail)")
             }

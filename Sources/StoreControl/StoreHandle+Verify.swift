@@ -215,10 +215,12 @@ extension StoreHandle {
                 importedUpTo = token.seq
             }
             Failpoint.hit("verify.before-fetch")
+            let tFetch = Trace.start()
+            defer { Trace.add("verify.fetch", tFetch) }
             let insert = try db.prepare("INSERT OR REPLACE INTO temp._storectl_verify_cloud VALUES (?, ?, ?, ?, ?, ?)")
-            var token: ServerChangeToken?
-            while true {
-                let batch = try cloud.fetchChanges(zone: zone, since: token, limit: 1000, excludingDevice: nil)
+            // The next page is fetched while this one is kept.
+            try ChangePages.forEach(cloud: cloud, zone: zone, after: nil, limit: 1000, excludingDevice: nil,
+                                    trace: "verify.fetch-page") { batch in
                 try db.transaction {
                     for r in batch.records {
                         try insert.bind([r.recordName, r.recordType, r.fields, r.seq, r.modifiedBy, r.deleted ? 1 : 0])
@@ -226,8 +228,6 @@ extension StoreHandle {
                         try insert.reset()
                     }
                 }
-                token = batch.token
-                if !batch.moreComing { break }
             }
             try resolveAliases(db)
         }
@@ -238,8 +238,12 @@ extension StoreHandle {
 
         var all = Differences(limit: limit)
         for e in entities.sorted(by: { Array($0.name.utf8).lexicographicallyPrecedes(Array($1.name.utf8)) }) {
+            let tLocal = Trace.start()
             try db.execute("DELETE FROM temp._storectl_verify_local")
             try db.execute("INSERT OR REPLACE INTO temp._storectl_verify_local " + e.localRecordsSQL)
+            Trace.add("verify.local", tLocal)
+            let tCompare = Trace.start()
+            defer { Trace.add("verify.compare", tCompare) }
             var table = VerifyReport.Table(table: e.name, localRows: 0, cloudRecords: 0, matching: 0, differing: 0,
                                            localOnly: 0, cloudOnly: 0)
             table.localRows = Int(try db.scalar("SELECT count(*) FROM temp._storectl_verify_local")?.int64 ?? 0)

@@ -43,3 +43,34 @@ final class BackgroundCall<T>: @unchecked Sendable {
 struct CloudBox: @unchecked Sendable {
     let cloud: any CloudDatabase
 }
+
+/// Every page of a zone's changes after a token, each handed to the caller in order while the next one is fetched
+/// on a thread of its own (through the cloud's own connection, when it has one: `fetchesConcurrently`).
+public enum ChangePages {
+    /// Calls `body` with each page of `zone`'s changes after `token`, the last one included. `trace` names the
+    /// fetches in `STORECTL_TRACE` output.
+    /// - Throws: `CloudError`, or `body`'s error (no fetch is left running).
+    public static func forEach(cloud: any CloudDatabase, zone: String, after token: ServerChangeToken?, limit: Int,
+                               excludingDevice device: String?, trace: String,
+                               _ body: (ChangeBatch) throws -> Void) throws
+    {
+        let queue = cloud.fetchesConcurrently ? DispatchQueue(label: "storectl.fetch") : nil
+        let box = CloudBox(cloud: cloud)
+        func fetch(after token: ServerChangeToken?) -> BackgroundCall<ChangeBatch> {
+            BackgroundCall(on: queue) {
+                let tFetch = Trace.start()
+                defer { Trace.add(trace, tFetch) }
+                return try box.cloud.fetchChanges(zone: zone, since: token, limit: limit, excludingDevice: device)
+            }
+        }
+        var inFlight: BackgroundCall<ChangeBatch>? = fetch(after: token)
+        defer { inFlight?.wait() }
+        while let flight = inFlight {
+            let tWait = Trace.start()
+            let batch = try flight.value()
+            Trace.add(trace + "-wait", tWait)
+            inFlight = batch.moreComing ? fetch(after: batch.token) : nil
+            try body(batch)
+        }
+    }
+}

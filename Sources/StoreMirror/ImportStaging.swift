@@ -46,7 +46,6 @@ final class ImportStaging {
                 seq INTEGER NOT NULL, deleted INTEGER NOT NULL, modified_by TEXT NOT NULL, modified_at REAL NOT NULL,
                 history_seq INTEGER, superseded INTEGER NOT NULL DEFAULT 0);
             CREATE INDEX IF NOT EXISTS temp._storectl_import_staged_page ON _storectl_import_staged(page);
-            CREATE INDEX IF NOT EXISTS temp._storectl_import_staged_name ON _storectl_import_staged(record_name, seq);
             CREATE TEMP TABLE IF NOT EXISTS _storectl_import_lookups(record_name TEXT PRIMARY KEY,
                 found INTEGER NOT NULL, record_type TEXT NOT NULL, fields TEXT NOT NULL, change_tag TEXT NOT NULL,
                 seq INTEGER NOT NULL, deleted INTEGER NOT NULL, modified_by TEXT NOT NULL, modified_at REAL NOT NULL)
@@ -55,10 +54,14 @@ final class ImportStaging {
         try clear()
     }
 
-    /// Empties the staging tables (their space goes back to the temporary file).
+    /// Empties the staging tables (their space goes back to the temporary file). The index of staged records by
+    /// name is made once they are all staged (`indexNames`): one sort, rather than a search per record staged.
     /// - Throws: `SQLiteError`.
     func clear() throws {
-        try db.execute("DELETE FROM temp._storectl_import_staged; DELETE FROM temp._storectl_import_lookups;")
+        try db.execute("""
+            DROP INDEX IF EXISTS temp._storectl_import_staged_name;
+            DELETE FROM temp._storectl_import_staged; DELETE FROM temp._storectl_import_lookups;
+            """)
         pages = 0
         rejected = []
     }
@@ -86,29 +89,17 @@ final class ImportStaging {
                       device: String, onlyTypes: Set<String>?) throws -> (token: ServerChangeToken?, fetched: Int)
     {
         try requireNoWriteTransaction("fetchChanges")
-        let queue = cloud.fetchesConcurrently ? DispatchQueue(label: "storectl.import.fetch") : nil
-        let box = CloudBox(cloud: cloud)
-        func fetch(after token: ServerChangeToken?) -> BackgroundCall<ChangeBatch> {
-            BackgroundCall(on: queue) {
-                let tFetch = Trace.start()
-                defer { Trace.add("import.fetch", tFetch) }
-                return try box.cloud.fetchChanges(zone: zone, since: token, limit: limit, excludingDevice: device)
-            }
-        }
         var token = token
         var fetched = 0
         schemaVersionSeen = .read(nil)
-        var inFlight: BackgroundCall<ChangeBatch>? = fetch(after: token)
-        defer { inFlight?.wait() }  // a failed stage leaves no fetch running
-        while let flight = inFlight {
-            let tWait = Trace.start()
-            let batch = try flight.value()
-            Trace.add("import.fetch-wait", tWait)
-            inFlight = batch.moreComing ? fetch(after: batch.token) : nil
+        try ChangePages.forEach(cloud: cloud, zone: zone, after: token, limit: limit, excludingDevice: device,
+                                trace: "import.fetch") { batch in
             let records = onlyTypes.map { only in batch.records.filter { only.contains($0.recordType) } }
                 ?? batch.records
             rejected += records.filter { $0.rejection != nil }
+            let tStage = Trace.start()
             try stage(records.filter { $0.rejection == nil })
+            Trace.add("import.stage", tStage)
             fetched += batch.records.count
             token = batch.token
             switch (schemaVersionSeen, batch.schemaVersion) {
@@ -119,6 +110,7 @@ final class ImportStaging {
             }
             Failpoint.hit("import.after-fetch")
         }
+        try indexNames()
         return (token, fetched)
     }
 
@@ -137,8 +129,15 @@ final class ImportStaging {
             try stage(records.map(\.record), historySeqs: records.map(\.historySeq),
                       superseded: records.map(\.superseded))
             seq = fetched.last?.record.seq ?? seq
-            if !more { return }
+            if !more { return try indexNames() }
         }
+    }
+
+    /// Indexes the staged records by name, once every page is staged (`lookup`, the parents this import brings).
+    private func indexNames() throws {
+        try db.execute("""
+            CREATE INDEX IF NOT EXISTS temp._storectl_import_staged_name ON _storectl_import_staged(record_name, seq)
+            """)
     }
 
     /// Stages one page (an empty page too, so that pages keep their numbers).
@@ -211,7 +210,10 @@ final class ImportStaging {
                 target = next
             }
         }
-        for name in try missingParents(entities) { try fetchRecord(cloud: cloud, zone: zone, name) }
+        let tMissing = Trace.start()
+        let missing = try missingParents(entities)
+        Trace.add("import.prefetch.missing-parents", tMissing)
+        for name in missing { try fetchRecord(cloud: cloud, zone: zone, name) }
     }
 
     /// The record names of parents that staged, parked, set-aside or prefetched live records name, and that
@@ -234,18 +236,21 @@ final class ImportStaging {
                 } else {
                     continue
                 }
+                // The distinct names first (a link table names few parents many times); a parent this import
+                // brings is the common case, so the staged records are asked first.
                 let rows = try db.query("""
-                    SELECT DISTINCT n FROM (
-                        SELECT \(name) AS n FROM temp._storectl_import_staged
+                    WITH names(n) AS MATERIALIZED (
+                        SELECT \(name) FROM temp._storectl_import_staged
                         WHERE record_type = ?1 AND deleted = 0 AND json_valid(fields)
-                        UNION ALL
+                        UNION
                         SELECT \(name) FROM temp._storectl_import_lookups
                         WHERE found = 1 AND record_type = ?1 AND deleted = 0 AND json_valid(fields))
+                    SELECT n FROM names
                     WHERE n IS NOT NULL
-                      AND NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE \(RecordMap.named("n", "r")))
-                      AND NOT EXISTS (SELECT 1 FROM _storectl_aliases a WHERE a.record_name = n)
                       AND NOT EXISTS (SELECT 1 FROM temp._storectl_import_staged s WHERE s.record_name = n)
                       AND NOT EXISTS (SELECT 1 FROM temp._storectl_import_lookups l WHERE l.record_name = n)
+                      AND NOT EXISTS (SELECT 1 FROM _storectl_records r WHERE \(RecordMap.named("n", "r")))
+                      AND NOT EXISTS (SELECT 1 FROM _storectl_aliases a WHERE a.record_name = n)
                     """, [child.name])
                 for row in rows { if let n = row[0].string { names.insert(n) } }
             }
@@ -275,13 +280,56 @@ final class ImportStaging {
 
     // MARK: Inside the write transaction
 
-    /// The records of staged page `page`, in the order they were fetched.
+    /// A staged record as the import first looks at it: what decides where it goes, without its fields (a record
+    /// the set-based path takes is copied from table to table, never read into memory: `PageApplier`).
+    struct Header {
+        /// Its row in the staging table (`record(_:zone:)` reads it whole).
+        let id: Int64
+        let recordName: String
+        let recordType: String
+        let deleted: Bool
+        /// The size of its fields in bytes (UTF-8).
+        let size: Int
+        /// Its fields are `{}`.
+        let emptyFields: Bool
+        /// Its fields hold `{"$` (a blob, a text or a reference object: `RecordApplier.mentionsSpecialObject`).
+        let special: Bool
+    }
+
+    /// The staging table, for a statement that copies staged records by `Header.id`.
+    static let table = "temp._storectl_import_staged"
+
+    /// The headers of the records of staged page `page`, in the order they were fetched.
     /// - Throws: `SQLiteError`.
-    func records(page: Int, zone: String) throws -> [CloudRecord] {
-        try db.query("""
-            SELECT record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at
+    func headers(page: Int) throws -> [Header] {
+        let select = try db.cached("""
+            SELECT id, record_name, record_type, deleted, length(CAST(fields AS BLOB)), fields = '{}',
+                   instr(fields, '{"$') > 0
             FROM temp._storectl_import_staged WHERE page = ? ORDER BY id
-            """, [page]).map { Self.record($0, zone: zone) }
+            """)
+        var headers: [Header] = []
+        try select.forEach([page]) {
+            headers.append(Header(id: $0.int64(0) ?? 0, recordName: $0.string(1) ?? "", recordType: $0.string(2) ?? "",
+                                  deleted: $0.int64(3) == 1, size: Int($0.int64(4) ?? 0), emptyFields: $0.int64(5) == 1,
+                                  special: $0.int64(6) == 1))
+        }
+        return headers
+    }
+
+    /// The staged record `header` names, whole.
+    /// - Throws: `SQLiteError`.
+    func record(_ header: Header, zone: String) throws -> CloudRecord {
+        let select = try db.cached("""
+            SELECT record_name, record_type, fields, change_tag, seq, deleted, modified_by, modified_at
+            FROM temp._storectl_import_staged WHERE id = ?
+            """)
+        var found: CloudRecord?
+        try select.forEach([header.id]) { found = Self.record($0.row, zone: zone) }
+        guard let found else {
+            throw StoreError(.software, "the import's staged record \(header.recordName) is gone",
+                             hint: "report this as a bug in storectl; nothing of this import was applied")
+        }
+        return found
     }
 
     /// The own records of staged page `page` (`fetchDeviceRecords`), in seq order.

@@ -81,7 +81,9 @@ struct Importer {
                                                     limit: options.pageSize, device: device, onlyTypes: onlyTypes)
         token = fetchedPages.token
         let fetched = fetchedPages.fetched
+        let tPrefetch = Trace.start()
         try staging.prefetchLookups(cloud: cloud, zone: options.zone, entities: byName)
+        Trace.add("import.prefetch", tPrefetch)
         // Records fetched after another device raised the zone's schema version are of a shape this store has not
         // migrated to: nothing of them is applied, and the import waits (`SchemaGate`).
         if fetched > 0 {
@@ -103,7 +105,9 @@ struct Importer {
                 // Set-aside records tried again are held back like the pages' records (a swap set aside together
                 // settles together).
                 applier.defersUntilSettled = true
+                let tRetry = Trace.start()
                 if onlyTypes == nil { try retrySetAside(applier, staging: staging, report: &report) }
+                Trace.add("import.retry-set-aside", tRetry)
                 for record in staging.rejected {
                     try setAside(record, RecordProblem(
                         reason: record.rejection ?? "",
@@ -118,25 +122,25 @@ struct Importer {
                     let tApply = Trace.start()
                     if page == 0 { Failpoint.hit("import.before-apply") }
                     let tRead = Trace.start()
-                    let staged = try staging.records(page: page, zone: options.zone)
+                    let staged = try staging.headers(page: page)
                     Trace.add("import.page.read", tRead)
-                    var records: [CloudRecord] = []
-                    for record in staged {
-                        if byName[record.recordType] == nil {
-                            unknown[record.recordType, default: 0] += 1
+                    var records: [ImportStaging.Header] = []
+                    for header in staged {
+                        if byName[header.recordType] == nil {
+                            unknown[header.recordType, default: 0] += 1
                             report.unknownType += 1
-                        } else if record.fields.utf8.count > options.maxRecordSize {
-                            try setAside(record, RecordProblem(
-                                reason: "the record is \(record.fields.utf8.count) bytes, more than max_record_size "
+                        } else if header.size > options.maxRecordSize {
+                            try setAside(try staging.record(header, zone: options.zone), RecordProblem(
+                                reason: "the record is \(header.size) bytes, more than max_record_size "
                                     + "(\(options.maxRecordSize))",
                                 hint: "raise cloud.max_record_size in the config, or make the row smaller on the "
                                     + "device that saved it"), keepFields: false)
                             report.setAside += 1
                         } else {
-                            records.append(record)
+                            records.append(header)
                         }
                     }
-                    try applyPage(records, applier: applier, pages: pages, report: &report)
+                    try applyPage(records, staging: staging, applier: applier, pages: pages, report: &report)
                     Trace.add("import.apply", tApply)
                     done += staged.count
                     progress(done, nil)
@@ -158,6 +162,8 @@ struct Importer {
                     }
                 }
             }
+            let tEnd = Trace.start()
+            defer { Trace.add("import.finish", tEnd) }
             if onlyTypes == nil {
                 try MirrorState.setServerToken(db, zone: options.zone, token?.rawValue)
                 try rememberUnknown(unknown)
@@ -181,20 +187,21 @@ struct Importer {
 
     /// Applies a page in a savepoint; when a record of it fails, the page is rolled back and applied again record
     /// by record, each in its own savepoint, and the failing ones are set aside.
-    private func applyPage(_ records: [CloudRecord], applier: RecordApplier, pages: PageApplier,
-                           report: inout ImportReport) throws
+    private func applyPage(_ records: [ImportStaging.Header], staging: ImportStaging, applier: RecordApplier,
+                           pages: PageApplier, report: inout ImportReport) throws
     {
         guard !records.isEmpty else { return }
         let conflictsBefore = applier.conflicts.count
         let hadSetAside = try Inbox(db).has(.setAside)
+        func apply(_ header: ImportStaging.Header, into page: inout ImportReport) throws {
+            count(try applier.apply(try staging.record(header, zone: options.zone)), into: &page)
+        }
         do {
             let counts = try db.transaction { () throws -> ImportReport in
                 var page = ImportReport()
                 let plain = options.applyPagesInBulk
-                    ? try pages.apply(records) { record in count(try applier.apply(record), into: &page) }
-                    : try records.reduce(into: PageApplier.Counts()) { _, record in
-                        count(try applier.apply(record), into: &page)
-                    }
+                    ? try pages.apply(records) { try apply($0, into: &page) }
+                    : try records.reduce(into: PageApplier.Counts()) { _, header in try apply(header, into: &page) }
                 page.applied += plain.applied
                 page.deleted += plain.deleted
                 page.skipped += plain.skipped
@@ -209,7 +216,9 @@ struct Importer {
         } catch let error as SQLiteError where error.isAboutValues {
         }
         applier.conflicts.removeLast(applier.conflicts.count - conflictsBefore)
-        for record in records { try applyOne(record, applier: applier, report: &report) }
+        for header in records {
+            try applyOne(try staging.record(header, zone: options.zone), applier: applier, report: &report)
+        }
     }
 
     /// The import's commit met a foreign key its rows break (checked at commit): the records reference rows this

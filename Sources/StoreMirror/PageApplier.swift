@@ -86,36 +86,39 @@ final class PageApplier {
         return types
     }
 
-    /// Applies `records` (one page, in seq order); `other` applies one record the set-based path does not take.
+    /// Applies `records` (one page, in seq order, staged by the import: `ImportStaging`); `other` applies one
+    /// record the set-based path does not take.
     /// - Throws: `RecordProblem`, `SQLiteError` (the caller rolls the page back).
-    func apply(_ records: [CloudRecord], other: (CloudRecord) throws -> Void) throws -> Counts {
+    func apply(_ records: [ImportStaging.Header], other: (ImportStaging.Header) throws -> Void) throws -> Counts {
         var counts = Counts()
         var staged = [Bool](repeating: false, count: records.count)
         var types: Set<String> = []
         let tStage = Trace.start()
-        do {
-            let insert = try db.cached("""
-                INSERT INTO temp._storectl_page(i, record_name, record_type, fields, change_tag, deleted)
-                VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                """)
-            for (i, record) in records.enumerated() {
-                // A reference travels as an object: the classification checks each field of a table with
-                // references; elsewhere any blob, text or reference object sends the record one by one.
-                guard let entity = applier.entities[record.recordType], isPlainTable(entity),
-                      !isOwnName(record.recordName, entity),
-                      record.deleted ? record.fields == "{}"
-                          : !entity.references.isEmpty || !RecordApplier.mentionsSpecialObject(record.fields)
-                else { continue }
-                try insert.bind(.integer(Int64(i)), at: 1)
-                try insert.bind(.text(record.recordName), at: 2)
-                try insert.bind(.text(record.recordType), at: 3)
-                try insert.bind(.text(record.fields), at: 4)
-                try insert.bind(.text(record.changeTag), at: 5)
-                try insert.bind(.integer(record.deleted ? 1 : 0), at: 6)
-                try insert.step()
-                staged[i] = true
-                types.insert(record.recordType)
+        // The staging table's ids of the records taken, by position in the page (null for the others).
+        var ids = "["
+        for (i, record) in records.enumerated() {
+            if i > 0 { ids += "," }
+            // A reference travels as an object: the classification checks each field of a table with
+            // references; elsewhere any blob, text or reference object sends the record one by one.
+            guard let entity = applier.entities[record.recordType], isPlainTable(entity),
+                  !isOwnName(record.recordName, entity),
+                  record.deleted ? record.emptyFields : !entity.references.isEmpty || !record.special
+            else {
+                ids += "null"
+                continue
             }
+            ids += String(record.id)
+            staged[i] = true
+            types.insert(record.recordType)
+        }
+        ids += "]"
+        do {
+            try db.run("""
+                INSERT INTO temp._storectl_page(i, record_name, record_type, fields, change_tag, deleted)
+                SELECT j.key, s.record_name, s.record_type, s.fields, s.change_tag, s.deleted
+                FROM json_each(?1) j CROSS JOIN \(ImportStaging.table) s ON s.id = j.value
+                WHERE j.type = 'integer' ORDER BY j.key
+                """, [ids])
         } catch let error as SQLiteError where error.isConstraint {
             // A name twice in one page: one by one, the second sees the first.
             try db.execute("DELETE FROM temp._storectl_page; DELETE FROM temp._storectl_page_kind;")
@@ -230,15 +233,23 @@ final class PageApplier {
                        AND h.author <> ?5)
         """
 
-    /// The local key of the parent the reference in field `ref.column` of record `s` names: the record map's live
-    /// entry of that name (through the aliases) whose row exists (`RecordApplier.parentKey`), else a parent new
-    /// earlier in this run (`?2`: the run's start). NULL when neither.
-    private func parentKey(_ ref: EntityMap.Reference, record s: String) -> String {
-        let name = "json_extract(\(s).fields, \(quoteLiteral(jsonPath(ref.column) + ".\"$ref\"")))"
-        let target = "coalesce((SELECT a.target FROM main._storectl_aliases a WHERE a.record_name = \(name)), \(name))"
+    /// The record name the reference in field `ref.column` of staged record `p` names, through the aliases (the
+    /// winner of a merged duplicate): NULL when the field holds no reference (worked out once per record, in the
+    /// classification's `WITH`).
+    private static func referenceTarget(_ ref: EntityMap.Reference, record p: String) -> String {
+        let path = quoteLiteral(jsonPath(ref.column) + ".\"$ref\"")
+        let name = "json_extract(\(p).fields, \(path))"
+        return "CASE WHEN json_valid(\(p).fields) AND json_type(\(p).fields, \(path)) = 'text' THEN coalesce("
+            + "(SELECT a.target FROM main._storectl_aliases a WHERE a.record_name = \(name)), \(name)) END"
+    }
+
+    /// The local key of the parent that record `s` names through `target` (`referenceTarget`): the record map's
+    /// live entry of that name whose row exists (`RecordApplier.parentKey`), else a parent new earlier in this run
+    /// (`?2`: the run's start). NULL when neither.
+    private func parentKey(_ ref: EntityMap.Reference, target: String, record s: String) -> String {
         let parentKeyColumn = quoteIdentifier(applier.entities[ref.parent]?.primaryKey.first ?? "rowid")
         return """
-            CASE WHEN json_type(\(s).fields, \(quoteLiteral(jsonPath(ref.column) + ".\"$ref\""))) = 'text' THEN coalesce(
+            CASE WHEN \(target) IS NOT NULL THEN coalesce(
                 (SELECT json_extract(m.pk, '$[0]') FROM main._storectl_records m
                  WHERE \(RecordMap.named(target, "m")) AND +m.entity = \(quoteLiteral(ref.parent)) AND m.deleted = 0
                    AND EXISTS (SELECT 1 FROM main.\(quoteIdentifier(ref.parent)) t
@@ -269,8 +280,13 @@ final class PageApplier {
         var tombstone = applier.referencedEntities.contains(entity.name) ? "'rest'" : "'delete'"
         var pk = "r.pk"
         var local = "json_extract(r.pk, '$[0]')"
+        // Worked out once per record in the `WITH` (the expressions are long, and SQLite would repeat them at
+        // every use): a natural key (`nk`), the target of each reference (`t0`, `t1`, ...).
+        var once: [String] = []
         if !entity.isSurrogate, let types = Self.keyTypes(entity) {
-            let key = Self.naturalKey(entity, record: "s")
+            once.append("CASE WHEN json_valid(p.fields) AND json_type(p.fields) = 'object' THEN "
+                        + Self.naturalKey(entity, record: "p") + " END AS nk")
+            let key = "s.nk"
             let typed = zip(entity.primaryKey, types).map { column, types in
                 "json_type(s.fields, \(Self.path(column))) IN (\(types.map(quoteLiteral).joined(separator: ", ")))"
             }.joined(separator: " AND ")
@@ -286,9 +302,15 @@ final class PageApplier {
             pk = "CASE WHEN r.record_name IS NULL THEN \(key) ELSE r.pk END"
             local = "NULL"
         }
+        once += entity.references.enumerated().map { j, ref in "\(Self.referenceTarget(ref, record: "p")) AS t\(j)" }
         let refs = entity.references.isEmpty ? "NULL"
-            : "json_array(" + entity.references.map { parentKey($0, record: "s") }.joined(separator: ", ") + ")"
+            : "json_array(" + entity.references.enumerated().map { j, ref in
+                parentKey(ref, target: "s.t\(j)", record: "s")
+            }.joined(separator: ", ") + ")"
         return """
+            WITH s AS MATERIALIZED (
+                SELECT p.i, p.record_name, p.record_type, p.fields, p.change_tag, p.deleted\(once.map { ", " + $0 }.joined())
+                FROM temp._storectl_page p WHERE p.record_type = ?1 AND p.i > ?2 AND p.i < ?7)
             INSERT OR REPLACE INTO temp._storectl_page_kind(i, record_type, kind, pk, local, refs)
                 SELECT s.i AS i, s.record_type AS record_type, CASE
                     WHEN r.record_name IS NULL THEN
@@ -302,9 +324,7 @@ final class PageApplier {
                     WHEN \(shape)\(sameKey) THEN 'update'
                     ELSE 'rest' END AS kind, \(pk) AS pk, \(local) AS local,
                     CASE WHEN s.deleted THEN NULL ELSE \(refs) END AS refs
-                FROM temp._storectl_page s
-                LEFT JOIN main._storectl_records r ON \(RecordMap.named("s.record_name", "r"))
-                WHERE s.record_type = ?1 AND s.i > ?2 AND s.i < ?7
+                FROM s LEFT JOIN main._storectl_records r ON \(RecordMap.named("s.record_name", "r"))
             """
     }
 

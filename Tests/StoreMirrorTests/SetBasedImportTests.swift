@@ -539,9 +539,13 @@ extension SetBasedImportTests {
         -> (PageApplier.Counts, [String])
     {
         let mirror = try f.mirror(db)
-        let batch = try f.cloud().fetchChanges(zone: "default", since: since.flatMap(ServerChangeToken.init(rawValue:)),
-                                               limit: 10_000)
-        XCTAssertFalse(batch.moreComing)
+        // Staged as an import stages the cloud's pages, before its transaction.
+        let staging = try ImportStaging(db: db)
+        defer { try? staging.clear() }
+        let fetched = try staging.fetchChanges(cloud: f.cloud(), zone: "default",
+                                               after: since.flatMap(ServerChangeToken.init(rawValue:)), limit: 10_000,
+                                               device: "", onlyTypes: nil)
+        XCTAssertEqual(staging.pages, 1)
         var handedOn: [String] = []
         var counts = PageApplier.Counts()
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
@@ -549,11 +553,11 @@ extension SetBasedImportTests {
             let entities = Dictionary(uniqueKeysWithValues: mirror.entities.map { ($0.name, $0) })
             let applier = try RecordApplier(db: db, entities: entities, policy: .propertyLocalWins)
             let pages = try PageApplier(db: db, applier: applier)
-            counts = try pages.apply(batch.records) { record in
-                handedOn.append(record.recordName)
-                do { _ = try applier.apply(record) } catch is RecordProblem {}
+            counts = try pages.apply(try staging.headers(page: 0)) { header in
+                handedOn.append(header.recordName)
+                do { _ = try applier.apply(try staging.record(header, zone: "default")) } catch is RecordProblem {}
             }
-            try MirrorState.setServerToken(db, zone: "default", batch.token.rawValue)
+            try MirrorState.setServerToken(db, zone: "default", fetched.token?.rawValue)
         }
         return (counts, handedOn)
     }
