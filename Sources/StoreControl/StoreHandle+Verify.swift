@@ -434,14 +434,11 @@ extension StoreHandle {
     /// (they must not outlive the read: they would hide the real tables that sync creates).
     static func readableMirrorState(_ db: Connection) throws -> () -> Void {
         var made: [String] = []
-        if try !db.tableExists("_storectl_records") {
-            try db.execute("""
-                CREATE TEMP TABLE IF NOT EXISTS _storectl_records(entity TEXT NOT NULL, pk TEXT NOT NULL,
-                    stored_name TEXT, change_tag TEXT, base TEXT, deleted INTEGER NOT NULL DEFAULT 0, extra TEXT,
-                    record_name TEXT GENERATED ALWAYS AS (coalesce(stored_name, entity || ':' || pk)) VIRTUAL,
-                    PRIMARY KEY (entity, pk)) WITHOUT ROWID
-                """)
-            made.append("_storectl_records")
+        // A store that never synced: empty stand-ins of this version's shape.
+        for table in ["_storectl_records", "_storectl_aliases"] {
+            guard try !db.tableExists(table), let sql = RecordMap.standInSQL(table) else { continue }
+            try db.execute(sql)
+            made.append(table)
         }
         if try db.tableExists("_storectl_records"),
            try !db.columns(of: "_storectl_records").contains(where: { $0.name == "stored_name" })
@@ -462,13 +459,6 @@ extension StoreHandle {
             try db.execute("CREATE TEMP VIEW IF NOT EXISTS _storectl_outgoing AS SELECT * FROM "
                            + (try MirrorState.outgoingSource(db)))
             made.append("view:_storectl_outgoing")
-        }
-        if try !db.tableExists("_storectl_aliases") {
-            try db.execute("""
-                CREATE TEMP TABLE IF NOT EXISTS _storectl_aliases(record_name TEXT PRIMARY KEY, entity TEXT NOT NULL,
-                    target TEXT NOT NULL) WITHOUT ROWID
-                """)
-            made.append("_storectl_aliases")
         }
         return {
             db.clearStatementCache()

@@ -451,6 +451,16 @@ public struct RecordMap {
             """)
     }
 
+    /// SQL that makes the record map (`_storectl_records`) or the aliases (`_storectl_aliases`) as an empty
+    /// temporary table of this version's shape, from their one declaration (`RecordMapEntry`, `RecordAlias`): a
+    /// reader of a store that never synced (`verify`) reads them as it reads a synced store's. Nil for another table.
+    public static func standInSQL(_ table: String) -> String? {
+        let declared: [any SyncTable.Type] = [RecordMapEntry.self, RecordAlias.self]
+        guard let found = declared.first(where: { $0.tableName == table }) else { return nil }
+        // An index of a temporary table is made in the temporary database too.
+        return found.createSQL.replacingText("CREATE TABLE IF NOT EXISTS", with: "CREATE TEMP TABLE IF NOT EXISTS")
+    }
+
     /// Lets this version's readers read the record map of an older storectl's store opened without writing (it is
     /// rebuilt by the first command that writes): a temporary view `_storectl_records` with this version's columns,
     /// every name kept, in front of the table.
