@@ -318,7 +318,7 @@ extension StoreHandle {
             // parent's deletion removed its children on every store that applied it (ON DELETE CASCADE).
             let orphan = e.references.isEmpty ? "0" : "(" + e.references.map { ref in
                 let path = quoteLiteral("$.\"" + ref.column.replacingText("\"", with: "\\\"") + "\".\"$ref\"")
-                return "(json_extract(c.fields, \(path)) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "
+                return "(json_valid(c.fields) AND json_extract(c.fields, \(path)) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "
                     + "temp._storectl_verify_cloud p WHERE p.record_name = json_extract(c.fields, \(path)) "
                     + "AND p.deleted = 0))"
             }.joined(separator: " OR ") + ")"
@@ -494,6 +494,7 @@ extension StoreHandle {
     /// compare by JSON type and exact value (a REAL by its double, text by its bytes): the integer 1 and the real
     /// 1.0 differ; key order does not matter.
     static func differingColumns(_ db: Connection, _ local: String, _ cloud: String) throws -> [VerifyReport.Column] {
+        let (local, cloud) = (try readable(db, local), try readable(db, cloud))
         let exact = "CASE WHEN type IN ('object', 'array') THEN json(value) ELSE atom END"
         return try db.query("""
             SELECT k.key, l.*, c.*
@@ -509,9 +510,16 @@ extension StoreHandle {
         }
     }
 
+    /// Fields as verify reads them: a record's fields that are not JSON (another program wrote them; the import
+    /// sets such a record aside) show no columns, rather than failing the comparison of every other row.
+    static func readable(_ db: Connection, _ fields: String) throws -> String {
+        try db.scalar("SELECT json_valid(?)", [fields])?.int64 == 1 ? fields : "{}"
+    }
+
     /// Every column of one side's fields.
     static func columns(_ db: Connection, _ fields: String, local: Bool) throws -> [VerifyReport.Column] {
-        try db.query("SELECT key, key, \(shownColumns) FROM json_each(?) ORDER BY key", [fields]).map { row in
+        try db.query("SELECT key, key, \(shownColumns) FROM json_each(?) ORDER BY key", [try readable(db, fields)])
+            .map { row in
             let (value, type) = shownValue(row, 2)
             return VerifyReport.Column(column: row[0].string ?? "", local: local ? value : nil,
                                        cloud: local ? nil : value, localType: local ? type : nil,

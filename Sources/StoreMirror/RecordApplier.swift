@@ -295,17 +295,6 @@ final class RecordApplier {
                                     + "delete the record in the cloud, or fix that device's store")
         }
         if let entry, entry.tag == record.changeTag { return .skipped }
-        if requested, let entry, try anotherRowAtKey(entity, entry: entry) {
-            // The record's row was deleted here: a tombstone leaves the new row alone, a live record comes back as
-            // a row of its own.
-            if record.deleted {
-                try setMap(entity: entity.name, pk: entry.pk, name: record.recordName, tag: record.changeTag,
-                           base: nil, extra: nil, deleted: true)
-                return .skipped
-            }
-            return try applyLive(record, entity: entity, entry: entry, respectLocalChanges: respectLocalChanges,
-                                 keyHoldsAnotherRow: true)
-        }
         if record.deleted {
             if defersUntilSettled, cascadingParents.contains(entity.name), let entry,
                try rowExists(entity, pk: entry.pk)
@@ -326,8 +315,8 @@ final class RecordApplier {
 
     /// Applies a live record: finds its row (`rowKey`), reads what the decision needs (`liveFacts`), decides
     /// (`LiveAction.decide`), and executes the action.
-    private func applyLive(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, respectLocalChanges: Bool,
-                           keyHoldsAnotherRow: Bool = false) throws -> Outcome
+    private func applyLive(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, respectLocalChanges: Bool)
+        throws -> Outcome
     {
         let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
         guard let references = try resolveReferences(decoded, of: record, entity: entity) else {
@@ -337,8 +326,7 @@ final class RecordApplier {
         var resolved = references.values
         let selfReferences = references.selfReferences
         var entry = entry
-        var pk = keyHoldsAnotherRow ? nil
-            : try rowKey(record, entity: entity, entry: entry, decoded: decoded, resolved: resolved)
+        var pk = try rowKey(record, entity: entity, entry: entry, decoded: decoded, resolved: resolved)
         let allocated = !selfReferences.isEmpty && pk == nil
         if !selfReferences.isEmpty {
             pk = try pointAtItself(entity, pk: pk, columns: selfReferences, values: &resolved)
@@ -442,16 +430,6 @@ final class RecordApplier {
             }
         }
         return try canonicalKey(entity, values: parts)
-    }
-
-    /// Whether the row at the key `entry` maps is not the record's row, for a read-only participant (`cloudWins`),
-    /// which keeps its own changes while the cloud's values win on the records' rows: the record's row was deleted
-    /// here and a new row took its rowid since the last export (`MergeSide.recreated`). A writable store's export
-    /// gives such a row a name of its own before the import meets it (`Exporter.renameReusedKeys`); a participant
-    /// never exports, and applied to the new row, the record would overwrite a row the user wrote here.
-    private func anotherRowAtKey(_ entity: EntityMap, entry: MapEntry) throws -> Bool {
-        guard cloudWins, hasPendingLocal, entity.isSurrogate, !entry.deleted else { return false }
-        return try localChanges(entity, pk: entry.pk)?.recreated == true && rowExists(entity, pk: entry.pk)
     }
 
     /// What `LiveAction.decide` needs to know of a live record and its row at `pk` (nil: a row new here, or a key

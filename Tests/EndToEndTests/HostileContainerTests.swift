@@ -197,6 +197,16 @@ final class HostileContainerTests: XCTestCase {
         for s in ["a", "b"] {
             try f.assertReported(s, mentions: reported.map(\.name), "a hostile container")
         }
+        // verify compares every record it can read and names the others: a record whose fields are not JSON fails
+        // neither verify nor the verify step of a store that joins now (that store sets the bad records aside too).
+        for s in ["a", "b"] {
+            let v = try f.run(s, ["--json", "verify"], expect: nil)
+            XCTAssertTrue([0, 1].contains(v.status), "[\(backend)] verify of \(s) over a hostile container exited "
+                          + "\(v.status)\n\(v.stderr.prefix(2000))")
+            XCTAssertTrue(v.stdout.contains("evil-malformed"), "[\(backend)] verify of \(s) does not name the record "
+                          + "that is not JSON\n\(v.stdout.prefix(3000))")
+        }
+        try f.cloudMode(Fleet.lateStore)
 
         // Sync goes on; the type with no local table arrives once the table exists.
         try f.sql("b", "CREATE TABLE archive(name TEXT PRIMARY KEY, v TEXT)")
