@@ -50,6 +50,14 @@ extension Mirror {
                                                                                           recordName: $0.name) }
             work.append((entity, row.key, entry?.name, record))
         }
+        // Records of rows deleted here whose keys rows of this store's own took since (`RecordMap.keepGone`): a
+        // live one comes back as a row of its own.
+        var gone: [(entity: EntityMap, pk: String, record: CloudRecord?)] = []
+        for entity in entities {
+            for entry in try RecordMap(db).goneEntries(entity: entity.name) {
+                gone.append((entity, entry.pk, try cloud.fetchRecord(zone: options.zone, recordName: entry.name)))
+            }
+        }
         let order = Dictionary(uniqueKeysWithValues: EntityMap.parentFirst(entities).enumerated().map { ($1.name, $0) })
         let restore = work.filter { $0.record.map { !$0.deleted } ?? false }
             .sorted { (order[$0.entity.name] ?? 0) < (order[$1.entity.name] ?? 0) }
@@ -92,6 +100,18 @@ extension Mirror {
                         try RecordMap(db).removeUnsaved(entity: item.entity.name, pk: item.pk)
                         report.deleted += 1
                         note(item, "deleted")
+                    }
+                }
+            }
+            try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
+                for item in gone.sorted(by: { (order[$0.entity.name] ?? 0) < (order[$1.entity.name] ?? 0) }) {
+                    try RecordMap(db).forget(entity: item.entity.name, pk: item.pk)
+                    guard let record = item.record, !record.deleted, record.rejection == nil else { continue }
+                    _ = try applier.apply(record, respectLocalChanges: false)
+                    report.restored += 1
+                    if report.rows.count < 1000 {
+                        let key = try db.scalar("SELECT json_extract(?, '$[1]')", [item.pk])?.string ?? item.pk
+                        report.rows.append(.init(entity: item.entity.name, key: key, action: "restored"))
                     }
                 }
             }

@@ -214,6 +214,19 @@ struct Exporter {
         return true
     }
 
+    /// A read-only participant sends nothing, but a row it inserted at a reused key is still not the record
+    /// that key's entry names: the row gets a name of its own before the import meets that record (as an export
+    /// would give it, `renameReusedKeys`), so that the record, its tombstone and its children never reach the
+    /// participant's row. Nothing goes to the outgoing queue: the participant's deletion of the old record is
+    /// never sent, and the record comes back as a row of its own when the cloud changes it (the cloud's value
+    /// wins there). Runs before every import of the participant; it looks at the history after its export token
+    /// once (`_storectl_renamed`).
+    func keepReusedKeysApart() throws {
+        precondition(options.readOnly)
+        try collectChanges(baseline: false, after: try MirrorState.exportToken(db), upto: try MirrorState.lastHistorySeq(db))
+        try renameReusedKeys(EntityMap.parentFirst(entities), baseline: false)
+    }
+
     // MARK: Phases
 
     /// Fills `temp._storectl_changes` with one row per changed key after the export token (in SQL), plus the rows
@@ -282,10 +295,14 @@ struct Exporter {
                         """, [try MirrorState.exportToken(db), e.name, MirrorState.importAuthor])
                     for row in reused {
                         guard let pk = row[0].string, let old = row[1].string else { continue }
-                        if let tag = row[2].string {
+                        if let tag = row[2].string, !options.readOnly {
                             try Outgoing(db).delete(old, type: e.name, tag: tag, reason: .reusedRowid)
                         }
-                        try map.renameReused(e, pk: pk)
+                        if options.readOnly {
+                            try map.keepGone(entity: e.name, pk: pk) { try map.renameReused(e, pk: pk) }
+                        } else {
+                            try map.renameReused(e, pk: pk)
+                        }
                         try map.markRenamed(entity: e.name, pk: pk, upto: row[3].int64 ?? 0)
                     }
                 }
@@ -368,10 +385,15 @@ struct Exporter {
             // The row is its old record still (only its parent's name moved): the old record's changes elsewhere
             // follow it to the new name (`followOldRecord`). A row deleted and inserted again is a new row.
             let carriedOn = row[3].int64 == 0 && row[6].int64 == 0
-            if row[3].int64 == 0, let tag = row[2].string {
+            if row[3].int64 == 0, let tag = row[2].string, !options.readOnly {
                 try Outgoing(db).delete(old, type: e.name, tag: tag, reason: .newParent, pk: carriedOn ? pk : nil)
             }
-            try map.rename(entity: e.name, pk: pk, to: wanted, carryingOn: carriedOn)
+            if options.readOnly {
+                // The participant's row keeps its values and gets a record of its own; the old record is kept.
+                try map.keepGone(entity: e.name, pk: pk) { try map.rename(entity: e.name, pk: pk, to: wanted) }
+            } else {
+                try map.rename(entity: e.name, pk: pk, to: wanted, carryingOn: carriedOn)
+            }
         }
     }
 

@@ -102,6 +102,7 @@ struct Importer {
                                                 uniqueRules: options.uniqueRules)
                 try applier.resetNotes()
                 applier.cloudWins = options.readOnly
+                try RecordMap(db).forgetGone(arriving: ImportStaging.table, entities: entities.map(\.name))
                 // Set-aside records tried again are held back like the pages' records (a swap set aside together
                 // settles together).
                 applier.defersUntilSettled = true

@@ -261,6 +261,9 @@ public final class Mirror {
                 for type in skipped { try MirrorState.setMeta(db, .unknownType(type), nil) }
             }
         }
+        if options.readOnly {
+            try Exporter(db: db, cloud: cloud, options: options, entities: entities, device: device).keepReusedKeysApart()
+        }
         lastPreparation = done
     }
 

@@ -771,13 +771,14 @@ final class RecordApplier {
         let s = try db.cached("""
             SELECT json_extract(m.pk, '$[0]') FROM _storectl_records m
             WHERE \(RecordMap.named("coalesce((SELECT a.target FROM _storectl_aliases a WHERE a.record_name = ?1), ?1)", "m"))
-              AND +m.entity = ?2 AND m.deleted = 0
+              AND +m.entity = ?2 AND m.deleted = 0 AND json_type(m.pk, '$[1]') IS NOT 'array'
             """)
         try s.bind([recordName, parent])
         if try s.step() {
             let v = s.column(0)
             try s.reset()
-            // The map may still know a row that is gone (deleted locally, not exported yet).
+            // The map may still know a row that is gone (deleted locally, not exported yet; a key no row has is
+            // not read, `RecordMap.keepGone`).
             if let parentEntity = entities[parent], try rowExists(parentEntity, pk: "[\(v.sqlLiteral)]") { return v }
             return nil
         }
@@ -953,8 +954,11 @@ final class RecordApplier {
                 return try recreate(entity, record: record, values: values, as: holderPK, mapped: holderName,
                                     tag: holder[3].int64 == 1 ? nil : holder[2].string)
             }
-            let incomingWins = try wins(entity, columns: columns, incoming: (record.recordName, weighed ?? values),
-                                        holder: (holderName, holderPK))
+            // A read-only participant's own row (never saved: it is never sent) gives way to the cloud's record,
+            // as the cloud's value wins over every change of its own.
+            let incomingWins = try cloudWins && holder[2].isNull
+                || wins(entity, columns: columns, incoming: (record.recordName, weighed ?? values),
+                        holder: (holderName, holderPK))
             if incomingWins {
                 // The local holder loses: its children follow the incoming record's row, then it goes.
                 let taken = valuesTaken(entity, loser: try rowValues(entity, pk: holderPK), winner: values)

@@ -229,6 +229,62 @@ public struct RecordMap {
             """, [e.name, pk])
     }
 
+    /// A read-only participant's row at key `pk` is not the record its entry names (the row was deleted here and
+    /// another inserted at its key): `renaming` gives the row a new record, and the old record, when it was saved,
+    /// is kept under a key no row has (`goneKey`), for the cloud's later changes (the import takes it for a new
+    /// record: the cloud's value comes back as a row of its own, `forgetGone`) and `sync --discard-local`
+    /// (`goneEntries`). Nothing is sent: the participant's deletion stays its own.
+    func keepGone(entity: String, pk: String, renaming: () throws -> Void) throws {
+        let old = try db.query("SELECT record_name, change_tag, base, deleted, extra FROM _storectl_records "
+                               + "WHERE entity = ? AND pk = ?", [entity, pk]).first
+        try renaming()
+        guard let old, let name = old[0].string, old[1].string != nil, old[3].int64 == 0 else { return }
+        let gone = try db.scalar("SELECT \(Self.goneKey("?1", name: "?2"))", [pk, name])?.string ?? ""
+        try db.run("""
+            INSERT OR REPLACE INTO _storectl_records(entity, pk, stored_name, change_tag, base, deleted, extra)
+            VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)
+            """, [entity, gone, Self.storedName(name, entity: entity, pk: gone), old[1], old[2], old[4]])
+    }
+
+    /// The key no row has that a record no longer at `pk` is kept under: `["$gone", <pk>, <name>]` (a key's
+    /// values are never an array, so no row's key reads the same).
+    static func goneKey(_ pk: String, name: String) -> String { "json_array('$gone', json(\(pk)), \(name))" }
+
+    /// A condition on entry `m` of `entity`: it is kept under a key no row has (`goneKey`, `rekey`). A range of
+    /// the map's primary key.
+    static func isGone(_ m: String, entity: String) -> String {
+        "\(m).entity = \(entity) AND \(m).pk >= '[\"$gone\",[' AND \(m).pk < '[\"$gone\",\\' "
+            + "AND json_type(\(m).pk, '$[1]') = 'array'"
+    }
+
+    /// Forgets the entries kept under a key no row has (`keepGone`) whose record arrives in this import (a
+    /// record of `staged`, a table with `record_name`): a live record is then a new record here, applied as a
+    /// row of its own, and a tombstone finds nothing to delete.
+    func forgetGone(arriving staged: String, entities: [String]) throws {
+        for entity in entities {
+            try db.run("""
+                DELETE FROM _storectl_records WHERE (entity, pk) IN (
+                    SELECT g.entity, g.pk FROM _storectl_records g
+                    WHERE \(Self.isGone("g", entity: "?1"))
+                      AND EXISTS (SELECT 1 FROM \(staged) s WHERE s.record_name = g.record_name))
+                """, [entity])
+        }
+    }
+
+    /// The saved records of `entity` kept under a key no row has (`keepGone`): name and key.
+    func goneEntries(entity: String) throws -> [(name: String, pk: String)] {
+        try db.query("SELECT g.record_name, g.pk FROM _storectl_records g WHERE \(Self.isGone("g", entity: "?1")) "
+                     + "AND g.change_tag IS NOT NULL", [entity]).compactMap {
+            guard let name = $0[0].string, let pk = $0[1].string else { return nil }
+            return (name, pk)
+        }
+    }
+
+    /// Forgets the entry at `pk` (`goneEntries`).
+    func forget(entity: String, pk: String) throws {
+        try db.run("DELETE FROM _storectl_records WHERE entity = ? AND pk = ?", [entity, pk])
+    }
+
     /// Gives (entity, pk) the record name `wanted` (with a random suffix when another entry holds it), never
     /// synced. With `carryingOn`, the row is its old record still under the new name: the entry keeps the old
     /// record's base and the fields the table lacks, so that the new record starts from them (and a change the

@@ -226,6 +226,108 @@ class SharingTests: XCTestCase {
         try p.run(["-s", "bob", "doctor"])
     }
 
+    /// bob deletes the row with the largest rowid and inserts a row of its own, which SQLite gives that rowid; the
+    /// owner then edits the deleted row. The record comes back on bob as a row of its own (the cloud's value wins on
+    /// the record's row), and bob's row keeps its values, listed as not sent. Then the same again, and the owner
+    /// deletes the row: the tombstone leaves bob's row alone. (The record used to be applied to bob's row.)
+    func testARowOfItsOwnAtTheRowidOfARowDeletedOnAReadOnlyParticipantStaysItsOwn() throws {
+        let p = try project()
+        try shareWithBobAndCarol(p)
+        func unsent() throws -> [String] {
+            let status = json(try p.run(["-s", "bob", "status", "--json"], expect: 65))
+            return ((status["unsettled"] as? [String: Any])?["unsent"] as? [[String: Any]] ?? []).compactMap {
+                $0["key"] as? String
+            }
+        }
+        try p.sql("bob", "DELETE FROM notes WHERE uuid = 'u3'; INSERT INTO notes(uuid, title) VALUES ('b1', 'bob one')")
+        XCTAssertEqual(try p.sql("bob", "SELECT id FROM notes WHERE uuid = 'b1'"), "3\n", "the rowid was not reused")
+        try p.sql("alice", "UPDATE notes SET title = 'three, by alice' WHERE uuid = 'u3'")
+        try p.run(["-s", "alice", "sync"])
+        try p.run(["-s", "bob", "sync"])
+        var bob = try rows(p, "bob")
+        XCTAssertTrue(bob.contains("b1|bob one") && bob.contains("u3|three, by alice"), bob)
+        XCTAssertEqual(try unsent(), ["[3]"])
+        let u3 = try p.sql("bob", "SELECT id FROM notes WHERE uuid = 'u3'").trimmingCharacters(in: .whitespacesAndNewlines)
+        try p.sql("bob", "DELETE FROM notes WHERE uuid = 'u3'; INSERT INTO notes(uuid, title) VALUES ('b2', 'bob two')")
+        XCTAssertEqual(try p.sql("bob", "SELECT id FROM notes WHERE uuid = 'b2'"), u3 + "\n", "the rowid was not reused")
+        try p.sql("alice", "DELETE FROM notes WHERE uuid = 'u3'")
+        try p.run(["-s", "alice", "sync"])
+        try p.run(["-s", "bob", "sync"])
+        bob = try rows(p, "bob")
+        XCTAssertTrue(bob.contains("b1|bob one") && bob.contains("b2|bob two") && !bob.contains("u3"), bob)
+        XCTAssertEqual(try unsent(), ["[3]", "[\(u3)]"])
+        XCTAssertFalse(try rows(p, "alice").contains("bob"), "a read-only participant's row reached the cloud")
+        try p.run(["-s", "bob", "sync", "--discard-local"])
+        XCTAssertEqual(try rows(p, "bob"), try rows(p, "alice"))
+        try p.run(["-s", "bob", "status"])
+        try p.run(["-s", "bob", "doctor"])
+    }
+
+    /// bob deletes a note and inserts one of its own at the note's rowid; alice comments on the deleted note. The
+    /// comment never reaches bob's row: it waits for its parent, as for a note bob only deleted. `sync
+    /// --discard-local` brings the note back as a row of its own (bob's row goes), and the next sync puts the
+    /// comment under it.
+    func testAChildOfARowDeletedOnAReadOnlyParticipantNeverJoinsTheRowAtItsRowid() throws {
+        let p = try project(schema: E2EProject.notesSchema + "CREATE TABLE comments(id INTEGER PRIMARY KEY, "
+                                + "note_id INTEGER REFERENCES notes(id) ON DELETE CASCADE, body TEXT);\n")
+        try shareWithBobAndCarol(p)
+        let comments = { (store: String) in
+            try p.sql(store, "SELECT n.uuid, n.title, c.body FROM comments c JOIN notes n ON n.id = c.note_id")
+        }
+        try p.sql("bob", "DELETE FROM notes WHERE uuid = 'u3'; INSERT INTO notes(uuid, title) VALUES ('b1', 'bob one')")
+        XCTAssertEqual(try p.sql("bob", "SELECT id FROM notes WHERE uuid = 'b1'"), "3\n", "the rowid was not reused")
+        try p.sql("alice", "INSERT INTO comments(note_id, body) VALUES ((SELECT id FROM notes WHERE uuid = 'u3'), 'hi')")
+        try p.run(["-s", "alice", "sync"])
+        try p.run(["-s", "bob", "sync"])
+        XCTAssertEqual(try comments("bob"), "", "the comment joined bob's own row")
+        XCTAssertTrue(try rows(p, "bob").contains("b1|bob one"))
+        let status = json(try p.run(["-s", "bob", "status", "--json"], expect: 65))
+        let unsettled = status["unsettled"] as? [String: Any] ?? [:]
+        XCTAssertEqual((unsettled["waiting_for_parent"] as? [Any])?.count, 1, "\(unsettled)")
+        try p.run(["-s", "bob", "sync", "--discard-local"])
+        XCTAssertEqual(try rows(p, "bob"), try rows(p, "alice"))
+        try p.run(["-s", "bob", "sync"])
+        XCTAssertEqual(try comments("bob"), "u3|three|hi\n")
+        XCTAssertEqual(try comments("bob"), try comments("alice"))
+        try p.run(["-s", "bob", "status"])
+        try p.run(["-s", "bob", "doctor"])
+    }
+
+    /// An app that saves a row by deleting it and inserting it again at its id makes a new row, on a read-only
+    /// participant as on a writer (whose export sends it as a new record). When the old record changes in the
+    /// cloud, it comes back on the participant: beside the participant's row in a table without a UNIQUE
+    /// column, and merged into it (the cloud's values win) where both hold one UNIQUE value.
+    func testAReadOnlyParticipantsDeleteAndInsertAtOneIdIsARowOfItsOwn() throws {
+        let p = try project(schema: E2EProject.notesSchema
+                                + "CREATE TABLE labels(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, color TEXT);\n")
+        try p.sql("alice", "INSERT INTO labels(name, color) VALUES ('blue', '#00f'), ('red', '#f00')")
+        try p.run(["-s", "alice", "sync"])
+        try shareWithBobAndCarol(p)
+        try p.sql("bob", "DELETE FROM notes WHERE id = 3; INSERT INTO notes(id, uuid, title) VALUES (3, 'u3', 'bob saved');"
+                  + "DELETE FROM labels WHERE name = 'red'; INSERT INTO labels(name, color) VALUES ('red', '#b00');"
+                  + "INSERT INTO labels(name, color) VALUES ('green', '#0b0')")
+        // The record meets bob's rows by their UNIQUE name, whichever record name sorts first.
+        try p.sql("alice", "UPDATE notes SET title = 'alice edit' WHERE uuid = 'u3'; "
+                  + "UPDATE labels SET color = '#e00' WHERE name = 'red'; INSERT INTO labels(name, color) VALUES ('green', '#0a0')")
+        try p.run(["-s", "alice", "sync"])
+        try p.run(["-s", "bob", "sync"])
+        XCTAssertEqual(try p.sql("bob", "SELECT id, uuid, title FROM notes WHERE uuid = 'u3' ORDER BY id"),
+                       "3|u3|bob saved\n4|u3|alice edit\n")
+        XCTAssertEqual(try p.sql("bob", "SELECT name, color FROM labels ORDER BY name"),
+                       "blue|#00f\ngreen|#0a0\nred|#e00\n")
+        XCTAssertEqual(try p.sql("bob", "SELECT count(*) FROM _storectl_outgoing"), "0\n", "bob would delete a record")
+        let status = json(try p.run(["-s", "bob", "status", "--json"], expect: 65))
+        let unsent = ((status["unsettled"] as? [String: Any])?["unsent"] as? [[String: Any]] ?? []).map {
+            "\($0["entity"] ?? "") \($0["key"] ?? "")"
+        }
+        XCTAssertEqual(unsent, ["notes [3]"])
+        XCTAssertFalse(try rows(p, "alice").contains("bob saved"), "a read-only participant's row reached the cloud")
+        try p.run(["-s", "bob", "sync", "--discard-local"])
+        XCTAssertEqual(try rows(p, "bob"), try rows(p, "alice"))
+        try p.run(["-s", "bob", "status"])
+        try p.run(["-s", "bob", "doctor"])
+    }
+
     func testTheCloudsValueWinsWholeOnAReadOnlyParticipantUniqueColumnsToo() throws {
         let p = try project(schema: E2EProject.notesSchema
                                 + "CREATE TABLE tags(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, color TEXT);\n")
