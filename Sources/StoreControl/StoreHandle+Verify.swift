@@ -333,10 +333,13 @@ extension StoreHandle {
                      WHEN EXISTS (SELECT 1 FROM _storectl_aliases a WHERE a.record_name = c.record_name)
                      THEN 'merged_duplicate' END
                 """
-            // Live records with no row: not imported yet, waiting for a parent, or deleted here.
+            // Live records with no row: not imported yet, waiting for a parent, or deleted here. A record a
+            // read-only participant deleted, whose rowid a row of its own took, is kept under a key no row has
+            // (`RecordMap.keepGone`): it is named by the key it had.
+            let key = "CASE WHEN json_type(m.pk, '$[1]') = 'array' THEN json_extract(m.pk, '$[1]') ELSE m.pk END"
             try db.prepare("""
-                SELECT c.record_name, c.fields, m.pk,
-                       CASE WHEN m.pk IS NULL THEN 0 ELSE \(pendingExport.replacingText("%PK%", with: "m.pk")) END
+                SELECT c.record_name, c.fields, \(key),
+                       CASE WHEN m.pk IS NULL THEN 0 ELSE \(pendingExport.replacingText("%PK%", with: key)) END
                            OR \(ownSaveDuring.replacingText("%C%", with: "c")),
                        \(pendingImport.replacingText("%C%", with: "c")),
                        EXISTS (SELECT 1 FROM _storectl_inbox p WHERE p.record_name = c.record_name

@@ -63,6 +63,9 @@ struct Deduplicator {
     let db: Connection
     let entities: [EntityMap]
     let rules: [String: UniqueRule]
+    /// A read-only participant's: a row of its own (never saved, so never sent) gives way to the cloud's records,
+    /// whatever the rule keeps, as the cloud's value wins over every change of its own.
+    var ownRowsGiveWay = false
 
     /// The author of dedup's own deletes and re-points, which are exported like any local change.
     static let author = "dedupe"
@@ -104,7 +107,7 @@ struct Deduplicator {
                     SELECT \(e.pkJSON("t")), coalesce(r.record_name, '~' || \(e.pkJSON("t")))
                     FROM main.\(e.quotedName) t LEFT JOIN _storectl_records r
                       ON r.entity = \(quoteLiteral(e.name)) AND r.pk = \(e.pkJSON("t"))
-                    WHERE \(match) ORDER BY \(order) 2 ASC
+                    WHERE \(match) ORDER BY \(ownRowsGiveWay ? "r.change_tag IS NULL, " : "")\(order) 2 ASC
                     """, [key])
                 guard let winner = rows.first, rows.count > 1 else { continue }
                 let winnerKey = winner[0].string ?? "[]"

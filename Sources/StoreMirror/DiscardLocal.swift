@@ -42,21 +42,40 @@ extension Mirror {
         let upTo = try db.scalar("SELECT coalesce(max(seq), 0) FROM _storectl_history")?.int64 ?? 0
         let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
         let applier = try RecordApplier(db: db, entities: byName, policy: .serverWins)
-        var work: [(entity: EntityMap, pk: String, name: String?, record: CloudRecord?)] = []
-        for row in try MirrorState.localChangesNotSent(db) {
-            guard let entity = byName[row.entity] else { continue }
-            let entry = try applier.mapEntry(entity: row.entity, pk: row.key)
-            let record = try entry.flatMap { $0.tag == nil ? nil : try cloud.fetchRecord(zone: options.zone,
-                                                                                          recordName: $0.name) }
-            work.append((entity, row.key, entry?.name, record))
-        }
-        // Records of rows deleted here whose keys rows of this store's own took since (`RecordMap.keepGone`): a
-        // live one comes back as a row of its own.
+        let map = RecordMap(db)
+        let notSent = try MirrorState.localChangesNotSent(db)
+        // Records of rows deleted here whose keys rows of this store's own took since (`RecordMap.keepGone`). A
+        // live one goes back to its key when the row there is one of this store's own (discarded with the rest):
+        // it is restored in place, as the row was before, and a row that still references that key (foreign keys
+        // off) is its child again. Any other comes back as a row of its own.
+        let changedKeys = Set(notSent.map { $0.entity + "\u{0}" + $0.key })
+        var moveBack: [String: (gonePK: String, name: String, record: CloudRecord)] = [:]
         var gone: [(entity: EntityMap, pk: String, record: CloudRecord?)] = []
         for entity in entities {
-            for entry in try RecordMap(db).goneEntries(entity: entity.name) {
-                gone.append((entity, entry.pk, try cloud.fetchRecord(zone: options.zone, recordName: entry.name)))
+            for entry in try map.goneEntries(entity: entity.name) {
+                let record = try cloud.fetchRecord(zone: options.zone, recordName: entry.recordName)
+                if let record, !record.deleted, record.rejection == nil,
+                   let key = try db.scalar("SELECT json_extract(?, '$[1]')", [entry.pk])?.string,
+                   changedKeys.contains(entity.name + "\u{0}" + key), moveBack[entity.name + "\u{0}" + key] == nil,
+                   try map.entry(entity: entity.name, pk: key)?.changeTag == nil
+                {
+                    moveBack[entity.name + "\u{0}" + key] = (entry.pk, entry.recordName, record)
+                } else {
+                    gone.append((entity, entry.pk, record))
+                }
             }
+        }
+        var work: [(entity: EntityMap, pk: String, name: String?, record: CloudRecord?)] = []
+        for row in notSent {
+            guard let entity = byName[row.entity] else { continue }
+            if let back = moveBack[row.entity + "\u{0}" + row.key] {
+                work.append((entity, row.key, back.name, back.record))
+                continue
+            }
+            let entry = try map.entry(entity: row.entity, pk: row.key)
+            let record = try entry.flatMap { $0.changeTag == nil ? nil : try cloud.fetchRecord(zone: options.zone,
+                                                                                          recordName: $0.recordName) }
+            work.append((entity, row.key, entry?.recordName, record))
         }
         let order = Dictionary(uniqueKeysWithValues: EntityMap.parentFirst(entities).enumerated().map { ($1.name, $0) })
         let restore = work.filter { $0.record.map { !$0.deleted } ?? false }
@@ -89,6 +108,11 @@ extension Mirror {
                             .int64 ?? upTo
                         keptFrom = min(keptFrom ?? first, first)
                         continue
+                    }
+                    if let back = moveBack[item.entity.name + "\u{0}" + item.pk] {
+                        // The row of this store's own at the key gives its entry back to the record.
+                        try map.removeUnsaved(entity: item.entity.name, pk: item.pk)
+                        try map.moveGone(entity: item.entity.name, from: back.gonePK, to: item.pk, name: back.name)
                     }
                     if let record = item.record, !record.deleted {
                         if let name = item.name { try RecordMap(db).forgetTag(name: name) }

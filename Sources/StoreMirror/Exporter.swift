@@ -266,6 +266,17 @@ struct Exporter {
             let map = RecordMap(db)
             // Keys renamed by an export whose history the token has passed since need no mark any more.
             try map.forgetRenames(upTo: try MirrorState.exportToken(db))
+            if !options.readOnly {
+                // Records a read-only participant deleted, kept aside when its row took their rowids
+                // (`keepReusedKeysApart`): with write access now, the store sends their deletion, as it sends the
+                // rest of what it changed then.
+                for e in ordered {
+                    for gone in try map.goneEntries(entity: e.name) {
+                        try Outgoing(db).delete(gone.recordName, type: e.name, tag: gone.changeTag, reason: .reusedRowid)
+                        try map.forget(entity: e.name, pk: gone.pk)
+                    }
+                }
+            }
             for e in ordered where e.isSurrogate {
                 // Incrementally, only the changed keys are looked at (the changes drive the loop).
                 let scope = baseline ? "" : """
@@ -814,7 +825,7 @@ struct Exporter {
         guard let e = entities.first(where: { $0.name == entry.recordType }), try applier.rowExists(e, pk: pk) else {
             return nil
         }
-        let base = try applier.mapEntry(entity: e.name, pk: pk)?.base
+        let base = try RecordMap(db).entry(entity: e.name, pk: pk)?.base
         let key = Set(e.primaryKey)
         var local = try applier.localChanges(e, pk: pk, against: base) ?? MergeSide(deleted: false, changed: [])
         local.changed.subtract(key)
@@ -868,7 +879,7 @@ struct Exporter {
             if fk.columns.count == 1, case .ref(let name)? = decoded.values[fk.columns[0]] {
                 guard let name, try applier.parentKey(parent: parent.name, recordName: name) == nil else { continue }
                 if parent.name == e.name, try applier.sameRecord(name, item.save.recordName) { continue }
-                if try applier.mapEntry(name: name)?.entity == parent.name { return true }
+                if try RecordMap(db).entry(named: name)?.entity == parent.name { return true }
                 unknown = true
                 continue
             }
@@ -891,7 +902,7 @@ struct Exporter {
             if parentColumns == parent.primaryKey {
                 let key = try applier.canonicalKey(parent, values: values)
                 if parent.name == e.name && key == item.pk { continue }  // the row itself
-                if try applier.mapEntry(entity: parent.name, pk: key) != nil { return true }
+                if try RecordMap(db).entry(entity: parent.name, pk: key) != nil { return true }
             } else if try deletedInACascade(e, pk: item.pk, parent: parent) {
                 // Named by other columns than its key (`REFERENCES folders(code)`): the record map keeps no values
                 // to find that parent by, but the row went in one run of deletions with a row of the parent's
@@ -1346,7 +1357,7 @@ struct Exporter {
         }
         for column in moved where e.reference(for: column) != nil {
             guard case .ref(let name?)? = decoded.values[column] else { continue }
-            if try applier.mapEntry(name: name) == nil,
+            if try RecordMap(db).entry(named: name) == nil,
                try !Inbox(db).holds(name, in: Inbox.State.allCases),
                try !applier.sameRecord(name, server.recordName)
             {

@@ -159,7 +159,8 @@ struct Importer {
                     // re-points carry their own author, so that the next export sends them.
                     let author = Deduplicator.importAuthor(cloudRowsOnly: applier.mergesOnlyCloudRows)
                     report.dedup = try HistoryTracker(db: db).transaction(author: author) { _ in
-                        try Deduplicator(db: db, entities: entities, rules: options.uniqueRules).run(touchedOnly: true)
+                        try Deduplicator(db: db, entities: entities, rules: options.uniqueRules,
+                                         ownRowsGiveWay: options.readOnly).run(touchedOnly: true)
                     }
                 }
             }
@@ -676,7 +677,7 @@ struct Orphans {
                     try RecordMap(db).setSynced(name: record.recordName, tag: record.changeTag, fields: record.fields)
                 }
             } else {
-                if let entry = try applier.mapEntry(name: record.recordName), !entry.deleted,
+                if let entry = try RecordMap(db).entry(named: record.recordName), !entry.deleted,
                    entry.entity == entity.name, try applier.rowExists(entity, pk: entry.pk)
                 {
                     // The row is here, at an older version of the record (another device moved it under the parent

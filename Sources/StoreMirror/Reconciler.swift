@@ -89,7 +89,7 @@ struct Reconciler {
     /// Whether the record map holds an older version of `record` than it (or none): a superseded save is taken
     /// back only then (not when an import of the newer version ran since).
     static func mapIsOlder(_ applier: RecordApplier, than record: CloudRecord) throws -> Bool {
-        guard let tag = try applier.mapEntry(name: record.recordName)?.tag else { return true }
+        guard let tag = try RecordMap(applier.db).entry(named: record.recordName)?.changeTag else { return true }
         return CloudContract.seq(ofTag: tag).map { $0 < record.seq } ?? false
     }
 
@@ -126,8 +126,8 @@ struct Reconciler {
     /// nothing newer was written locally.
     private func adopt(_ record: CloudRecord, historySeq: Int64, applier: RecordApplier) throws {
         guard let entity = applier.entities[record.recordType] else { return }
-        let entry = try applier.mapEntry(name: record.recordName)
-        if let entry, entry.tag == record.changeTag { return }
+        let entry = try RecordMap(db).entry(named: record.recordName)
+        if let entry, entry.changeTag == record.changeTag { return }
         guard let pk = try localKey(of: record, entity: entity, entry: entry, applier: applier) else {
             // No local row ever stood for it: the store is the authority for its own records, so it goes.
             if !record.deleted {
@@ -183,7 +183,7 @@ struct Reconciler {
 
     /// The local key an own record stands for: from the record map, from its name (a surrogate-keyed row's name
     /// holds its rowid), or from its fields (a natural key).
-    private func localKey(of record: CloudRecord, entity: EntityMap, entry: RecordApplier.MapEntry?,
+    private func localKey(of record: CloudRecord, entity: EntityMap, entry: RecordMapEntry?,
                           applier: RecordApplier) throws -> String?
     {
         if let entry, entry.entity == entity.name { return entry.pk }
@@ -225,12 +225,10 @@ struct Reconciler {
     private func checkOwnRecords() throws -> ReconcileReport? {
         var behind: [CloudRecord] = []
         var lastSeq: Int64 = 0
-        let byName = Dictionary(uniqueKeysWithValues: entities.map { ($0.name, $0) })
-        let probe = try RecordApplier(db: db, entities: byName, policy: options.mergePolicy)
         try ownRecords(after: 0) { records in
             for own in records {
                 lastSeq = max(lastSeq, own.record.seq)
-                if try probe.mapEntry(name: own.record.recordName)?.tag != own.record.changeTag {
+                if try RecordMap(db).entry(named: own.record.recordName)?.changeTag != own.record.changeTag {
                     behind.append(own.record)
                 }
             }

@@ -148,26 +148,6 @@ final class RecordApplier {
 
     // MARK: The record map
 
-    struct MapEntry {
-        var entity: String
-        var pk: String
-        var tag: String?
-        /// The fields as last synced (`FieldHashes`).
-        var base: Value?
-        var deleted: Bool
-    }
-
-    /// The entry of the row (entity, pk), with its record name.
-    func mapEntry(entity: String, pk: String) throws -> (name: String, tag: String?, base: Value?, deleted: Bool)? {
-        let s = try db.cached("SELECT record_name, change_tag, base, deleted FROM _storectl_records WHERE entity = ? AND pk = ?")
-        try s.bind([entity, pk])
-        guard try s.step() else { return nil }
-        let found = (name: s.string(0) ?? "", tag: s.string(1), base: s.column(2).isNull ? nil : s.column(2),
-                     deleted: s.int64(3) == 1)
-        try s.reset()
-        return found
-    }
-
     /// Whether two record names stand for one record (equal, or one an alias of the other, or both of one target).
     func sameRecord(_ a: String, _ b: String) throws -> Bool {
         if a == b { return true }
@@ -175,17 +155,6 @@ final class RecordApplier {
             SELECT coalesce((SELECT target FROM _storectl_aliases WHERE record_name = ?1), ?1)
                  = coalesce((SELECT target FROM _storectl_aliases WHERE record_name = ?2), ?2)
             """, [a, b])?.int64 == 1
-    }
-
-    func mapEntry(name: String) throws -> MapEntry? {
-        let s = try db.cached("SELECT entity, pk, change_tag, base, deleted FROM _storectl_records WHERE \(RecordMap.named("?1"))")
-        try s.bind([name])
-        guard try s.step() else { return nil }
-        let entry = MapEntry(entity: s.string(0) ?? "", pk: s.string(1) ?? "[]", tag: s.string(2),
-                             base: s.column(3).isNull ? nil : s.column(3),
-                             deleted: s.int64(4) == 1)
-        try s.reset()
-        return entry
     }
 
     func rowExists(_ entity: EntityMap, pk: String) throws -> Bool {
@@ -287,14 +256,14 @@ final class RecordApplier {
             try Inbox(db).remove(record.recordName, from: .held)
         }
         guard let entity = entities[record.recordType] else { return .unknownType }
-        let entry = try mapEntry(name: record.recordName)
+        let entry = try RecordMap(db).entry(named: record.recordName)
         if let entry, entry.entity != record.recordType {
             throw RecordProblem(reason: "record '\(record.recordName)' was a '\(entry.entity)' record and is now "
                                     + "a '\(record.recordType)' record; a record keeps its type for good",
                                 hint: "the device that saved it wrote another table's row under this name; "
                                     + "delete the record in the cloud, or fix that device's store")
         }
-        if let entry, entry.tag == record.changeTag { return .skipped }
+        if let entry, entry.changeTag == record.changeTag { return .skipped }
         if record.deleted {
             if defersUntilSettled, cascadingParents.contains(entity.name), let entry,
                try rowExists(entity, pk: entry.pk)
@@ -315,7 +284,7 @@ final class RecordApplier {
 
     /// Applies a live record: finds its row (`rowKey`), reads what the decision needs (`liveFacts`), decides
     /// (`LiveAction.decide`), and executes the action.
-    private func applyLive(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, respectLocalChanges: Bool)
+    private func applyLive(_ record: CloudRecord, entity: EntityMap, entry: RecordMapEntry?, respectLocalChanges: Bool)
         throws -> Outcome
     {
         let decoded = try codec.decodeRecord(record.fields, columns: entity.fieldColumns)
@@ -402,7 +371,7 @@ final class RecordApplier {
     /// may belong to a new, unrelated row by now), the rowid of an own record's name, or the natural key its fields
     /// hold. Nil for a new row of a surrogate-keyed table.
     /// - Throws: `RecordProblem` for a natural key missing, not a value, or not the one the record's name says.
-    private func rowKey(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, decoded: DecodedFields,
+    private func rowKey(_ record: CloudRecord, entity: EntityMap, entry: RecordMapEntry?, decoded: DecodedFields,
                         resolved: [String: Value]) throws -> String?
     {
         if let entry, !(entry.deleted && entity.isSurrogate) { return entry.pk }
@@ -434,7 +403,7 @@ final class RecordApplier {
 
     /// What `LiveAction.decide` needs to know of a live record and its row at `pk` (nil: a row new here, or a key
     /// allocated just now, which no local change can have touched).
-    private func liveFacts(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, pk: String?, exists: Bool,
+    private func liveFacts(_ record: CloudRecord, entity: EntityMap, entry: RecordMapEntry?, pk: String?, exists: Bool,
                            decoded: DecodedFields, resolved: [String: Value], respectLocalChanges: Bool) throws
         -> LiveFacts
     {
@@ -521,7 +490,7 @@ final class RecordApplier {
         /// No other record stands for the row.
         case none
         /// The incoming record won: the row becomes its, merged from the other record's last synced state.
-        case won(MapEntry)
+        case won(RecordMapEntry)
         /// The incoming record lost: it is deleted in the cloud, an alias of the row's record.
         case lost
     }
@@ -531,14 +500,15 @@ final class RecordApplier {
     /// key). The two records are duplicates too: the lowest name wins on every store, the other becomes its alias
     /// and is deleted in the cloud.
     private func mergeDuplicateAtKey(_ entity: EntityMap, record: CloudRecord, pk: String) throws -> KeyDuplicate {
-        guard let other = try mapEntry(entity: entity.name, pk: pk), !other.deleted,
-              try !sameRecord(other.name, record.recordName) else { return .none }
-        if record.recordName < other.name {
-            try alias(other.name, to: record.recordName, entity: entity)
-            if other.tag != nil { try outbox(other.name, type: entity.name, tag: other.tag, reason: .duplicate) }
-            return .won(MapEntry(entity: entity.name, pk: pk, tag: other.tag, base: other.base, deleted: false))
+        guard let other = try RecordMap(db).entry(entity: entity.name, pk: pk), !other.deleted,
+              try !sameRecord(other.recordName, record.recordName) else { return .none }
+        if record.recordName < other.recordName {
+            try alias(other.recordName, to: record.recordName, entity: entity)
+            if other.changeTag != nil { try outbox(other.recordName, type: entity.name, tag: other.changeTag, reason: .duplicate) }
+            return .won(RecordMapEntry(entity: entity.name, pk: pk, recordName: other.recordName, changeTag: other.changeTag,
+                                       base: other.base, deleted: false))
         }
-        try alias(record.recordName, to: other.name, entity: entity)
+        try alias(record.recordName, to: other.recordName, entity: entity)
         try outbox(record.recordName, type: entity.name, tag: record.changeTag, reason: .duplicate)
         try note(entity, pk: pk)
         return .lost
@@ -549,7 +519,7 @@ final class RecordApplier {
     /// parent. A deletion made here at that key deleted the other record's row, not this record's, which is new
     /// here.
     private func keyStoodForAnotherRecord(_ entity: EntityMap, pk: String, name: String) throws -> Bool {
-        guard let mapped = try mapEntry(entity: entity.name, pk: pk)?.name else { return false }
+        guard let mapped = try RecordMap(db).entry(entity: entity.name, pk: pk)?.recordName else { return false }
         return try !sameRecord(mapped, name)
     }
 
@@ -586,7 +556,7 @@ final class RecordApplier {
     /// holds exactly the table's columns. SQLite's JSON functions decode the fields inside the INSERT itself.
     /// Returns false when the record is not that case (fields not an object, a column missing, a field the table
     /// lacks): the general path then handles it.
-    private func insertNew(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?) throws -> Bool {
+    private func insertNew(_ record: CloudRecord, entity: EntityMap, entry: RecordMapEntry?) throws -> Bool {
         if let reserved = reservedRowIDs[entity.name] { return try insertNew(record, entity: entity, entry: entry,
                                                                               above: reserved) }
         let s = try db.cached(sql("insertNew", entity) {
@@ -609,7 +579,7 @@ final class RecordApplier {
 
     /// `insertNew` for a table with a reserved rowid (`reservedRowIDs`): the row takes the rowid after the larger
     /// of the table's largest and the reserved one, as the set-based path does (`PageApplier.largestRowID`).
-    private func insertNew(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, above reserved: Int64) throws
+    private func insertNew(_ record: CloudRecord, entity: EntityMap, entry: RecordMapEntry?, above reserved: Int64) throws
         -> Bool
     {
         let key = quoteIdentifier(entity.primaryKey[0])
@@ -634,7 +604,7 @@ final class RecordApplier {
 
     /// Records an applied record: the record map, the parked list, and the rows dedup and the orphan check look
     /// at.
-    private func finish(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?, pk: String, extra: String?) throws {
+    private func finish(_ record: CloudRecord, entity: EntityMap, entry: RecordMapEntry?, pk: String, extra: String?) throws {
         if let entry, entry.pk != pk {
             // The name still points at another key (a deleted row's old rowid): move it.
             try setMap(entity: entity.name, pk: pk, name: record.recordName, tag: record.changeTag,
@@ -654,7 +624,7 @@ final class RecordApplier {
 
     /// Applies a tombstone: reads what the decision needs (`tombstoneFacts`), decides (`TombstoneAction.decide`),
     /// and executes the action.
-    private func applyDeletion(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?,
+    private func applyDeletion(_ record: CloudRecord, entity: EntityMap, entry: RecordMapEntry?,
                                respectLocalChanges: Bool) throws -> Outcome
     {
         if hasParked { try Inbox(db).remove(record.recordName, from: .waiting) }
@@ -716,7 +686,7 @@ final class RecordApplier {
     }
 
     /// What the store knows of a tombstone's record, for `TombstoneAction.decide`.
-    private func tombstoneFacts(_ record: CloudRecord, entity: EntityMap, entry: MapEntry?,
+    private func tombstoneFacts(_ record: CloudRecord, entity: EntityMap, entry: RecordMapEntry?,
                                 respectLocalChanges: Bool) throws -> TombstoneFacts
     {
         var facts = TombstoneFacts(aliasTarget: try aliasTarget(of: record), mapped: entry != nil, rowExists: false,
@@ -1443,7 +1413,7 @@ final class RecordApplier {
             // (A merged duplicate's tombstone is no deletion: it merges its row into the winner, first.)
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty,
                   try aliasTarget(of: record) == nil,
-                  let entry = try mapEntry(name: record.recordName), entry.entity == entity.name, !entry.deleted,
+                  let entry = try RecordMap(db).entry(named: record.recordName), entry.entity == entity.name, !entry.deleted,
                   !keptRows.contains(entity.name + "\u{0}" + entry.pk),
                   !blockedRows.contains(entity.name + "\u{0}" + entry.pk),
                   try rowExists(entity, pk: entry.pk)
@@ -1478,7 +1448,7 @@ final class RecordApplier {
     private func freeValuesMovedByLiveRecords(_ records: [CloudRecord], into freed: inout [FreedValue]) throws {
         for record in records where !record.deleted {
             guard let entity = entities[record.recordType], !entity.uniqueKeys.isEmpty,
-                  let entry = try mapEntry(name: record.recordName), entry.entity == entity.name, !entry.deleted,
+                  let entry = try RecordMap(db).entry(named: record.recordName), entry.entity == entity.name, !entry.deleted,
                   !keptRows.contains(entity.name + "\u{0}" + entry.pk),
                   !blockedRows.contains(entity.name + "\u{0}" + entry.pk),
                   try rowExists(entity, pk: entry.pk)

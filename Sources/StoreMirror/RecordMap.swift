@@ -229,6 +229,23 @@ public struct RecordMap {
             """, [e.name, pk])
     }
 
+    /// The entry of the row `pk` of `entity`, or nil.
+    func entry(entity: String, pk: String) throws -> RecordMapEntry? {
+        try first(db.cached("SELECT \(RecordMapEntry.columns) FROM _storectl_records WHERE entity = ?1 AND pk = ?2"),
+                  [entity, pk])
+    }
+
+    /// The entry of record `name` (a kept name or one derived from its key), or nil.
+    func entry(named name: String) throws -> RecordMapEntry? {
+        try first(db.cached("SELECT \(RecordMapEntry.columns) FROM _storectl_records WHERE \(Self.named("?1"))"), [name])
+    }
+
+    private func first(_ s: Statement, _ values: [any SQLBindable]) throws -> RecordMapEntry? {
+        try s.bind(values)
+        defer { try? s.reset() }
+        return try s.step() ? RecordMapEntry(s) : nil
+    }
+
     /// A read-only participant's row at key `pk` is not the record its entry names (the row was deleted here and
     /// another inserted at its key): `renaming` gives the row a new record, and the old record, when it was saved,
     /// is kept under a key no row has (`goneKey`), for the cloud's later changes (the import takes it for a new
@@ -271,13 +288,18 @@ public struct RecordMap {
         }
     }
 
-    /// The saved records of `entity` kept under a key no row has (`keepGone`): name and key.
-    func goneEntries(entity: String) throws -> [(name: String, pk: String)] {
-        try db.query("SELECT g.record_name, g.pk FROM _storectl_records g WHERE \(Self.isGone("g", entity: "?1")) "
-                     + "AND g.change_tag IS NOT NULL", [entity]).compactMap {
-            guard let name = $0[0].string, let pk = $0[1].string else { return nil }
-            return (name, pk)
-        }
+    /// The saved records of `entity` kept under a key no row has (`keepGone`).
+    func goneEntries(entity: String) throws -> [RecordMapEntry] {
+        var entries: [RecordMapEntry] = []
+        try db.prepare("SELECT \(RecordMapEntry.columns) FROM _storectl_records g WHERE \(Self.isGone("g", entity: "?1")) "
+                       + "AND g.change_tag IS NOT NULL").forEach([entity]) { entries.append(RecordMapEntry($0)) }
+        return entries
+    }
+
+    /// Puts the entry kept under `gone` (`keepGone`) back at key `pk`, which no entry holds.
+    func moveGone(entity: String, from gone: String, to pk: String, name: String) throws {
+        try db.run("UPDATE _storectl_records SET pk = ?3, stored_name = ?4 WHERE entity = ?1 AND pk = ?2",
+                   [entity, gone, pk, Self.storedName(name, entity: entity, pk: pk)])
     }
 
     /// Forgets the entry at `pk` (`goneEntries`).

@@ -116,6 +116,18 @@ struct RecordMapEntry: SyncTable {
     var deleted: Bool
     var extra: String?
 
+    init(entity: String, pk: String, recordName: String, changeTag: String?, base: Value?, deleted: Bool,
+         extra: String? = nil)
+    {
+        self.entity = entity
+        self.pk = pk
+        self.recordName = recordName
+        self.changeTag = changeTag
+        self.base = base
+        self.deleted = deleted
+        self.extra = extra
+    }
+
     /// Decodes a row selected with `columns`, from `offset`.
     init(_ row: Statement, offset: Int = 0) {
         entity = row.string(offset) ?? ""
