@@ -36,9 +36,11 @@ public enum CloudContract {
             throw CloudError(.invalid, "a record to save has an empty name or type (name '\(bad.recordName)', "
                                  + "type '\(bad.recordType)'); nothing of the batch was saved")
         }
-        var seen = Set<String>()
+        // Names are compared as their bytes, as the backends store them: Swift's String equality takes a name's
+        // NFC and NFD forms (two keys SQLite holds apart) for one.
+        var seen = Set<[UInt8]>()
         seen.reserveCapacity(saves.count)
-        for save in saves where !seen.insert(save.recordName).inserted {
+        for save in saves where !seen.insert(Array(save.recordName.utf8)).inserted {
             throw CloudError(.invalid, "cannot save to zone '\(zone)': record '\(save.recordName)' appears twice in "
                                  + "one batch; nothing of the batch was saved",
                              hint: "save each record at most once per batch")

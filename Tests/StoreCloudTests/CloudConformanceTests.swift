@@ -702,6 +702,21 @@ class CloudConformanceTests: XCTestCase {
         XCTAssertEqual(try db.zoneInfo(zone)?.lastSeq, 1, "a refused batch takes no seq")
     }
 
+    /// Two names that differ in their bytes only by Unicode form (NFC `caf\u{E9}`, NFD `cafe\u{301}`; Swift's `String`
+    /// takes them for equal) are two records: one batch saves both, and each is fetched by its own bytes.
+    func testNamesInTwoUnicodeFormsAreTwoRecords() throws {
+        let db = try makeContainer().connect()
+        try db.ensureZone(zone)
+        let (nfc, nfd) = ("caf\u{E9}", "cafe\u{301}")
+        XCTAssertNotEqual(Array(nfc.utf8), Array(nfd.utf8))
+        _ = try db.save(zone: zone, [save(nfc, #"{"n":1}"#, expecting: nil), save(nfd, #"{"n":2}"#, expecting: nil)],
+                        device: "d")
+        let fetched = [try db.fetchRecord(zone: zone, recordName: nfc), try db.fetchRecord(zone: zone, recordName: nfd)]
+        XCTAssertEqual(fetched.map { $0.map { Array($0.recordName.utf8) } }, [Array(nfc.utf8), Array(nfd.utf8)])
+        XCTAssertEqual(fetched.map { $0?.fields }, [#"{"n":1}"#, #"{"n":2}"#])
+        XCTAssertEqual(try db.zoneInfo(zone)?.lastSeq, 2)
+    }
+
     func testEmptyNamesTypesZonesAndDevicesAreRefused() throws {
         let db = try makeContainer().connect()
         assertCloudError(.invalid) { _ = try db.ensureZone("") }

@@ -88,6 +88,9 @@ final class PostgresCloudConformanceTests: CloudConformanceTests {
     override func testARecordNamedTwiceInOneBatchRefusesTheWholeBatch() throws {
         try super.testARecordNamedTwiceInOneBatchRefusesTheWholeBatch()
     }
+    override func testNamesInTwoUnicodeFormsAreTwoRecords() throws {
+        try super.testNamesInTwoUnicodeFormsAreTwoRecords()
+    }
     override func testEmptyNamesTypesZonesAndDevicesAreRefused() throws {
         try super.testEmptyNamesTypesZonesAndDevicesAreRefused()
     }
@@ -129,6 +132,7 @@ final class PostgresCloudConformanceTests: CloudConformanceTests {
         "testASaveAtAnOlderSchemaVersionIsRefusedWhole",
         "testMarkersStayAtomicUnderConcurrentCreation",
         "testARecordNamedTwiceInOneBatchRefusesTheWholeBatch",
+        "testNamesInTwoUnicodeFormsAreTwoRecords",
         "testEmptyNamesTypesZonesAndDevicesAreRefused",
         "testChangeTagsHaveOneFormat",
         "testTheTokenOfAPageFollowsOneRule",
