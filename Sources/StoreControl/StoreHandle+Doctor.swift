@@ -242,6 +242,7 @@ private struct DoctorRun {
         for row in unsettled.unsent where row.share == nil {
             add("records", "row \(row.key) of table '\(row.entity)' is not sent: \(row.reason)",
                 row.bytes != nil ? "make the row smaller, or raise stores.\(name).cloud.max_record_size in \(configPath)"
+                    : row.keyHoldsNull ? "give the row a key without NULL (declare the key columns NOT NULL)"
                     : "give the row a key of valid UTF-8 text", .dataError)
         }
     }

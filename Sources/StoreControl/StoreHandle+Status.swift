@@ -381,6 +381,7 @@ extension StoreHandle {
         for row in report.unsettled.unsent where row.share == nil {
             add(.dataError, "row \(row.key) of '\(row.entity)' is not sent: \(row.reason)",
                 row.bytes != nil ? "make the row smaller, or raise stores.\(settings.name).cloud.max_record_size"
+                    : row.keyHoldsNull ? "give the row a key without NULL (declare the key columns NOT NULL)"
                     : "give the row a key of valid UTF-8 text")
         }
         return problems

@@ -35,6 +35,9 @@ public struct RowRef: Sendable, Codable, Equatable {
     /// `read-only` for a local change that the store's read-only share of the zone never sends.
     public var share: String?
 
+    /// Not sent because its key holds NULL (`Outgoing.Reason.keyNull`).
+    public var keyHoldsNull: Bool { reason == Outgoing.Reason.keyNull.text }
+
     public init(entity: String, key: String, bytes: Int? = nil, reason: String, share: String? = nil) {
         self.entity = entity
         self.key = key
@@ -93,6 +96,9 @@ public struct RowsNotSentError: DiagnosedError {
         if rows.contains(where: { $0.bytes != nil }) {
             return "make the rows smaller, or raise cloud.max_record_size in the config (now \(limit) bytes; "
                 + "CloudKit's own limit is 1 MB)"
+        }
+        if rows.contains(where: \.keyHoldsNull) {
+            return "give the rows keys without NULL (declare the key columns NOT NULL so that no row gets one)"
         }
         return "give the rows keys of valid UTF-8 text"
     }
@@ -517,6 +523,25 @@ struct Exporter {
         }
     }
 
+    /// Whether a key, as the JSON array SQLite makes of it (`json_array`), holds a NULL: a `null` outside every
+    /// string.
+    static func keyHoldsNull(_ pk: String) -> Bool {
+        guard pk.contains("null") else { return false }
+        var inString = false, escaped = false
+        let bytes = Array(pk.utf8)
+        for (i, b) in bytes.enumerated() {
+            if inString {
+                if escaped { escaped = false } else if b == UInt8(ascii: "\\") { escaped = true }
+                else if b == UInt8(ascii: "\"") { inString = false }
+            } else if b == UInt8(ascii: "\"") {
+                inString = true
+            } else if b == UInt8(ascii: "n"), bytes[i...].starts(with: Array("null".utf8)) {
+                return true
+            }
+        }
+        return false
+    }
+
     /// One page of rows to export, and the key to continue after (nil at the end). With `together`, every changed
     /// row marked by `markMovesTogether`, in one page; without, the other changed rows.
     private func page(_ e: EntityMap, baseline: Bool, after: [Value]?, together: Bool = false,
@@ -596,6 +621,11 @@ struct Exporter {
             }
             if case .textBytes = row.column(0) {
                 unsent.append((RowRef(entity: e.name, key: pk, reason: Outgoing.Reason.keyNotUTF8.text), name, .keyNotUTF8))
+                return
+            }
+            if !e.isSurrogate, Self.keyHoldsNull(pk) {
+                // Two such rows would be two saves of one record name, which the cloud refuses with the whole batch.
+                unsent.append((RowRef(entity: e.name, key: pk, reason: Outgoing.Reason.keyNull.text), name, .keyNull))
                 return
             }
             let tag = row.string(2)

@@ -275,10 +275,13 @@ struct OutgoingEntry: SyncTable {
         case tooLarge = "too_large"
         /// Save: the row's key is text that is not valid UTF-8.
         case keyNotUTF8 = "key_not_utf8"
+        /// Save: the row's key holds a NULL (SQLite allows one outside a rowid or WITHOUT ROWID key), which names
+        /// no one row: every row with a NULL there has the same record name.
+        case keyNull = "key_null"
 
         var kind: Kind {
             switch self {
-            case .tooLarge, .keyNotUTF8: return .save
+            case .tooLarge, .keyNotUTF8, .keyNull: return .save
             default: return .delete
             }
         }
@@ -297,6 +300,7 @@ struct OutgoingEntry: SyncTable {
             case .leftByCrash: return "saved by this store before a crash, and no local row stands for it"
             case .tooLarge: return "its record is larger than max_record_size"
             case .keyNotUTF8: return "its key is text that is not valid UTF-8"
+            case .keyNull: return "its key holds NULL, which names no one row"
             }
         }
 

@@ -241,6 +241,16 @@ final class SyncTablesTests: XCTestCase {
         XCTAssertEqual(try MirrorState.unsettledCounts(db).quarantined, 0)
     }
 
+    /// A key holds NULL when a `null` stands outside every string of the JSON array SQLite makes of it.
+    func testAKeyHoldsNullOnlyOutsideItsStrings() throws {
+        let db = try Connection(path: ":memory:", wal: false)
+        for (key, holds) in [("NULL", true), ("'null'", false), ("'x', NULL", true), ("'a\"null'", false),
+                             ("'\\', NULL", true), ("'\\\"null'", false), ("1, 2", false), ("'nul', 'l'", false)] {
+            let json = try db.scalar("SELECT json_array(\(key))")?.string ?? ""
+            XCTAssertEqual(Exporter.keyHoldsNull(json), holds, json)
+        }
+    }
+
     func testOutgoingReasonsAreCodesAndAnOlderStoresWordsKeepTheirMeaning() {
         // The words older versions stored: a store's queued tombstones keep their meaning.
         XCTAssertEqual(Outgoing.Reason(storedText: "its row was deleted and its rowid reused by a new row"), .reusedRowid)
@@ -249,7 +259,7 @@ final class SyncTablesTests: XCTestCase {
         XCTAssertTrue(Outgoing.Reason.reusedRowid.isUserDelete)
         XCTAssertFalse(Outgoing.Reason.newParent.isUserDelete)
         XCTAssertFalse(Outgoing.Reason(storedText: "duplicate of 'x' by name").isUserDelete)
-        XCTAssertEqual(Outgoing.Reason.allCases.filter { $0.kind == .save }, [.tooLarge, .keyNotUTF8])
+        XCTAssertEqual(Outgoing.Reason.allCases.filter { $0.kind == .save }, [.tooLarge, .keyNotUTF8, .keyNull])
     }
 
     func testOnlyOutgoingWritesTheOutgoingQueue() throws {
