@@ -269,6 +269,16 @@ extension StoreHandle {
             // This store's own save after the snapshot began: an export in another process, pending here.
             let ownSaveDuring = "(%C%.seq > \(savedAfter) AND %C%.modified_by IS \(quoteLiteral(device)))"
 
+            // A record that waits in the inbox for its parent (deleted here, or not here yet): looked up only for
+            // a row that differs.
+            let waiting = try db.prepare("""
+                SELECT 1 FROM _storectl_inbox WHERE record_name = ? AND state = 'waiting'
+                """)
+            func waitsForParent(_ name: String) throws -> Bool {
+                var found = false
+                try waiting.forEach([name]) { _ in found = true }
+                return found
+            }
             // Both sides hold the record.
             // Each query streams its rows (a whole zone may be compared): nothing but the counts and the first
             // `limit` differences of each kind is kept.
@@ -291,10 +301,12 @@ extension StoreHandle {
                     return
                 }
                 table.differing += 1
+                let name = row.string(1) ?? ""
                 all.add(.init(table: e.name, key: row.string(0).map(JSONValue.init(jsonText:)),
-                              recordName: row.string(1) ?? "", state: "differs", columns: columns,
+                              recordName: name, state: "differs", columns: columns,
                               pending: row.int64(4) == 1 ? "pending_export"
-                                 : row.int64(5) == 1 ? "pending_import" : nil))
+                                 : row.int64(5) == 1 ? "pending_import"
+                                 : try waitsForParent(name) ? "waiting_for_parent" : nil))
             }
             // Rows with no live record: not exported yet, or deleted in the cloud.
             try db.prepare("""

@@ -1,4 +1,5 @@
 import StoreBase
+import StoreHistory
 import StoreSQLite
 
 /// A natural key declared with `entities.<table>.unique`, and which duplicate survives.
@@ -104,7 +105,7 @@ struct Deduplicator {
                 .joined(separator: " AND ")
             for key in keys {
                 let rows = try db.query("""
-                    SELECT \(e.pkJSON("t")), coalesce(r.record_name, '~' || \(e.pkJSON("t")))
+                    SELECT \(e.pkJSON("t")), coalesce(r.record_name, '~' || \(e.pkJSON("t"))), r.change_tag IS NULL
                     FROM main.\(e.quotedName) t LEFT JOIN _storectl_records r
                       ON r.entity = \(quoteLiteral(e.name)) AND r.pk = \(e.pkJSON("t"))
                     WHERE \(match) ORDER BY \(ownRowsGiveWay ? "r.change_tag IS NULL, " : "")\(order) 2 ASC
@@ -125,9 +126,18 @@ struct Deduplicator {
                         try RecordMap(db).alias(loserName, to: winnerName, entity: e.name)
                     }
                     report.repointed += try repoint(parent: e, from: loserKey, to: winnerKey)
-                    try db.run("DELETE FROM main.\(e.quotedName) WHERE \(e.pkMatches("main.\(e.quotedName)", json: "?1"))",
-                               [loserKey])
-                    report.deleted += db.changes
+                    let delete = {
+                        try db.run("DELETE FROM main.\(e.quotedName) WHERE \(e.pkMatches("main.\(e.quotedName)", json: "?1"))",
+                                   [loserKey])
+                        report.deleted += db.changes
+                    }
+                    if ownRowsGiveWay, loser[2].int64 == 1 {
+                        // A read-only participant's own row giving way to the cloud's record: the cloud's doing, as an
+                        // `ON DELETE` action's change, never a change of its own "not sent".
+                        try HistoryTracker(db: db).transaction(author: MirrorState.cascadeAuthor) { _ in try delete() }
+                    } else {
+                        try delete()
+                    }
                 }
             }
         }

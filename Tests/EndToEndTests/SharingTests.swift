@@ -319,10 +319,19 @@ class SharingTests: XCTestCase {
                   + "INSERT INTO notes(uuid, title) VALUES ('b1', 'bob one')")
         try p.run(["-s", "bob", "sync"])
         XCTAssertTrue(try rows(p, "bob").contains("b1|bob one"))
+        // alice edits the comment: on bob it waits for its note, which bob deleted; verify says so.
+        try p.sql("alice", "UPDATE comments SET body = 'edited by alice'")
+        try p.run(["-s", "alice", "sync"])
+        try p.run(["-s", "bob", "sync"])
+        let verify = json(try p.run(["-s", "bob", "verify", "--json"], expect: 1))
+        XCTAssertEqual(verify["unexplained_count"] as? Int, 0, "\(verify)")
+        let pending = (verify["differences"] as? [[String: Any]] ?? []).map { "\($0["table"] ?? "") \($0["pending"] ?? "")" }
+        XCTAssertTrue(pending.contains("comments waiting_for_parent"), "\(verify)")
         try p.run(["-s", "bob", "sync", "--discard-local"])
         XCTAssertEqual(try rows(p, "bob"), try rows(p, "alice"))
-        XCTAssertEqual(try comments("bob"), "u3|on three\n")
+        XCTAssertEqual(try comments("bob"), "u3|on three\n", "the comment is the note's child again, as it was")
         try p.run(["-s", "bob", "sync"])
+        XCTAssertEqual(try comments("bob"), "u3|edited by alice\n", "the comment's edit arrives once its note is back")
         try p.run(["-s", "bob", "status"])
         try p.run(["-s", "bob", "doctor"])
     }
@@ -334,11 +343,16 @@ class SharingTests: XCTestCase {
         let rule = ["entities:", "  notes: {unique: [uuid], keep: newest(title)}"]
         let p = try project(before: ["alice": rule, "bob": rule, "carol": rule, "dave": rule])
         try shareWithBobAndCarol(p)
-        try p.sql("bob", "DELETE FROM notes WHERE id = 3; INSERT INTO notes(id, uuid, title) VALUES (3, 'u3', 'zzz bob saved')")
-        try p.sql("alice", "UPDATE notes SET title = 'three by alice' WHERE uuid = 'u3'")
+        try p.sql("bob", "DELETE FROM notes WHERE id = 3; INSERT INTO notes(id, uuid, title) VALUES (3, 'u3', 'zzz bob saved');"
+                  + "INSERT INTO notes(uuid, title) VALUES ('u9', 'zzz bob nine')")
+        try p.sql("alice", "UPDATE notes SET title = 'three by alice' WHERE uuid = 'u3'; "
+                  + "INSERT INTO notes(uuid, title) VALUES ('u9', 'nine by alice')")
         try p.run(["-s", "alice", "sync"])
         try p.run(["-s", "bob", "sync"])
         XCTAssertEqual(try rows(p, "bob"), try rows(p, "alice"))
+        // The rows that gave way are the cloud's doing: nothing of bob's is left not sent.
+        try p.run(["-s", "bob", "status"])
+        try p.run(["-s", "bob", "doctor"])
         try p.run(["-s", "bob", "sync", "--discard-local"])
         XCTAssertEqual(try rows(p, "bob"), try rows(p, "alice"))
         try p.run(["-s", "bob", "status"])
