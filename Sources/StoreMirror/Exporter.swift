@@ -604,6 +604,7 @@ struct Exporter {
         var orphans: [String] = []
         var unsent: [(row: RowRef, name: String, reason: Outgoing.Reason)] = []
         var sent: [String] = []
+        var nullKeyed = Set<String>()
         let keyCount = baseline ? e.primaryKey.count : 1
         let maxSize = options.maxRecordSize
         try statement.forEach(args) { row in
@@ -623,11 +624,6 @@ struct Exporter {
                 unsent.append((RowRef(entity: e.name, key: pk, reason: Outgoing.Reason.keyNotUTF8.text), name, .keyNotUTF8))
                 return
             }
-            if !e.isSurrogate, Self.keyHoldsNull(pk) {
-                // Two such rows would be two saves of one record name, which the cloud refuses with the whole batch.
-                unsent.append((RowRef(entity: e.name, key: pk, reason: Outgoing.Reason.keyNull.text), name, .keyNull))
-                return
-            }
             let tag = row.string(2)
             let base = row.column(3).isNull ? nil : row.column(3)
             let mappedDeleted = row.int64(4) == 1
@@ -636,6 +632,13 @@ struct Exporter {
             let extra = row.string(7)
             let sentBase = row.column(8)
             if present {
+                // Every row whose key holds NULL has the same key and record name: the first row stands for it (its
+                // unchanged copy too, so that the others never overwrite it), the others cannot be sent (two saves
+                // of one name are refused with the whole batch).
+                if !e.isSurrogate, Self.keyHoldsNull(pk), !nullKeyed.insert(pk).inserted {
+                    unsent.append((RowRef(entity: e.name, key: pk, reason: Outgoing.Reason.keyNull.text), name, .keyNull))
+                    return
+                }
                 if !mappedDeleted && tag != nil && base == sentBase { return }  // nothing really changed
                 if fields.utf8.count > maxSize {
                     unsent.append((RowRef(entity: e.name, key: pk, bytes: fields.utf8.count,

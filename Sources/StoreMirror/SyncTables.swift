@@ -275,8 +275,8 @@ struct OutgoingEntry: SyncTable {
         case tooLarge = "too_large"
         /// Save: the row's key is text that is not valid UTF-8.
         case keyNotUTF8 = "key_not_utf8"
-        /// Save: the row's key holds a NULL (SQLite allows one outside a rowid or WITHOUT ROWID key), which names
-        /// no one row: every row with a NULL there has the same record name.
+        /// Save: the row's key holds a NULL (SQLite allows one outside a rowid or WITHOUT ROWID key) as another
+        /// row's does: every row with the same NULL key has the same record name, which stands for the first.
         case keyNull = "key_null"
 
         var kind: Kind {
@@ -300,7 +300,7 @@ struct OutgoingEntry: SyncTable {
             case .leftByCrash: return "saved by this store before a crash, and no local row stands for it"
             case .tooLarge: return "its record is larger than max_record_size"
             case .keyNotUTF8: return "its key is text that is not valid UTF-8"
-            case .keyNull: return "its key holds NULL, which names no one row"
+            case .keyNull: return "its key holds NULL, as another row's does: one record stands for the first of them"
             }
         }
 
