@@ -1409,10 +1409,11 @@ extension ModelRun {
     }
 
     /// Called before a store's writes are confirmed by a clean sync: they are in the cloud, and reach `r` at its next
-    /// sync. After a kill, what was sent is unknown (the rows `r` changed stay either way).
+    /// sync. After a kill, what was sent is unknown (the rows `r` changed stay either way). A row the store's writes
+    /// left as it was (an update to the values it held) sends nothing, and nothing reaches `r`.
     func readerNoteSent(_ s: String) {
         guard readerOn, !dirty.contains(s) else { return }
-        reader.pending.formUnion((model.undo[s] ?? [:]).keys)
+        reader.pending.formUnion((model.undo[s] ?? [:]).filter { $0.value != model.rows[$0.key] }.keys)
     }
 
     /// Runs one statement on `r`, as its app would; returns how many rows it changed.
