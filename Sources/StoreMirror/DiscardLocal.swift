@@ -55,7 +55,7 @@ extension Mirror {
             for entry in try map.goneEntries(entity: entity.name) {
                 let record = try cloud.fetchRecord(zone: options.zone, recordName: entry.recordName)
                 if let record, !record.deleted, record.rejection == nil,
-                   let key = try db.scalar("SELECT json_extract(?, '$[1]')", [entry.pk])?.string,
+                   let key = try map.keyBeforeGone(entry.pk),
                    changedKeys.contains(entity.name + "\u{0}" + key), moveBack[entity.name + "\u{0}" + key] == nil,
                    try map.entry(entity: entity.name, pk: key)?.changeTag == nil
                 {
@@ -129,12 +129,12 @@ extension Mirror {
             }
             try UserTriggers.suspended(db, tracked: entities.map(\.name)) {
                 for item in gone.sorted(by: { (order[$0.entity.name] ?? 0) < (order[$1.entity.name] ?? 0) }) {
-                    try RecordMap(db).forget(entity: item.entity.name, pk: item.pk)
+                    try map.forget(entity: item.entity.name, pk: item.pk)
                     guard let record = item.record, !record.deleted, record.rejection == nil else { continue }
                     _ = try applier.apply(record, respectLocalChanges: false)
                     report.restored += 1
                     if report.rows.count < 1000 {
-                        let key = try db.scalar("SELECT json_extract(?, '$[1]')", [item.pk])?.string ?? item.pk
+                        let key = try map.keyBeforeGone(item.pk) ?? item.pk
                         report.rows.append(.init(entity: item.entity.name, key: key, action: "restored"))
                     }
                 }

@@ -252,15 +252,20 @@ public struct RecordMap {
     /// record: the cloud's value comes back as a row of its own, `forgetGone`) and `sync --discard-local`
     /// (`goneEntries`). Nothing is sent: the participant's deletion stays its own.
     func keepGone(entity: String, pk: String, renaming: () throws -> Void) throws {
-        let old = try db.query("SELECT record_name, change_tag, base, deleted, extra FROM _storectl_records "
-                               + "WHERE entity = ? AND pk = ?", [entity, pk]).first
+        let old = try self.entry(entity: entity, pk: pk)
         try renaming()
-        guard let old, let name = old[0].string, old[1].string != nil, old[3].int64 == 0 else { return }
-        let gone = try db.scalar("SELECT \(Self.goneKey("?1", name: "?2"))", [pk, name])?.string ?? ""
+        guard let old, let tag = old.changeTag, !old.deleted else { return }
+        let gone = try db.scalar("SELECT \(Self.goneKey("?1", name: "?2"))", [pk, old.recordName])?.string ?? ""
         try db.run("""
             INSERT OR REPLACE INTO _storectl_records(entity, pk, stored_name, change_tag, base, deleted, extra)
             VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)
-            """, [entity, gone, Self.storedName(name, entity: entity, pk: gone), old[1], old[2], old[4]])
+            """, [entity, gone, Self.storedName(old.recordName, entity: entity, pk: gone), tag, old.base ?? .null,
+                  old.extra])
+    }
+
+    /// The key an entry kept under `gone` (`goneKey`) had.
+    func keyBeforeGone(_ gone: String) throws -> String? {
+        try db.scalar("SELECT json_extract(?, '$[1]')", [gone])?.string
     }
 
     /// The key no row has that a record no longer at `pk` is kept under: `["$gone", <pk>, <name>]` (a key's
