@@ -348,7 +348,7 @@ extension StoreHandle {
             // Live records with no row: not imported yet, waiting for a parent, or deleted here. A record a
             // read-only participant deleted, whose rowid a row of its own took, is kept under a key no row has
             // (`RecordMap.keepGone`): it is named by the key it had.
-            let key = "CASE WHEN json_type(m.pk, '$[1]') = 'array' THEN json_extract(m.pk, '$[1]') ELSE m.pk END"
+            let key = RecordMap.keyHeld("m")
             try db.prepare("""
                 SELECT c.record_name, c.fields, \(key),
                        CASE WHEN m.pk IS NULL THEN 0 ELSE \(pendingExport.replacingText("%PK%", with: key)) END

@@ -741,7 +741,7 @@ final class RecordApplier {
         let s = try db.cached("""
             SELECT json_extract(m.pk, '$[0]') FROM _storectl_records m
             WHERE \(RecordMap.named("coalesce((SELECT a.target FROM _storectl_aliases a WHERE a.record_name = ?1), ?1)", "m"))
-              AND +m.entity = ?2 AND m.deleted = 0 AND json_type(m.pk, '$[1]') IS NOT 'array'
+              AND +m.entity = ?2 AND m.deleted = 0 AND NOT \(RecordMap.keptGone("m"))
             """)
         try s.bind([recordName, parent])
         if try s.step() {

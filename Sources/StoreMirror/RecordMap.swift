@@ -272,11 +272,20 @@ public struct RecordMap {
     /// values are never an array, so no row's key reads the same).
     static func goneKey(_ pk: String, name: String) -> String { "json_array('$gone', json(\(pk)), \(name))" }
 
-    /// A condition on entry `m` of `entity`: it is kept under a key no row has (`goneKey`, `rekey`). A range of
+    /// A condition on entry `m`: it is kept under a key no row has (`goneKey`): the only keys whose second value
+    /// is an array (a key's values never are).
+    public static func keptGone(_ m: String) -> String { "json_type(\(m).pk, '$[1]') IS 'array'" }
+
+    /// SQL for the key entry `m` stands for: the key it had when it is kept under a key no row has (`keptGone`),
+    /// else its own.
+    public static func keyHeld(_ m: String) -> String {
+        "CASE WHEN \(keptGone(m)) THEN json_extract(\(m).pk, '$[1]') ELSE \(m).pk END"
+    }
+
+    /// A condition on entry `m` of `entity`: it is kept under a key no row has (`keptGone`), searched as a range of
     /// the map's primary key.
     static func isGone(_ m: String, entity: String) -> String {
-        "\(m).entity = \(entity) AND \(m).pk >= '[\"$gone\",[' AND \(m).pk < '[\"$gone\",\\' "
-            + "AND json_type(\(m).pk, '$[1]') = 'array'"
+        "\(m).entity = \(entity) AND \(m).pk >= '[\"$gone\",[' AND \(m).pk < '[\"$gone\",\\' AND \(keptGone(m))"
     }
 
     /// Forgets the entries kept under a key no row has (`keepGone`) whose record arrives in this import (a
