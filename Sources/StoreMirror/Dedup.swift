@@ -192,20 +192,16 @@ struct Deduplicator {
     /// back (RESTRICT, SET DEFAULT, a NOT NULL column or one of the child's key). Returns the children put back.
     private func takeReferencedValues(parent: EntityMap, from: String, to: String) throws -> Int {
         guard rules[parent.name]?.keep == .first else { return 0 }
-        var keys: [[String]: [(child: EntityMap, fk: ForeignKeyInfo)]] = [:]
-        for child in entities {
-            for fk in child.foreignKeys where fk.parentTable == parent.name {
-                let referenced = fk.parentColumns.compactMap { $0 }
-                guard referenced.count == fk.columns.count, Set(referenced) != Set(parent.primaryKey) else { continue }
-                keys[referenced, default: []].append((child, fk))
-            }
-        }
+        var keys: [[String]: [UniqueReference]] = [:]
+        for reference in UniqueReference.to(parent, among: entities) { keys[reference.columns, default: []].append(reference) }
         var count = 0
         for (referenced, children) in keys.sorted(by: { $0.key.joined(separator: ",") < $1.key.joined(separator: ",") }) {
-            guard children.allSatisfy({ child, fk in
-                let action = fk.onUpdate.uppercased()
+            guard children.allSatisfy({ reference in
+                let action = reference.fk.onUpdate.uppercased()
                 return action == "NO ACTION" || (["CASCADE", "SET NULL"].contains(action)
-                    && fk.columns.allSatisfy { !child.notNullColumns.contains($0) && !child.primaryKey.contains($0) })
+                    && reference.fk.columns.allSatisfy {
+                        !reference.child.notNullColumns.contains($0) && !reference.child.primaryKey.contains($0)
+                    })
             }) else { continue }
             let select = "SELECT " + referenced.map { "p.\(quoteIdentifier($0))" }.joined(separator: ", ")
                 + " FROM main.\(parent.quotedName) p WHERE \(parent.pkMatches("p", json: "?1"))"
@@ -213,17 +209,8 @@ struct Deduplicator {
                   let winner = try db.query(select, [to]).first?.values, winner.allSatisfy(\.isNull)
             else { continue }
             // The children on the loser's value, by key, before the loser lets go of it.
-            var held: [(EntityMap, ForeignKeyInfo, String)] = []
-            // A child matches the value as the foreign key compares them: under the parent key's collation.
-            let key = parent.uniqueKeys.first { Set($0) == Set(referenced) } ?? referenced
-            for (child, fk) in children {
-                let match = zip(fk.columns, referenced).enumerated().map { i, pair in
-                    parent.uniqueEquals(key, column: pair.1, "c.\(quoteIdentifier(pair.0))", "?\(i + 1)")
-                }.joined(separator: " AND ")
-                if let found = try db.scalar("SELECT json_group_array(\(child.pkJSON("c"))) FROM main.\(child.quotedName) c WHERE \(match)",
-                                             values)?.string, found != "[]" {
-                    held.append((child, fk, found))
-                }
+            let held = try children.compactMap { reference in
+                try reference.children(on: values, of: parent, db: db).map { (reference, $0) }
             }
             try db.deferForeignKeys()
             let setNull = referenced.map { "\(quoteIdentifier($0)) = NULL" }.joined(separator: ", ")
@@ -231,15 +218,7 @@ struct Deduplicator {
             let table = "main.\(parent.quotedName)"
             try db.run("UPDATE \(table) SET \(setNull) WHERE \(parent.pkMatches(table, json: "?1"))", [from])
             try db.run("UPDATE \(table) SET \(setValues) WHERE \(parent.pkMatches(table, json: "?1"))", [Value.text(to)] + values)
-            for (child, fk, found) in held {
-                let set = fk.columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 1)" }.joined(separator: ", ")
-                let childTable = "main.\(child.quotedName)"
-                try db.run("""
-                    UPDATE OR IGNORE \(childTable) SET \(set)
-                    WHERE \(child.pkJSON(childTable)) IN (SELECT value FROM json_each(?\(values.count + 1)))
-                    """, values + [Value.text(found)])
-                count += db.changes
-            }
+            for (reference, found) in held { count += try reference.putBack(found, on: values, db: db) }
         }
         return count
     }

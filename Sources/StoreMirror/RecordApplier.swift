@@ -1140,39 +1140,29 @@ final class RecordApplier {
     private func keepUniqueReferences(_ parent: EntityMap, loser pk: String, winner: [String: Value],
                                       deleted: Bool = true) throws
     {
-        var held: [(child: EntityMap, fk: ForeignKeyInfo, values: [Value], keys: String)] = []
+        var held: [(reference: UniqueReference, values: [Value], keys: String)] = []
         var toFree: [[(String, Value)]] = []
-        for child in entities.values {
-            for fk in child.foreignKeys where fk.parentTable == parent.name {
-                let columns = fk.parentColumns.compactMap { $0 }
-                guard columns.count == fk.columns.count, Set(columns) != Set(parent.primaryKey) else { continue }
-                let from = try currentValues(parent, pk: pk, columns: columns)
-                let to = columns.map { winner[$0] ?? .null }
-                guard from.count == columns.count, !from.contains(where: \.isNull), !to.contains(where: \.isNull)
-                else { continue }
-                let n = columns.count
-                // A child matches a parent's value as the foreign key compares them: under the key's collation.
-                let key = parent.uniqueKeys.first { Set($0) == Set(columns) } ?? columns
-                let match = zip(fk.columns, columns).enumerated().map { i, pair in
-                    parent.uniqueEquals(key, column: pair.1, quoteIdentifier(pair.0), "?\(i + 1)")
-                }.joined(separator: " AND ")
-                if from != to {
-                    // The children follow the winner's value (another UNIQUE key of the table, or another spelling).
-                    let set = fk.columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 1 + n)" }
-                        .joined(separator: ", ")
-                    try HistoryTracker(db: db).transaction(author: mergeAuthor) { _ in
-                        try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(set) WHERE \(match)", from + to)
-                    }
+        for reference in UniqueReference.to(parent, among: entities.values) {
+            let (child, fk, columns) = (reference.child, reference.fk, reference.columns)
+            let from = try currentValues(parent, pk: pk, columns: columns)
+            let to = columns.map { winner[$0] ?? .null }
+            guard from.count == columns.count, !from.contains(where: \.isNull), !to.contains(where: \.isNull)
+            else { continue }
+            if from != to {
+                // The children follow the winner's value (another UNIQUE key of the table, or another spelling).
+                let set = fk.columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 1 + columns.count)" }
+                    .joined(separator: ", ")
+                try HistoryTracker(db: db).transaction(author: mergeAuthor) { _ in
+                    try db.run("UPDATE OR IGNORE main.\(child.quotedName) SET \(set) WHERE \(reference.matches(parent))",
+                               from + to)
                 }
-                guard deleted, fk.onDelete.uppercased() != "NO ACTION", fk.onUpdate.uppercased() != "RESTRICT"
-                else { continue }
-                // The children the loser's deletion would still reach: those on a value the loser's matches.
-                guard let keys = try db.scalar("SELECT json_group_array(\(child.pkJSON("c"))) FROM main.\(child.quotedName) c WHERE \(match)",
-                                               from)?.string, keys != "[]"
-                else { continue }
-                held.append((child, fk, to, keys))
-                toFree.append(Array(zip(columns, from)))
             }
+            guard deleted, fk.onDelete.uppercased() != "NO ACTION", fk.onUpdate.uppercased() != "RESTRICT"
+            else { continue }
+            // The children the loser's deletion would still reach: those on a value the loser's matches.
+            guard let keys = try reference.children(on: from, of: parent, db: db) else { continue }
+            held.append((reference, to, keys))
+            toFree.append(Array(zip(columns, from)))
         }
         guard !held.isEmpty else { return }
         var freed: Set<String> = []
@@ -1183,15 +1173,9 @@ final class RecordApplier {
             else { break }  // the children keep the value; the loser's deletion reaches them as before
             freed.insert(value.column)
         }
-        for h in held {
-            let set = h.fk.columns.enumerated().map { "\(quoteIdentifier($1)) = ?\($0 + 1)" }.joined(separator: ", ")
-            // OR IGNORE: a child that would duplicate another on the value (its own UNIQUE key) stays where the
-            // placeholder put it, and the loser's deletion takes its course for it, as for a duplicate child.
-            try db.run("""
-                UPDATE OR IGNORE main.\(h.child.quotedName) SET \(set)
-                WHERE \(h.child.pkJSON("main.\(h.child.quotedName)")) IN (SELECT value FROM json_each(?\(h.values.count + 1)))
-                """, h.values + [Value.text(h.keys)])
-        }
+        // A child that would duplicate another on the value (its own UNIQUE key) stays where the placeholder put
+        // it, and the loser's deletion takes its course for it, as for a duplicate child.
+        for h in held { try h.reference.putBack(h.keys, on: h.values, db: db) }
     }
 
     private var keptChildrenSerial = 0
@@ -1209,16 +1193,12 @@ final class RecordApplier {
     private func valuesTaken(_ parent: EntityMap, loser: [String: Value], winner: [String: Value]) -> [String: Value] {
         var taken: [String: Value] = [:]
         // In one order on every store: two references that share a column take the same values everywhere.
-        for child in entities.values.sorted(by: { $0.name < $1.name }) {
-            for fk in child.foreignKeys where fk.parentTable == parent.name {
-                let columns = fk.parentColumns.compactMap { $0 }
-                guard columns.count == fk.columns.count, Set(columns) != Set(parent.primaryKey),
-                      columns.allSatisfy({ (winner[$0] ?? .null).isNull && taken[$0] == nil })
-                else { continue }
-                let from = columns.map { loser[$0] ?? .null }
-                guard !from.contains(where: \.isNull) else { continue }
-                for (column, value) in zip(columns, from) { taken[column] = value }
-            }
+        for reference in UniqueReference.to(parent, among: entities.values) {
+            let columns = reference.columns
+            guard columns.allSatisfy({ (winner[$0] ?? .null).isNull && taken[$0] == nil }) else { continue }
+            let from = columns.map { loser[$0] ?? .null }
+            guard !from.contains(where: \.isNull) else { continue }
+            for (column, value) in zip(columns, from) { taken[column] = value }
         }
         return taken
     }
