@@ -293,6 +293,53 @@ struct Reconciler {
         }
     }
 
+    /// The rows this copy deleted and inserted again at their rowid in the history its later self exported (after
+    /// `token`, up to `exported`), each with the name its later self sent it under (`RecordMap.reusedNameSQL`).
+    private func renamedByLaterSelf(after token: Int64, upTo exported: Int64) throws
+        -> [(entity: EntityMap, pk: String, name: String)]
+    {
+        var found: [(entity: EntityMap, pk: String, name: String)] = []
+        for e in entities where e.isSurrogate {
+            for row in try db.query("""
+                SELECT g.pk, \(RecordMap.reusedNameSQL(e, pk: "g.pk", insertedAfter: token, upTo: exported)) FROM (
+                    SELECT h.pk FROM _storectl_history h WHERE h.seq > ?1 AND h.seq <= ?2 AND h.entity = ?3 AND h.author <> ?4
+                    GROUP BY h.pk
+                    HAVING min(CASE WHEN h.op = 'D' THEN h.seq END) < max(CASE WHEN h.op = 'I' THEN h.seq END)) g
+                """, [token, exported, e.name, MirrorState.importAuthor])
+            {
+                if let pk = row[0].string, let name = row[1].string { found.append((e, pk, name)) }
+            }
+        }
+        return found
+    }
+
+    /// A row this copy deleted and inserted again at its rowid before it was copied is the record its later self
+    /// sent it as, under a name this copy never gave it (`renamedByLaterSelf`): the row takes that record, so that
+    /// the export does not send it again under a name of its own (the row stood twice on every store). Returns the
+    /// records to apply to those rows as any of the later self's (their current versions: another device may have
+    /// changed or deleted one since). A row deleted here since (or another inserted at its rowid) is not that
+    /// record any more: the record is deleted everywhere, as the export would have deleted it had it known it.
+    private func adoptLaterSelfsNames(_ renamed: [(entity: EntityMap, pk: String, name: String)],
+                                      lookups: ImportStaging, applier: RecordApplier) throws -> [CloudRecord]
+    {
+        var adopted: [CloudRecord] = []
+        let map = RecordMap(db)
+        for (e, pk, name) in renamed {
+            guard case .found(let record) = try lookups.lookup(name), record.recordType == e.name,
+                  try map.entry(named: name) == nil
+            else { continue }
+            if let local = try applier.localChanges(e, pk: pk), local.deleted || local.recreated {
+                if !record.deleted { try applier.outbox(name, type: e.name, tag: record.changeTag, reason: .reusedRowid) }
+                try applier.setMap(entity: e.name, pk: pk, name: name, tag: record.changeTag, base: nil, extra: nil,
+                                   deleted: true)
+            } else {
+                try applier.setMap(entity: e.name, pk: pk, name: name, tag: nil, base: nil, extra: nil, deleted: false)
+                adopted.append(record)
+            }
+        }
+        return adopted
+    }
+
     /// The record names of the rows changed here after `token` up to `exported` (what `keepUnsavedChanges`
     /// compares with the cloud's records).
     private func unsavedChangeRecords(after token: Int64, upTo exported: Int64) throws -> [String] {
@@ -318,7 +365,9 @@ struct Reconciler {
         let staging = try stageOwnRecords(after: ownSeq)
         defer { try? staging.clear() }
         let unsaved = exported > token ? try unsavedChangeRecords(after: token, upTo: exported) : []
-        try staging.prefetchLookups(cloud: cloud, zone: options.zone, entities: byName, also: unsaved)
+        let renamed = exported > token ? try renamedByLaterSelf(after: token, upTo: exported) : []
+        try staging.prefetchLookups(cloud: cloud, zone: options.zone, entities: byName,
+                                    also: unsaved + renamed.map(\.name))
         try HistoryTracker(db: db).transaction(author: MirrorState.importAuthor) { _ in
             try db.deferForeignKeys()
             if exported > token { try MirrorState.setExportToken(db, exported) }
@@ -334,12 +383,15 @@ struct Reconciler {
                 // under a UNIQUE value is saved before the old row's tombstone): as in an import, tombstones of
                 // cascading parents and UNIQUE collisions wait until the other records are in.
                 applier.defersUntilSettled = true
+                let adopted = try adoptLaterSelfsNames(renamed, lookups: staging, applier: applier)
                 try stagedOwnRecords(staging) { records in
                     for own in records where only?.contains(own.record.recordName) ?? true {
                         try importer.applyOne(own.record, applier: applier, report: &applied)
                         report.records += 1
                     }
                 }
+                // Those another device saved since (an own record applied above is skipped as known).
+                for record in adopted { try importer.applyOne(record, applier: applier, report: &applied) }
                 try importer.drainInbox(applier, staging: staging, entities: byName, report: &applied,
                                         stopsAtConflicts: false)
                 if exported > token { try keepUnsavedChanges(after: token, upTo: exported, lookups: staging) }

@@ -707,7 +707,9 @@ final class RecordApplier {
         guard respectLocalChanges else { return facts }
         facts.local = try localChanges(entity, pk: entry.pk, against: entry.base)
         if facts.local?.deleted != true, facts.local?.recreated != true {
+            // The tombstone of the record the row's rowid had, not of the record the later self sent the row as.
             facts.reinsertedInLaterSelfsExport = try reinsertedInLaterSelfsExport(entity, pk: entry.pk)
+                && laterSelfsName(entity, pk: entry.pk) != record.recordName
         }
         return facts
     }
@@ -1057,6 +1059,15 @@ final class RecordApplier {
               let base = try db.scalar("SELECT \(entity.surrogateName("?1"))", [rowid])?.string,
               record.recordName.hasPrefix(base + ".") else { return false }
         return try reinsertedInLaterSelfsExport(entity, pk: pk)
+    }
+
+    /// The name this store's later self gave the row at rowid key `pk` when it exported a delete and an insert there
+    /// that this copy made too (`RecordMap.reusedNameSQL`, from the insert in that history); nil when this is no
+    /// restored copy taking back its later records, or the key is no rowid.
+    func laterSelfsName(_ entity: EntityMap, pk: String) throws -> String? {
+        guard let range = exportedByLaterSelf, entity.isSurrogate else { return nil }
+        return try db.scalar("SELECT " + RecordMap.reusedNameSQL(entity, pk: "?1", insertedAfter: range.after,
+                                                                   upTo: range.upTo), [pk])?.string
     }
 
     /// Whether this copy deleted the row at `pk` and inserted another there in the history its later self exported

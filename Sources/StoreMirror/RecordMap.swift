@@ -213,8 +213,8 @@ public struct RecordMap {
     /// or empty for all): each becomes a new record (a new name, never synced).
     func renameRevived(_ e: EntityMap, scope: String) throws {
         try db.execute("""
-            UPDATE _storectl_records AS r SET stored_name = \(e.surrogateName("json_extract(r.pk, '$[0]')"))
-                || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, extra = NULL, deleted = 0
+            UPDATE _storectl_records AS r SET stored_name = \(Self.reusedNameSQL(e, pk: "r.pk", insertedAfter: try MirrorState.exportToken(db))),
+                change_tag = NULL, base = NULL, extra = NULL, deleted = 0
             WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(scope)
               AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
             """)
@@ -223,10 +223,26 @@ public struct RecordMap {
     /// Gives the live row at rowid key `pk` a new record (a new name, never synced): its rowid was reused.
     func renameReused(_ e: EntityMap, pk: String) throws {
         try db.run("""
-            UPDATE _storectl_records SET stored_name = \(e.surrogateName("json_extract(pk, '$[0]')"))
-                || '.' || lower(hex(randomblob(6))), change_tag = NULL, base = NULL, extra = NULL
-            WHERE entity = ? AND pk = ?
+            UPDATE _storectl_records SET stored_name = \(Self.reusedNameSQL(e, pk: "?2", insertedAfter: try MirrorState.exportToken(db))),
+                change_tag = NULL, base = NULL, extra = NULL
+            WHERE entity = ?1 AND pk = ?2
             """, [e.name, pk])
+    }
+
+    /// SQL for the new name of the row at rowid key `pk` (an expression) of `e`, a row inserted at the rowid of
+    /// another: the store's name for the rowid, and after a dot the history seq and time of the row's insert (the
+    /// latest insert at the key with seq after `insertedAfter`, up to `upTo`; random hex digits when history no
+    /// longer holds it).
+    /// Made from the store's own history, the name is the same whenever it is made for that insert: a copy of the
+    /// store taken after the insert and restored after its later self sent the row finds the record the row was
+    /// sent as (`Reconciler`), instead of sending the row again under a name of its own.
+    static func reusedNameSQL(_ e: EntityMap, pk: String, insertedAfter: Int64, upTo: Int64 = Int64.max) -> String {
+        """
+        \(e.surrogateName("json_extract(\(pk), '$[0]')")) || '.' || coalesce(
+            (SELECT printf('%x-%x', h.seq, h.ts) FROM _storectl_history h WHERE h.seq > \(insertedAfter)
+                AND h.seq <= \(upTo) AND h.entity = \(quoteLiteral(e.name)) AND h.pk = \(pk) AND h.op = 'I' ORDER BY h.seq DESC LIMIT 1),
+            lower(hex(randomblob(6))))
+        """
     }
 
     /// The entry of the row `pk` of `entity`, or nil.

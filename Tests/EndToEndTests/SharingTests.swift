@@ -283,6 +283,30 @@ class SharingTests: XCTestCase {
         }
     }
 
+    /// The same, with a backup of bob's store taken after the delete and the insert, and put back after bob's
+    /// sync with write access: the restored copy takes the record its later self sent for its note as that note
+    /// (the note stood twice on every store, each store healthy, when the copy sent it again under a new name).
+    func testARestoredCopyOfAParticipantThatReusedARowidTakesItsLaterSelfsRecord() throws {
+        let p = try project()
+        try shareWithBobAndCarol(p)
+        try p.sql("bob", "DELETE FROM notes WHERE uuid = 'u3'; INSERT INTO notes(uuid, title) VALUES ('b1', 'bob one')")
+        XCTAssertEqual(try p.sql("bob", "SELECT id FROM notes WHERE uuid = 'b1'"), "3\n", "the rowid was not reused")
+        let backup = p.dir.file("bob-backup.sqlite")
+        try FileManager.default.copyItem(atPath: p.storePath("bob"), toPath: backup)
+        try p.run(["-s", "bob", "sync"])
+        try p.run(["-s", "alice", "share", "add", account("bob"), "--permission", "read-write"])
+        try p.run(["-s", "bob", "sync"])
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: p.storePath("bob") + suffix) }
+        try FileManager.default.copyItem(atPath: backup, toPath: p.storePath("bob"))
+        for store in ["bob", "alice", "carol", "bob"] { try p.run(["-s", store, "sync"]) }
+        let expected = "b1|bob one\nu1|one\nu2|two\n"
+        for store in ["alice", "bob", "carol"] {
+            XCTAssertEqual(try rows(p, store), expected, store)
+            try p.run(["-s", store, "status"])
+            try p.run(["-s", store, "doctor"])
+        }
+    }
+
     /// The same in local mode: bob's `mode cloud` syncs (the note's record is kept aside) and its verify step
     /// counts the note as deleted here, not sent (it refused with exit 70, "cloud only", when the record kept aside
     /// was taken for a difference nothing explains). `verify` names it by the key it had.
