@@ -81,6 +81,13 @@ public enum CloudContract {
         String(seq, radix: 16) + "-" + epoch.prefix(8)
     }
 
+    /// A tag of a version older than the one tagged `tag`, in the same zone, that no save was ever given (seq 0):
+    /// for a record a store knows stands on some older version than the cloud's, without knowing which. A save or
+    /// deletion sent with it meets the cloud's version as a conflict, which the merge policy weighs.
+    public static func olderTag(than tag: String) -> String {
+        "0-" + (tag.firstIndex(of: "-").map { String(tag[tag.index(after: $0)...]) } ?? tag)
+    }
+
     /// The seq a change tag of `changeTag(seq:epoch:)` was made with; nil for a tag of another shape.
     public static func seq(ofTag tag: String) -> Int64? {
         guard let dash = tag.firstIndex(of: "-") else { return nil }

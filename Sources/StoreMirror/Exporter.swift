@@ -303,7 +303,8 @@ struct Exporter {
                     // cloud, and other devices may have added children to it) is not looked at again: only a
                     // delete and an insert after it make the row new once more.
                     let reused = try db.query("""
-                        SELECT h.pk, r.record_name, r.change_tag, max(h.seq) FROM _storectl_history h
+                        SELECT h.pk, r.record_name, r.change_tag, max(h.seq), max(CASE WHEN h.op = 'I' THEN h.seq END)
+                        FROM _storectl_history h
                         JOIN _storectl_records r ON r.entity = h.entity AND r.pk = h.pk AND r.deleted = 0
                         WHERE h.seq > ?1 AND h.entity = ?2 AND h.author <> ?3
                           AND \(RecordMap.notRenamedFor)
@@ -315,10 +316,11 @@ struct Exporter {
                         if let tag = row[2].string, !options.readOnly {
                             try Outgoing(db).delete(old, type: e.name, tag: tag, reason: .reusedRowid)
                         }
+                        let insert = row[4].int64
                         if options.readOnly {
-                            try map.keepGone(entity: e.name, pk: pk) { try map.renameReused(e, pk: pk) }
+                            try map.keepGone(entity: e.name, pk: pk) { try map.renameReused(e, pk: pk, insertSeq: insert) }
                         } else {
-                            try map.renameReused(e, pk: pk)
+                            try map.renameReused(e, pk: pk, insertSeq: insert)
                         }
                         try map.markRenamed(entity: e.name, pk: pk, upto: row[3].int64 ?? 0)
                     }

@@ -294,17 +294,22 @@ struct Reconciler {
     }
 
     /// The rows this copy deleted and inserted again at their rowid in the history its later self exported (after
-    /// `token`, up to `exported`), each with the name its later self sent it under (`RecordMap.reusedNameSQL`).
+    /// `token`, up to `exported`; or only inserted there, at the rowid of a row whose deletion was exported
+    /// before), each with the name its later self sent it under (`RecordMap.reusedNameSQL`).
     private func renamedByLaterSelf(after token: Int64, upTo exported: Int64) throws
         -> [(entity: EntityMap, pk: String, name: String)]
     {
         var found: [(entity: EntityMap, pk: String, name: String)] = []
         for e in entities where e.isSurrogate {
             for row in try db.query("""
-                SELECT g.pk, \(RecordMap.reusedNameSQL(e, pk: "g.pk", insertedAfter: token, upTo: exported)) FROM (
-                    SELECT h.pk FROM _storectl_history h WHERE h.seq > ?1 AND h.seq <= ?2 AND h.entity = ?3 AND h.author <> ?4
+                SELECT g.pk, \(RecordMap.reusedNameSQL(e, pk: "g.pk", insertSeq: "g.inserted")) FROM (
+                    SELECT h.pk, max(CASE WHEN h.op = 'I' THEN h.seq END) AS inserted FROM _storectl_history h
+                    WHERE h.seq > ?1 AND h.seq <= ?2 AND h.entity = ?3 AND h.author <> ?4
                     GROUP BY h.pk
-                    HAVING min(CASE WHEN h.op = 'D' THEN h.seq END) < max(CASE WHEN h.op = 'I' THEN h.seq END)) g
+                    HAVING min(CASE WHEN h.op = 'D' THEN h.seq END) < max(CASE WHEN h.op = 'I' THEN h.seq END)
+                        OR max(CASE WHEN h.op = 'I' THEN h.seq END) IS NOT NULL
+                           AND EXISTS (SELECT 1 FROM _storectl_records r WHERE r.entity = ?3 AND r.pk = h.pk
+                                       AND r.deleted = 1)) g
                 """, [token, exported, e.name, MirrorState.importAuthor])
             {
                 if let pk = row[0].string, let name = row[1].string { found.append((e, pk, name)) }
@@ -315,29 +320,40 @@ struct Reconciler {
 
     /// A row this copy deleted and inserted again at its rowid before it was copied is the record its later self
     /// sent it as, under a name this copy never gave it (`renamedByLaterSelf`): the row takes that record, so that
-    /// the export does not send it again under a name of its own (the row stood twice on every store). Returns the
-    /// records to apply to those rows as any of the later self's (their current versions: another device may have
-    /// changed or deleted one since). A row deleted here since (or another inserted at its rowid) is not that
-    /// record any more: the record is deleted everywhere, as the export would have deleted it had it known it.
-    private func adoptLaterSelfsNames(_ renamed: [(entity: EntityMap, pk: String, name: String)],
-                                      lookups: ImportStaging, applier: RecordApplier) throws -> [CloudRecord]
+    /// the export does not send it again under a name of its own (the row stood twice on every store).
+    /// - When the record is still the later self's version, it is adopted as after a crash (`adopt`): its tag and
+    ///   fields become the base, and the row takes its values but where it was changed here since (`exported`);
+    ///   those changes, or the row's deletion here since, go out as changes of that version.
+    /// - When another device changed or deleted it since, the version the later self sent is not known here: the
+    ///   map names the record at an older version than the cloud's (`CloudContract.olderTag`), with no base. With
+    ///   nothing changed here since, the import that follows applies the cloud's version; a change or deletion made
+    ///   here since goes out first and meets that version as a conflict, every column counted as changed on both
+    ///   sides: the merge policy weighs them (`error` reports it).
+    /// - When another row was inserted at the rowid since, the record's row is gone from here: its deletion goes
+    ///   out as the export's rename sends it (at the older tag when another device changed it since, so that the
+    ///   policy weighs that change too).
+    private func adoptLaterSelfsNames(_ renamed: [(entity: EntityMap, pk: String, name: String)], exported: Int64,
+                                      lookups: ImportStaging, applier: RecordApplier) throws
     {
-        var adopted: [CloudRecord] = []
         let map = RecordMap(db)
         for (e, pk, name) in renamed {
             guard case .found(let record) = try lookups.lookup(name), record.recordType == e.name,
                   try map.entry(named: name) == nil
             else { continue }
-            if let local = try applier.localChanges(e, pk: pk), local.deleted || local.recreated {
-                if !record.deleted { try applier.outbox(name, type: e.name, tag: record.changeTag, reason: .reusedRowid) }
+            let local = try applier.localChanges(e, pk: pk)
+            let laterSelfs = record.modifiedBy == device && !record.deleted
+            let tag = laterSelfs ? record.changeTag : CloudContract.olderTag(than: record.changeTag)
+            if local?.recreated == true {
+                if !record.deleted { try applier.outbox(name, type: e.name, tag: tag, reason: .reusedRowid) }
                 try applier.setMap(entity: e.name, pk: pk, name: name, tag: record.changeTag, base: nil, extra: nil,
                                    deleted: true)
-            } else {
+            } else if laterSelfs {
                 try applier.setMap(entity: e.name, pk: pk, name: name, tag: nil, base: nil, extra: nil, deleted: false)
-                adopted.append(record)
+                try adopt(record, historySeq: exported, applier: applier)
+            } else {
+                try applier.setMap(entity: e.name, pk: pk, name: name, tag: tag, base: nil, extra: nil, deleted: false)
             }
         }
-        return adopted
     }
 
     /// The record names of the rows changed here after `token` up to `exported` (what `keepUnsavedChanges`
@@ -383,15 +399,13 @@ struct Reconciler {
                 // under a UNIQUE value is saved before the old row's tombstone): as in an import, tombstones of
                 // cascading parents and UNIQUE collisions wait until the other records are in.
                 applier.defersUntilSettled = true
-                let adopted = try adoptLaterSelfsNames(renamed, lookups: staging, applier: applier)
+                try adoptLaterSelfsNames(renamed, exported: exported, lookups: staging, applier: applier)
                 try stagedOwnRecords(staging) { records in
                     for own in records where only?.contains(own.record.recordName) ?? true {
                         try importer.applyOne(own.record, applier: applier, report: &applied)
                         report.records += 1
                     }
                 }
-                // Those another device saved since (an own record applied above is skipped as known).
-                for record in adopted { try importer.applyOne(record, applier: applier, report: &applied) }
                 try importer.drainInbox(applier, staging: staging, entities: byName, report: &applied,
                                         stopsAtConflicts: false)
                 if exported > token { try keepUnsavedChanges(after: token, upTo: exported, lookups: staging) }

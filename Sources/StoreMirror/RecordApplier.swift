@@ -1066,8 +1066,12 @@ final class RecordApplier {
     /// restored copy taking back its later records, or the key is no rowid.
     func laterSelfsName(_ entity: EntityMap, pk: String) throws -> String? {
         guard let range = exportedByLaterSelf, entity.isSurrogate else { return nil }
-        return try db.scalar("SELECT " + RecordMap.reusedNameSQL(entity, pk: "?1", insertedAfter: range.after,
-                                                                   upTo: range.upTo), [pk])?.string
+        let insert = """
+            (SELECT max(seq) FROM _storectl_history WHERE seq > ?2 AND seq <= ?3 AND entity = ?4 AND pk = ?1 AND op = 'I'
+                AND author <> ?5)
+            """
+        return try db.scalar("SELECT " + RecordMap.reusedNameSQL(entity, pk: "?1", insertSeq: insert),
+                             [pk, range.after, range.upTo, entity.name, MirrorState.importAuthor])?.string
     }
 
     /// Whether this copy deleted the row at `pk` and inserted another there in the history its later self exported

@@ -212,35 +212,52 @@ public struct RecordMap {
     /// Deleted entries of `e` (rowid keys) whose key a live row holds again, within `scope` (a condition on `r`,
     /// or empty for all): each becomes a new record (a new name, never synced).
     func renameRevived(_ e: EntityMap, scope: String) throws {
+        let revived = """
+            FROM _storectl_records AS r WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(scope)
+              AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
+            """
+        guard try db.scalar("SELECT EXISTS (SELECT 1 \(revived))")?.int64 == 1 else { return }
+        // The latest insert at each such key, in one pass over the history since the export token.
         try db.execute("""
-            UPDATE _storectl_records AS r SET stored_name = \(Self.reusedNameSQL(e, pk: "r.pk", insertedAfter: try MirrorState.exportToken(db))),
+            DROP TABLE IF EXISTS temp._storectl_inserted;
+            CREATE TEMP TABLE _storectl_inserted(pk TEXT PRIMARY KEY, seq INTEGER NOT NULL) WITHOUT ROWID;
+            """)
+        defer { try? db.execute("DROP TABLE IF EXISTS temp._storectl_inserted") }
+        try db.run("""
+            INSERT INTO temp._storectl_inserted(pk, seq)
+            SELECT h.pk, max(h.seq) FROM _storectl_history h
+            WHERE h.seq > ?1 AND h.entity = ?2 AND h.op = 'I' AND h.author <> ?3 AND h.pk IN (SELECT r.pk \(revived))
+            GROUP BY h.pk
+            """, [try MirrorState.exportToken(db), e.name, MirrorState.importAuthor])
+        let insert = "(SELECT i.seq FROM temp._storectl_inserted i WHERE i.pk = r.pk)"
+        try db.execute("""
+            UPDATE _storectl_records AS r SET stored_name = \(Self.reusedNameSQL(e, pk: "r.pk", insertSeq: insert)),
                 change_tag = NULL, base = NULL, extra = NULL, deleted = 0
             WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(scope)
               AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
             """)
     }
 
-    /// Gives the live row at rowid key `pk` a new record (a new name, never synced): its rowid was reused.
-    func renameReused(_ e: EntityMap, pk: String) throws {
+    /// Gives the live row at rowid key `pk` a new record (a new name, never synced): its rowid was reused, by the
+    /// insert at history seq `insertSeq`.
+    func renameReused(_ e: EntityMap, pk: String, insertSeq: Int64?) throws {
         try db.run("""
-            UPDATE _storectl_records SET stored_name = \(Self.reusedNameSQL(e, pk: "?2", insertedAfter: try MirrorState.exportToken(db))),
+            UPDATE _storectl_records SET stored_name = \(Self.reusedNameSQL(e, pk: "?2", insertSeq: "?3")),
                 change_tag = NULL, base = NULL, extra = NULL
             WHERE entity = ?1 AND pk = ?2
-            """, [e.name, pk])
+            """, [e.name, pk, insertSeq.map(Value.integer) ?? .null])
     }
 
     /// SQL for the new name of the row at rowid key `pk` (an expression) of `e`, a row inserted at the rowid of
-    /// another: the store's name for the rowid, and after a dot the history seq and time of the row's insert (the
-    /// latest insert at the key with seq after `insertedAfter`, up to `upTo`; random hex digits when history no
-    /// longer holds it).
-    /// Made from the store's own history, the name is the same whenever it is made for that insert: a copy of the
-    /// store taken after the insert and restored after its later self sent the row finds the record the row was
-    /// sent as (`Reconciler`), instead of sending the row again under a name of its own.
-    static func reusedNameSQL(_ e: EntityMap, pk: String, insertedAfter: Int64, upTo: Int64 = Int64.max) -> String {
+    /// another by the insert at history seq `insertSeq` (an expression): the store's name for the rowid, and after a
+    /// dot that insert's history seq and time (random hex digits when `insertSeq` is NULL or history no longer
+    /// holds it). Made from the store's own history, the name is the same whenever it is made for that insert: a
+    /// copy of the store taken after the insert and restored after its later self sent the row finds the record
+    /// the row was sent as (`Reconciler`), instead of sending the row again under a name of its own.
+    static func reusedNameSQL(_ e: EntityMap, pk: String, insertSeq: String) -> String {
         """
         \(e.surrogateName("json_extract(\(pk), '$[0]')")) || '.' || coalesce(
-            (SELECT printf('%x-%x', h.seq, h.ts) FROM _storectl_history h WHERE h.seq > \(insertedAfter)
-                AND h.seq <= \(upTo) AND h.entity = \(quoteLiteral(e.name)) AND h.pk = \(pk) AND h.op = 'I' ORDER BY h.seq DESC LIMIT 1),
+            (SELECT printf('%x-%x', h.seq, h.ts) FROM _storectl_history h WHERE h.seq = \(insertSeq) AND h.op = 'I'),
             lower(hex(randomblob(6))))
         """
     }
