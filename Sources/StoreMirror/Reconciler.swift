@@ -321,10 +321,12 @@ struct Reconciler {
     /// A row this copy deleted and inserted again at its rowid before it was copied is the record its later self
     /// sent it as, under a name this copy never gave it (`renamedByLaterSelf`): the row takes that record, so that
     /// the export does not send it again under a name of its own (the row stood twice on every store).
-    /// - When the record is still the later self's version, it is adopted as after a crash (`adopt`): its tag and
-    ///   fields become the base, and the row takes its values but where it was changed here since (`exported`);
-    ///   those changes, or the row's deletion here since, go out as changes of that version.
-    /// - When another device changed or deleted it since, the version the later self sent is not known here: the
+    /// - When the cloud holds the version the later self saved from history this copy has too (its own save, by a
+    ///   batch read at or before `exported`), it is adopted as after a crash (`adopt`): its tag and fields become
+    ///   the base, and the row takes its values but where it was changed here since; those changes, or the row's
+    ///   deletion here since, go out as changes of that version.
+    /// - When the later self changed it after the copy was taken, or another device changed or deleted it since,
+    ///   the version the copy's row stands on is not known here: the
     ///   map names the record at an older version than the cloud's (`CloudContract.olderTag`), with no base. With
     ///   nothing changed here since, the import that follows applies the cloud's version; a change or deletion made
     ///   here since goes out first and meets that version as a conflict, every column counted as changed on both
@@ -335,13 +337,26 @@ struct Reconciler {
     private func adoptLaterSelfsNames(_ renamed: [(entity: EntityMap, pk: String, name: String)], exported: Int64,
                                       lookups: ImportStaging, applier: RecordApplier) throws
     {
+        guard !renamed.isEmpty else { return }
         let map = RecordMap(db)
+        // The history seq of the batch that saved each of those records, where the later self's save is its
+        // current version (an own record).
+        let names = Set(renamed.map(\.name))
+        var ownBatchSeqs: [String: Int64] = [:]
+        try stagedOwnRecords(lookups) { records in
+            for own in records where names.contains(own.record.recordName) && !own.superseded {
+                ownBatchSeqs[own.record.recordName] = own.historySeq
+            }
+        }
         for (e, pk, name) in renamed {
             guard case .found(let record) = try lookups.lookup(name), record.recordType == e.name,
                   try map.entry(named: name) == nil
             else { continue }
             let local = try applier.localChanges(e, pk: pk)
-            let laterSelfs = record.modifiedBy == device && !record.deleted
+            // The later self's version made of history this copy has too: saved by a batch read at or before
+            // `exported` (a version saved later holds changes the later self made after the copy was taken).
+            let laterSelfs = !record.deleted && record.modifiedBy == device
+                && (ownBatchSeqs[name].map { $0 <= exported } ?? false)
             let tag = laterSelfs ? record.changeTag : CloudContract.olderTag(than: record.changeTag)
             if local?.recreated == true {
                 if !record.deleted { try applier.outbox(name, type: e.name, tag: tag, reason: .reusedRowid) }

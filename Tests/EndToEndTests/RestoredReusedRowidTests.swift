@@ -30,10 +30,12 @@ final class RestoredReusedRowidTests: XCTestCase {
     /// - Parameters:
     ///   - editedElsewhere: whether a edits b's row after b's later self sent it (else the cloud holds the later
     ///     self's version when the copy syncs).
+    ///   - laterSelfEdits: whether b's later self edits its row after the backup was taken, and syncs.
     ///   - policy: b's `merge_policy` (nil: the default).
     /// - Returns: the fleet, synced, for the caller's checks of what it holds.
     private func scenario(_ backend: FleetBackend, after: AfterRestore, oldRow: OldRowGone = .deletedHere,
-                          editedElsewhere: Bool = true, policy: String? = nil) throws -> Fleet
+                          editedElsewhere: Bool = true, laterSelfEdits: Bool = false, policy: String? = nil) throws
+        -> Fleet
     {
         let f = try Fleet(stores: ["a", "b"], backend: backend, schema: Self.schema,
                           cloudExtraByStore: policy.map { ["b": "      merge_policy: \($0)"] } ?? [:],
@@ -54,6 +56,10 @@ final class RestoredReusedRowidTests: XCTestCase {
                        "3", "the rowid was not reused")
         try f.backup("b", as: "reused")
         try f.run("b", ["sync"])
+        if laterSelfEdits {
+            try f.sql("b", "UPDATE notes SET title = 'carol one, edited by the later self' WHERE uuid = 'c1'")
+            try f.run("b", ["sync"])
+        }
         if editedElsewhere {
             try f.syncRounds(1, ["a"])
             try f.sql("a", "UPDATE notes SET title = 'carol one, edited on a' WHERE uuid = 'c1'")
@@ -128,10 +134,30 @@ final class RestoredReusedRowidTests: XCTestCase {
         try converges(local, on: [], "[\(backend)] local-wins")
     }
 
+    /// b's later self edits its row after the backup was taken: the copy never saw that edit, and what the copy
+    /// changes since meets it as a conflict, as on any row the later self changed (it was overwritten, or the row
+    /// deleted, with no conflict when the copy took the later version as the one its row stood on).
+    private func anEditOfTheLaterSelf(_ backend: FleetBackend) throws {
+        let edited = "notes|title=t:'carol one, edited by the later self'|uuid=t:'c1'"
+        for after in [AfterRestore.edit, .delete] {
+            let what = "[\(backend)] merge_policy error, the later self edited the row, \(after.rawValue)"
+            let f = try scenario(backend, after: after, editedElsewhere: false, laterSelfEdits: true, policy: "error")
+            try f.run("b", ["sync"], expect: 65)
+            XCTAssertEqual(try f.status("b").result.status, 65, "\(what): the conflict is reported")
+            try f.run("a", ["sync"])
+            XCTAssertEqual(try f.rows("a").filter { $0.contains("'c1'") }, [edited], "\(what): the edit stays until resolved")
+        }
+        let server = try scenario(backend, after: .edit, editedElsewhere: false, laterSelfEdits: true, policy: "server-wins")
+        try converges(server, on: [edited], "[\(backend)] server-wins, the later self edited the row, the copy too")
+        let plain = try scenario(backend, after: .nothing, editedElsewhere: false, laterSelfEdits: true)
+        try converges(plain, on: [edited], "[\(backend)] the later self edited the row, nothing written on the copy")
+    }
+
     func testARestoredCopyTakesItsLaterSelfsRecordForARowAtAReusedRowidFile() throws {
         try afterAnEditElsewhere(.file)
         try withNoOtherChange(.file)
         try aDeletionMeetsAnEdit(.file)
+        try anEditOfTheLaterSelf(.file)
     }
 
     func testARestoredCopyTakesItsLaterSelfsRecordForARowAtAReusedRowidPostgres() throws {
@@ -139,5 +165,6 @@ final class RestoredReusedRowidTests: XCTestCase {
         try afterAnEditElsewhere(pg)
         try withNoOtherChange(pg)
         try aDeletionMeetsAnEdit(pg)
+        try anEditOfTheLaterSelf(pg)
     }
 }
