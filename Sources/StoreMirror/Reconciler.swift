@@ -408,6 +408,7 @@ struct Reconciler {
                                                 uniqueRules: options.uniqueRules)
                 try applier.resetNotes()
                 if exported > token { applier.exportedByLaterSelf = (after: token, upTo: exported) }
+                for (e, pk, name) in renamed { applier.laterSelfsNames[e.name, default: [:]][pk] = name }
                 let importer = Importer(db: db, cloud: cloud, options: options, entities: entities, device: device)
                 var applied = ImportReport()
                 // The later self's export order is not an order this copy passed through (a row inserted again

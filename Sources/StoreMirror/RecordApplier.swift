@@ -71,6 +71,9 @@ final class RecordApplier {
     /// While a restored store takes back its later self's records: the history (after, upTo] of this copy that its
     /// later self exported (see `Reconciler`).
     var exportedByLaterSelf: (after: Int64, upTo: Int64)?
+    /// While a restored store takes back its later self's records: per table and rowid key, the name the later self
+    /// gave a row this copy deleted and inserted again in that history (`Reconciler.renamedByLaterSelf`).
+    var laterSelfsNames: [String: [String: String]] = [:]
     /// While an import applies its pages: two kinds of record are held back in the `Inbox` until every other
     /// record of the import is in, because the order the cloud hands them over in is not an order the origin
     /// store ever passed through.
@@ -709,7 +712,7 @@ final class RecordApplier {
         if facts.local?.deleted != true, facts.local?.recreated != true {
             // The tombstone of the record the row's rowid had, not of the record the later self sent the row as.
             facts.reinsertedInLaterSelfsExport = try reinsertedInLaterSelfsExport(entity, pk: entry.pk)
-                && laterSelfsName(entity, pk: entry.pk) != record.recordName
+                && laterSelfsNames[entity.name]?[entry.pk] != record.recordName
         }
         return facts
     }
@@ -1059,19 +1062,6 @@ final class RecordApplier {
               let base = try db.scalar("SELECT \(entity.surrogateName("?1"))", [rowid])?.string,
               record.recordName.hasPrefix(base + ".") else { return false }
         return try reinsertedInLaterSelfsExport(entity, pk: pk)
-    }
-
-    /// The name this store's later self gave the row at rowid key `pk` when it exported a delete and an insert there
-    /// that this copy made too (`RecordMap.reusedNameSQL`, from the insert in that history); nil when this is no
-    /// restored copy taking back its later records, or the key is no rowid.
-    func laterSelfsName(_ entity: EntityMap, pk: String) throws -> String? {
-        guard let range = exportedByLaterSelf, entity.isSurrogate else { return nil }
-        let insert = """
-            (SELECT max(seq) FROM _storectl_history WHERE seq > ?2 AND seq <= ?3 AND entity = ?4 AND pk = ?1 AND op = 'I'
-                AND author <> ?5)
-            """
-        return try db.scalar("SELECT " + RecordMap.reusedNameSQL(entity, pk: "?1", insertSeq: insert),
-                             [pk, range.after, range.upTo, entity.name, MirrorState.importAuthor])?.string
     }
 
     /// Whether this copy deleted the row at `pk` and inserted another there in the history its later self exported

@@ -213,10 +213,11 @@ public struct RecordMap {
     /// or empty for all): each becomes a new record (a new name, never synced).
     func renameRevived(_ e: EntityMap, scope: String) throws {
         let revived = """
-            FROM _storectl_records AS r WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(scope)
+            r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(scope)
               AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
             """
-        guard try db.scalar("SELECT EXISTS (SELECT 1 \(revived))")?.int64 == 1 else { return }
+        guard try db.scalar("SELECT EXISTS (SELECT 1 FROM _storectl_records AS r WHERE \(revived))")?.int64 == 1
+        else { return }
         // The latest insert at each such key, in one pass over the history since the export token.
         try db.execute("""
             DROP TABLE IF EXISTS temp._storectl_inserted;
@@ -226,15 +227,15 @@ public struct RecordMap {
         try db.run("""
             INSERT INTO temp._storectl_inserted(pk, seq)
             SELECT h.pk, max(h.seq) FROM _storectl_history h
-            WHERE h.seq > ?1 AND h.entity = ?2 AND h.op = 'I' AND h.author <> ?3 AND h.pk IN (SELECT r.pk \(revived))
+            WHERE h.seq > ?1 AND h.entity = ?2 AND h.op = 'I' AND h.author <> ?3
+                AND h.pk IN (SELECT r.pk FROM _storectl_records AS r WHERE \(revived))
             GROUP BY h.pk
             """, [try MirrorState.exportToken(db), e.name, MirrorState.importAuthor])
         let insert = "(SELECT i.seq FROM temp._storectl_inserted i WHERE i.pk = r.pk)"
         try db.execute("""
             UPDATE _storectl_records AS r SET stored_name = \(Self.reusedNameSQL(e, pk: "r.pk", insertSeq: insert)),
                 change_tag = NULL, base = NULL, extra = NULL, deleted = 0
-            WHERE r.entity = \(quoteLiteral(e.name)) AND r.deleted = 1 \(scope)
-              AND EXISTS (SELECT 1 FROM main.\(e.quotedName) t WHERE \(e.pkMatches("t", json: "r.pk")))
+            WHERE \(revived)
             """)
     }
 
